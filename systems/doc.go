@@ -1,0 +1,10 @@
+// Package systems holds the contracts every system under test shares: the
+// replicated command format, the StateMachine interface a system implements,
+// the Location of a value in the Raft log, the registry of -system names, and
+// the input limits the client API enforces.
+//
+// All systems run on one replication layer (package systems/node over the
+// segmented Raft log of package systems/raftlog), so that comparing two
+// systems changes one variable only: what the state machine does with a value
+// (DESIGN.md section 1).
+package systems

@@ -1,0 +1,171 @@
+// Package node is the Raft node every system shares: one goroutine runs the
+// etcd/raft Ready loop over the segmented log of package raftlog, peers talk
+// over batched gRPC streams, committed entries are applied to the system's
+// StateMachine by one apply goroutine, and the client API (kvpb.KV) is served
+// on -address.
+//
+// Reads are linearizable through ReadIndex (Raft thesis section 6.4), or
+// lease-based (ReadOnlyLeaseBased, with CheckQuorum) if Config.LeaseRead is
+// set; a request may ask for a stale local read instead. PreVote and
+// CheckQuorum are always on.
+package node
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"slices"
+	"time"
+
+	"github.com/nezha-harness/nezha/systems"
+	"github.com/nezha-harness/nezha/systems/raftlog"
+)
+
+// Config configures a Node. Zero values of optional fields take the
+// documented defaults through Default.
+type Config struct {
+	// System is the system under test; SystemConfig its configuration.
+	System       systems.System
+	SystemConfig systems.SystemConfig
+	// Peers are the internal (Raft) addresses of all members, in order; the
+	// node's Raft id is the 1-based position of InternalAddress in Peers.
+	Peers []string
+	// Address serves the client API (kvpb.KV); InternalAddress the peer
+	// transport (kvpb.Raft). Both host:port.
+	Address, InternalAddress string
+	// DataDir holds the node's files (the Raft log under System.LogDir).
+	DataDir string
+	// Sync: fdatasync the Raft log once per Ready. Default true. false is for
+	// comparison only and is labelled in every output.
+	Sync bool
+	// SegmentSizeBytes of Raft log segments. Default 64 MiB.
+	SegmentSizeBytes int64
+	// MaxValueBytes is the largest value a Put accepts. Default 64 MiB.
+	MaxValueBytes int
+	// TickInterval is one Raft tick. Default 100ms.
+	TickInterval time.Duration
+	// ElectionTicks and HeartbeatTicks are in ticks. Defaults 10 and 1
+	// (election timeout 1-2 s, heartbeat 100 ms).
+	ElectionTicks, HeartbeatTicks int
+	// LeaseRead serves linearizable reads from the leader's lease
+	// (ReadOnlyLeaseBased) instead of a ReadIndex round. Default false.
+	LeaseRead bool
+	// RequestTimeout bounds how long a request waits for its proposal to
+	// apply or its read index, when the client sets no earlier deadline.
+	// Default 5s.
+	RequestTimeout time.Duration
+	// ScanMaxBytes caps one Scan response. Default 16 MiB.
+	ScanMaxBytes int
+	// MinFreeDiskBytes: Puts are refused with ResourceExhausted while the
+	// data directory's file system has less free space. Default 256 MiB.
+	MinFreeDiskBytes int64
+	// Logger defaults to slog.Default().
+	Logger *slog.Logger
+}
+
+// Default returns a Config holding every documented default.
+func Default() Config {
+	return Config{
+		Sync:             true,
+		SegmentSizeBytes: raftlog.DefaultSegmentSizeBytes,
+		MaxValueBytes:    systems.DefaultMaxValueBytes,
+		TickInterval:     100 * time.Millisecond,
+		ElectionTicks:    10,
+		HeartbeatTicks:   1,
+		RequestTimeout:   5 * time.Second,
+		ScanMaxBytes:     16 << 20,
+		MinFreeDiskBytes: 256 << 20,
+	}
+}
+
+// ID returns the node's Raft id (1-based position in Peers), or 0.
+func (c *Config) ID() uint64 {
+	i := slices.Index(c.Peers, c.InternalAddress)
+	return uint64(i + 1)
+}
+
+// Validate reports every problem with c at once. Problems with user input
+// are *systems.UsageError values joined together.
+func (c *Config) Validate() error {
+	var errs []error
+	bad := func(format string, args ...any) { errs = append(errs, systems.Usagef(format, args...)) }
+	if c.System.Name == "" || c.SystemConfig == nil {
+		bad("-system is required")
+	} else if err := c.SystemConfig.Validate(); err != nil {
+		errs = append(errs, err)
+	}
+	if len(c.Peers) == 0 {
+		bad("-peers is required")
+	}
+	seen := map[string]bool{}
+	for _, p := range c.Peers {
+		if p == "" {
+			bad("-peers has an empty address")
+		} else if seen[p] {
+			bad("-peers lists %s twice", p)
+		}
+		seen[p] = true
+	}
+	if c.Address == "" {
+		bad("-address is required")
+	}
+	if c.InternalAddress == "" {
+		bad("-internalAddress is required")
+	} else if len(c.Peers) > 0 && c.ID() == 0 {
+		bad("-internalAddress %s is not in -peers %v", c.InternalAddress, c.Peers)
+	}
+	if c.Address != "" && c.Address == c.InternalAddress {
+		bad("-address and -internalAddress are both %s", c.Address)
+	}
+	if c.DataDir == "" {
+		bad("-data is required")
+	} else if err := checkDataDir(c.DataDir); err != nil {
+		bad("-data %s is unusable: %v", c.DataDir, err)
+	}
+	if c.SegmentSizeBytes < 4096 {
+		bad("segment size %d bytes is below 4096", c.SegmentSizeBytes)
+	}
+	if c.MaxValueBytes <= 0 || c.MaxValueBytes > 1<<30 {
+		bad("max value size %d bytes is outside (0, 1 GiB]", c.MaxValueBytes)
+	}
+	if c.TickInterval <= 0 {
+		bad("tick interval %v must be positive", c.TickInterval)
+	}
+	if c.HeartbeatTicks <= 0 || c.ElectionTicks <= c.HeartbeatTicks {
+		bad("election ticks (%d) must exceed heartbeat ticks (%d) > 0", c.ElectionTicks, c.HeartbeatTicks)
+	}
+	if c.RequestTimeout <= 0 {
+		bad("request timeout %v must be positive", c.RequestTimeout)
+	}
+	if c.ScanMaxBytes <= 0 {
+		bad("scan response cap %d bytes must be positive", c.ScanMaxBytes)
+	}
+	if c.MinFreeDiskBytes < 0 {
+		bad("minimum free disk %d bytes must not be negative", c.MinFreeDiskBytes)
+	}
+	return errors.Join(errs...)
+}
+
+// checkDataDir creates dir if needed and checks that it is writable.
+func checkDataDir(dir string) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	f, err := os.CreateTemp(dir, ".probe-*")
+	if err != nil {
+		return err
+	}
+	name := f.Name()
+	f.Close()
+	return os.Remove(name)
+}
+
+// logDir is where the Raft log lives.
+func (c *Config) logDir() string { return filepath.Join(c.DataDir, c.System.LogDir) }
+
+func (c *Config) String() string {
+	return fmt.Sprintf("system=%s id=%d address=%s internal=%s peers=%v data=%s sync=%v",
+		c.System.Name, c.ID(), c.Address, c.InternalAddress, c.Peers, c.DataDir, c.Sync)
+}

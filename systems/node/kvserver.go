@@ -1,0 +1,193 @@
+package node
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"sort"
+
+	"go.etcd.io/raft/v3"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/nezha-harness/nezha/systems"
+	"github.com/nezha-harness/nezha/systems/kvpb"
+)
+
+// kvServer implements kvpb.KV on top of a Node.
+type kvServer struct {
+	kvpb.UnimplementedKVServer
+	n *Node
+}
+
+func (s *kvServer) header() *kvpb.ResponseHeader {
+	n := s.n
+	return &kvpb.ResponseHeader{
+		NodeId:       n.id,
+		LeaderId:     n.lead.Load(),
+		Term:         n.term.Load(),
+		AppliedIndex: n.applied.Load(),
+		System:       n.cfg.System.Name,
+	}
+}
+
+// withTimeout bounds ctx by the node's request timeout.
+func (s *kvServer) withTimeout(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(ctx, s.n.cfg.RequestTimeout)
+}
+
+// writeError maps the outcome of a proposal to a gRPC status.
+func writeError(err error) error {
+	switch {
+	case errors.Is(err, errDropped):
+		return status.Errorf(codes.Aborted, "write not applied: %v; retry", err)
+	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled):
+		return status.Errorf(codes.DeadlineExceeded, "write outcome unknown: %v", err)
+	case errors.Is(err, errStopping):
+		return status.Errorf(codes.Unavailable, "write outcome unknown: %v", err)
+	}
+	return status.Errorf(codes.Internal, "write outcome unknown: %v", err)
+}
+
+// readError maps a failed read to a gRPC status.
+func readError(err error) error {
+	switch {
+	case errors.Is(err, errDropped), errors.Is(err, errStopping):
+		return status.Errorf(codes.Aborted, "read not served: %v; retry", err)
+	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled):
+		return status.Errorf(codes.DeadlineExceeded, "read not served in time: %v", err)
+	case errors.Is(err, systems.ErrCorrupt):
+		return status.Errorf(codes.DataLoss, "%v", err)
+	}
+	return status.Errorf(codes.Internal, "%v", err)
+}
+
+func (s *kvServer) Put(ctx context.Context, req *kvpb.PutRequest) (*kvpb.PutResponse, error) {
+	if err := systems.CheckKey(req.Key); err != nil {
+		return nil, status.Errorf(codes.InvalidArgument, "put: %v", err)
+	}
+	if err := systems.CheckValue(req.Value, s.n.cfg.MaxValueBytes); err != nil {
+		return nil, status.Errorf(codes.InvalidArgument, "put: %v", err)
+	}
+	if err := s.n.disk.check(len(req.Key) + len(req.Value)); err != nil {
+		return nil, status.Errorf(codes.ResourceExhausted, "put: %v", err)
+	}
+	ctx, cancel := s.withTimeout(ctx)
+	defer cancel()
+	idx, err := s.n.proposeAndWait(ctx, &systems.Command{Op: systems.OpPut, Key: req.Key, Value: req.Value})
+	if err != nil {
+		return nil, writeError(err)
+	}
+	return &kvpb.PutResponse{Header: s.header(), Index: idx}, nil
+}
+
+func (s *kvServer) Delete(ctx context.Context, req *kvpb.DeleteRequest) (*kvpb.DeleteResponse, error) {
+	if err := systems.CheckKey(req.Key); err != nil {
+		return nil, status.Errorf(codes.InvalidArgument, "delete: %v", err)
+	}
+	ctx, cancel := s.withTimeout(ctx)
+	defer cancel()
+	idx, err := s.n.proposeAndWait(ctx, &systems.Command{Op: systems.OpDelete, Key: req.Key})
+	if err != nil {
+		return nil, writeError(err)
+	}
+	return &kvpb.DeleteResponse{Header: s.header(), Index: idx}, nil
+}
+
+// awaitRead makes a read of the given consistency safe to serve locally.
+func (s *kvServer) awaitRead(ctx context.Context, c kvpb.ReadConsistency) error {
+	switch c {
+	case kvpb.ReadConsistency_STALE:
+		return nil
+	case kvpb.ReadConsistency_LINEARIZABLE:
+		ctx, cancel := s.withTimeout(ctx)
+		defer cancel()
+		return s.n.readIndex(ctx)
+	}
+	return status.Errorf(codes.InvalidArgument, "unknown read consistency %d", c)
+}
+
+func (s *kvServer) Get(ctx context.Context, req *kvpb.GetRequest) (*kvpb.GetResponse, error) {
+	if err := systems.CheckKey(req.Key); err != nil {
+		return nil, status.Errorf(codes.InvalidArgument, "get: %v", err)
+	}
+	if err := s.awaitRead(ctx, req.Consistency); err != nil {
+		if _, ok := status.FromError(err); ok && status.Code(err) == codes.InvalidArgument {
+			return nil, err
+		}
+		return nil, readError(err)
+	}
+	v, found, err := s.n.sm.Get(req.Key)
+	if err != nil {
+		s.n.logger.Error("get failed", "key", fmt.Sprintf("%q", truncate(req.Key)), "err", err)
+		return nil, readError(err)
+	}
+	return &kvpb.GetResponse{Header: s.header(), Found: found, Value: v}, nil
+}
+
+func (s *kvServer) Scan(ctx context.Context, req *kvpb.ScanRequest) (*kvpb.ScanResponse, error) {
+	if len(req.Start) > systems.MaxKeyBytes || len(req.End) > systems.MaxKeyBytes {
+		return nil, status.Errorf(codes.InvalidArgument, "scan: bound over the maximum key size of %d bytes", systems.MaxKeyBytes)
+	}
+	if len(req.End) > 0 && string(req.Start) > string(req.End) {
+		return nil, status.Errorf(codes.InvalidArgument, "scan: start %q is after end %q", truncate(req.Start), truncate(req.End))
+	}
+	if err := s.awaitRead(ctx, req.Consistency); err != nil {
+		if status.Code(err) == codes.InvalidArgument {
+			return nil, err
+		}
+		return nil, readError(err)
+	}
+	kvs, more, err := s.n.sm.Scan(req.Start, req.End, int(req.Limit), s.n.cfg.ScanMaxBytes)
+	if err != nil {
+		s.n.logger.Error("scan failed", "start", fmt.Sprintf("%q", truncate(req.Start)), "err", err)
+		return nil, readError(err)
+	}
+	resp := &kvpb.ScanResponse{Header: s.header(), More: more, Kvs: make([]*kvpb.KeyValue, len(kvs))}
+	for i, kv := range kvs {
+		resp.Kvs[i] = &kvpb.KeyValue{Key: kv.Key, Value: kv.Value}
+	}
+	return resp, nil
+}
+
+func (s *kvServer) Status(ctx context.Context, req *kvpb.StatusRequest) (*kvpb.StatusResponse, error) {
+	n := s.n
+	resp := &kvpb.StatusResponse{
+		Header:          s.header(),
+		RaftState:       raft.StateType(n.raftState.Load()).String(),
+		CommitIndex:     n.commit.Load(),
+		Sync:            n.cfg.Sync,
+		FirstIndex:      n.firstIndex.Load(),
+		LastIndex:       n.lastIndex.Load(),
+		Address:         n.cfg.Address,
+		InternalAddress: n.cfg.InternalAddress,
+		Pid:             int64(os.Getpid()),
+	}
+	for i, addr := range n.cfg.Peers {
+		id := uint64(i + 1)
+		m := &kvpb.Member{Id: id, InternalAddress: addr}
+		if id == n.id {
+			m.Address = n.cfg.Address
+		} else if a, ok := n.peerAddrs.Load(id); ok {
+			m.Address = a.(string)
+		}
+		resp.Members = append(resp.Members, m)
+	}
+	sort.Slice(resp.Members, func(i, j int) bool { return resp.Members[i].Id < resp.Members[j].Id })
+	if h, ok := n.sm.(systems.StateHasher); ok && req.WithStateHash {
+		sum, applied, err := h.StateHash()
+		if err != nil {
+			return nil, status.Errorf(codes.Internal, "state hash: %v", err)
+		}
+		resp.StateHash, resp.StateHashIndex = sum, applied
+	}
+	return resp, nil
+}
+
+func truncate(b []byte) []byte {
+	if len(b) > 64 {
+		return b[:64]
+	}
+	return b
+}

@@ -1,0 +1,619 @@
+package node
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"go.etcd.io/raft/v3"
+	"go.etcd.io/raft/v3/raftpb"
+	"google.golang.org/grpc"
+
+	"github.com/nezha-harness/nezha/systems"
+	"github.com/nezha-harness/nezha/systems/kvpb"
+	"github.com/nezha-harness/nezha/systems/raftlog"
+)
+
+// Errors a request can meet inside the node. They map onto gRPC codes in
+// kvserver.go.
+var (
+	// errDropped: the proposal or read was not accepted by Raft (no leader,
+	// leadership transfer); it was definitely not applied.
+	errDropped = errors.New("not accepted by raft (no leader?)")
+	// errStopping: the node is shutting down.
+	errStopping = errors.New("node is stopping")
+)
+
+// proposal is a client write on its way into the Ready loop.
+type proposal struct {
+	id   uint64
+	data []byte
+}
+
+// readRequest asks the Ready loop for a read index.
+type readRequest struct {
+	ch chan readResult
+}
+
+type readResult struct {
+	index uint64
+	err   error
+}
+
+// readBatch is one ReadIndex round shared by the reads that arrived together.
+type readBatch struct {
+	waiters  []readRequest
+	issuedAt int // loop tick count
+}
+
+// applyBatch is a run of committed entries for the apply goroutine.
+type applyBatch struct {
+	entries []raftpb.Entry
+}
+
+// Node is one member of a cluster. Start it with Start; stop it with Stop.
+type Node struct {
+	cfg    Config
+	id     uint64
+	logger *slog.Logger
+
+	log *raftlog.Log
+	sm  systems.StateMachine
+	rn  *raft.RawNode // owned by the Ready loop goroutine
+
+	transport *transport
+	kvServer  *grpc.Server
+	kvLis     net.Listener
+
+	propc    chan proposal
+	recvc    chan raftpb.Message
+	readc    chan readRequest
+	unreachc chan uint64
+	applyc   chan applyBatch
+
+	stopOnce sync.Once
+	stopc    chan struct{} // closed by Stop
+	loopDone chan struct{}
+	applyDone chan struct{}
+	failOnce sync.Once
+	failed   chan struct{} // closed on a fatal error
+	failErr  error
+
+	// Written by the loop, read by anyone.
+	term, commit, lead atomic.Uint64
+	raftState          atomic.Uint64 // raft.StateType
+	firstIndex         atomic.Uint64
+	lastIndex          atomic.Uint64
+	// Written by the apply goroutine.
+	applied atomic.Uint64
+
+	proposals   *waitRegistry
+	appliedWait *indexWait
+	reqNonce    uint64
+	reqSeq      atomic.Uint64
+
+	// Loop-owned read index state.
+	readSeq      uint64
+	pendingReads map[uint64]*readBatch
+	ticks        int
+
+	peerAddrs sync.Map // uint64 id -> string client address
+
+	disk diskGuard
+}
+
+// Start opens the node's log and state machine, starts serving the peer
+// transport and the client API, and starts the Ready loop. Errors that come
+// from user input (flags, ports in use) are *systems.UsageError.
+func Start(cfg Config) (*Node, error) {
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	n := &Node{
+		cfg:          cfg,
+		id:           cfg.ID(),
+		logger:       cfg.Logger.With("node", cfg.ID()),
+		propc:        make(chan proposal, 4096),
+		recvc:        make(chan raftpb.Message, 4096),
+		readc:        make(chan readRequest, 4096),
+		unreachc:     make(chan uint64, 64),
+		applyc:       make(chan applyBatch, 16),
+		stopc:        make(chan struct{}),
+		loopDone:     make(chan struct{}),
+		applyDone:    make(chan struct{}),
+		failed:       make(chan struct{}),
+		proposals:    newWaitRegistry(),
+		appliedWait:  newIndexWait(),
+		pendingReads: map[uint64]*readBatch{},
+	}
+	n.disk = diskGuard{dir: cfg.DataDir, min: cfg.MinFreeDiskBytes}
+	var nonce [4]byte
+	if _, err := rand.Read(nonce[:]); err != nil {
+		return nil, err
+	}
+	n.reqNonce = uint64(binary.LittleEndian.Uint32(nonce[:])) << 32
+	if err := n.open(); err != nil {
+		n.closeStorage()
+		return nil, err
+	}
+	if err := n.listen(); err != nil {
+		n.closeStorage()
+		return nil, err
+	}
+	go n.runLoop()
+	go n.runApply()
+	n.logger.Info("node started", "config", cfg.String())
+	if !cfg.Sync {
+		n.logger.Warn("-sync=false: the Raft log is NOT fsynced; results are for comparison only")
+	}
+	return n, nil
+}
+
+// open opens the Raft log and the state machine and creates the RawNode.
+func (n *Node) open() error {
+	voters := make([]uint64, len(n.cfg.Peers))
+	for i := range voters {
+		voters[i] = uint64(i + 1)
+	}
+	lo := raftlog.DefaultOptions(n.cfg.logDir())
+	lo.SegmentSizeBytes = n.cfg.SegmentSizeBytes
+	lo.Sync = n.cfg.Sync
+	lo.Bootstrap = raftpb.ConfState{Voters: voters}
+	lo.Logger = n.logger
+	l, err := raftlog.Open(lo)
+	if err != nil {
+		return err
+	}
+	n.log = l
+	hs, cs, _ := l.InitialState()
+	if len(cs.Voters) != len(n.cfg.Peers) {
+		n.logger.Warn("the log's membership differs from -peers; the log wins",
+			"log_voters", cs.Voters, "peers", n.cfg.Peers)
+	}
+	sm, err := n.cfg.SystemConfig.Open(systems.Env{Dir: n.cfg.DataDir, Log: l, Logger: n.logger})
+	if err != nil {
+		return fmt.Errorf("open %s state machine: %w", n.cfg.System.Name, err)
+	}
+	n.sm = sm
+	first, _ := l.FirstIndex()
+	applied := sm.AppliedIndex()
+	switch {
+	case applied > hs.Commit:
+		// Only possible when the log was not fsynced (-sync=false) or lost
+		// its tail: re-apply from the commit index (Apply is idempotent).
+		n.logger.Warn("state machine is ahead of the log's commit index; replaying from commit",
+			"applied", applied, "commit", hs.Commit)
+		applied = hs.Commit
+	case applied+1 < first:
+		return fmt.Errorf("state machine applied index %d is below the log's first index %d: entries %d..%d are gone",
+			applied, first, applied+1, first-1)
+	}
+	n.applied.Store(applied)
+	n.appliedWait.trigger(applied)
+	rc := &raft.Config{
+		ID:                        n.id,
+		ElectionTick:              n.cfg.ElectionTicks,
+		HeartbeatTick:             n.cfg.HeartbeatTicks,
+		Storage:                   l,
+		Applied:                   applied,
+		MaxSizePerMsg:             1 << 20,
+		MaxCommittedSizePerReady:  64 << 20,
+		MaxUncommittedEntriesSize: 1 << 30,
+		MaxInflightMsgs:           256,
+		MaxInflightBytes:          32 << 20,
+		CheckQuorum:               true,
+		PreVote:                   true,
+		Logger:                    &raftLogger{l: n.logger},
+	}
+	if n.cfg.LeaseRead {
+		rc.ReadOnlyOption = raft.ReadOnlyLeaseBased
+	}
+	rn, err := raft.NewRawNode(rc)
+	if err != nil {
+		return fmt.Errorf("raft: %w", err)
+	}
+	n.rn = rn
+	n.term.Store(hs.Term)
+	n.commit.Store(hs.Commit)
+	return nil
+}
+
+// listen binds both addresses and starts the gRPC servers.
+func (n *Node) listen() error {
+	ilis, err := net.Listen("tcp", n.cfg.InternalAddress)
+	if err != nil {
+		return systems.Usagef("cannot listen on -internalAddress %s: %v", n.cfg.InternalAddress, unwrapListenErr(err))
+	}
+	klis, err := net.Listen("tcp", n.cfg.Address)
+	if err != nil {
+		ilis.Close()
+		return systems.Usagef("cannot listen on -address %s: %v", n.cfg.Address, unwrapListenErr(err))
+	}
+	n.transport = newTransport(n, ilis)
+	n.kvLis = klis
+	n.kvServer = grpc.NewServer(
+		grpc.MaxRecvMsgSize(2*n.cfg.MaxValueBytes+systems.MaxKeyBytes+(1<<20)),
+		grpc.MaxSendMsgSize(n.cfg.ScanMaxBytes+n.cfg.MaxValueBytes+(4<<20)),
+	)
+	kvpb.RegisterKVServer(n.kvServer, &kvServer{n: n})
+	go func() {
+		if err := n.kvServer.Serve(klis); err != nil && !errors.Is(err, grpc.ErrServerStopped) {
+			n.fail(fmt.Errorf("client API server: %w", err))
+		}
+	}()
+	return nil
+}
+
+func unwrapListenErr(err error) error {
+	var oe *net.OpError
+	if errors.As(err, &oe) && oe.Err != nil {
+		var se *os.SyscallError
+		if errors.As(oe.Err, &se) {
+			return se.Err
+		}
+		return oe.Err
+	}
+	return err
+}
+
+// ID returns the node's Raft id.
+func (n *Node) ID() uint64 { return n.id }
+
+// Failed is closed when the node met a fatal error (see Err).
+func (n *Node) Failed() <-chan struct{} { return n.failed }
+
+// Err returns the fatal error, if any.
+func (n *Node) Err() error {
+	select {
+	case <-n.failed:
+		return n.failErr
+	default:
+		return nil
+	}
+}
+
+func (n *Node) fail(err error) {
+	n.failOnce.Do(func() {
+		n.failErr = err
+		n.logger.Error("fatal error; the node stops", "err", err)
+		close(n.failed)
+	})
+}
+
+// Stop stops serving, stops the loops and closes the storage. Pending
+// requests fail with Unavailable (their outcome is unknown to the client).
+func (n *Node) Stop() {
+	n.stopOnce.Do(func() {
+		stopped := make(chan struct{})
+		go func() { n.kvServer.GracefulStop(); close(stopped) }()
+		select {
+		case <-stopped:
+		case <-time.After(2 * time.Second):
+			n.kvServer.Stop()
+		}
+		close(n.stopc)
+		<-n.loopDone
+		<-n.applyDone
+		n.transport.stop()
+		n.proposals.failAll(errStopping)
+		if err := n.log.Sync(); err != nil {
+			n.logger.Warn("final log sync", "err", err)
+		}
+		n.closeStorage()
+		n.logger.Info("node stopped")
+	})
+}
+
+func (n *Node) closeStorage() {
+	if n.sm != nil {
+		if err := n.sm.Close(); err != nil {
+			n.logger.Warn("close state machine", "err", err)
+		}
+	}
+	if n.log != nil {
+		if err := n.log.Close(); err != nil {
+			n.logger.Warn("close raft log", "err", err)
+		}
+	}
+}
+
+// runLoop is the Ready loop: the only goroutine that touches n.rn and
+// appends to n.log.
+func (n *Node) runLoop() {
+	defer close(n.loopDone)
+	ticker := time.NewTicker(n.cfg.TickInterval)
+	defer ticker.Stop()
+	for {
+		select {
+		case <-ticker.C:
+			n.rn.Tick()
+			n.ticks++
+			n.expireReads()
+		case m := <-n.recvc:
+			n.step(m)
+			for more := len(n.recvc); more > 0; more-- {
+				n.step(<-n.recvc)
+			}
+		case p := <-n.propc:
+			n.propose(p)
+			for more := len(n.propc); more > 0; more-- {
+				n.propose(<-n.propc)
+			}
+		case r := <-n.readc:
+			batch := &readBatch{waiters: []readRequest{r}, issuedAt: n.ticks}
+			for more := len(n.readc); more > 0; more-- {
+				batch.waiters = append(batch.waiters, <-n.readc)
+			}
+			n.readSeq++
+			n.pendingReads[n.readSeq] = batch
+			var ctx [8]byte
+			binary.BigEndian.PutUint64(ctx[:], n.readSeq)
+			n.rn.ReadIndex(ctx[:])
+		case id := <-n.unreachc:
+			n.rn.ReportUnreachable(id)
+		case <-n.stopc:
+			n.failReads(errStopping)
+			return
+		case <-n.failed:
+			n.failReads(errStopping)
+			return
+		}
+		for n.rn.HasReady() {
+			if err := n.handleReady(n.rn.Ready()); err != nil {
+				n.fail(err)
+				n.failReads(errStopping)
+				return
+			}
+		}
+	}
+}
+
+func (n *Node) step(m raftpb.Message) {
+	if err := n.rn.Step(m); err != nil && !errors.Is(err, raft.ErrStepPeerNotFound) {
+		n.logger.Debug("step", "err", err, "type", m.Type, "from", m.From)
+	}
+}
+
+func (n *Node) propose(p proposal) {
+	if err := n.rn.Propose(p.data); err != nil {
+		n.proposals.trigger(p.id, applyResult{err: errDropped})
+	}
+}
+
+// handleReady persists, sends and dispatches one Ready (raft's doc.go: write
+// entries and HardState, send messages, apply committed entries, Advance).
+// The leader sends before it persists (Raft thesis 10.2.1).
+func (n *Node) handleReady(rd raft.Ready) error {
+	if rd.SoftState != nil {
+		if old := n.lead.Swap(rd.SoftState.Lead); old != rd.SoftState.Lead {
+			n.logger.Info("leader changed", "leader", rd.SoftState.Lead, "state", rd.SoftState.RaftState)
+			n.failReads(errDropped)
+		}
+		n.raftState.Store(uint64(rd.SoftState.RaftState))
+	}
+	isLeader := raft.StateType(n.raftState.Load()) == raft.StateLeader
+	if isLeader {
+		n.transport.send(rd.Messages)
+	}
+	if !raft.IsEmptySnap(rd.Snapshot) {
+		return fmt.Errorf("received a Raft snapshot at index %d, which this build cannot install yet", rd.Snapshot.Metadata.Index)
+	}
+	if err := n.log.Append(rd.HardState, rd.Entries, rd.MustSync); err != nil {
+		return err
+	}
+	if !raft.IsEmptyHardState(rd.HardState) {
+		n.term.Store(rd.HardState.Term)
+		n.commit.Store(rd.HardState.Commit)
+	}
+	first, _ := n.log.FirstIndex()
+	last, _ := n.log.LastIndex()
+	n.firstIndex.Store(first)
+	n.lastIndex.Store(last)
+	if !isLeader {
+		n.transport.send(rd.Messages)
+	}
+	for _, rs := range rd.ReadStates {
+		if len(rs.RequestCtx) != 8 {
+			continue
+		}
+		seq := binary.BigEndian.Uint64(rs.RequestCtx)
+		if b, ok := n.pendingReads[seq]; ok {
+			delete(n.pendingReads, seq)
+			for _, w := range b.waiters {
+				w.ch <- readResult{index: rs.Index}
+			}
+		}
+	}
+	if len(rd.CommittedEntries) > 0 {
+		for _, e := range rd.CommittedEntries {
+			n.applyConfChange(e)
+		}
+		select {
+		case n.applyc <- applyBatch{entries: rd.CommittedEntries}:
+		case <-n.stopc:
+			return nil
+		case <-n.failed:
+			return nil
+		}
+	}
+	n.rn.Advance(rd)
+	return nil
+}
+
+func (n *Node) applyConfChange(e raftpb.Entry) {
+	var cc raftpb.ConfChangeI
+	switch e.Type {
+	case raftpb.EntryConfChange:
+		var c raftpb.ConfChange
+		if err := c.Unmarshal(e.Data); err != nil {
+			n.logger.Error("undecodable conf change; ignored", "index", e.Index, "err", err)
+			return
+		}
+		cc = c
+	case raftpb.EntryConfChangeV2:
+		var c raftpb.ConfChangeV2
+		if err := c.Unmarshal(e.Data); err != nil {
+			n.logger.Error("undecodable conf change; ignored", "index", e.Index, "err", err)
+			return
+		}
+		cc = c
+	default:
+		return
+	}
+	cs := n.rn.ApplyConfChange(cc)
+	n.logger.Info("applied conf change", "index", e.Index, "conf_state", cs.String())
+}
+
+// expireReads fails read index rounds that got no answer within two
+// election timeouts (raft drops MsgReadIndex silently without a leader).
+func (n *Node) expireReads() {
+	for seq, b := range n.pendingReads {
+		if n.ticks-b.issuedAt > 2*n.cfg.ElectionTicks {
+			delete(n.pendingReads, seq)
+			for _, w := range b.waiters {
+				w.ch <- readResult{err: errDropped}
+			}
+		}
+	}
+}
+
+func (n *Node) failReads(err error) {
+	for seq, b := range n.pendingReads {
+		delete(n.pendingReads, seq)
+		for _, w := range b.waiters {
+			w.ch <- readResult{err: err}
+		}
+	}
+}
+
+// runApply applies committed entries to the state machine in order.
+func (n *Node) runApply() {
+	defer close(n.applyDone)
+	for {
+		var batches []applyBatch
+		select {
+		case b := <-n.applyc:
+			batches = append(batches, b)
+			for more := len(n.applyc); more > 0; more-- {
+				batches = append(batches, <-n.applyc)
+			}
+		case <-n.stopc:
+			return
+		case <-n.failed:
+			return
+		}
+		if err := n.apply(batches); err != nil {
+			n.fail(err)
+			return
+		}
+	}
+}
+
+func (n *Node) apply(batches []applyBatch) error {
+	var ents []systems.AppliedEntry
+	for _, b := range batches {
+		for _, e := range b.entries {
+			if e.Index <= n.applied.Load() {
+				continue // replayed below the state machine's applied index
+			}
+			ae := systems.AppliedEntry{Index: e.Index, Term: e.Term}
+			if e.Type == raftpb.EntryNormal && len(e.Data) > 0 {
+				c, err := systems.DecodeCommand(e.Data)
+				if err != nil {
+					n.logger.Error("undecodable committed entry; applied as a no-op", "index", e.Index, "err", err)
+				} else {
+					ae.Command = c
+				}
+			}
+			loc, ok := n.log.Location(e.Index)
+			if !ok {
+				return fmt.Errorf("committed entry %d has no location in the log", e.Index)
+			}
+			ae.Location = loc
+			ents = append(ents, ae)
+		}
+	}
+	if len(ents) == 0 {
+		return nil
+	}
+	if err := n.sm.Apply(ents); err != nil {
+		return fmt.Errorf("apply entries %d..%d: %w", ents[0].Index, ents[len(ents)-1].Index, err)
+	}
+	last := ents[len(ents)-1].Index
+	n.applied.Store(last)
+	for i := range ents {
+		if id := ents[i].Command.RequestID; id != 0 {
+			n.proposals.trigger(id, applyResult{index: ents[i].Index})
+		}
+	}
+	n.appliedWait.trigger(last)
+	return nil
+}
+
+// nextRequestID returns an id unique to this process.
+func (n *Node) nextRequestID() uint64 { return n.reqNonce | (n.reqSeq.Add(1) & 0xffffffff) }
+
+// proposeAndWait proposes a command and waits until it is applied.
+func (n *Node) proposeAndWait(ctx context.Context, c *systems.Command) (uint64, error) {
+	c.RequestID = n.nextRequestID()
+	data := systems.AppendCommand(make([]byte, 0, c.EncodedSize()), c)
+	ch := n.proposals.register(c.RequestID)
+	select {
+	case n.propc <- proposal{id: c.RequestID, data: data}:
+	case <-ctx.Done():
+		n.proposals.cancel(c.RequestID)
+		return 0, errDropped // never handed to raft
+	case <-n.stopc:
+		n.proposals.cancel(c.RequestID)
+		return 0, errDropped
+	case <-n.failed:
+		n.proposals.cancel(c.RequestID)
+		return 0, errDropped
+	}
+	select {
+	case r := <-ch:
+		return r.index, r.err
+	case <-ctx.Done():
+		n.proposals.cancel(c.RequestID)
+		return 0, ctx.Err()
+	case <-n.failed:
+		n.proposals.cancel(c.RequestID)
+		return 0, errStopping
+	}
+}
+
+// readIndex waits until the local state machine reflects every write that
+// was committed before the call (ReadIndex, or a lease read).
+func (n *Node) readIndex(ctx context.Context) error {
+	ch := make(chan readResult, 1)
+	select {
+	case n.readc <- readRequest{ch: ch}:
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-n.stopc:
+		return errStopping
+	case <-n.failed:
+		return errStopping
+	}
+	var r readResult
+	select {
+	case r = <-ch:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	if r.err != nil {
+		return r.err
+	}
+	return n.appliedWait.wait(ctx, r.index, n.failed)
+}

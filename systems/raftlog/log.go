@@ -1,0 +1,891 @@
+// Package raftlog is the persistent Raft log shared by every system: a
+// directory of append-only segment files (000001.log, 000002.log, ...) of
+// CRC-checked records holding Raft entries, HardState and compaction markers.
+// It implements raft.Storage (go.etcd.io/raft/v3) without keeping entries in
+// memory: only a small per-entry location is kept, and entries are read back
+// with positioned reads.
+//
+// For KV-separated systems (nezha) this log is also the value store: a value
+// is persisted once, in its entry's record, and the state machine keeps only
+// its systems.Location (ReadCommand reads it back).
+//
+// Durability: Append writes the records of one Ready (entries and HardState)
+// with one write and at most one fdatasync (group commit). Options.Sync=false
+// skips every fsync; it exists for comparison only.
+//
+// Recovery: Open scans every segment and checks every CRC. A bad or short
+// record at the end of the last segment is a torn write and is truncated with
+// a warning; a bad record anywhere else is corruption and Open fails with an
+// error naming the file and offset.
+package raftlog
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+
+	"go.etcd.io/raft/v3"
+	"go.etcd.io/raft/v3/raftpb"
+	"golang.org/x/sys/unix"
+
+	"github.com/nezha-harness/nezha/systems"
+)
+
+// DefaultSegmentSizeBytes is the default of Options.SegmentSizeBytes (64 MiB).
+const DefaultSegmentSizeBytes = 64 << 20
+
+// Options configures a Log.
+type Options struct {
+	// Dir holds the segment files. Created if missing.
+	Dir string
+	// SegmentSizeBytes: a segment is rolled once it holds at least this many
+	// bytes. A record never spans two segments. Default 64 MiB.
+	SegmentSizeBytes int64
+	// Sync: fdatasync once per Append that must be durable. Default true
+	// (set by DefaultOptions); false is for comparison only.
+	Sync bool
+	// Bootstrap is the membership written into a new, empty log. It is
+	// ignored when the log already exists.
+	Bootstrap raftpb.ConfState
+	// Logger receives warnings (torn tails). Default slog.Default().
+	Logger *slog.Logger
+}
+
+// DefaultOptions returns Options with the documented defaults for dir.
+func DefaultOptions(dir string) Options {
+	return Options{Dir: dir, SegmentSizeBytes: DefaultSegmentSizeBytes, Sync: true}
+}
+
+// Validate reports every problem with o at once.
+func (o *Options) Validate() error {
+	var errs []error
+	if o.Dir == "" {
+		errs = append(errs, errors.New("raftlog: Dir is required"))
+	}
+	if o.SegmentSizeBytes < 4096 {
+		errs = append(errs, fmt.Errorf("raftlog: SegmentSizeBytes %d is below the minimum of 4096", o.SegmentSizeBytes))
+	}
+	return errors.Join(errs...)
+}
+
+// entryMeta locates one entry of the log.
+type entryMeta struct {
+	seg    *segment
+	off    int64
+	length uint32 // whole record, header included
+	term   uint64
+	kind   kind
+}
+
+// Stats are cumulative counters of a Log since Open.
+type Stats struct {
+	// BytesWritten counts record bytes written to segments.
+	BytesWritten int64
+	// Fsyncs counts fdatasync calls on segments.
+	Fsyncs int64
+	// Appends counts Append calls that wrote something.
+	Appends int64
+}
+
+// Log is a segmented Raft log. Append, ApplySnapshot and Compact must be
+// called from one goroutine (the node's Ready loop); the raft.Storage methods
+// are called from that goroutine too; ReadCommand, Location and Stats may be
+// called from any goroutine.
+type Log struct {
+	opts   Options
+	logger *slog.Logger
+
+	mu      sync.RWMutex
+	segs    []*segment // ascending id; the last one is active
+	byID    map[uint64]*segment
+	metas   []entryMeta // metas[i] is the entry at index first+i
+	first   uint64      // = snap.Index + 1
+	snap    raftpb.SnapshotMetadata
+	hs      raftpb.HardState
+	pending []byte // records to write with the next Append (compaction markers)
+
+	buf []byte // encoding buffer, owned by the writer goroutine
+	gap gap    // the last index gap seen by recovery
+
+	bytesWritten atomic.Int64
+	fsyncs       atomic.Int64
+	appends      atomic.Int64
+}
+
+var _ raft.Storage = (*Log)(nil)
+var _ systems.ValueLog = (*Log)(nil)
+
+// Open opens or creates the log in opts.Dir and recovers its state.
+func Open(opts Options) (*Log, error) {
+	if err := opts.Validate(); err != nil {
+		return nil, err
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	if err := os.MkdirAll(opts.Dir, 0o755); err != nil {
+		return nil, fmt.Errorf("raftlog: %w", err)
+	}
+	l := &Log{opts: opts, logger: opts.Logger, byID: map[uint64]*segment{}, first: 1}
+	ids, err := listSegments(opts.Dir)
+	if err != nil {
+		return nil, err
+	}
+	if len(ids) == 0 {
+		if err := l.create(); err != nil {
+			return nil, err
+		}
+		return l, nil
+	}
+	for i, id := range ids {
+		if err := l.recoverSegment(id, i == len(ids)-1); err != nil {
+			l.closeFiles()
+			return nil, err
+		}
+	}
+	if g := l.gap; g.index != 0 && l.snap.Index+1 < g.index {
+		l.closeFiles()
+		return nil, fmt.Errorf("raftlog: %s at offset %d: entry %d follows entry %d: gap in the log", g.path, g.off, g.index, g.after)
+	}
+	return l, nil
+}
+
+// create starts a new log with one segment holding the bootstrap membership.
+func (l *Log) create() error {
+	seg, err := createSegment(l.opts.Dir, 1)
+	if err != nil {
+		return err
+	}
+	l.addSegment(seg)
+	l.snap = raftpb.SnapshotMetadata{ConfState: l.opts.Bootstrap}
+	md, err := l.snap.Marshal()
+	if err != nil {
+		return err
+	}
+	rec := appendRecord(nil, kindCompact, 0, 0, md)
+	if err := l.write(seg, rec, true); err != nil {
+		return err
+	}
+	return syncDir(l.opts.Dir)
+}
+
+func (l *Log) addSegment(s *segment) {
+	l.segs = append(l.segs, s)
+	l.byID[s.id] = s
+}
+
+func (l *Log) active() *segment { return l.segs[len(l.segs)-1] }
+
+// recoverSegment replays one segment into the in-memory state.
+func (l *Log) recoverSegment(id uint64, last bool) error {
+	seg, err := openSegment(l.opts.Dir, id)
+	if err != nil {
+		return err
+	}
+	l.addSegment(seg)
+	st, err := seg.f.Stat()
+	if err != nil {
+		return fmt.Errorf("raftlog: %w", err)
+	}
+	fileSize := st.Size()
+	r := io.NewSectionReader(seg.f, 0, fileSize)
+	var hdr [headerSize]byte
+	var rec []byte
+	off := int64(0)
+	for off < fileSize {
+		// bad reports a record that failed. In the last segment, a failure
+		// with no valid record after it is a torn write and is truncated;
+		// anything else is corruption.
+		bad := func(reason string) error {
+			if last && !l.validRecordAfter(seg, off+1, fileSize) {
+				l.logger.Warn("raftlog: truncating torn tail", "file", seg.path, "offset", off,
+					"reason", reason, "bytes_dropped", fileSize-off)
+				if err := seg.f.Truncate(off); err != nil {
+					return fmt.Errorf("raftlog: truncate torn tail of %s: %w", seg.path, err)
+				}
+				fileSize = off
+				return nil
+			}
+			return fmt.Errorf("raftlog: corrupt record in %s at offset %d: %s", seg.path, off, reason)
+		}
+		if fileSize-off < headerSize {
+			if err := bad("short header"); err != nil {
+				return err
+			}
+			break
+		}
+		if _, err := r.ReadAt(hdr[:], off); err != nil {
+			return fmt.Errorf("raftlog: read %s at %d: %w", seg.path, off, err)
+		}
+		if isZero(hdr[:]) {
+			// End of written data (preallocated or zero-filled tail).
+			if err := bad("zero header"); err != nil {
+				return err
+			}
+			break
+		}
+		h := parseHeader(hdr[:])
+		end := off + headerSize + int64(h.length)
+		if h.length > maxPayloadBytes || end > fileSize {
+			if err := bad(fmt.Sprintf("record of %d bytes extends past the end of the file (%d bytes)", h.length, fileSize)); err != nil {
+				return err
+			}
+			break
+		}
+		if cap(rec) < int(end-off) {
+			rec = make([]byte, end-off)
+		}
+		rec = rec[:end-off]
+		if _, err := r.ReadAt(rec, off); err != nil {
+			return fmt.Errorf("raftlog: read %s at %d: %w", seg.path, off, err)
+		}
+		if _, err := checkRecord(rec); err != nil {
+			if err := bad(err.Error()); err != nil {
+				return err
+			}
+			break
+		}
+		if err := l.replay(seg, off, h, rec[headerSize:]); err != nil {
+			return fmt.Errorf("raftlog: %s at offset %d: %w", seg.path, off, err)
+		}
+		off = end
+	}
+	seg.size.Store(fileSize)
+	return nil
+}
+
+// validRecordAfter reports whether any offset in [from, to) of seg starts a
+// record whose CRC checks: if one does, an earlier bad record is corruption
+// in the middle of the log, not a torn tail.
+func (l *Log) validRecordAfter(seg *segment, from, to int64) bool {
+	if to-from > 2*l.opts.SegmentSizeBytes+maxPayloadBytes {
+		return true // too large to be one torn write; refuse to guess
+	}
+	if to-from < headerSize {
+		return false
+	}
+	buf := make([]byte, to-from)
+	if _, err := seg.f.ReadAt(buf, from); err != nil {
+		return true
+	}
+	for i := 0; i+headerSize <= len(buf); i++ {
+		k := kind(buf[i+8])
+		if k < kindEntryNormal || k > kindSnapshot {
+			continue
+		}
+		n := int(binary.LittleEndian.Uint32(buf[i+4:]))
+		if n > len(buf)-i-headerSize {
+			continue
+		}
+		if _, err := checkRecord(buf[i : i+headerSize+n]); err == nil {
+			return true
+		}
+	}
+	return false
+}
+
+// replay applies one recovered record to the in-memory state.
+func (l *Log) replay(seg *segment, off int64, h header, payload []byte) error {
+	switch {
+	case h.kind.isEntry():
+		if h.index <= l.snap.Index {
+			return nil // compacted away
+		}
+		if last := l.lastIndex(); h.index > last+1 {
+			// The segments holding the entries in between were removed after
+			// a compaction whose marker sits in a later segment. Continue
+			// provisionally; Open checks that a marker covered the gap.
+			l.resetTo(raftpb.SnapshotMetadata{Index: h.index - 1, ConfState: l.snap.ConfState})
+			l.gap = gap{index: h.index, after: last, path: seg.path, off: off}
+		}
+		l.metas = l.metas[:h.index-l.first] // conflicting suffix overwritten
+		l.metas = append(l.metas, entryMeta{seg: seg, off: off, length: uint32(headerSize + len(payload)), term: h.term, kind: h.kind})
+		seg.noteIndex(h.index)
+	case h.kind == kindHardState:
+		var hs raftpb.HardState
+		if err := hs.Unmarshal(payload); err != nil {
+			return fmt.Errorf("hard state: %w", err)
+		}
+		l.hs = hs
+	case h.kind == kindCompact || h.kind == kindSnapshot:
+		var md raftpb.SnapshotMetadata
+		if err := md.Unmarshal(payload); err != nil {
+			return fmt.Errorf("snapshot metadata: %w", err)
+		}
+		if h.kind == kindSnapshot {
+			l.resetTo(md)
+		} else {
+			l.compactTo(md)
+		}
+	default:
+		return fmt.Errorf("unknown record kind %d", h.kind)
+	}
+	return nil
+}
+
+// resetTo discards every entry and starts the log after md (a snapshot).
+func (l *Log) resetTo(md raftpb.SnapshotMetadata) {
+	l.snap = md
+	l.metas = nil
+	l.first = md.Index + 1
+}
+
+// compactTo drops entries at or below md.Index, if it is newer than the
+// current compaction point.
+func (l *Log) compactTo(md raftpb.SnapshotMetadata) {
+	if md.Index < l.snap.Index {
+		return
+	}
+	if md.Index >= l.lastIndex() {
+		l.resetTo(md)
+		return
+	}
+	l.metas = append([]entryMeta(nil), l.metas[md.Index+1-l.first:]...)
+	l.snap = md
+	l.first = md.Index + 1
+}
+
+func (l *Log) lastIndex() uint64 { return l.first + uint64(len(l.metas)) - 1 }
+
+// InitialState implements raft.Storage.
+func (l *Log) InitialState() (raftpb.HardState, raftpb.ConfState, error) {
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	return l.hs, l.snap.ConfState, nil
+}
+
+// HardState returns the last persisted HardState.
+func (l *Log) HardState() raftpb.HardState {
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	return l.hs
+}
+
+// FirstIndex implements raft.Storage.
+func (l *Log) FirstIndex() (uint64, error) {
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	return l.first, nil
+}
+
+// LastIndex implements raft.Storage.
+func (l *Log) LastIndex() (uint64, error) {
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	return l.lastIndex(), nil
+}
+
+// Term implements raft.Storage.
+func (l *Log) Term(i uint64) (uint64, error) {
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	switch {
+	case i == l.snap.Index:
+		return l.snap.Term, nil
+	case i < l.snap.Index:
+		return 0, raft.ErrCompacted
+	case i > l.lastIndex():
+		return 0, raft.ErrUnavailable
+	}
+	return l.metas[i-l.first].term, nil
+}
+
+// Snapshot implements raft.Storage. It returns the metadata of the latest
+// compaction point; the data is attached by the node's snapshot sender.
+func (l *Log) Snapshot() (raftpb.Snapshot, error) {
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	return raftpb.Snapshot{Metadata: l.snap}, nil
+}
+
+// Entries implements raft.Storage: entries [lo, hi), at least one, and no
+// more than maxSize bytes in total.
+func (l *Log) Entries(lo, hi, maxSize uint64) ([]raftpb.Entry, error) {
+	l.mu.RLock()
+	if lo <= l.snap.Index {
+		l.mu.RUnlock()
+		return nil, raft.ErrCompacted
+	}
+	if hi > l.lastIndex()+1 {
+		l.mu.RUnlock()
+		return nil, fmt.Errorf("raftlog: entries [%d, %d) requested, last index is %d", lo, hi, l.lastIndex())
+	}
+	var size uint64
+	metas := make([]entryMeta, 0, hi-lo)
+	for i := lo; i < hi; i++ {
+		m := l.metas[i-l.first]
+		size += uint64(m.length)
+		if len(metas) > 0 && size > maxSize {
+			break
+		}
+		metas = append(metas, m)
+	}
+	l.mu.RUnlock()
+
+	ents := make([]raftpb.Entry, 0, len(metas))
+	for start := 0; start < len(metas); {
+		// One positioned read per run of adjacent records in one segment.
+		end := start + 1
+		for end < len(metas) && metas[end].seg == metas[start].seg &&
+			metas[end].off == metas[end-1].off+int64(metas[end-1].length) {
+			end++
+		}
+		run := metas[start:end]
+		total := run[len(run)-1].off + int64(run[len(run)-1].length) - run[0].off
+		buf := make([]byte, total)
+		if err := run[0].seg.readAt(buf, run[0].off); err != nil {
+			return nil, err
+		}
+		for j, m := range run {
+			rec := buf[m.off-run[0].off : m.off-run[0].off+int64(m.length)]
+			h, err := checkRecord(rec)
+			if err != nil {
+				return nil, fmt.Errorf("raftlog: %s at offset %d: %w", m.seg.path, m.off, err)
+			}
+			want := lo + uint64(start+j)
+			if h.index != want || !h.kind.isEntry() {
+				return nil, fmt.Errorf("raftlog: %w: %s at offset %d holds %s %d, want entry %d",
+					systems.ErrCorrupt, m.seg.path, m.off, h.kind, h.index, want)
+			}
+			ents = append(ents, raftpb.Entry{
+				Term:  h.term,
+				Index: h.index,
+				Type:  raftpb.EntryType(h.kind - kindEntryNormal),
+				Data:  rec[headerSize:len(rec):len(rec)],
+			})
+		}
+		start = end
+	}
+	return ents, nil
+}
+
+// Location returns where the entry at index sits, if it is kept.
+func (l *Log) Location(index uint64) (systems.Location, bool) {
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	if index < l.first || index > l.lastIndex() {
+		return systems.Location{}, false
+	}
+	m := l.metas[index-l.first]
+	return systems.Location{Segment: m.seg.id, Offset: m.off, Length: m.length, Index: index}, true
+}
+
+// ReadCommand implements systems.ValueLog.
+func (l *Log) ReadCommand(loc systems.Location) (systems.Command, error) {
+	l.mu.RLock()
+	seg := l.byID[loc.Segment]
+	l.mu.RUnlock()
+	if seg == nil {
+		return systems.Command{}, fmt.Errorf("raftlog: %w: segment %d of %s does not exist", systems.ErrCorrupt, loc.Segment, loc)
+	}
+	if loc.Length < headerSize || loc.Offset < 0 || loc.Offset+int64(loc.Length) > seg.size.Load() {
+		return systems.Command{}, fmt.Errorf("raftlog: %w: %s at offset %d: record of %d bytes points past the end of the segment (%d bytes)",
+			systems.ErrCorrupt, seg.path, loc.Offset, loc.Length, seg.size.Load())
+	}
+	rec := make([]byte, loc.Length)
+	if err := seg.readAt(rec, loc.Offset); err != nil {
+		return systems.Command{}, err
+	}
+	h, err := checkRecord(rec)
+	if err != nil {
+		return systems.Command{}, fmt.Errorf("raftlog: %s at offset %d: %w", seg.path, loc.Offset, err)
+	}
+	if h.index != loc.Index || h.kind != kindEntryNormal {
+		return systems.Command{}, fmt.Errorf("raftlog: %w: %s at offset %d holds %s %d, want entry %d",
+			systems.ErrCorrupt, seg.path, loc.Offset, h.kind, h.index, loc.Index)
+	}
+	c, err := systems.DecodeCommand(rec[headerSize:])
+	if err != nil {
+		return systems.Command{}, fmt.Errorf("raftlog: %s at offset %d: %w", seg.path, loc.Offset, err)
+	}
+	return c, nil
+}
+
+// Append persists a HardState (if not empty and changed) and entries (which
+// replace any entries at or above their first index), with one write and,
+// if mustSync and Options.Sync, one fdatasync. It rolls the active segment
+// once it reaches SegmentSizeBytes.
+func (l *Log) Append(hs raftpb.HardState, ents []raftpb.Entry, mustSync bool) error {
+	l.mu.RLock()
+	last, first, prevHS := l.lastIndex(), l.first, l.hs
+	l.mu.RUnlock()
+	if len(ents) > 0 {
+		if ents[0].Index < first {
+			return fmt.Errorf("raftlog: append of entry %d below first index %d", ents[0].Index, first)
+		}
+		if ents[0].Index > last+1 {
+			return fmt.Errorf("raftlog: append of entry %d after last index %d leaves a gap", ents[0].Index, last)
+		}
+	}
+	seg := l.active()
+	base := seg.size.Load()
+	buf := l.buf[:0]
+	l.mu.Lock()
+	buf = append(buf, l.pending...)
+	l.pending = l.pending[:0]
+	l.mu.Unlock()
+	newMetas := make([]entryMeta, 0, len(ents))
+	for i := range ents {
+		e := &ents[i]
+		off := base + int64(len(buf))
+		k := kindEntryNormal + kind(e.Type)
+		buf = appendRecord(buf, k, e.Term, e.Index, e.Data)
+		newMetas = append(newMetas, entryMeta{seg: seg, off: off, length: uint32(headerSize + len(e.Data)), term: e.Term, kind: k})
+	}
+	hsChanged := !raft.IsEmptyHardState(hs) && !isHardStateEqual(hs, prevHS)
+	if hsChanged {
+		md, err := hs.Marshal()
+		if err != nil {
+			return err
+		}
+		buf = appendRecord(buf, kindHardState, 0, 0, md)
+	}
+	l.buf = buf
+	if len(buf) == 0 {
+		return nil
+	}
+	if err := l.write(seg, buf, mustSync); err != nil {
+		return err
+	}
+	l.mu.Lock()
+	if len(ents) > 0 {
+		l.metas = append(l.metas[:ents[0].Index-l.first], newMetas...)
+		for i := range ents {
+			seg.noteIndex(ents[i].Index)
+		}
+	}
+	if hsChanged {
+		l.hs = hs
+	}
+	l.mu.Unlock()
+	l.appends.Add(1)
+	if seg.size.Load() >= l.opts.SegmentSizeBytes {
+		return l.roll()
+	}
+	return nil
+}
+
+func isHardStateEqual(a, b raftpb.HardState) bool {
+	return a.Term == b.Term && a.Vote == b.Vote && a.Commit == b.Commit
+}
+
+// write appends buf to seg and optionally fdatasyncs it.
+func (l *Log) write(seg *segment, buf []byte, mustSync bool) error {
+	off := seg.size.Load()
+	if _, err := seg.f.WriteAt(buf, off); err != nil {
+		// Leave the in-memory state as it was; a partial write is a torn
+		// tail for the next recovery. Cut it now so that a retry appends at
+		// a clean offset.
+		_ = seg.f.Truncate(off)
+		return fmt.Errorf("raftlog: write %s at %d: %w", seg.path, off, err)
+	}
+	seg.size.Store(off + int64(len(buf)))
+	l.bytesWritten.Add(int64(len(buf)))
+	if mustSync && l.opts.Sync {
+		if err := unix.Fdatasync(int(seg.f.Fd())); err != nil {
+			return fmt.Errorf("raftlog: fdatasync %s: %w", seg.path, err)
+		}
+		l.fsyncs.Add(1)
+	}
+	return nil
+}
+
+// roll seals the active segment and starts the next one, whose first records
+// restate the HardState and the compaction point so that older segments can
+// be removed.
+func (l *Log) roll() error {
+	old := l.active()
+	if l.opts.Sync {
+		if err := unix.Fdatasync(int(old.f.Fd())); err != nil {
+			return fmt.Errorf("raftlog: fdatasync %s: %w", old.path, err)
+		}
+		l.fsyncs.Add(1)
+	}
+	seg, err := createSegment(l.opts.Dir, old.id+1)
+	if err != nil {
+		return err
+	}
+	l.mu.Lock()
+	l.addSegment(seg)
+	snap := l.snap
+	md, err1 := snap.Marshal()
+	hs, err2 := l.hs.Marshal()
+	l.mu.Unlock()
+	if err := errors.Join(err1, err2); err != nil {
+		return err
+	}
+	rec := appendRecord(nil, kindCompact, snap.Term, snap.Index, md)
+	rec = appendRecord(rec, kindHardState, 0, 0, hs)
+	if err := l.write(seg, rec, true); err != nil {
+		return err
+	}
+	if l.opts.Sync {
+		return syncDir(l.opts.Dir)
+	}
+	return nil
+}
+
+// ApplySnapshot records a snapshot received from the leader: every entry is
+// discarded and the log continues after snap's index. Durable on return.
+func (l *Log) ApplySnapshot(md raftpb.SnapshotMetadata) error {
+	b, err := md.Marshal()
+	if err != nil {
+		return err
+	}
+	seg := l.active()
+	if err := l.write(seg, appendRecord(nil, kindSnapshot, md.Term, md.Index, b), true); err != nil {
+		return err
+	}
+	l.mu.Lock()
+	l.resetTo(md)
+	l.pending = l.pending[:0] // older compaction markers are moot
+	l.mu.Unlock()
+	return nil
+}
+
+// Compact drops the entries at or below index, whose effects the state
+// machine has made durable elsewhere; raft then sends a snapshot to a
+// follower that needs them. The marker is written with the next Append.
+// It returns raft.ErrCompacted if index is at or below the current
+// compaction point, and an error if index is above the last index.
+func (l *Log) Compact(index uint64, cs raftpb.ConfState) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if index <= l.snap.Index {
+		return raft.ErrCompacted
+	}
+	if index > l.lastIndex() {
+		return fmt.Errorf("raftlog: compact to %d beyond last index %d", index, l.lastIndex())
+	}
+	md := raftpb.SnapshotMetadata{Index: index, Term: l.metas[index-l.first].term, ConfState: cs}
+	b, err := md.Marshal()
+	if err != nil {
+		return err
+	}
+	l.pending = appendRecord(l.pending, kindCompact, md.Term, md.Index, b)
+	l.compactTo(md)
+	return nil
+}
+
+// SegmentInfo describes one segment file.
+type SegmentInfo struct {
+	ID   uint64
+	Path string
+	// SizeBytes is the number of bytes written to it.
+	SizeBytes int64
+	// FirstIndex and LastIndex are the lowest and highest entry indexes
+	// written to it (0 if none).
+	FirstIndex, LastIndex uint64
+	// Active is true for the segment being appended.
+	Active bool
+}
+
+// Segments lists the segments in ascending id order.
+func (l *Log) Segments() []SegmentInfo {
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	out := make([]SegmentInfo, len(l.segs))
+	for i, s := range l.segs {
+		out[i] = SegmentInfo{ID: s.id, Path: s.path, SizeBytes: s.size.Load(),
+			FirstIndex: s.firstIndex, LastIndex: s.lastIndex, Active: i == len(l.segs)-1}
+	}
+	return out
+}
+
+// RemoveSegment deletes a sealed segment whose entries are all at or below
+// the compaction point. It first makes the compaction marker durable, and
+// waits for in-flight reads of the segment. Writer goroutine only.
+func (l *Log) RemoveSegment(id uint64) error {
+	l.mu.Lock()
+	pending := append([]byte(nil), l.pending...)
+	l.pending = l.pending[:0]
+	l.mu.Unlock()
+	if len(pending) > 0 {
+		if err := l.write(l.active(), pending, true); err != nil {
+			return err
+		}
+	}
+	l.mu.Lock()
+	seg := l.byID[id]
+	switch {
+	case seg == nil:
+		l.mu.Unlock()
+		return fmt.Errorf("raftlog: no segment %d", id)
+	case seg == l.active():
+		l.mu.Unlock()
+		return fmt.Errorf("raftlog: segment %d is active", id)
+	case seg.lastIndex > l.snap.Index:
+		l.mu.Unlock()
+		return fmt.Errorf("raftlog: segment %d holds entry %d above the compaction point %d", id, seg.lastIndex, l.snap.Index)
+	}
+	delete(l.byID, id)
+	for i, s := range l.segs {
+		if s == seg {
+			l.segs = append(l.segs[:i:i], l.segs[i+1:]...)
+			break
+		}
+	}
+	l.mu.Unlock()
+	return seg.remove()
+}
+
+// Stats returns cumulative counters.
+func (l *Log) Stats() Stats {
+	return Stats{BytesWritten: l.bytesWritten.Load(), Fsyncs: l.fsyncs.Load(), Appends: l.appends.Load()}
+}
+
+// Sync forces an fdatasync of the active segment (used on clean shutdown
+// when Options.Sync is false is a no-op).
+func (l *Log) Sync() error {
+	if !l.opts.Sync {
+		return nil
+	}
+	seg := l.active()
+	if err := unix.Fdatasync(int(seg.f.Fd())); err != nil {
+		return fmt.Errorf("raftlog: fdatasync %s: %w", seg.path, err)
+	}
+	l.fsyncs.Add(1)
+	return nil
+}
+
+// Close closes every segment file.
+func (l *Log) Close() error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.closeFiles()
+}
+
+func (l *Log) closeFiles() error {
+	var errs []error
+	for _, s := range l.segs {
+		s.mu.Lock()
+		if !s.closed {
+			s.closed = true
+			errs = append(errs, s.f.Close())
+		}
+		s.mu.Unlock()
+	}
+	return errors.Join(errs...)
+}
+
+// gap is an entry recovery met after a hole in the indexes.
+type gap struct {
+	index, after uint64
+	path         string
+	off          int64
+}
+
+// segment is one log file. Readers hold mu.RLock while reading; removal
+// takes mu.Lock, so a file is never closed under an in-flight read.
+type segment struct {
+	id   uint64
+	path string
+	f    *os.File
+	size atomic.Int64
+
+	// Written only by the writer goroutine under Log.mu.
+	firstIndex, lastIndex uint64
+
+	mu     sync.RWMutex
+	closed bool
+}
+
+func (s *segment) noteIndex(i uint64) {
+	if s.firstIndex == 0 || i < s.firstIndex {
+		s.firstIndex = i
+	}
+	if i > s.lastIndex {
+		s.lastIndex = i
+	}
+}
+
+func (s *segment) readAt(buf []byte, off int64) error {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if s.closed {
+		return fmt.Errorf("raftlog: segment %s was removed", s.path)
+	}
+	if _, err := s.f.ReadAt(buf, off); err != nil {
+		if errors.Is(err, io.EOF) {
+			return fmt.Errorf("raftlog: %w: %s at offset %d: short read of %d bytes", systems.ErrCorrupt, s.path, off, len(buf))
+		}
+		return fmt.Errorf("raftlog: read %s at offset %d: %w", s.path, off, err)
+	}
+	return nil
+}
+
+func (s *segment) remove() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !s.closed {
+		s.closed = true
+		_ = s.f.Close()
+	}
+	if err := os.Remove(s.path); err != nil {
+		return fmt.Errorf("raftlog: %w", err)
+	}
+	return nil
+}
+
+func segmentName(id uint64) string { return fmt.Sprintf("%06d.log", id) }
+
+func createSegment(dir string, id uint64) (*segment, error) {
+	p := filepath.Join(dir, segmentName(id))
+	f, err := os.OpenFile(p, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o644)
+	if err != nil {
+		return nil, fmt.Errorf("raftlog: create segment: %w", err)
+	}
+	return &segment{id: id, path: p, f: f}, nil
+}
+
+func openSegment(dir string, id uint64) (*segment, error) {
+	p := filepath.Join(dir, segmentName(id))
+	f, err := os.OpenFile(p, os.O_RDWR, 0)
+	if err != nil {
+		return nil, fmt.Errorf("raftlog: open segment: %w", err)
+	}
+	return &segment{id: id, path: p, f: f}, nil
+}
+
+// listSegments returns the ids of the segment files in dir, ascending.
+func listSegments(dir string) ([]uint64, error) {
+	des, err := os.ReadDir(dir)
+	if err != nil {
+		return nil, fmt.Errorf("raftlog: %w", err)
+	}
+	var ids []uint64
+	for _, de := range des {
+		name := de.Name()
+		if !strings.HasSuffix(name, ".log") {
+			continue
+		}
+		id, err := strconv.ParseUint(strings.TrimSuffix(name, ".log"), 10, 64)
+		if err != nil || id == 0 {
+			return nil, fmt.Errorf("raftlog: unexpected file %s in %s", name, dir)
+		}
+		ids = append(ids, id)
+	}
+	sort.Slice(ids, func(i, j int) bool { return ids[i] < ids[j] })
+	return ids, nil
+}
+
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return fmt.Errorf("raftlog: %w", err)
+	}
+	defer d.Close()
+	if err := d.Sync(); err != nil {
+		return fmt.Errorf("raftlog: fsync %s: %w", dir, err)
+	}
+	return nil
+}

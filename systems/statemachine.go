@@ -1,0 +1,163 @@
+package systems
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"sort"
+	"strings"
+)
+
+// Location is where a committed entry's record sits in the Raft log: the
+// segment file number, the byte offset of the record header in that file, the
+// record length in bytes (header and payload), and the entry's Raft index.
+// Nezha's index maps key -> Location (DESIGN.md section 3).
+type Location struct {
+	Segment uint64
+	Offset  int64
+	Length  uint32
+	Index   uint64
+}
+
+func (l Location) String() string {
+	return fmt.Sprintf("segment %d offset %d length %d index %d", l.Segment, l.Offset, l.Length, l.Index)
+}
+
+// AppliedEntry is one committed Raft entry handed to StateMachine.Apply.
+type AppliedEntry struct {
+	Index uint64
+	Term  uint64
+	// Command is the decoded payload; Op is OpNone for entries without one.
+	// Key and Value alias the entry's data and stay valid after Apply returns
+	// (the state machine may keep them; nobody mutates them).
+	Command Command
+	// Location is where the entry's record sits in the local Raft log.
+	Location Location
+}
+
+// KeyValue is one result of a scan.
+type KeyValue struct {
+	Key, Value []byte
+}
+
+// ValueLog reads commands back from the local Raft log. It is the value store
+// of KV-separated systems. Implemented by *raftlog.Log.
+type ValueLog interface {
+	// ReadCommand reads the record at loc with one positioned read, verifies
+	// its CRC and Raft index, and decodes it. Errors name the file and offset;
+	// a CRC or bounds failure wraps ErrCorrupt.
+	ReadCommand(loc Location) (Command, error)
+}
+
+// ErrCorrupt marks data on disk that failed a CRC or bounds check.
+var ErrCorrupt = errors.New("corrupt data")
+
+// StateMachine is what a system does with committed writes, in the spirit of
+// raftpico's Machine trait. The shared Raft node calls Apply from a single
+// goroutine, in index order, and Get/Scan from many goroutines concurrently
+// with Apply.
+type StateMachine interface {
+	// AppliedIndex returns the Raft index up to which the state machine's
+	// durable state reflects the log. On restart the node replays committed
+	// entries above it, so Apply must be idempotent for entries at or below
+	// a previously applied index.
+	AppliedIndex() uint64
+	// Apply applies committed entries, in index order. An error is fatal to
+	// the node (it stops applying and exits): the log is the source of truth
+	// and the entries are re-applied after a restart.
+	Apply(entries []AppliedEntry) error
+	// Get returns the value of key. The returned slice is owned by the caller.
+	Get(key []byte) (value []byte, found bool, err error)
+	// Scan returns up to limit (0: no limit) pairs with start <= key < end in
+	// ascending key order (empty end: no upper bound), stopping early with
+	// more=true once maxBytes of keys and values were collected.
+	Scan(start, end []byte, limit int, maxBytes int) (kvs []KeyValue, more bool, err error)
+	// Close releases the state machine; it does not need to flush.
+	Close() error
+}
+
+// StateHasher is implemented by state machines that can hash their user data
+// (every live key and its value, in key order) consistently with the applied
+// index the hash was taken at. Replicas at the same applied index must return
+// the same sum.
+type StateHasher interface {
+	StateHash() (sum []byte, applied uint64, err error)
+}
+
+// Env is what a state machine gets from the node that hosts it.
+type Env struct {
+	// Dir is the node's data directory (the -data flag). A state machine
+	// keeps its files in subdirectories of its own naming.
+	Dir string
+	// Log reads records back from the local Raft log.
+	Log ValueLog
+	// Logger is the node's logger.
+	Logger *slog.Logger
+}
+
+// SystemConfig is the configuration of one system: its flags, their
+// validation, and how to open its state machine.
+type SystemConfig interface {
+	// RegisterFlags adds the system's own flags (e.g. nezha's -index) to fs.
+	RegisterFlags(fs *flag.FlagSet)
+	// Validate reports every problem with the configuration at once.
+	Validate() error
+	// Open opens (creating if needed) the state machine in env.Dir.
+	Open(env Env) (StateMachine, error)
+}
+
+// System describes one -system name.
+type System struct {
+	// Name is the -system flag value, e.g. "original".
+	Name string
+	// Summary is one line for `nezha serve -h` and reports.
+	Summary string
+	// LogDir is the name of the Raft log directory under -data: "valuelog"
+	// for systems whose log is their value store, "raftlog" otherwise.
+	LogDir string
+	// NewConfig returns a configuration holding the documented defaults.
+	NewConfig func() SystemConfig
+}
+
+// Registry maps -system names to systems. It is built by the binary's main
+// (not a package-level variable), which is the one place that imports every
+// system.
+type Registry struct {
+	systems map[string]System
+}
+
+// NewRegistry returns a registry of the given systems. Duplicate names are
+// a programming error and reported as such.
+func NewRegistry(ss ...System) (*Registry, error) {
+	r := &Registry{systems: make(map[string]System, len(ss))}
+	for _, s := range ss {
+		if s.Name == "" || s.NewConfig == nil || s.LogDir == "" {
+			return nil, fmt.Errorf("system %q: Name, LogDir and NewConfig are required", s.Name)
+		}
+		if _, dup := r.systems[s.Name]; dup {
+			return nil, fmt.Errorf("system %q registered twice", s.Name)
+		}
+		r.systems[s.Name] = s
+	}
+	return r, nil
+}
+
+// Lookup returns the named system, or an error listing the known names.
+func (r *Registry) Lookup(name string) (System, error) {
+	s, ok := r.systems[name]
+	if !ok {
+		return System{}, fmt.Errorf("unknown system %q (known: %s)", name, strings.Join(r.Names(), ", "))
+	}
+	return s, nil
+}
+
+// Names returns the registered names in sorted order.
+func (r *Registry) Names() []string {
+	names := make([]string, 0, len(r.systems))
+	for n := range r.systems {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	return names
+}
