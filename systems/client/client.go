@@ -1,0 +1,445 @@
+// Package client is the Go client of the kvpb.KV API that every tool of the
+// harness uses (kv, bench, ycsb, check). It finds the leader, sends writes
+// to it, retries reads on leader change, and reports a write whose outcome is
+// unknown as ambiguous (errors.Is(err, ErrAmbiguous)), never as failed: a
+// linearizability checker must treat such a write as possibly applied.
+//
+// Retry rules (what is safe to resend):
+//   - reads: any transient error (Aborted, Unavailable, DeadlineExceeded of
+//     one attempt) is retried on the next server until the caller's context
+//     ends;
+//   - writes: only errors that prove the write was not applied are retried:
+//     codes.Aborted from the server (not proposed) and a connection that
+//     could not be established. Everything else after the request may have
+//     left the client is ambiguous.
+package client
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/backoff"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
+
+	"github.com/nezha-harness/nezha/systems"
+	"github.com/nezha-harness/nezha/systems/kvpb"
+)
+
+// Config configures a Client.
+type Config struct {
+	// Servers are client addresses (host:port) of cluster members. At least
+	// one; the others are learned from Status if reachable.
+	Servers []string
+	// AttemptTimeout bounds one read attempt on one server, so that a read
+	// sent to a partitioned node moves on. Default 2s.
+	AttemptTimeout time.Duration
+	// RetryBackoff is the pause before retrying on another server. Default
+	// 50ms.
+	RetryBackoff time.Duration
+	// Consistency of Get and Scan. Default LINEARIZABLE.
+	Consistency kvpb.ReadConsistency
+	// MaxMessageBytes bounds gRPC messages both ways. Default 1 GiB.
+	MaxMessageBytes int
+}
+
+// DefaultConfig returns a Config with the documented defaults.
+func DefaultConfig(servers ...string) Config {
+	return Config{
+		Servers:         servers,
+		AttemptTimeout:  2 * time.Second,
+		RetryBackoff:    50 * time.Millisecond,
+		MaxMessageBytes: 1 << 30,
+	}
+}
+
+// Validate reports every problem with c at once.
+func (c *Config) Validate() error {
+	var errs []error
+	if len(c.Servers) == 0 {
+		errs = append(errs, systems.Usagef("no servers given (-servers or -cluster)"))
+	}
+	for _, s := range c.Servers {
+		if s == "" || !strings.Contains(s, ":") {
+			errs = append(errs, systems.Usagef("server address %q is not host:port", s))
+		}
+	}
+	if c.AttemptTimeout <= 0 {
+		errs = append(errs, systems.Usagef("attempt timeout %v must be positive", c.AttemptTimeout))
+	}
+	if c.RetryBackoff < 0 {
+		errs = append(errs, systems.Usagef("retry backoff %v must not be negative", c.RetryBackoff))
+	}
+	if c.MaxMessageBytes <= 0 {
+		errs = append(errs, systems.Usagef("max message size %d must be positive", c.MaxMessageBytes))
+	}
+	return errors.Join(errs...)
+}
+
+// ErrAmbiguous is matched (errors.Is) by every error of a write whose
+// outcome is unknown: it may or may not have been applied.
+var ErrAmbiguous = errors.New("outcome unknown")
+
+// AmbiguousError wraps the cause of an ambiguous write.
+type AmbiguousError struct{ Err error }
+
+func (e *AmbiguousError) Error() string        { return "write outcome unknown: " + e.Err.Error() }
+func (e *AmbiguousError) Unwrap() error        { return e.Err }
+func (e *AmbiguousError) Is(target error) bool { return target == ErrAmbiguous }
+
+// KeyValue is one scan result.
+type KeyValue = systems.KeyValue
+
+type server struct {
+	addr string
+	cc   *grpc.ClientConn
+	kv   kvpb.KVClient
+	id   atomic.Uint64 // Raft id, once learned
+}
+
+// Client is safe for concurrent use.
+type Client struct {
+	cfg     Config
+	mu      sync.Mutex
+	servers []*server
+	leader  atomic.Int64 // index into servers, -1 if unknown
+	next    atomic.Uint64
+}
+
+// New connects lazily to cfg.Servers; it does not fail if they are down.
+func New(cfg Config) (*Client, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	c := &Client{cfg: cfg}
+	c.leader.Store(-1)
+	for _, a := range cfg.Servers {
+		if _, err := c.add(a); err != nil {
+			c.Close()
+			return nil, err
+		}
+	}
+	return c, nil
+}
+
+// DialOptions are the gRPC options the client uses; exported for tools that
+// talk to the same servers.
+func DialOptions(maxMessageBytes int) []grpc.DialOption {
+	return []grpc.DialOption{
+		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(maxMessageBytes), grpc.MaxCallSendMsgSize(maxMessageBytes)),
+		// Reconnect quickly after a node restarts (gRPC's default backoff
+		// grows to two minutes).
+		grpc.WithConnectParams(grpc.ConnectParams{
+			Backoff:           backoff.Config{BaseDelay: 50 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: time.Second},
+			MinConnectTimeout: time.Second,
+		}),
+	}
+}
+
+func (c *Client) add(addr string) (*server, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, s := range c.servers {
+		if s.addr == addr {
+			return s, nil
+		}
+	}
+	cc, err := grpc.NewClient(addr, DialOptions(c.cfg.MaxMessageBytes)...)
+	if err != nil {
+		return nil, systems.Usagef("server address %q: %v", addr, err)
+	}
+	s := &server{addr: addr, cc: cc, kv: kvpb.NewKVClient(cc)}
+	c.servers = append(c.servers, s)
+	return s, nil
+}
+
+func (c *Client) snapshot() []*server {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return append([]*server(nil), c.servers...)
+}
+
+// Close closes all connections.
+func (c *Client) Close() error {
+	var errs []error
+	for _, s := range c.snapshot() {
+		errs = append(errs, s.cc.Close())
+	}
+	return errors.Join(errs...)
+}
+
+// learn records what a response header says about the cluster.
+func (c *Client) learn(s *server, h *kvpb.ResponseHeader) {
+	if h == nil {
+		return
+	}
+	s.id.Store(h.NodeId)
+	c.learnLeader(h.LeaderId)
+}
+
+// learnLeader points writes at the server whose Raft id is leaderID, if the
+// client knows it.
+func (c *Client) learnLeader(leaderID uint64) {
+	if leaderID == 0 {
+		return
+	}
+	for i, t := range c.snapshot() {
+		if t.id.Load() == leaderID {
+			c.leader.Store(int64(i))
+			return
+		}
+	}
+}
+
+// pick returns the server to try on the given attempt: the known leader
+// first, then round robin.
+func (c *Client) pick(attempt int) *server {
+	ss := c.snapshot()
+	if l := c.leader.Load(); attempt == 0 && l >= 0 && int(l) < len(ss) {
+		return ss[l]
+	}
+	return ss[c.next.Add(1)%uint64(len(ss))]
+}
+
+func (c *Client) forgetLeader(s *server) {
+	for i, t := range c.snapshot() {
+		if t == s {
+			c.leader.CompareAndSwap(int64(i), -1)
+		}
+	}
+}
+
+// notSent reports whether err proves the request never reached a server.
+func notSent(err error) bool {
+	st, ok := status.FromError(err)
+	if !ok || st.Code() != codes.Unavailable {
+		return false
+	}
+	m := st.Message()
+	return strings.Contains(m, "Error while dialing") || strings.Contains(m, "connection refused") ||
+		strings.Contains(m, "no such host")
+}
+
+// definite reports errors that are final answers, not worth a retry.
+func definite(err error) bool {
+	switch status.Code(err) {
+	case codes.InvalidArgument, codes.ResourceExhausted, codes.DataLoss, codes.Unimplemented,
+		codes.OutOfRange, codes.PermissionDenied, codes.Unauthenticated, codes.Internal:
+		return true
+	}
+	return false
+}
+
+func (c *Client) pause(ctx context.Context) error {
+	t := time.NewTimer(c.cfg.RetryBackoff)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// write sends a write until it succeeds, fails definitely, or becomes
+// ambiguous.
+func (c *Client) write(ctx context.Context, call func(context.Context, *server) (*kvpb.ResponseHeader, error)) error {
+	var last error
+	for attempt := 0; ; attempt++ {
+		if ctx.Err() != nil {
+			if last == nil {
+				return ctx.Err()
+			}
+			return fmt.Errorf("%w (last error: %v)", ctx.Err(), last)
+		}
+		s := c.pick(attempt)
+		h, err := call(ctx, s)
+		if err == nil {
+			c.learn(s, h)
+			return nil
+		}
+		switch {
+		case definite(err):
+			return err
+		case status.Code(err) == codes.Aborted || notSent(err):
+			last = err
+			c.forgetLeader(s)
+			if perr := c.pause(ctx); perr != nil {
+				return fmt.Errorf("%w (last error: %v)", perr, last)
+			}
+		default:
+			c.forgetLeader(s)
+			return &AmbiguousError{Err: fmt.Errorf("%s: %w", s.addr, err)}
+		}
+	}
+}
+
+// read sends a read until it succeeds, fails definitely, or ctx ends.
+func (c *Client) read(ctx context.Context, call func(context.Context, *server) (*kvpb.ResponseHeader, error)) error {
+	var last error
+	for attempt := 0; ; attempt++ {
+		if ctx.Err() != nil {
+			if last == nil {
+				return ctx.Err()
+			}
+			return fmt.Errorf("%w (last error: %v)", ctx.Err(), last)
+		}
+		s := c.pick(attempt)
+		actx, cancel := context.WithTimeout(ctx, c.cfg.AttemptTimeout)
+		h, err := call(actx, s)
+		cancel()
+		if err == nil {
+			c.learn(s, h)
+			return nil
+		}
+		if definite(err) {
+			return err
+		}
+		last = fmt.Errorf("%s: %w", s.addr, err)
+		c.forgetLeader(s)
+		if perr := c.pause(ctx); perr != nil {
+			return fmt.Errorf("%w (last error: %v)", perr, last)
+		}
+	}
+}
+
+// Put writes key = value and returns the Raft index that applied it.
+func (c *Client) Put(ctx context.Context, key, value []byte) (uint64, error) {
+	var idx uint64
+	err := c.write(ctx, func(ctx context.Context, s *server) (*kvpb.ResponseHeader, error) {
+		r, err := s.kv.Put(ctx, &kvpb.PutRequest{Key: key, Value: value})
+		if err != nil {
+			return nil, err
+		}
+		idx = r.Index
+		return r.Header, nil
+	})
+	return idx, err
+}
+
+// Delete removes key (a no-op if absent) and returns the applying index.
+func (c *Client) Delete(ctx context.Context, key []byte) (uint64, error) {
+	var idx uint64
+	err := c.write(ctx, func(ctx context.Context, s *server) (*kvpb.ResponseHeader, error) {
+		r, err := s.kv.Delete(ctx, &kvpb.DeleteRequest{Key: key})
+		if err != nil {
+			return nil, err
+		}
+		idx = r.Index
+		return r.Header, nil
+	})
+	return idx, err
+}
+
+// Get returns the value of key and whether it exists.
+func (c *Client) Get(ctx context.Context, key []byte) (value []byte, found bool, err error) {
+	err = c.read(ctx, func(ctx context.Context, s *server) (*kvpb.ResponseHeader, error) {
+		r, err := s.kv.Get(ctx, &kvpb.GetRequest{Key: key, Consistency: c.cfg.Consistency})
+		if err != nil {
+			return nil, err
+		}
+		value, found = r.Value, r.Found
+		return r.Header, nil
+	})
+	return value, found, err
+}
+
+// Scan returns up to limit (0: all) pairs with start <= key < end in key
+// order (empty end: no upper bound), following the server's paging. Each
+// page is one linearizable read; a scan over several pages is not one
+// atomic snapshot.
+func (c *Client) Scan(ctx context.Context, start, end []byte, limit int) ([]KeyValue, error) {
+	var out []KeyValue
+	from := start
+	for {
+		want := 0
+		if limit > 0 {
+			want = limit - len(out)
+		}
+		var page *kvpb.ScanResponse
+		err := c.read(ctx, func(ctx context.Context, s *server) (*kvpb.ResponseHeader, error) {
+			r, err := s.kv.Scan(ctx, &kvpb.ScanRequest{Start: from, End: end, Limit: uint32(want), Consistency: c.cfg.Consistency})
+			if err != nil {
+				return nil, err
+			}
+			page = r
+			return r.Header, nil
+		})
+		if err != nil {
+			return out, err
+		}
+		for _, kv := range page.Kvs {
+			out = append(out, KeyValue{Key: kv.Key, Value: kv.Value})
+		}
+		if !page.More || len(page.Kvs) == 0 || (limit > 0 && len(out) >= limit) {
+			return out, nil
+		}
+		from = append(append([]byte(nil), page.Kvs[len(page.Kvs)-1].Key...), 0)
+	}
+}
+
+// Status asks the server at addr for its status (one attempt).
+func (c *Client) Status(ctx context.Context, addr string, withStateHash bool) (*kvpb.StatusResponse, error) {
+	s, err := c.add(addr)
+	if err != nil {
+		return nil, err
+	}
+	r, err := s.kv.Status(ctx, &kvpb.StatusRequest{WithStateHash: withStateHash})
+	if err != nil {
+		return nil, err
+	}
+	c.learn(s, r.Header)
+	return r, nil
+}
+
+// Servers returns the addresses the client knows.
+func (c *Client) Servers() []string {
+	var out []string
+	for _, s := range c.snapshot() {
+		out = append(out, s.addr)
+	}
+	return out
+}
+
+// Discover asks every known server for its status, learns the leader and
+// the members' client addresses, and returns the statuses that answered.
+func (c *Client) Discover(ctx context.Context) []*kvpb.StatusResponse {
+	var (
+		mu  sync.Mutex
+		out []*kvpb.StatusResponse
+		wg  sync.WaitGroup
+	)
+	for _, addr := range c.Servers() {
+		wg.Add(1)
+		go func(addr string) {
+			defer wg.Done()
+			r, err := c.Status(ctx, addr, false)
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			out = append(out, r)
+			mu.Unlock()
+		}(addr)
+	}
+	wg.Wait()
+	for _, r := range out {
+		for _, m := range r.Members {
+			if m.Address != "" {
+				if s, err := c.add(m.Address); err == nil && s.id.Load() == 0 {
+					s.id.Store(m.Id)
+				}
+			}
+		}
+		c.learnLeader(r.Header.LeaderId)
+	}
+	return out
+}

@@ -1,0 +1,490 @@
+// Package cluster runs local clusters: N `nezha serve` processes on free
+// loopback ports, described by DIR/cluster.json, which every other tool
+// (kv, bench, ycsb, check, experiments) reads to find the servers.
+//
+// Layout of a cluster directory:
+//
+//	DIR/cluster.json
+//	DIR/node1/data/   the node's -data
+//	DIR/node1/node.log stdout and stderr of the serve process
+package cluster
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/nezha-harness/nezha/systems"
+	"github.com/nezha-harness/nezha/systems/client"
+	"github.com/nezha-harness/nezha/systems/kvpb"
+)
+
+// FileName is the cluster description inside a cluster directory.
+const FileName = "cluster.json"
+
+// Node describes one member (cluster.json "nodes" item).
+type Node struct {
+	// ID is the Raft id, 1..N in the order of -peers.
+	ID              uint64 `json:"id"`
+	Address         string `json:"address"`
+	InternalAddress string `json:"internalAddress"`
+	// PID of the serve process, 0 when it is known to be stopped.
+	PID  int    `json:"pid"`
+	Data string `json:"data"`
+	Log  string `json:"log"`
+}
+
+// Spec is the content of cluster.json.
+type Spec struct {
+	System string `json:"system"`
+	Nodes  []Node `json:"nodes"`
+	// Binary is the nezha executable that runs the nodes.
+	Binary string `json:"binary"`
+	// ExtraArgs are passed to every serve process (after `--` on `cluster up`).
+	ExtraArgs []string `json:"extraArgs,omitempty"`
+	// Dir is the cluster directory (not stored).
+	Dir string `json:"-"`
+}
+
+// Addresses returns the client addresses of all nodes.
+func (s *Spec) Addresses() []string {
+	out := make([]string, len(s.Nodes))
+	for i, n := range s.Nodes {
+		out[i] = n.Address
+	}
+	return out
+}
+
+// Node returns the node with the given id.
+func (s *Spec) Node(id uint64) (*Node, error) {
+	for i := range s.Nodes {
+		if s.Nodes[i].ID == id {
+			return &s.Nodes[i], nil
+		}
+	}
+	return nil, systems.Usagef("no node %d in %s (ids 1..%d)", id, s.Dir, len(s.Nodes))
+}
+
+// Load reads DIR/cluster.json.
+func Load(dir string) (*Spec, error) {
+	b, err := os.ReadFile(filepath.Join(dir, FileName))
+	if err != nil {
+		if errors.Is(err, os.ErrNotExist) {
+			return nil, systems.Usagef("%s has no %s (start one with `nezha cluster up -cluster %s`)", dir, FileName, dir)
+		}
+		return nil, err
+	}
+	var s Spec
+	if err := json.Unmarshal(b, &s); err != nil {
+		return nil, systems.Usagef("%s: %v", filepath.Join(dir, FileName), err)
+	}
+	s.Dir = dir
+	return &s, nil
+}
+
+// Save writes DIR/cluster.json atomically.
+func (s *Spec) Save() error {
+	b, err := json.MarshalIndent(s, "", "  ")
+	if err != nil {
+		return err
+	}
+	tmp := filepath.Join(s.Dir, FileName+".tmp")
+	if err := os.WriteFile(tmp, append(b, '\n'), 0o644); err != nil {
+		return err
+	}
+	return os.Rename(tmp, filepath.Join(s.Dir, FileName))
+}
+
+// UpOptions configures Up.
+type UpOptions struct {
+	// Dir is the cluster directory; it must not hold a running cluster.
+	Dir string
+	// System is the -system of every node.
+	System string
+	// Nodes is the cluster size. Default 3.
+	Nodes int
+	// Binary is the nezha executable. Default: the running executable.
+	Binary string
+	// ExtraArgs are appended to every serve command line.
+	ExtraArgs []string
+	// Host is the loopback address to bind. Default 127.0.0.1.
+	Host string
+	// ReadyTimeout bounds the wait for a leader. Default 30s.
+	ReadyTimeout time.Duration
+}
+
+// Up starts a cluster and returns once a leader is elected, with the
+// leader's id. On failure it stops whatever it started and returns the
+// failing node's log tail.
+func Up(ctx context.Context, o UpOptions) (*Spec, uint64, error) {
+	if o.Nodes == 0 {
+		o.Nodes = 3
+	}
+	if o.Host == "" {
+		o.Host = "127.0.0.1"
+	}
+	if o.ReadyTimeout == 0 {
+		o.ReadyTimeout = 30 * time.Second
+	}
+	if o.Binary == "" {
+		exe, err := os.Executable()
+		if err != nil {
+			return nil, 0, err
+		}
+		o.Binary = exe
+	}
+	var errs []error
+	if o.Dir == "" {
+		errs = append(errs, systems.Usagef("-cluster DIR is required"))
+	}
+	if o.System == "" {
+		errs = append(errs, systems.Usagef("-system is required"))
+	}
+	if o.Nodes < 1 || o.Nodes > 9 {
+		errs = append(errs, systems.Usagef("-nodes %d is outside 1..9", o.Nodes))
+	}
+	if ip := net.ParseIP(o.Host); ip == nil || !ip.IsLoopback() {
+		errs = append(errs, systems.Usagef("host %q is not a loopback address", o.Host))
+	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, 0, err
+	}
+	if old, err := Load(o.Dir); err == nil {
+		for _, n := range old.Nodes {
+			if Alive(n.PID) {
+				return nil, 0, systems.Usagef("%s already runs a cluster (node %d, pid %d); `nezha cluster down -cluster %s` first", o.Dir, n.ID, n.PID, o.Dir)
+			}
+		}
+	}
+	if err := os.MkdirAll(o.Dir, 0o755); err != nil {
+		return nil, 0, systems.Usagef("cluster directory %s: %v", o.Dir, err)
+	}
+	abs, err := filepath.Abs(o.Dir)
+	if err != nil {
+		return nil, 0, err
+	}
+	ports, err := freePorts(o.Host, 2*o.Nodes)
+	if err != nil {
+		return nil, 0, err
+	}
+	s := &Spec{System: o.System, Binary: o.Binary, ExtraArgs: o.ExtraArgs, Dir: o.Dir}
+	for i := 0; i < o.Nodes; i++ {
+		nd := filepath.Join(abs, fmt.Sprintf("node%d", i+1))
+		s.Nodes = append(s.Nodes, Node{
+			ID:              uint64(i + 1),
+			Address:         net.JoinHostPort(o.Host, strconv.Itoa(ports[i])),
+			InternalAddress: net.JoinHostPort(o.Host, strconv.Itoa(ports[o.Nodes+i])),
+			Data:            filepath.Join(nd, "data"),
+			Log:             filepath.Join(nd, "node.log"),
+		})
+	}
+	for i := range s.Nodes {
+		if err := s.start(&s.Nodes[i]); err != nil {
+			s.Down(false)
+			return nil, 0, err
+		}
+	}
+	if err := s.Save(); err != nil {
+		s.Down(false)
+		return nil, 0, err
+	}
+	leader, err := s.WaitLeader(ctx, o.ReadyTimeout)
+	if err != nil {
+		s.Down(false)
+		return nil, 0, err
+	}
+	return s, leader, nil
+}
+
+// Args returns the serve command line of node n.
+func (s *Spec) Args(n *Node) []string {
+	peers := make([]string, len(s.Nodes))
+	for i, m := range s.Nodes {
+		peers[i] = m.InternalAddress
+	}
+	args := []string{"serve", "-system", s.System, "-address", n.Address,
+		"-internalAddress", n.InternalAddress, "-peers", strings.Join(peers, ","), "-data", n.Data}
+	return append(args, s.ExtraArgs...)
+}
+
+// start launches node n's serve process, detached into its own session so
+// that it outlives the command that started it.
+func (s *Spec) start(n *Node) error {
+	if err := os.MkdirAll(filepath.Dir(n.Log), 0o755); err != nil {
+		return err
+	}
+	logf, err := os.OpenFile(n.Log, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return err
+	}
+	defer logf.Close()
+	fmt.Fprintf(logf, "=== %s start: %s %s\n", time.Now().Format(time.RFC3339Nano), s.Binary, strings.Join(s.Args(n), " "))
+	cmd := exec.Command(s.Binary, s.Args(n)...)
+	cmd.Stdout, cmd.Stderr = logf, logf
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("start node %d: %w", n.ID, err)
+	}
+	n.PID = cmd.Process.Pid
+	// Reap the child if this process outlives it (tests, experiments);
+	// otherwise init adopts it.
+	go cmd.Wait()
+	return nil
+}
+
+// WaitLeader polls the nodes until one reports itself leader and a
+// majority agrees on it, or timeout passes. It fails early, with the log
+// tail, if a node process exits.
+func (s *Spec) WaitLeader(ctx context.Context, timeout time.Duration) (uint64, error) {
+	c, err := client.New(client.DefaultConfig(s.Addresses()...))
+	if err != nil {
+		return 0, err
+	}
+	defer c.Close()
+	deadline := time.Now().Add(timeout)
+	for {
+		for _, n := range s.Nodes {
+			if n.PID != 0 && !Alive(n.PID) {
+				return 0, fmt.Errorf("node %d (pid %d) exited; last lines of %s:\n%s", n.ID, n.PID, n.Log, Tail(n.Log, 20))
+			}
+		}
+		votes := map[uint64]int{}
+		for _, st := range s.statuses(ctx, c) {
+			if st.err == nil && st.resp.Header.LeaderId != 0 {
+				votes[st.resp.Header.LeaderId]++
+			}
+		}
+		for id, v := range votes {
+			if v > len(s.Nodes)/2 {
+				return id, nil
+			}
+		}
+		if time.Now().After(deadline) {
+			return 0, fmt.Errorf("no leader elected within %v (logs under %s)", timeout, s.Dir)
+		}
+		select {
+		case <-time.After(50 * time.Millisecond):
+		case <-ctx.Done():
+			return 0, ctx.Err()
+		}
+	}
+}
+
+// NodeStatus is one node's answer to Status, or why there is none.
+type NodeStatus struct {
+	Node  Node
+	Alive bool
+	resp  *kvpb.StatusResponse
+	err   error
+}
+
+// Response returns the node's status response, or the error.
+func (ns NodeStatus) Response() (*kvpb.StatusResponse, error) { return ns.resp, ns.err }
+
+func (s *Spec) statuses(ctx context.Context, c *client.Client) []NodeStatus {
+	out := make([]NodeStatus, len(s.Nodes))
+	done := make(chan struct{}, len(s.Nodes))
+	for i, n := range s.Nodes {
+		go func(i int, n Node) {
+			defer func() { done <- struct{}{} }()
+			sctx, cancel := context.WithTimeout(ctx, time.Second)
+			defer cancel()
+			r, err := c.Status(sctx, n.Address, false)
+			out[i] = NodeStatus{Node: n, Alive: n.PID != 0 && Alive(n.PID), resp: r, err: err}
+		}(i, n)
+	}
+	for range s.Nodes {
+		<-done
+	}
+	return out
+}
+
+// Status asks every node for its status.
+func (s *Spec) Status(ctx context.Context) ([]NodeStatus, error) {
+	c, err := client.New(client.DefaultConfig(s.Addresses()...))
+	if err != nil {
+		return nil, err
+	}
+	defer c.Close()
+	return s.statuses(ctx, c), nil
+}
+
+// Kill sends SIGKILL to node id and waits until the process is gone.
+func (s *Spec) Kill(id uint64) error {
+	n, err := s.Node(id)
+	if err != nil {
+		return err
+	}
+	if n.PID == 0 || !Alive(n.PID) {
+		return systems.Usagef("node %d is not running", id)
+	}
+	if err := s.checkOwned(n); err != nil {
+		return err
+	}
+	if err := syscall.Kill(n.PID, syscall.SIGKILL); err != nil {
+		return fmt.Errorf("kill node %d (pid %d): %w", id, n.PID, err)
+	}
+	if err := waitGone(n.PID, 10*time.Second); err != nil {
+		return err
+	}
+	n.PID = 0
+	return s.Save()
+}
+
+// Signal sends sig to node id (SIGSTOP and SIGCONT for pauses).
+func (s *Spec) Signal(id uint64, sig syscall.Signal) error {
+	n, err := s.Node(id)
+	if err != nil {
+		return err
+	}
+	if n.PID == 0 || !Alive(n.PID) {
+		return systems.Usagef("node %d is not running", id)
+	}
+	if err := s.checkOwned(n); err != nil {
+		return err
+	}
+	return syscall.Kill(n.PID, sig)
+}
+
+// Restart starts node id again with its original command line. The node
+// must not be running.
+func (s *Spec) Restart(id uint64) error {
+	n, err := s.Node(id)
+	if err != nil {
+		return err
+	}
+	if n.PID != 0 && Alive(n.PID) {
+		return systems.Usagef("node %d is still running (pid %d); kill it first", id, n.PID)
+	}
+	if err := s.start(n); err != nil {
+		return err
+	}
+	return s.Save()
+}
+
+// Down stops every node (SIGTERM, then SIGKILL after 10 s) and, if purge,
+// removes the cluster directory.
+func (s *Spec) Down(purge bool) error {
+	var errs []error
+	for i := range s.Nodes {
+		n := &s.Nodes[i]
+		if n.PID == 0 || !Alive(n.PID) {
+			n.PID = 0
+			continue
+		}
+		if err := s.checkOwned(n); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		_ = syscall.Kill(n.PID, syscall.SIGCONT) // a paused node cannot exit
+		_ = syscall.Kill(n.PID, syscall.SIGTERM)
+	}
+	for i := range s.Nodes {
+		n := &s.Nodes[i]
+		if n.PID == 0 {
+			continue
+		}
+		if err := waitGone(n.PID, 10*time.Second); err != nil {
+			_ = syscall.Kill(n.PID, syscall.SIGKILL)
+			if err := waitGone(n.PID, 5*time.Second); err != nil {
+				errs = append(errs, err)
+				continue
+			}
+		}
+		n.PID = 0
+	}
+	if purge {
+		errs = append(errs, os.RemoveAll(s.Dir))
+	} else if _, err := os.Stat(s.Dir); err == nil {
+		errs = append(errs, s.Save())
+	}
+	return errors.Join(errs...)
+}
+
+// checkOwned refuses to signal a pid that is not this cluster's node (the
+// pid may have been reused after the node died).
+func (s *Spec) checkOwned(n *Node) error {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", n.PID))
+	if err != nil {
+		return fmt.Errorf("node %d (pid %d): %w", n.ID, n.PID, err)
+	}
+	cmdline := strings.ReplaceAll(string(b), "\x00", " ")
+	if !strings.Contains(cmdline, " serve ") || !strings.Contains(cmdline, n.Data) {
+		return fmt.Errorf("pid %d is not node %d of %s (it runs %q); refusing to signal it", n.PID, n.ID, s.Dir, cmdline)
+	}
+	return nil
+}
+
+// Alive reports whether pid is a running (not zombie) process.
+func Alive(pid int) bool {
+	if pid <= 0 {
+		return false
+	}
+	if err := syscall.Kill(pid, 0); err != nil && !errors.Is(err, syscall.EPERM) {
+		return false
+	}
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return false
+	}
+	// The state follows the parenthesised command name.
+	if i := strings.LastIndexByte(string(b), ')'); i >= 0 && i+2 < len(b) {
+		return b[i+2] != 'Z' && b[i+2] != 'X'
+	}
+	return true
+}
+
+func waitGone(pid int, timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	for Alive(pid) {
+		if time.Now().After(deadline) {
+			return fmt.Errorf("pid %d still running after %v", pid, timeout)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	return nil
+}
+
+// Tail returns the last n lines of the file at path.
+func Tail(path string, n int) string {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return fmt.Sprintf("(cannot read %s: %v)", path, err)
+	}
+	lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
+}
+
+// freePorts reserves n distinct free TCP ports on host. They are released
+// before the nodes bind them; a node that loses the race fails with a clear
+// "address already in use" error.
+func freePorts(host string, n int) ([]int, error) {
+	var ls []net.Listener
+	defer func() {
+		for _, l := range ls {
+			l.Close()
+		}
+	}()
+	var ports []int
+	for i := 0; i < n; i++ {
+		l, err := net.Listen("tcp", net.JoinHostPort(host, "0"))
+		if err != nil {
+			return nil, fmt.Errorf("find a free port on %s: %w", host, err)
+		}
+		ls = append(ls, l)
+		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
+	}
+	return ports, nil
+}

@@ -1,0 +1,210 @@
+package cluster
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/nezha-harness/nezha/systems"
+)
+
+// AddressFlags registers the two ways tools name a cluster: -servers A,B,C
+// or -cluster DIR. Call Resolve after parsing.
+type AddressFlags struct {
+	Servers string
+	Cluster string
+}
+
+// Register adds -servers and -cluster to fs.
+func (a *AddressFlags) Register(fs *flag.FlagSet) {
+	fs.StringVar(&a.Servers, "servers", "", "comma-separated client addresses of cluster members")
+	fs.StringVar(&a.Cluster, "cluster", "", "cluster directory written by `nezha cluster up` (instead of -servers)")
+}
+
+// Resolve returns the client addresses named by the flags.
+func (a *AddressFlags) Resolve() ([]string, error) {
+	switch {
+	case a.Servers != "" && a.Cluster != "":
+		return nil, systems.Usagef("give -servers or -cluster, not both")
+	case a.Servers != "":
+		return systems.SplitList(a.Servers), nil
+	case a.Cluster != "":
+		s, err := Load(a.Cluster)
+		if err != nil {
+			return nil, err
+		}
+		return s.Addresses(), nil
+	}
+	return nil, systems.Usagef("no cluster given: use -servers HOST:PORT,... or -cluster DIR")
+}
+
+// Command is `nezha cluster up|status|kill|restart|down`.
+func Command(args []string, stdout, stderr io.Writer) error {
+	if len(args) == 0 {
+		return systems.Usagef("cluster: want a subcommand: up, status, kill, restart, down")
+	}
+	sub, args := args[0], args[1:]
+	fs := flag.NewFlagSet("cluster "+sub, flag.ContinueOnError)
+	dir := fs.String("cluster", "", "cluster directory")
+	ctx := context.Background()
+	switch sub {
+	case "up":
+		o := UpOptions{}
+		fs.StringVar(&o.System, "system", "", "system under test")
+		fs.IntVar(&o.Nodes, "nodes", 3, "number of nodes")
+		fs.DurationVar(&o.ReadyTimeout, "timeout", 30*time.Second, "how long to wait for a leader")
+		var extra []string
+		for i, a := range args {
+			if a == "--" {
+				args, extra = args[:i], args[i+1:]
+				break
+			}
+		}
+		if err := parse(fs, args, stdout); err != nil {
+			return err
+		}
+		o.Dir, o.ExtraArgs = *dir, extra
+		s, leader, err := Up(ctx, o)
+		if err != nil {
+			return systems.OneLine("cluster up", err)
+		}
+		fmt.Fprintf(stdout, "cluster of %d %s nodes up in %s, leader %d\n", len(s.Nodes), s.System, s.Dir, leader)
+		for _, n := range s.Nodes {
+			fmt.Fprintf(stdout, "  node %d  address %s  internal %s  pid %d  log %s\n", n.ID, n.Address, n.InternalAddress, n.PID, n.Log)
+		}
+		return nil
+	case "status":
+		asJSON := fs.Bool("json", false, "print JSON")
+		if err := parse(fs, args, stdout); err != nil {
+			return err
+		}
+		s, err := loadFlag(*dir)
+		if err != nil {
+			return err
+		}
+		sts, err := s.Status(ctx)
+		if err != nil {
+			return err
+		}
+		return printStatus(stdout, s, sts, *asJSON)
+	case "kill", "restart":
+		id := fs.Uint64("node", 0, "node id (1..N)")
+		if err := parse(fs, args, stdout); err != nil {
+			return err
+		}
+		s, err := loadFlag(*dir)
+		if err != nil {
+			return err
+		}
+		if *id == 0 {
+			return systems.Usagef("cluster %s: -node is required", sub)
+		}
+		if sub == "kill" {
+			if err := s.Kill(*id); err != nil {
+				return err
+			}
+			fmt.Fprintf(stdout, "node %d killed (SIGKILL)\n", *id)
+			return nil
+		}
+		if err := s.Restart(*id); err != nil {
+			return err
+		}
+		n, _ := s.Node(*id)
+		fmt.Fprintf(stdout, "node %d restarted, pid %d\n", *id, n.PID)
+		return nil
+	case "down":
+		purge := fs.Bool("purge", false, "also delete the cluster directory and its data")
+		if err := parse(fs, args, stdout); err != nil {
+			return err
+		}
+		s, err := loadFlag(*dir)
+		if err != nil {
+			return err
+		}
+		if err := s.Down(*purge); err != nil {
+			return err
+		}
+		fmt.Fprintf(stdout, "cluster in %s stopped%s\n", s.Dir, map[bool]string{true: " and purged", false: ""}[*purge])
+		return nil
+	}
+	return systems.Usagef("cluster: unknown subcommand %q (want up, status, kill, restart, down)", sub)
+}
+
+func parse(fs *flag.FlagSet, args []string, w io.Writer) error {
+	if err := systems.ParseFlags(fs, args, w); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return systems.Usagef("%s: unexpected argument %q", fs.Name(), fs.Arg(0))
+	}
+	return nil
+}
+
+func loadFlag(dir string) (*Spec, error) {
+	if dir == "" {
+		return nil, systems.Usagef("-cluster DIR is required")
+	}
+	return Load(dir)
+}
+
+// statusJSON is one line of `cluster status -json`.
+type statusJSON struct {
+	ID           uint64 `json:"id"`
+	Address      string `json:"address"`
+	PID          int    `json:"pid"`
+	Alive        bool   `json:"alive"`
+	State        string `json:"state,omitempty"`
+	Leader       uint64 `json:"leader"`
+	Term         uint64 `json:"term"`
+	CommitIndex  uint64 `json:"commitIndex"`
+	AppliedIndex uint64 `json:"appliedIndex"`
+	FirstIndex   uint64 `json:"firstIndex"`
+	LastIndex    uint64 `json:"lastIndex"`
+	Sync         bool   `json:"sync"`
+	Error        string `json:"error,omitempty"`
+}
+
+func printStatus(w io.Writer, s *Spec, sts []NodeStatus, asJSON bool) error {
+	rows := make([]statusJSON, len(sts))
+	for i, st := range sts {
+		r := statusJSON{ID: st.Node.ID, Address: st.Node.Address, PID: st.Node.PID, Alive: st.Alive}
+		if resp, err := st.Response(); err != nil {
+			r.Error = err.Error()
+		} else {
+			r.State = strings.TrimPrefix(resp.RaftState, "State")
+			r.Leader, r.Term = resp.Header.LeaderId, resp.Header.Term
+			r.CommitIndex, r.AppliedIndex = resp.CommitIndex, resp.Header.AppliedIndex
+			r.FirstIndex, r.LastIndex, r.Sync = resp.FirstIndex, resp.LastIndex, resp.Sync
+		}
+		rows[i] = r
+	}
+	if asJSON {
+		enc := json.NewEncoder(w)
+		enc.SetIndent("", "  ")
+		return enc.Encode(map[string]any{"system": s.System, "nodes": rows})
+	}
+	fmt.Fprintf(w, "system %s, cluster %s\n", s.System, s.Dir)
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "NODE\tADDRESS\tPID\tSTATE\tLEADER\tTERM\tCOMMIT\tAPPLIED\tLOG\tSYNC")
+	for _, r := range rows {
+		state := r.State
+		if r.Error != "" {
+			state = "unreachable"
+			if !r.Alive {
+				state = "down"
+			}
+		}
+		sync := "on"
+		if !r.Sync && r.Error == "" {
+			sync = "OFF (comparison only)"
+		}
+		fmt.Fprintf(tw, "%d\t%s\t%d\t%s\t%d\t%d\t%d\t%d\t%d..%d\t%s\n", r.ID, r.Address, r.PID, state, r.Leader, r.Term,
+			r.CommitIndex, r.AppliedIndex, r.FirstIndex, r.LastIndex, sync)
+	}
+	return tw.Flush()
+}

@@ -1,0 +1,331 @@
+package node
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"sort"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/nezha-harness/nezha/systems"
+	"github.com/nezha-harness/nezha/systems/client"
+)
+
+// memSM is an in-memory state machine for testing the node alone.
+type memSM struct {
+	mu      sync.RWMutex
+	m       map[string][]byte
+	applied uint64
+}
+
+func (s *memSM) AppliedIndex() uint64 { s.mu.RLock(); defer s.mu.RUnlock(); return s.applied }
+func (s *memSM) Apply(ents []systems.AppliedEntry) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, e := range ents {
+		switch e.Command.Op {
+		case systems.OpPut:
+			s.m[string(e.Command.Key)] = e.Command.Value
+		case systems.OpDelete:
+			delete(s.m, string(e.Command.Key))
+		}
+		s.applied = e.Index
+	}
+	return nil
+}
+func (s *memSM) Get(key []byte) ([]byte, bool, error) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	v, ok := s.m[string(key)]
+	return append([]byte(nil), v...), ok, nil
+}
+func (s *memSM) Scan(start, end []byte, limit, maxBytes int) ([]systems.KeyValue, bool, error) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	var keys []string
+	for k := range s.m {
+		if k >= string(start) && (len(end) == 0 || k < string(end)) {
+			keys = append(keys, k)
+		}
+	}
+	sort.Strings(keys)
+	var out []systems.KeyValue
+	size := 0
+	for _, k := range keys {
+		if limit > 0 && len(out) >= limit {
+			break
+		}
+		if len(out) > 0 && size >= maxBytes {
+			return out, true, nil
+		}
+		out = append(out, systems.KeyValue{Key: []byte(k), Value: s.m[k]})
+		size += len(k) + len(s.m[k])
+	}
+	return out, false, nil
+}
+func (s *memSM) Close() error { return nil }
+
+// memConfig opens memSM; it keeps nothing on disk, so AppliedIndex is 0 after
+// a restart and the node replays the whole log.
+type memConfig struct{}
+
+func (memConfig) RegisterFlags(*flag.FlagSet) {}
+func (memConfig) Validate() error             { return nil }
+func (memConfig) Open(systems.Env) (systems.StateMachine, error) {
+	return &memSM{m: map[string][]byte{}}, nil
+}
+
+var memSystem = systems.System{Name: "mem", Summary: "test", LogDir: "raftlog",
+	NewConfig: func() systems.SystemConfig { return memConfig{} }}
+
+func freeAddrs(t *testing.T, n int) []string {
+	t.Helper()
+	var out []string
+	var ls []net.Listener
+	for i := 0; i < n; i++ {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		ls = append(ls, l)
+		out = append(out, l.Addr().String())
+	}
+	for _, l := range ls {
+		l.Close()
+	}
+	return out
+}
+
+type testCluster struct {
+	t     *testing.T
+	cfgs  []Config
+	nodes []*Node
+}
+
+func startCluster(t *testing.T, n int) *testCluster {
+	t.Helper()
+	addrs := freeAddrs(t, 2*n)
+	tc := &testCluster{t: t}
+	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
+	for i := 0; i < n; i++ {
+		c := Default()
+		c.System, c.SystemConfig = memSystem, memConfig{}
+		c.Peers = addrs[n:]
+		c.Address, c.InternalAddress = addrs[i], addrs[n+i]
+		c.DataDir = t.TempDir()
+		c.TickInterval = 20 * time.Millisecond
+		c.MinFreeDiskBytes = 0
+		c.Logger = logger
+		tc.cfgs = append(tc.cfgs, c)
+	}
+	tc.nodes = make([]*Node, n)
+	for i := range tc.cfgs {
+		tc.start(i)
+	}
+	t.Cleanup(func() {
+		for _, nd := range tc.nodes {
+			if nd != nil {
+				nd.Stop()
+			}
+		}
+	})
+	return tc
+}
+
+func (tc *testCluster) start(i int) {
+	nd, err := Start(tc.cfgs[i])
+	if err != nil {
+		tc.t.Fatalf("start node %d: %v", i+1, err)
+	}
+	tc.nodes[i] = nd
+}
+
+func (tc *testCluster) stop(i int) {
+	tc.nodes[i].Stop()
+	tc.nodes[i] = nil
+}
+
+func (tc *testCluster) client(t *testing.T) *client.Client {
+	var addrs []string
+	for _, c := range tc.cfgs {
+		addrs = append(addrs, c.Address)
+	}
+	c, err := client.New(client.DefaultConfig(addrs...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+// waitLeader waits for a leader among the running nodes and returns its
+// index.
+func (tc *testCluster) waitLeader(deadline time.Duration) int {
+	tc.t.Helper()
+	end := time.Now().Add(deadline)
+	for time.Now().Before(end) {
+		for i, nd := range tc.nodes {
+			if nd != nil && nd.lead.Load() == nd.id {
+				return i
+			}
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	tc.t.Fatalf("no leader within %v", deadline)
+	return -1
+}
+
+func TestPutGetDeleteScan(t *testing.T) {
+	tc := startCluster(t, 3)
+	tc.waitLeader(10 * time.Second)
+	c := tc.client(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	for i := 0; i < 20; i++ {
+		if _, err := c.Put(ctx, []byte(fmt.Sprintf("k%02d", i)), []byte(fmt.Sprintf("v%d", i))); err != nil {
+			t.Fatalf("put %d: %v", i, err)
+		}
+	}
+	v, ok, err := c.Get(ctx, []byte("k07"))
+	if err != nil || !ok || string(v) != "v7" {
+		t.Fatalf("get k07 = %q %v %v", v, ok, err)
+	}
+	if _, err := c.Delete(ctx, []byte("k07")); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok, err := c.Get(ctx, []byte("k07")); err != nil || ok {
+		t.Fatalf("get after delete: found=%v err=%v", ok, err)
+	}
+	kvs, err := c.Scan(ctx, []byte("k05"), []byte("k10"), 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var keys []string
+	for _, kv := range kvs {
+		keys = append(keys, string(kv.Key))
+	}
+	if got := strings.Join(keys, ","); got != "k05,k06,k08,k09" {
+		t.Fatalf("scan = %s", got)
+	}
+	// Bad input is rejected with InvalidArgument and the node keeps serving.
+	if _, err := c.Put(ctx, nil, []byte("x")); status.Code(err) != codes.InvalidArgument {
+		t.Fatalf("empty key: %v", err)
+	}
+	if _, err := c.Put(ctx, bytes.Repeat([]byte("k"), systems.MaxKeyBytes+1), nil); status.Code(err) != codes.InvalidArgument {
+		t.Fatalf("oversized key: %v", err)
+	}
+	if _, err := c.Put(ctx, []byte("k"), make([]byte, systems.DefaultMaxValueBytes+1)); status.Code(err) != codes.InvalidArgument {
+		t.Fatalf("oversized value: %v", err)
+	}
+	if _, err := c.Put(ctx, []byte("after"), []byte("ok")); err != nil {
+		t.Fatalf("put after bad input: %v", err)
+	}
+}
+
+// Every node answers writes and reads: followers forward proposals through
+// Raft and serve reads through ReadIndex.
+func TestFollowersServe(t *testing.T) {
+	tc := startCluster(t, 3)
+	leader := tc.waitLeader(10 * time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	for i := range tc.nodes {
+		if i == leader {
+			continue
+		}
+		c, err := client.New(client.DefaultConfig(tc.cfgs[i].Address))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		key := []byte(fmt.Sprintf("via-%d", i))
+		if _, err := c.Put(ctx, key, key); err != nil {
+			t.Fatalf("put via follower %d: %v", i+1, err)
+		}
+		if v, ok, err := c.Get(ctx, key); err != nil || !ok || !bytes.Equal(v, key) {
+			t.Fatalf("get via follower %d = %q %v %v", i+1, v, ok, err)
+		}
+	}
+}
+
+func TestLeaderFailoverKeepsAcknowledgedWrites(t *testing.T) {
+	tc := startCluster(t, 3)
+	leader := tc.waitLeader(10 * time.Second)
+	c := tc.client(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	acked := map[string]string{}
+	for i := 0; i < 30; i++ {
+		k, v := fmt.Sprintf("a%02d", i), fmt.Sprintf("v%d", i)
+		if _, err := c.Put(ctx, []byte(k), []byte(v)); err != nil {
+			t.Fatalf("put: %v", err)
+		}
+		acked[k] = v
+	}
+	tc.stop(leader)
+	newLeader := tc.waitLeader(10 * time.Second)
+	if newLeader == leader {
+		t.Fatal("stopped node is still leader")
+	}
+	for k, v := range acked {
+		got, ok, err := c.Get(ctx, []byte(k))
+		if err != nil || !ok || string(got) != v {
+			t.Fatalf("after failover get %s = %q %v %v", k, got, ok, err)
+		}
+	}
+	// Write more, restart the old leader, and check it catches up.
+	if _, err := c.Put(ctx, []byte("after-failover"), []byte("x")); err != nil {
+		t.Fatal(err)
+	}
+	tc.start(leader)
+	want := tc.nodes[newLeader].applied.Load()
+	end := time.Now().Add(10 * time.Second)
+	for tc.nodes[leader].applied.Load() < want {
+		if time.Now().After(end) {
+			t.Fatalf("restarted node applied %d, leader %d", tc.nodes[leader].applied.Load(), want)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	v, ok, _ := tc.nodes[leader].sm.Get([]byte("after-failover"))
+	if !ok || string(v) != "x" {
+		t.Fatalf("restarted node lacks the write made while it was down")
+	}
+}
+
+func TestStartErrors(t *testing.T) {
+	addrs := freeAddrs(t, 2)
+	c := Default()
+	c.System, c.SystemConfig = memSystem, memConfig{}
+	c.Peers = []string{addrs[1]}
+	c.Address, c.InternalAddress = addrs[0], "127.0.0.1:1"
+	c.DataDir = t.TempDir()
+	err := c.Validate()
+	var ue *systems.UsageError
+	if !errors.As(err, &ue) || !strings.Contains(err.Error(), "not in -peers") {
+		t.Fatalf("internal address not in peers: %v", err)
+	}
+	// A port in use is named.
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	c.InternalAddress = addrs[1]
+	c.Address = l.Addr().String()
+	c.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	_, err = Start(c)
+	if err == nil || !strings.Contains(err.Error(), l.Addr().String()) || !strings.Contains(err.Error(), "in use") {
+		t.Fatalf("port in use: %v", err)
+	}
+}

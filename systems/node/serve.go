@@ -1,0 +1,102 @@
+package node
+
+import (
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+
+	"github.com/nezha-harness/nezha/systems"
+)
+
+// systemFlag finds the value of -system in args without parsing the rest,
+// so that the system's own flags can be registered before parsing.
+func systemFlag(args []string) string {
+	for i, a := range args {
+		if a == "--" {
+			break
+		}
+		name, val, hasVal := strings.Cut(strings.TrimLeft(a, "-"), "=")
+		if !strings.HasPrefix(a, "-") || name != "system" {
+			continue
+		}
+		if hasVal {
+			return val
+		}
+		if i+1 < len(args) {
+			return args[i+1]
+		}
+	}
+	return ""
+}
+
+// Serve is `nezha serve`: it runs one node until SIGINT or SIGTERM.
+//
+//	nezha serve -system S -address A -internalAddress I -peers P1,P2,P3 -data D [flags]
+//
+// Errors from bad flags are *systems.UsageError (exit code 2).
+func Serve(args []string, reg *systems.Registry, stdout, stderr io.Writer) error {
+	cfg := Default()
+	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
+	systemName := fs.String("system", "", "system under test: "+strings.Join(reg.Names(), ", "))
+	peers := fs.String("peers", "", "comma-separated internal (Raft) addresses of all members; the node's id is the position of -internalAddress in it (1-based)")
+	fs.StringVar(&cfg.Address, "address", "", "client API address host:port")
+	fs.StringVar(&cfg.InternalAddress, "internalAddress", "", "Raft peer address host:port (must appear in -peers)")
+	fs.StringVar(&cfg.DataDir, "data", "", "data directory")
+	fs.BoolVar(&cfg.Sync, "sync", cfg.Sync, "fdatasync the Raft log once per Ready; false is for comparison only")
+	fs.Int64Var(&cfg.SegmentSizeBytes, "segmentSizeBytes", cfg.SegmentSizeBytes, "Raft log segment size in bytes")
+	fs.IntVar(&cfg.MaxValueBytes, "maxValueBytes", cfg.MaxValueBytes, "largest value a Put accepts, in bytes")
+	fs.DurationVar(&cfg.TickInterval, "tick", cfg.TickInterval, "Raft tick interval")
+	fs.IntVar(&cfg.ElectionTicks, "electionTicks", cfg.ElectionTicks, "election timeout in ticks")
+	fs.IntVar(&cfg.HeartbeatTicks, "heartbeatTicks", cfg.HeartbeatTicks, "heartbeat interval in ticks")
+	fs.BoolVar(&cfg.LeaseRead, "leaseRead", cfg.LeaseRead, "serve linearizable reads from the leader lease instead of a ReadIndex round")
+	fs.DurationVar(&cfg.RequestTimeout, "requestTimeout", cfg.RequestTimeout, "longest a request waits inside the node")
+	fs.Int64Var(&cfg.MinFreeDiskBytes, "minFreeDiskBytes", cfg.MinFreeDiskBytes, "refuse writes below this much free disk space, in bytes")
+	logLevel := fs.String("logLevel", "info", "log level: debug, info, warn, error")
+	if name := systemFlag(args); name != "" {
+		s, err := reg.Lookup(name)
+		if err != nil {
+			return systems.Usagef("serve: %v", err)
+		}
+		cfg.System, cfg.SystemConfig = s, s.NewConfig()
+		cfg.SystemConfig.RegisterFlags(fs)
+	}
+	if err := systems.ParseFlags(fs, args, stdout); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return systems.Usagef("serve: unexpected argument %q", fs.Arg(0))
+	}
+	if *systemName == "" {
+		return systems.Usagef("serve: -system is required (one of %s)", strings.Join(reg.Names(), ", "))
+	}
+	cfg.Peers = systems.SplitList(*peers)
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(*logLevel)); err != nil {
+		return systems.Usagef("serve: -logLevel %q: %v", *logLevel, err)
+	}
+	cfg.Logger = slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
+	if err := cfg.Validate(); err != nil {
+		return systems.OneLine("serve", err)
+	}
+	n, err := Start(cfg)
+	if err != nil {
+		return systems.OneLine("serve", err)
+	}
+	sigc := make(chan os.Signal, 1)
+	signal.Notify(sigc, syscall.SIGINT, syscall.SIGTERM)
+	defer signal.Stop(sigc)
+	select {
+	case s := <-sigc:
+		cfg.Logger.Info("signal received; stopping", "signal", s.String())
+		n.Stop()
+		return nil
+	case <-n.Failed():
+		n.Stop()
+		return fmt.Errorf("node %d failed: %w", n.ID(), n.Err())
+	}
+}

@@ -1,0 +1,49 @@
+package systemstest
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"testing"
+)
+
+var binary string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "nezha-bin-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	root, _ := filepath.Abs("../..")
+	binary, err = BuildBinary(root, dir)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+// The systems and configurations every release must pass.
+var configurations = []struct {
+	name   string
+	system string
+	args   []string
+}{
+	{"original", "original", nil},
+	{"pasv", "pasv", nil},
+	{"blobdb", "blobdb", nil},
+	{"nezha-nogc", "nezha-nogc", nil},
+	{"nezha-nogc-memory-index", "nezha-nogc", []string{"-index", "memory"}},
+	{"nezha", "nezha", nil},
+}
+
+func TestConformance(t *testing.T) {
+	for i, c := range configurations {
+		t.Run(c.name, func(t *testing.T) {
+			Run(t, Options{System: c.system, Binary: binary, ExtraArgs: c.args, Seed: int64(i + 1)})
+		})
+	}
+}
