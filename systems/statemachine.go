@@ -45,13 +45,20 @@ type KeyValue struct {
 // of KV-separated systems. Implemented by *raftlog.Log.
 type ValueLog interface {
 	// ReadCommand reads the record at loc with one positioned read, verifies
-	// its CRC and Raft index, and decodes it. Errors name the file and offset;
-	// a CRC or bounds failure wraps ErrCorrupt.
+	// its CRC and Raft index, and decodes it. The command's Key and Value
+	// alias a buffer allocated for this call: the caller owns them. Errors
+	// name the file and offset; a CRC or bounds failure wraps ErrCorrupt; a
+	// segment that no longer exists (removed by GC) wraps ErrSegmentRemoved.
 	ReadCommand(loc Location) (Command, error)
 }
 
-// ErrCorrupt marks data on disk that failed a CRC or bounds check.
-var ErrCorrupt = errors.New("corrupt data")
+var (
+	// ErrCorrupt marks data on disk that failed a CRC or bounds check.
+	ErrCorrupt = errors.New("corrupt data")
+	// ErrSegmentRemoved marks a read of a log segment that GC removed; a
+	// reader that raced GC retries through the index.
+	ErrSegmentRemoved = errors.New("segment removed")
+)
 
 // StateMachine is what a system does with committed writes, in the spirit of
 // raftpico's Machine trait. The shared Raft node calls Apply from a single
@@ -60,12 +67,15 @@ var ErrCorrupt = errors.New("corrupt data")
 type StateMachine interface {
 	// AppliedIndex returns the Raft index up to which the state machine's
 	// durable state reflects the log. On restart the node replays committed
-	// entries above it, so Apply must be idempotent for entries at or below
-	// a previously applied index.
+	// entries above it.
 	AppliedIndex() uint64
-	// Apply applies committed entries, in index order. An error is fatal to
-	// the node (it stops applying and exits): the log is the source of truth
-	// and the entries are re-applied after a restart.
+	// Apply applies committed entries, in index order. It must apply every
+	// entry it is given, even one at or below AppliedIndex(): after a restart
+	// in which the log lost its tail (a torn write), the node rewinds to the
+	// log's commit index and replays from there, and the replayed entries
+	// may sit at new Locations. Replaying puts and deletes in order is
+	// idempotent. An error is fatal to the node (it stops applying and
+	// exits): the log is the source of truth.
 	Apply(entries []AppliedEntry) error
 	// Get returns the value of key. The returned slice is owned by the caller.
 	Get(key []byte) (value []byte, found bool, err error)

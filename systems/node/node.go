@@ -190,9 +190,10 @@ func (n *Node) open() error {
 	applied := sm.AppliedIndex()
 	switch {
 	case applied > hs.Commit:
-		// Only possible when the log was not fsynced (-sync=false) or lost
-		// its tail: re-apply from the commit index (Apply is idempotent).
-		n.logger.Warn("state machine is ahead of the log's commit index; replaying from commit",
+		// The log lost its tail (a torn write, or -sync=false and an OS
+		// crash): replay from the commit index; entries the leader re-sends
+		// are applied again at their new locations.
+		n.logger.Warn("state machine is ahead of the log's commit index; replaying from the commit index",
 			"applied", applied, "commit", hs.Commit)
 		applied = hs.Commit
 	case applied+1 < first:
@@ -524,9 +525,6 @@ func (n *Node) apply(batches []applyBatch) error {
 	var ents []systems.AppliedEntry
 	for _, b := range batches {
 		for _, e := range b.entries {
-			if e.Index <= n.applied.Load() {
-				continue // replayed below the state machine's applied index
-			}
 			ae := systems.AppliedEntry{Index: e.Index, Term: e.Term}
 			if e.Type == raftpb.EntryNormal && len(e.Data) > 0 {
 				c, err := systems.DecodeCommand(e.Data)

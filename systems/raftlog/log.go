@@ -485,7 +485,7 @@ func (l *Log) ReadCommand(loc systems.Location) (systems.Command, error) {
 	seg := l.byID[loc.Segment]
 	l.mu.RUnlock()
 	if seg == nil {
-		return systems.Command{}, fmt.Errorf("raftlog: %w: segment %d of %s does not exist", systems.ErrCorrupt, loc.Segment, loc)
+		return systems.Command{}, fmt.Errorf("raftlog: %w: %s: segment %s does not exist", systems.ErrSegmentRemoved, loc, segmentName(loc.Segment))
 	}
 	if loc.Length < headerSize || loc.Offset < 0 || loc.Offset+int64(loc.Length) > seg.size.Load() {
 		return systems.Command{}, fmt.Errorf("raftlog: %w: %s at offset %d: record of %d bytes points past the end of the segment (%d bytes)",
@@ -812,7 +812,7 @@ func (s *segment) readAt(buf []byte, off int64) error {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	if s.closed {
-		return fmt.Errorf("raftlog: segment %s was removed", s.path)
+		return fmt.Errorf("raftlog: %w: %s", systems.ErrSegmentRemoved, s.path)
 	}
 	if _, err := s.f.ReadAt(buf, off); err != nil {
 		if errors.Is(err, io.EOF) {

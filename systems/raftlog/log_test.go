@@ -309,7 +309,7 @@ func TestReadCommandRejectsBadLocations(t *testing.T) {
 	}
 	noSeg := loc
 	noSeg.Segment = 99
-	if _, err := l.ReadCommand(noSeg); !errors.Is(err, systems.ErrCorrupt) {
+	if _, err := l.ReadCommand(noSeg); !errors.Is(err, systems.ErrSegmentRemoved) {
 		t.Fatalf("location in a missing segment: error %v", err)
 	}
 	flipByte(t, lastSegmentPath(t, dir), loc.Offset+headerSize+2)

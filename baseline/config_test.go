@@ -1,0 +1,216 @@
+package baseline
+
+import (
+	"errors"
+	"flag"
+	"io"
+	"os"
+	"strings"
+	"testing"
+
+	"github.com/nezha-harness/nezha/systems"
+)
+
+func TestSystems(t *testing.T) {
+	ss := []systems.System{Original(), PASV(), BlobDB()}
+	reg, err := systems.NewRegistry(ss...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := strings.Join(reg.Names(), ","); got != "blobdb,original,pasv" {
+		t.Fatalf("names %s", got)
+	}
+	for _, s := range ss {
+		if s.LogDir != "raftlog" || s.Summary == "" {
+			t.Errorf("%s: LogDir %q Summary %q", s.Name, s.LogDir, s.Summary)
+		}
+		c, ok := s.NewConfig().(*Config)
+		if !ok || string(c.Mode()) != s.Name {
+			t.Fatalf("%s: NewConfig returned %T with mode %v", s.Name, s.NewConfig(), c.Mode())
+		}
+		if err := c.Validate(); err != nil {
+			t.Errorf("%s: defaults do not validate: %v", s.Name, err)
+		}
+	}
+}
+
+func TestDefaults(t *testing.T) {
+	for _, m := range allModes {
+		c := NewConfig(m)
+		if c.BlockCacheBytes != 64<<20 || c.WriteBufferBytes != 64<<20 || c.Compression != "none" {
+			t.Errorf("%s: defaults %+v", m, c)
+		}
+		wantBlob := int64(0)
+		if m == ModeBlobDB {
+			wantBlob = 4096
+		}
+		if c.MinBlobBytes != wantBlob {
+			t.Errorf("%s: MinBlobBytes %d, want %d", m, c.MinBlobBytes, wantBlob)
+		}
+		d := c.Describe()
+		for _, k := range []string{"system", "max_background_jobs", "block_cache_bytes", "write_buffer_size",
+			"compression", "write_options.sync", "write_options.disable_wal", "enable_blob_files", "atomic_flush"} {
+			if _, ok := d[k]; !ok {
+				t.Errorf("%s: Describe lacks %q", m, k)
+			}
+		}
+		if d["write_options.disable_wal"] != (m == ModePASV) || d["enable_blob_files"] != (m == ModeBlobDB) {
+			t.Errorf("%s: Describe %v", m, d)
+		}
+		if _, ok := d["min_blob_size"]; ok != (m == ModeBlobDB) {
+			t.Errorf("%s: Describe min_blob_size present=%v", m, ok)
+		}
+	}
+}
+
+func TestFlags(t *testing.T) {
+	c := NewConfig(ModeBlobDB)
+	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	c.RegisterFlags(fs)
+	err := fs.Parse([]string{"-rocksdb.blockCacheBytes=1048576", "-rocksdb.writeBufferBytes", "2097152",
+		"-rocksdb.compression=zstd", "-rocksdb.minBlobBytes=0"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.BlockCacheBytes != 1<<20 || c.WriteBufferBytes != 2<<20 || c.Compression != "zstd" || c.MinBlobBytes != 0 {
+		t.Fatalf("parsed %+v", c)
+	}
+	if err := c.Validate(); err != nil {
+		t.Fatal(err)
+	}
+
+	// -rocksdb.minBlobBytes exists for blobdb only.
+	o := NewConfig(ModeOriginal)
+	fs = flag.NewFlagSet("serve", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	o.RegisterFlags(fs)
+	if fs.Lookup("rocksdb.minBlobBytes") != nil {
+		t.Fatal("original registers -rocksdb.minBlobBytes")
+	}
+	for _, name := range []string{"rocksdb.blockCacheBytes", "rocksdb.writeBufferBytes", "rocksdb.compression"} {
+		if fs.Lookup(name) == nil {
+			t.Errorf("flag -%s missing", name)
+		}
+	}
+}
+
+func TestValidateReportsEveryProblem(t *testing.T) {
+	c := NewConfig(ModeBlobDB)
+	c.BlockCacheBytes = 0
+	c.WriteBufferBytes = 1000
+	c.Compression = "zlib"
+	c.MinBlobBytes = -1
+	err := c.Validate()
+	if err == nil {
+		t.Fatal("bad config validated")
+	}
+	var joined interface{ Unwrap() []error }
+	if !errors.As(err, &joined) || len(joined.Unwrap()) != 4 {
+		t.Fatalf("want 4 joined errors, got %v", err)
+	}
+	for _, e := range joined.Unwrap() {
+		var ue *systems.UsageError
+		if !errors.As(e, &ue) {
+			t.Errorf("%v is not a *systems.UsageError", e)
+		}
+	}
+	for _, want := range []string{"-rocksdb.blockCacheBytes", "-rocksdb.writeBufferBytes", "-rocksdb.compression", "-rocksdb.minBlobBytes"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error %q does not name %s", err, want)
+		}
+	}
+
+	o := NewConfig(ModePASV)
+	o.MinBlobBytes = 10
+	if err := o.Validate(); err == nil {
+		t.Error("pasv with MinBlobBytes validated")
+	}
+	var z Config
+	if err := z.Validate(); err == nil || !strings.Contains(err.Error(), "unknown mode") {
+		t.Errorf("zero Config: %v", err)
+	}
+	// Open refuses an invalid configuration before touching the disk.
+	if _, err := z.Open(systems.Env{Dir: t.TempDir()}); err == nil {
+		t.Error("zero Config opened")
+	}
+	if _, err := NewConfig(ModeOriginal).Open(systems.Env{}); err == nil {
+		t.Error("opened with an empty data directory")
+	}
+}
+
+// TestCompressions opens every supported compression, checking that the
+// linked librocksdb has it.
+func TestCompressions(t *testing.T) {
+	for _, comp := range []string{"none", "snappy", "lz4", "zstd"} {
+		for _, m := range []Mode{ModeOriginal, ModeBlobDB} {
+			c := testConfig(m)
+			c.Compression = comp
+			dir := t.TempDir()
+			s := openTest(t, c, dir)
+			mustApply(t, s, put(1, "k", strings.Repeat("compressible ", 100)))
+			if err := s.Flush(); err != nil {
+				t.Fatalf("%s/%s: flush: %v", m, comp, err)
+			}
+			if err := s.Close(); err != nil {
+				t.Fatal(err)
+			}
+			s = openTest(t, c, dir)
+			checkState(t, s, model{"k": []byte(strings.Repeat("compressible ", 100))})
+			s.Close()
+		}
+	}
+}
+
+// TestOnDiskShape checks the mode differences on disk: pasv writes no WAL
+// bytes, original does, and blobdb (only) puts large values in blob files.
+func TestOnDiskShape(t *testing.T) {
+	for _, m := range allModes {
+		c := testConfig(m)
+		dir := t.TempDir()
+		s := openTest(t, c, dir)
+		mustApply(t, s, put(1, "small", "v"), put(2, "large", strings.Repeat("x", 4096)))
+		walBytes := sumFileSizes(t, s.Dir(), ".log")
+		if err := s.Flush(); err != nil {
+			t.Fatal(err)
+		}
+		blobFiles := len(filesWithSuffix(t, s.Dir(), ".blob"))
+		if err := s.Close(); err != nil {
+			t.Fatal(err)
+		}
+		if (walBytes == 0) != (m == ModePASV) {
+			t.Errorf("%s: %d WAL bytes after Apply", m, walBytes)
+		}
+		if (blobFiles > 0) != (m == ModeBlobDB) {
+			t.Errorf("%s: %d blob files after Flush", m, blobFiles)
+		}
+	}
+}
+
+func filesWithSuffix(t *testing.T, dir, suffix string) []os.FileInfo {
+	t.Helper()
+	des, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []os.FileInfo
+	for _, de := range des {
+		if strings.HasSuffix(de.Name(), suffix) {
+			fi, err := de.Info()
+			if err != nil {
+				t.Fatal(err)
+			}
+			out = append(out, fi)
+		}
+	}
+	return out
+}
+
+func sumFileSizes(t *testing.T, dir, suffix string) int64 {
+	t.Helper()
+	var n int64
+	for _, fi := range filesWithSuffix(t, dir, suffix) {
+		n += fi.Size()
+	}
+	return n
+}

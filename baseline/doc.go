@@ -1,0 +1,31 @@
+// Package baseline holds the state machines the paper compares Nezha with:
+// each one applies committed values into RocksDB (through grocksdb, linked
+// against the system librocksdb, 7.8.3 on Debian 12), so that every value is
+// stored twice on a node: once in the Raft log and once in RocksDB
+// (DESIGN.md section 1).
+//
+// Three systems share one implementation, Store, and differ in one mode:
+//
+//   - original: the paper's "Raft + RocksDB". Every committed Put/Delete is
+//     written into RocksDB with its write-ahead log on.
+//   - pasv: as original with the RocksDB WAL off (WriteOptions.disableWAL).
+//     The memtable is lost on a crash; AppliedIndex after a restart is what
+//     reached SST files, and the node replays the Raft log above it.
+//   - blobdb: as original with RocksDB's integrated BlobDB on
+//     (enable_blob_files): values of at least MinBlobBytes go to blob files,
+//     which RocksDB garbage-collects during compaction. KV separation that is
+//     not Raft-aware; not one of the paper's baselines.
+//
+// On-disk layout, under the node's data directory:
+//
+//	rocksdb/          one RocksDB database with two column families:
+//	  default         user key -> value
+//	  meta            "applied" -> applied Raft index (8 bytes, big-endian)
+//
+// Each Apply call writes its entries and the new applied index in one
+// WriteBatch, so the applied index read from any RocksDB snapshot (or after
+// any restart) matches the user data in it.
+//
+// The package has no package-level mutable state; the systems are values
+// (Original, PASV, BlobDB) that the binary registers.
+package baseline

@@ -1,0 +1,451 @@
+package baseline
+
+import (
+	"crypto/sha256"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+
+	"github.com/linxGnu/grocksdb"
+
+	"github.com/nezha-harness/nezha/systems"
+)
+
+const (
+	// dbDirName is the RocksDB directory under the node's data directory.
+	dbDirName = "rocksdb"
+	// metaCFName is the column family holding the applied index.
+	metaCFName = "meta"
+)
+
+// appliedKey is the key of the applied index in the meta column family.
+const appliedKey = "applied"
+
+// ErrClosed is returned by the methods of a Store after Close.
+var ErrClosed = errors.New("baseline: store is closed")
+
+// Store is a state machine that applies committed writes into RocksDB. It
+// implements systems.StateMachine and systems.StateHasher. Get, Scan and
+// StateHash may run concurrently with each other and with Apply; Apply is
+// called from one goroutine.
+//
+// Durability: writes use sync=false. In original and blobdb mode the
+// RocksDB WAL is written but not fsynced, in pasv mode it is not written at
+// all: the Raft log, fsynced by the node, is the durable copy, and on a
+// restart the node replays it from AppliedIndex (DESIGN.md section 1).
+type Store struct {
+	mode   Mode
+	dir    string
+	logger *slog.Logger
+
+	// mu guards closed and the lifetime of the RocksDB handles below: every
+	// method holds it shared while it uses them, Close holds it exclusively.
+	mu     sync.RWMutex
+	closed bool
+	// applyMu serializes Apply with Flush, so that a flush sees no batch
+	// between flushing the data and the meta column family.
+	applyMu sync.Mutex
+
+	db         *grocksdb.DB
+	data, meta *grocksdb.ColumnFamilyHandle
+	dbOpts     *grocksdb.Options // DB-wide and default column family options
+	metaOpts   *grocksdb.Options
+	bbto       *grocksdb.BlockBasedTableOptions
+	cache      *grocksdb.Cache
+	ro         *grocksdb.ReadOptions
+	wo         *grocksdb.WriteOptions
+
+	applied atomic.Uint64
+}
+
+// OpenStore validates the configuration and opens (creating if needed) the
+// RocksDB database in filepath.Join(env.Dir, "rocksdb"), with the column
+// families "default" (user data) and "meta" (applied index). Usage errors
+// from Validate are returned as they are; RocksDB errors are wrapped with
+// the directory; a malformed applied index wraps systems.ErrCorrupt.
+func (c *Config) OpenStore(env systems.Env) (*Store, error) {
+	if err := c.Validate(); err != nil {
+		return nil, err
+	}
+	if env.Dir == "" {
+		return nil, fmt.Errorf("%s: empty data directory", c.mode)
+	}
+	dir := filepath.Join(env.Dir, dbDirName)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, fmt.Errorf("%s: create %s: %w", c.mode, dir, err)
+	}
+	comp, _ := compressionType(c.Compression) // checked by Validate
+
+	s := &Store{mode: c.mode, dir: dir, logger: env.Logger}
+	s.cache = grocksdb.NewLRUCache(uint64(c.BlockCacheBytes))
+	s.bbto = grocksdb.NewDefaultBlockBasedTableOptions()
+	s.bbto.SetBlockCache(s.cache)
+	cfOptions := func(blob bool) *grocksdb.Options {
+		o := grocksdb.NewDefaultOptions()
+		o.SetBlockBasedTableFactory(s.bbto)
+		o.SetWriteBufferSize(uint64(c.WriteBufferBytes))
+		o.SetCompression(comp)
+		if blob {
+			o.EnableBlobFiles(true)
+			o.SetMinBlobSize(uint64(c.MinBlobBytes))
+			o.SetBlobCompressionType(comp)
+			o.EnableBlobGC(true)
+		}
+		return o
+	}
+	// The meta column family holds one 8-byte value: never a blob.
+	s.dbOpts = cfOptions(c.mode == ModeBlobDB)
+	s.metaOpts = cfOptions(false)
+	s.dbOpts.SetCreateIfMissing(true)
+	s.dbOpts.SetCreateIfMissingColumnFamilies(true)
+	s.dbOpts.SetMaxBackgroundJobs(MaxBackgroundJobs)
+	if c.mode == ModePASV {
+		// Without a WAL the two column families would otherwise be
+		// flushed independently, and a crash could leave a meta column
+		// family on disk that is ahead of the user data. Atomic flush
+		// persists both at one cut of the write sequence.
+		s.dbOpts.SetAtomicFlush(true)
+	}
+	s.ro = grocksdb.NewDefaultReadOptions()
+	s.wo = grocksdb.NewDefaultWriteOptions()
+	s.wo.SetSync(false)
+	s.wo.DisableWAL(c.mode == ModePASV)
+
+	db, cfs, err := grocksdb.OpenDbColumnFamilies(s.dbOpts, dir,
+		[]string{"default", metaCFName}, []*grocksdb.Options{s.dbOpts, s.metaOpts})
+	if err != nil {
+		s.release()
+		return nil, fmt.Errorf("%s: open rocksdb %s: %w", c.mode, dir, err)
+	}
+	s.db, s.data, s.meta = db, cfs[0], cfs[1]
+	applied, err := s.readApplied(s.ro)
+	if err != nil {
+		s.release()
+		return nil, fmt.Errorf("%s: open rocksdb %s: %w", c.mode, dir, err)
+	}
+	s.applied.Store(applied)
+	if s.logger != nil {
+		s.logger.Info("opened rocksdb state machine", "system", string(c.mode), "dir", dir,
+			"applied", applied, "config", c.String())
+	}
+	return s, nil
+}
+
+// release frees every RocksDB object; the caller holds mu exclusively or
+// owns s alone. Column family handles go before the DB, as RocksDB requires.
+func (s *Store) release() {
+	if s.data != nil {
+		s.data.Destroy()
+		s.data = nil
+	}
+	if s.meta != nil {
+		s.meta.Destroy()
+		s.meta = nil
+	}
+	if s.db != nil {
+		s.db.Close()
+		s.db = nil
+	}
+	for _, o := range []*grocksdb.Options{s.dbOpts, s.metaOpts} {
+		if o != nil {
+			o.Destroy()
+		}
+	}
+	s.dbOpts, s.metaOpts = nil, nil
+	if s.bbto != nil {
+		s.bbto.Destroy()
+		s.bbto = nil
+	}
+	if s.cache != nil {
+		s.cache.Destroy()
+		s.cache = nil
+	}
+	if s.ro != nil {
+		s.ro.Destroy()
+		s.ro = nil
+	}
+	if s.wo != nil {
+		s.wo.Destroy()
+		s.wo = nil
+	}
+}
+
+// readApplied reads the applied index through ro (which may carry a
+// snapshot). A missing key is index 0; a value that is not 8 bytes wraps
+// systems.ErrCorrupt.
+func (s *Store) readApplied(ro *grocksdb.ReadOptions) (uint64, error) {
+	h, err := s.db.GetPinnedCF(ro, s.meta, []byte(appliedKey))
+	if err != nil {
+		return 0, fmt.Errorf("read applied index: %w", err)
+	}
+	defer h.Destroy()
+	if !h.Exists() {
+		return 0, nil
+	}
+	v := h.Data()
+	if len(v) != 8 {
+		return 0, fmt.Errorf("%w: applied index in column family %s is %d bytes, want 8", systems.ErrCorrupt, metaCFName, len(v))
+	}
+	return binary.BigEndian.Uint64(v), nil
+}
+
+// Mode returns the store's mode.
+func (s *Store) Mode() Mode { return s.mode }
+
+// Dir returns the RocksDB directory.
+func (s *Store) Dir() string { return s.dir }
+
+// AppliedIndex returns the Raft index of the last entry applied (which
+// moves back when the node replays from an older index). After
+// opening it is the index stored in the meta column family: in original and
+// blobdb mode the last index applied before the previous shutdown or crash
+// whose WAL record reached the disk; in pasv mode the last index whose batch
+// reached an SST file (all of them after a clean Close).
+func (s *Store) AppliedIndex() uint64 { return s.applied.Load() }
+
+// Apply writes the Puts and Deletes of entries, and the index of the last
+// one into the meta column family, in one RocksDB WriteBatch. Entries with
+// OpNone only advance the applied index. As the systems.StateMachine
+// contract requires, every entry given is applied, also one at or below
+// AppliedIndex: the node replays from the log's commit index after its log
+// lost a tail, and replaying the same puts and deletes in order converges
+// to the same state; the applied index then follows the replay. Indexes
+// must increase within a call; an out-of-order index or an unknown Op is an
+// error and nothing of the call is written. RocksDB errors are wrapped with
+// the index range.
+func (s *Store) Apply(entries []systems.AppliedEntry) error {
+	if len(entries) == 0 {
+		return nil
+	}
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if s.closed {
+		return ErrClosed
+	}
+	s.applyMu.Lock()
+	defer s.applyMu.Unlock()
+
+	wb := grocksdb.NewWriteBatch()
+	defer wb.Destroy()
+	first, last := entries[0].Index, entries[0].Index
+	for i := range entries {
+		e := &entries[i]
+		if i > 0 && e.Index <= last {
+			return fmt.Errorf("%s: apply: entry index %d after %d: indexes must increase", s.mode, e.Index, last)
+		}
+		switch e.Command.Op {
+		case systems.OpNone:
+		case systems.OpPut:
+			wb.PutCF(s.data, e.Command.Key, e.Command.Value)
+		case systems.OpDelete:
+			wb.DeleteCF(s.data, e.Command.Key)
+		default:
+			return fmt.Errorf("%s: apply: entry %d has unknown op %v", s.mode, e.Index, e.Command.Op)
+		}
+		last = e.Index
+	}
+	var idx [8]byte
+	binary.BigEndian.PutUint64(idx[:], last)
+	wb.PutCF(s.meta, []byte(appliedKey), idx[:])
+	if err := s.db.Write(s.wo, wb); err != nil {
+		return fmt.Errorf("%s: rocksdb write of entries %d..%d: %w", s.mode, first, last, err)
+	}
+	s.applied.Store(last)
+	return nil
+}
+
+// Get returns a copy of key's value, which the caller owns (non-nil when
+// found, also for an empty value).
+func (s *Store) Get(key []byte) ([]byte, bool, error) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if s.closed {
+		return nil, false, ErrClosed
+	}
+	h, err := s.db.GetPinnedCF(s.ro, s.data, key)
+	if err != nil {
+		return nil, false, fmt.Errorf("%s: rocksdb get: %w", s.mode, err)
+	}
+	defer h.Destroy()
+	if !h.Exists() {
+		return nil, false, nil
+	}
+	return clone(h.Data()), true, nil
+}
+
+// Scan returns the pairs with start <= key < end in ascending key order
+// (empty end: no upper bound), read from one RocksDB iterator (a consistent
+// view), with keys and values the caller owns. It returns at most limit
+// pairs (limit <= 0: no limit). Once the pairs collected hold maxBytes or
+// more bytes of keys and values (maxBytes <= 0: no cap) it stops, with
+// more=true if the range holds another key; so it returns at least one pair
+// whenever the range is not empty. A range with start >= end is empty.
+func (s *Store) Scan(start, end []byte, limit int, maxBytes int) ([]systems.KeyValue, bool, error) {
+	if len(end) > 0 && string(start) >= string(end) {
+		return nil, false, nil
+	}
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if s.closed {
+		return nil, false, ErrClosed
+	}
+	ro := grocksdb.NewDefaultReadOptions()
+	defer ro.Destroy()
+	if len(end) > 0 {
+		// RocksDB keeps a pointer to the bound: give it a copy nobody
+		// else can change while the iterator lives.
+		ro.SetIterateUpperBound(clone(end))
+	}
+	it := s.db.NewIteratorCF(ro, s.data)
+	defer it.Close()
+
+	var kvs []systems.KeyValue
+	more := false
+	n := 0
+	for it.Seek(start); it.Valid(); {
+		k, v := it.Key().Data(), it.Value().Data()
+		kvs = append(kvs, systems.KeyValue{Key: clone(k), Value: clone(v)})
+		n += len(k) + len(v)
+		if limit > 0 && len(kvs) >= limit {
+			break
+		}
+		it.Next()
+		if maxBytes > 0 && n >= maxBytes {
+			more = it.Valid()
+			break
+		}
+	}
+	if err := it.Err(); err != nil {
+		return nil, false, fmt.Errorf("%s: rocksdb scan from %q: %w", s.mode, truncate(start), err)
+	}
+	return kvs, more, nil
+}
+
+// StateHash returns SHA-256 over every user key and value in key order,
+// taken from one RocksDB snapshot, and the applied index read from the same
+// snapshot. Each pair contributes
+//
+//	len(key) (8 bytes, big-endian) | key | len(value) (8 bytes, big-endian) | value
+//
+// so that replicas with equal data return equal sums whatever the system.
+// The scan does not fill the block cache.
+func (s *Store) StateHash() ([]byte, uint64, error) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if s.closed {
+		return nil, 0, ErrClosed
+	}
+	snap := s.db.NewSnapshot()
+	defer s.db.ReleaseSnapshot(snap)
+	ro := grocksdb.NewDefaultReadOptions()
+	defer ro.Destroy()
+	ro.SetSnapshot(snap)
+	ro.SetFillCache(false)
+	applied, err := s.readApplied(ro)
+	if err != nil {
+		return nil, 0, fmt.Errorf("%s: state hash: %w", s.mode, err)
+	}
+	it := s.db.NewIteratorCF(ro, s.data)
+	defer it.Close()
+	h := sha256.New()
+	var lb [8]byte
+	for it.SeekToFirst(); it.Valid(); it.Next() {
+		k, v := it.Key().Data(), it.Value().Data()
+		binary.BigEndian.PutUint64(lb[:], uint64(len(k)))
+		h.Write(lb[:])
+		h.Write(k)
+		binary.BigEndian.PutUint64(lb[:], uint64(len(v)))
+		h.Write(lb[:])
+		h.Write(v)
+	}
+	if err := it.Err(); err != nil {
+		return nil, 0, fmt.Errorf("%s: state hash: rocksdb iterate: %w", s.mode, err)
+	}
+	return h.Sum(nil), applied, nil
+}
+
+// Flush writes the memtables of both column families to SST files and
+// waits for it: first the user data, then the meta column family, with
+// Apply held off, so that the applied index on disk never runs ahead of the
+// data on disk. After Flush a pasv store restarts at the current
+// AppliedIndex.
+func (s *Store) Flush() error {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if s.closed {
+		return ErrClosed
+	}
+	s.applyMu.Lock()
+	defer s.applyMu.Unlock()
+	return s.flush()
+}
+
+func (s *Store) flush() error {
+	fo := grocksdb.NewDefaultFlushOptions()
+	defer fo.Destroy()
+	fo.SetWait(true)
+	if err := s.db.FlushCF(s.data, fo); err != nil {
+		return fmt.Errorf("%s: rocksdb flush of column family default: %w", s.mode, err)
+	}
+	if err := s.db.FlushCF(s.meta, fo); err != nil {
+		return fmt.Errorf("%s: rocksdb flush of column family %s: %w", s.mode, metaCFName, err)
+	}
+	return nil
+}
+
+// Property returns the RocksDB property name (e.g. "rocksdb.stats",
+// "rocksdb.total-sst-files-size") of the user data column family, or "" if
+// it is unknown or the store is closed.
+func (s *Store) Property(name string) string {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if s.closed {
+		return ""
+	}
+	return s.db.GetPropertyCF(name, s.data)
+}
+
+// Close releases the store; later calls return nil. In pasv mode it first
+// flushes the memtables (Flush), so that a clean restart replays nothing;
+// the other modes do not flush (their WAL covers the memtable). The RocksDB
+// objects are released even if the flush fails, and the flush error is
+// returned.
+func (s *Store) Close() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return nil
+	}
+	s.closed = true
+	var err error
+	if s.mode == ModePASV {
+		err = s.flush()
+	}
+	s.release()
+	return err
+}
+
+// clone copies b into a new non-nil slice.
+func clone(b []byte) []byte {
+	return append(make([]byte, 0, len(b)), b...)
+}
+
+// truncate shortens a key for an error message.
+func truncate(b []byte) []byte {
+	if len(b) > 64 {
+		return b[:64]
+	}
+	return b
+}
+
+// Interface checks.
+var (
+	_ systems.StateMachine = (*Store)(nil)
+	_ systems.StateHasher  = (*Store)(nil)
+	_ systems.SystemConfig = (*Config)(nil)
+)
