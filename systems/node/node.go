@@ -79,13 +79,13 @@ type Node struct {
 	unreachc chan uint64
 	applyc   chan applyBatch
 
-	stopOnce sync.Once
-	stopc    chan struct{} // closed by Stop
-	loopDone chan struct{}
+	stopOnce  sync.Once
+	stopc     chan struct{} // closed by Stop
+	loopDone  chan struct{}
 	applyDone chan struct{}
-	failOnce sync.Once
-	failed   chan struct{} // closed on a fatal error
-	failErr  error
+	failOnce  sync.Once
+	failed    chan struct{} // closed on a fatal error
+	failErr   error
 
 	// Written by the loop, read by anyone.
 	term, commit, lead atomic.Uint64

@@ -221,11 +221,17 @@ func testSemantics(t *testing.T, o Options) {
 
 	// Bad input: InvalidArgument, and the cluster keeps serving.
 	for name, f := range map[string]func() error{
-		"empty key":       func() error { _, err := h.c.Put(ctx2, nil, []byte("v")); return err },
-		"oversized key":   func() error { _, err := h.c.Put(ctx2, bytes.Repeat([]byte("k"), systems.MaxKeyBytes+1), nil); return err },
-		"oversized value": func() error { _, err := h.c.Put(ctx2, []byte("k"), make([]byte, systems.DefaultMaxValueBytes+1)); return err },
-		"get empty key":   func() error { _, _, err := h.c.Get(ctx2, nil); return err },
-		"scan start>end":  func() error { _, err := h.c.Scan(ctx2, []byte("b"), []byte("a"), 0); return err },
+		"empty key": func() error { _, err := h.c.Put(ctx2, nil, []byte("v")); return err },
+		"oversized key": func() error {
+			_, err := h.c.Put(ctx2, bytes.Repeat([]byte("k"), systems.MaxKeyBytes+1), nil)
+			return err
+		},
+		"oversized value": func() error {
+			_, err := h.c.Put(ctx2, []byte("k"), make([]byte, systems.DefaultMaxValueBytes+1))
+			return err
+		},
+		"get empty key":  func() error { _, _, err := h.c.Get(ctx2, nil); return err },
+		"scan start>end": func() error { _, err := h.c.Scan(ctx2, []byte("b"), []byte("a"), 0); return err },
 	} {
 		if err := f(); status.Code(err) != codes.InvalidArgument {
 			t.Fatalf("%s: got %v, want InvalidArgument", name, err)
