@@ -89,7 +89,7 @@ func (memConfig) Open(systems.Env) (systems.StateMachine, error) {
 var memSystem = systems.System{Name: "mem", Summary: "test", LogDir: "raftlog",
 	NewConfig: func() systems.SystemConfig { return memConfig{} }}
 
-func freeAddrs(t *testing.T, n int) []string {
+func freeAddrs(t testing.TB, n int) []string {
 	t.Helper()
 	var out []string
 	var ls []net.Listener
@@ -108,12 +108,12 @@ func freeAddrs(t *testing.T, n int) []string {
 }
 
 type testCluster struct {
-	t     *testing.T
+	t     testing.TB
 	cfgs  []Config
 	nodes []*Node
 }
 
-func startCluster(t *testing.T, n int) *testCluster {
+func startCluster(t testing.TB, n int) *testCluster {
 	t.Helper()
 	addrs := freeAddrs(t, 2*n)
 	tc := &testCluster{t: t}
@@ -156,7 +156,7 @@ func (tc *testCluster) stop(i int) {
 	tc.nodes[i] = nil
 }
 
-func (tc *testCluster) client(t *testing.T) *client.Client {
+func (tc *testCluster) client(t testing.TB) *client.Client {
 	var addrs []string
 	for _, c := range tc.cfgs {
 		addrs = append(addrs, c.Address)

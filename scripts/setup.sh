@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# Installs what a fresh Debian 12 machine lacks to build and run the harness,
+# then builds bin/nezha. Sourced by quickstart.sh and test.sh; safe to rerun.
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+
+if ! command -v go >/dev/null 2>&1 && [ -x /usr/local/go/bin/go ]; then
+  export PATH="$PATH:/usr/local/go/bin"
+fi
+if ! command -v go >/dev/null 2>&1; then
+  echo "setup: Go 1.26 is required (https://go.dev/dl); put it on PATH" >&2
+  exit 2
+fi
+
+# C libraries for grocksdb (RocksDB 7.8.3 from Debian 12) and its codecs.
+pkgs=(librocksdb-dev libsnappy-dev zlib1g-dev libbz2-dev liblz4-dev libzstd-dev gcc g++)
+missing=()
+for p in "${pkgs[@]}"; do
+  dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "setup: installing ${missing[*]}"
+  SUDO=""
+  [ "$(id -u)" -ne 0 ] && SUDO="sudo"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}" >/dev/null
+fi
+
+echo "setup: building bin/nezha ($(go version | cut -d' ' -f3))"
+go build -o bin/nezha ./cmd/nezha

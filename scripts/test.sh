@@ -1,0 +1,10 @@
+#!/usr/bin/env bash
+# The test command: set-up, go vet, and every test with the race detector.
+# Long soak and fault campaigns are experiments (nezha experiment), not tests.
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+source scripts/setup.sh
+echo "test: go vet ./..."
+go vet ./...
+echo "test: go test -race ./..."
+go test -race -count=1 -timeout 20m ./...

@@ -1,0 +1,91 @@
+package cluster
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+)
+
+// IOStats are a process's cumulative I/O counters from /proc/<pid>/io.
+// WriteBytes is what the process caused to be written to storage (the
+// numerator of write amplification); WChar counts every write() call,
+// page cache included.
+type IOStats struct {
+	ReadBytes  int64 `json:"read_bytes"`
+	WriteBytes int64 `json:"write_bytes"`
+	RChar      int64 `json:"rchar"`
+	WChar      int64 `json:"wchar"`
+	// CancelledWriteBytes were dirtied then truncated away before writeback.
+	CancelledWriteBytes int64 `json:"cancelled_write_bytes"`
+}
+
+// ReadIOStats reads /proc/<pid>/io.
+func ReadIOStats(pid int) (IOStats, error) {
+	f, err := os.Open(fmt.Sprintf("/proc/%d/io", pid))
+	if err != nil {
+		return IOStats{}, err
+	}
+	defer f.Close()
+	var st IOStats
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		k, v, ok := strings.Cut(sc.Text(), ":")
+		if !ok {
+			continue
+		}
+		n, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
+		if err != nil {
+			continue
+		}
+		switch k {
+		case "read_bytes":
+			st.ReadBytes = n
+		case "write_bytes":
+			st.WriteBytes = n
+		case "rchar":
+			st.RChar = n
+		case "wchar":
+			st.WChar = n
+		case "cancelled_write_bytes":
+			st.CancelledWriteBytes = n
+		}
+	}
+	return st, sc.Err()
+}
+
+// DiskUsage returns the bytes allocated on disk (st_blocks x 512) by the
+// files under dir, the numerator of space amplification.
+func DiskUsage(dir string) (int64, error) {
+	var total int64
+	err := filepath.WalkDir(dir, func(_ string, d fs.DirEntry, err error) error {
+		if errors.Is(err, fs.ErrNotExist) {
+			return nil // removed while walking (a compaction, a GC)
+		}
+		if err != nil {
+			return err
+		}
+		if d.IsDir() {
+			return nil
+		}
+		info, err := d.Info()
+		if errors.Is(err, fs.ErrNotExist) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		if st, ok := info.Sys().(*syscall.Stat_t); ok {
+			total += st.Blocks * 512
+		} else {
+			total += info.Size()
+		}
+		return nil
+	})
+	return total, err
+}
