@@ -32,6 +32,10 @@ type Config struct {
 	// Peers are the internal (Raft) addresses of all members, in order; the
 	// node's Raft id is the 1-based position of InternalAddress in Peers.
 	Peers []string
+	// DialPeers, if set, are the addresses this node dials to reach each
+	// member (same order and length as Peers); default Peers. Fault
+	// injection routes each directed link through its own proxy this way.
+	DialPeers []string
 	// Address serves the client API (kvpb.KV); InternalAddress the peer
 	// transport (kvpb.Raft). Both host:port.
 	Address, InternalAddress string
@@ -108,6 +112,9 @@ func (c *Config) Validate() error {
 		}
 		seen[p] = true
 	}
+	if len(c.DialPeers) > 0 && len(c.DialPeers) != len(c.Peers) {
+		bad("-dialPeers has %d addresses, -peers %d", len(c.DialPeers), len(c.Peers))
+	}
 	if c.Address == "" {
 		bad("-address is required")
 	}
@@ -160,6 +167,14 @@ func checkDataDir(dir string) error {
 	name := f.Name()
 	f.Close()
 	return os.Remove(name)
+}
+
+// dialAddress returns the address this node dials for member id.
+func (c *Config) dialAddress(id uint64) string {
+	if len(c.DialPeers) > 0 {
+		return c.DialPeers[id-1]
+	}
+	return c.Peers[id-1]
 }
 
 // logDir is where the Raft log lives.

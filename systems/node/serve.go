@@ -44,6 +44,7 @@ func Serve(args []string, reg *systems.Registry, stdout, stderr io.Writer) error
 	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
 	systemName := fs.String("system", "", "system under test: "+strings.Join(reg.Names(), ", "))
 	peers := fs.String("peers", "", "comma-separated internal (Raft) addresses of all members; the node's id is the position of -internalAddress in it (1-based)")
+	dialPeers := fs.String("dialPeers", "", "comma-separated addresses to dial for each member, in -peers order (default -peers; fault injection puts proxies here)")
 	fs.StringVar(&cfg.Address, "address", "", "client API address host:port")
 	fs.StringVar(&cfg.InternalAddress, "internalAddress", "", "Raft peer address host:port (must appear in -peers)")
 	fs.StringVar(&cfg.DataDir, "data", "", "data directory")
@@ -75,6 +76,7 @@ func Serve(args []string, reg *systems.Registry, stdout, stderr io.Writer) error
 		return systems.Usagef("serve: -system is required (one of %s)", strings.Join(reg.Names(), ", "))
 	}
 	cfg.Peers = systems.SplitList(*peers)
+	cfg.DialPeers = systems.SplitList(*dialPeers)
 	var level slog.Level
 	if err := level.UnmarshalText([]byte(*logLevel)); err != nil {
 		return systems.Usagef("serve: -logLevel %q: %v", *logLevel, err)

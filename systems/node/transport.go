@@ -63,11 +63,12 @@ func newTransport(n *Node, lis net.Listener) *transport {
 			n.fail(err)
 		}
 	}()
-	for i, addr := range n.cfg.Peers {
+	for i := range n.cfg.Peers {
 		id := uint64(i + 1)
 		if id == n.id {
 			continue
 		}
+		addr := n.cfg.dialAddress(id)
 		conn, err := grpc.NewClient(addr,
 			grpc.WithTransportCredentials(insecure.NewCredentials()),
 			grpc.WithDefaultCallOptions(grpc.MaxCallSendMsgSize(maxMsgBytes(n))),
