@@ -41,6 +41,8 @@ type Node struct {
 	PID  int    `json:"pid"`
 	Data string `json:"data"`
 	Log  string `json:"log"`
+	// ExtraArgs are this node's own serve flags, after the cluster's.
+	ExtraArgs []string `json:"extraArgs,omitempty"`
 }
 
 // Spec is the content of cluster.json.
@@ -116,6 +118,10 @@ type UpOptions struct {
 	Binary string
 	// ExtraArgs are appended to every serve command line.
 	ExtraArgs []string
+	// NodeArgs, if set, returns flags for one node (appended after
+	// ExtraArgs), given every node's addresses; e.g. -dialPeers through
+	// per-link proxies.
+	NodeArgs func(self Node, all []Node) []string
 	// Host is the loopback address to bind. Default 127.0.0.1.
 	Host string
 	// ReadyTimeout bounds the wait for a leader. Default 30s.
@@ -187,6 +193,11 @@ func Up(ctx context.Context, o UpOptions) (*Spec, uint64, error) {
 			Log:             filepath.Join(nd, "node.log"),
 		})
 	}
+	if o.NodeArgs != nil {
+		for i := range s.Nodes {
+			s.Nodes[i].ExtraArgs = o.NodeArgs(s.Nodes[i], s.Nodes)
+		}
+	}
 	for i := range s.Nodes {
 		if err := s.start(&s.Nodes[i]); err != nil {
 			s.Down(false)
@@ -213,7 +224,8 @@ func (s *Spec) Args(n *Node) []string {
 	}
 	args := []string{"serve", "-system", s.System, "-address", n.Address,
 		"-internalAddress", n.InternalAddress, "-peers", strings.Join(peers, ","), "-data", n.Data}
-	return append(args, s.ExtraArgs...)
+	args = append(args, s.ExtraArgs...)
+	return append(args, n.ExtraArgs...)
 }
 
 // start launches node n's serve process, detached into its own session so
