@@ -102,6 +102,9 @@ type Env struct {
 	Dir string
 	// Log reads records back from the local Raft log.
 	Log ValueLog
+	// Control compacts and reclaims the Raft log (for state machines whose
+	// values live in it).
+	Control LogControl
 	// Logger is the node's logger.
 	Logger *slog.Logger
 }

@@ -768,9 +768,12 @@ type StatusResponse struct {
 	InternalAddress string                 `protobuf:"bytes,9,opt,name=internal_address,json=internalAddress,proto3" json:"internal_address,omitempty"`
 	// state_hash is a hash of the state machine's user data at applied_index,
 	// if the system can compute one cheaply (empty otherwise).
-	StateHash      []byte `protobuf:"bytes,10,opt,name=state_hash,json=stateHash,proto3" json:"state_hash,omitempty"`
-	Pid            int64  `protobuf:"varint,11,opt,name=pid,proto3" json:"pid,omitempty"`
-	StateHashIndex uint64 `protobuf:"varint,12,opt,name=state_hash_index,json=stateHashIndex,proto3" json:"state_hash_index,omitempty"` // the applied index state_hash was taken at
+	StateHash      []byte     `protobuf:"bytes,10,opt,name=state_hash,json=stateHash,proto3" json:"state_hash,omitempty"`
+	Pid            int64      `protobuf:"varint,11,opt,name=pid,proto3" json:"pid,omitempty"`
+	StateHashIndex uint64     `protobuf:"varint,12,opt,name=state_hash_index,json=stateHashIndex,proto3" json:"state_hash_index,omitempty"` // the applied index state_hash was taken at
+	GcRounds       []*GCRound `protobuf:"bytes,13,rep,name=gc_rounds,json=gcRounds,proto3" json:"gc_rounds,omitempty"`                      // recent GC rounds of systems with a GC
+	CompactedIndex uint64     `protobuf:"varint,14,opt,name=compacted_index,json=compactedIndex,proto3" json:"compacted_index,omitempty"`   // Raft log compaction point
+	LogBytes       int64      `protobuf:"varint,15,opt,name=log_bytes,json=logBytes,proto3" json:"log_bytes,omitempty"`                     // bytes in Raft log segments
 	unknownFields  protoimpl.UnknownFields
 	sizeCache      protoimpl.SizeCache
 }
@@ -889,6 +892,212 @@ func (x *StatusResponse) GetStateHashIndex() uint64 {
 	return 0
 }
 
+func (x *StatusResponse) GetGcRounds() []*GCRound {
+	if x != nil {
+		return x.GcRounds
+	}
+	return nil
+}
+
+func (x *StatusResponse) GetCompactedIndex() uint64 {
+	if x != nil {
+		return x.CompactedIndex
+	}
+	return 0
+}
+
+func (x *StatusResponse) GetLogBytes() int64 {
+	if x != nil {
+		return x.LogBytes
+	}
+	return 0
+}
+
+// GCRound mirrors systems.GCRound.
+type GCRound struct {
+	state           protoimpl.MessageState `protogen:"open.v1"`
+	Strategy        string                 `protobuf:"bytes,1,opt,name=strategy,proto3" json:"strategy,omitempty"`
+	StartUnixNanos  int64                  `protobuf:"varint,2,opt,name=start_unix_nanos,json=startUnixNanos,proto3" json:"start_unix_nanos,omitempty"`
+	EndUnixNanos    int64                  `protobuf:"varint,3,opt,name=end_unix_nanos,json=endUnixNanos,proto3" json:"end_unix_nanos,omitempty"`
+	BytesRead       int64                  `protobuf:"varint,4,opt,name=bytes_read,json=bytesRead,proto3" json:"bytes_read,omitempty"`
+	BytesWritten    int64                  `protobuf:"varint,5,opt,name=bytes_written,json=bytesWritten,proto3" json:"bytes_written,omitempty"`
+	LiveBytes       int64                  `protobuf:"varint,6,opt,name=live_bytes,json=liveBytes,proto3" json:"live_bytes,omitempty"`
+	ReclaimedBytes  int64                  `protobuf:"varint,7,opt,name=reclaimed_bytes,json=reclaimedBytes,proto3" json:"reclaimed_bytes,omitempty"`
+	SegmentsRemoved int32                  `protobuf:"varint,8,opt,name=segments_removed,json=segmentsRemoved,proto3" json:"segments_removed,omitempty"`
+	RunsRemoved     int32                  `protobuf:"varint,9,opt,name=runs_removed,json=runsRemoved,proto3" json:"runs_removed,omitempty"`
+	KeysMoved       int64                  `protobuf:"varint,10,opt,name=keys_moved,json=keysMoved,proto3" json:"keys_moved,omitempty"`
+	CompactedIndex  uint64                 `protobuf:"varint,11,opt,name=compacted_index,json=compactedIndex,proto3" json:"compacted_index,omitempty"`
+	Error           string                 `protobuf:"bytes,12,opt,name=error,proto3" json:"error,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
+}
+
+func (x *GCRound) Reset() {
+	*x = GCRound{}
+	mi := &file_systems_kvpb_kv_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GCRound) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GCRound) ProtoMessage() {}
+
+func (x *GCRound) ProtoReflect() protoreflect.Message {
+	mi := &file_systems_kvpb_kv_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GCRound.ProtoReflect.Descriptor instead.
+func (*GCRound) Descriptor() ([]byte, []int) {
+	return file_systems_kvpb_kv_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *GCRound) GetStrategy() string {
+	if x != nil {
+		return x.Strategy
+	}
+	return ""
+}
+
+func (x *GCRound) GetStartUnixNanos() int64 {
+	if x != nil {
+		return x.StartUnixNanos
+	}
+	return 0
+}
+
+func (x *GCRound) GetEndUnixNanos() int64 {
+	if x != nil {
+		return x.EndUnixNanos
+	}
+	return 0
+}
+
+func (x *GCRound) GetBytesRead() int64 {
+	if x != nil {
+		return x.BytesRead
+	}
+	return 0
+}
+
+func (x *GCRound) GetBytesWritten() int64 {
+	if x != nil {
+		return x.BytesWritten
+	}
+	return 0
+}
+
+func (x *GCRound) GetLiveBytes() int64 {
+	if x != nil {
+		return x.LiveBytes
+	}
+	return 0
+}
+
+func (x *GCRound) GetReclaimedBytes() int64 {
+	if x != nil {
+		return x.ReclaimedBytes
+	}
+	return 0
+}
+
+func (x *GCRound) GetSegmentsRemoved() int32 {
+	if x != nil {
+		return x.SegmentsRemoved
+	}
+	return 0
+}
+
+func (x *GCRound) GetRunsRemoved() int32 {
+	if x != nil {
+		return x.RunsRemoved
+	}
+	return 0
+}
+
+func (x *GCRound) GetKeysMoved() int64 {
+	if x != nil {
+		return x.KeysMoved
+	}
+	return 0
+}
+
+func (x *GCRound) GetCompactedIndex() uint64 {
+	if x != nil {
+		return x.CompactedIndex
+	}
+	return 0
+}
+
+func (x *GCRound) GetError() string {
+	if x != nil {
+		return x.Error
+	}
+	return ""
+}
+
+type SnapshotChunk struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Message       []byte                 `protobuf:"bytes,1,opt,name=message,proto3" json:"message,omitempty"` // first chunk only
+	Data          []byte                 `protobuf:"bytes,2,opt,name=data,proto3" json:"data,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SnapshotChunk) Reset() {
+	*x = SnapshotChunk{}
+	mi := &file_systems_kvpb_kv_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SnapshotChunk) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SnapshotChunk) ProtoMessage() {}
+
+func (x *SnapshotChunk) ProtoReflect() protoreflect.Message {
+	mi := &file_systems_kvpb_kv_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SnapshotChunk.ProtoReflect.Descriptor instead.
+func (*SnapshotChunk) Descriptor() ([]byte, []int) {
+	return file_systems_kvpb_kv_proto_rawDescGZIP(), []int{14}
+}
+
+func (x *SnapshotChunk) GetMessage() []byte {
+	if x != nil {
+		return x.Message
+	}
+	return nil
+}
+
+func (x *SnapshotChunk) GetData() []byte {
+	if x != nil {
+		return x.Data
+	}
+	return nil
+}
+
 type MessageBatch struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Messages      [][]byte               `protobuf:"bytes,1,rep,name=messages,proto3" json:"messages,omitempty"` // each a marshaled raftpb.Message
@@ -898,7 +1107,7 @@ type MessageBatch struct {
 
 func (x *MessageBatch) Reset() {
 	*x = MessageBatch{}
-	mi := &file_systems_kvpb_kv_proto_msgTypes[13]
+	mi := &file_systems_kvpb_kv_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -910,7 +1119,7 @@ func (x *MessageBatch) String() string {
 func (*MessageBatch) ProtoMessage() {}
 
 func (x *MessageBatch) ProtoReflect() protoreflect.Message {
-	mi := &file_systems_kvpb_kv_proto_msgTypes[13]
+	mi := &file_systems_kvpb_kv_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -923,7 +1132,7 @@ func (x *MessageBatch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MessageBatch.ProtoReflect.Descriptor instead.
 func (*MessageBatch) Descriptor() ([]byte, []int) {
-	return file_systems_kvpb_kv_proto_rawDescGZIP(), []int{13}
+	return file_systems_kvpb_kv_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *MessageBatch) GetMessages() [][]byte {
@@ -941,7 +1150,7 @@ type StreamAck struct {
 
 func (x *StreamAck) Reset() {
 	*x = StreamAck{}
-	mi := &file_systems_kvpb_kv_proto_msgTypes[14]
+	mi := &file_systems_kvpb_kv_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -953,7 +1162,7 @@ func (x *StreamAck) String() string {
 func (*StreamAck) ProtoMessage() {}
 
 func (x *StreamAck) ProtoReflect() protoreflect.Message {
-	mi := &file_systems_kvpb_kv_proto_msgTypes[14]
+	mi := &file_systems_kvpb_kv_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -966,7 +1175,7 @@ func (x *StreamAck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StreamAck.ProtoReflect.Descriptor instead.
 func (*StreamAck) Descriptor() ([]byte, []int) {
-	return file_systems_kvpb_kv_proto_rawDescGZIP(), []int{14}
+	return file_systems_kvpb_kv_proto_rawDescGZIP(), []int{16}
 }
 
 var File_systems_kvpb_kv_proto protoreflect.FileDescriptor
@@ -1017,7 +1226,7 @@ const file_systems_kvpb_kv_proto_rawDesc = "" +
 	"\x06Member\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\x12)\n" +
 	"\x10internal_address\x18\x02 \x01(\tR\x0finternalAddress\x12\x18\n" +
-	"\aaddress\x18\x03 \x01(\tR\aaddress\"\xa4\x03\n" +
+	"\aaddress\x18\x03 \x01(\tR\aaddress\"\x9a\x04\n" +
 	"\x0eStatusResponse\x120\n" +
 	"\x06header\x18\x01 \x01(\v2\x18.nezha.kv.ResponseHeaderR\x06header\x12\x1d\n" +
 	"\n" +
@@ -1035,7 +1244,30 @@ const file_systems_kvpb_kv_proto_rawDesc = "" +
 	"state_hash\x18\n" +
 	" \x01(\fR\tstateHash\x12\x10\n" +
 	"\x03pid\x18\v \x01(\x03R\x03pid\x12(\n" +
-	"\x10state_hash_index\x18\f \x01(\x04R\x0estateHashIndex\"*\n" +
+	"\x10state_hash_index\x18\f \x01(\x04R\x0estateHashIndex\x12.\n" +
+	"\tgc_rounds\x18\r \x03(\v2\x11.nezha.kv.GCRoundR\bgcRounds\x12'\n" +
+	"\x0fcompacted_index\x18\x0e \x01(\x04R\x0ecompactedIndex\x12\x1b\n" +
+	"\tlog_bytes\x18\x0f \x01(\x03R\blogBytes\"\xad\x03\n" +
+	"\aGCRound\x12\x1a\n" +
+	"\bstrategy\x18\x01 \x01(\tR\bstrategy\x12(\n" +
+	"\x10start_unix_nanos\x18\x02 \x01(\x03R\x0estartUnixNanos\x12$\n" +
+	"\x0eend_unix_nanos\x18\x03 \x01(\x03R\fendUnixNanos\x12\x1d\n" +
+	"\n" +
+	"bytes_read\x18\x04 \x01(\x03R\tbytesRead\x12#\n" +
+	"\rbytes_written\x18\x05 \x01(\x03R\fbytesWritten\x12\x1d\n" +
+	"\n" +
+	"live_bytes\x18\x06 \x01(\x03R\tliveBytes\x12'\n" +
+	"\x0freclaimed_bytes\x18\a \x01(\x03R\x0ereclaimedBytes\x12)\n" +
+	"\x10segments_removed\x18\b \x01(\x05R\x0fsegmentsRemoved\x12!\n" +
+	"\fruns_removed\x18\t \x01(\x05R\vrunsRemoved\x12\x1d\n" +
+	"\n" +
+	"keys_moved\x18\n" +
+	" \x01(\x03R\tkeysMoved\x12'\n" +
+	"\x0fcompacted_index\x18\v \x01(\x04R\x0ecompactedIndex\x12\x14\n" +
+	"\x05error\x18\f \x01(\tR\x05error\"=\n" +
+	"\rSnapshotChunk\x12\x18\n" +
+	"\amessage\x18\x01 \x01(\fR\amessage\x12\x12\n" +
+	"\x04data\x18\x02 \x01(\fR\x04data\"*\n" +
 	"\fMessageBatch\x12\x1a\n" +
 	"\bmessages\x18\x01 \x03(\fR\bmessages\"\v\n" +
 	"\tStreamAck*.\n" +
@@ -1047,9 +1279,10 @@ const file_systems_kvpb_kv_proto_rawDesc = "" +
 	"\x03Get\x12\x14.nezha.kv.GetRequest\x1a\x15.nezha.kv.GetResponse\x12;\n" +
 	"\x06Delete\x12\x17.nezha.kv.DeleteRequest\x1a\x18.nezha.kv.DeleteResponse\x125\n" +
 	"\x04Scan\x12\x15.nezha.kv.ScanRequest\x1a\x16.nezha.kv.ScanResponse\x12;\n" +
-	"\x06Status\x12\x17.nezha.kv.StatusRequest\x1a\x18.nezha.kv.StatusResponse2?\n" +
+	"\x06Status\x12\x17.nezha.kv.StatusRequest\x1a\x18.nezha.kv.StatusResponse2{\n" +
 	"\x04Raft\x127\n" +
-	"\x06Stream\x12\x16.nezha.kv.MessageBatch\x1a\x13.nezha.kv.StreamAck(\x01B-Z+github.com/nezha-harness/nezha/systems/kvpbb\x06proto3"
+	"\x06Stream\x12\x16.nezha.kv.MessageBatch\x1a\x13.nezha.kv.StreamAck(\x01\x12:\n" +
+	"\bSnapshot\x12\x17.nezha.kv.SnapshotChunk\x1a\x13.nezha.kv.StreamAck(\x01B-Z+github.com/nezha-harness/nezha/systems/kvpbb\x06proto3"
 
 var (
 	file_systems_kvpb_kv_proto_rawDescOnce sync.Once
@@ -1064,7 +1297,7 @@ func file_systems_kvpb_kv_proto_rawDescGZIP() []byte {
 }
 
 var file_systems_kvpb_kv_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_systems_kvpb_kv_proto_msgTypes = make([]protoimpl.MessageInfo, 15)
+var file_systems_kvpb_kv_proto_msgTypes = make([]protoimpl.MessageInfo, 17)
 var file_systems_kvpb_kv_proto_goTypes = []any{
 	(ReadConsistency)(0),   // 0: nezha.kv.ReadConsistency
 	(*ResponseHeader)(nil), // 1: nezha.kv.ResponseHeader
@@ -1080,8 +1313,10 @@ var file_systems_kvpb_kv_proto_goTypes = []any{
 	(*StatusRequest)(nil),  // 11: nezha.kv.StatusRequest
 	(*Member)(nil),         // 12: nezha.kv.Member
 	(*StatusResponse)(nil), // 13: nezha.kv.StatusResponse
-	(*MessageBatch)(nil),   // 14: nezha.kv.MessageBatch
-	(*StreamAck)(nil),      // 15: nezha.kv.StreamAck
+	(*GCRound)(nil),        // 14: nezha.kv.GCRound
+	(*SnapshotChunk)(nil),  // 15: nezha.kv.SnapshotChunk
+	(*MessageBatch)(nil),   // 16: nezha.kv.MessageBatch
+	(*StreamAck)(nil),      // 17: nezha.kv.StreamAck
 }
 var file_systems_kvpb_kv_proto_depIdxs = []int32{
 	1,  // 0: nezha.kv.PutResponse.header:type_name -> nezha.kv.ResponseHeader
@@ -1093,23 +1328,26 @@ var file_systems_kvpb_kv_proto_depIdxs = []int32{
 	9,  // 6: nezha.kv.ScanResponse.kvs:type_name -> nezha.kv.KeyValue
 	1,  // 7: nezha.kv.StatusResponse.header:type_name -> nezha.kv.ResponseHeader
 	12, // 8: nezha.kv.StatusResponse.members:type_name -> nezha.kv.Member
-	2,  // 9: nezha.kv.KV.Put:input_type -> nezha.kv.PutRequest
-	4,  // 10: nezha.kv.KV.Get:input_type -> nezha.kv.GetRequest
-	6,  // 11: nezha.kv.KV.Delete:input_type -> nezha.kv.DeleteRequest
-	8,  // 12: nezha.kv.KV.Scan:input_type -> nezha.kv.ScanRequest
-	11, // 13: nezha.kv.KV.Status:input_type -> nezha.kv.StatusRequest
-	14, // 14: nezha.kv.Raft.Stream:input_type -> nezha.kv.MessageBatch
-	3,  // 15: nezha.kv.KV.Put:output_type -> nezha.kv.PutResponse
-	5,  // 16: nezha.kv.KV.Get:output_type -> nezha.kv.GetResponse
-	7,  // 17: nezha.kv.KV.Delete:output_type -> nezha.kv.DeleteResponse
-	10, // 18: nezha.kv.KV.Scan:output_type -> nezha.kv.ScanResponse
-	13, // 19: nezha.kv.KV.Status:output_type -> nezha.kv.StatusResponse
-	15, // 20: nezha.kv.Raft.Stream:output_type -> nezha.kv.StreamAck
-	15, // [15:21] is the sub-list for method output_type
-	9,  // [9:15] is the sub-list for method input_type
-	9,  // [9:9] is the sub-list for extension type_name
-	9,  // [9:9] is the sub-list for extension extendee
-	0,  // [0:9] is the sub-list for field type_name
+	14, // 9: nezha.kv.StatusResponse.gc_rounds:type_name -> nezha.kv.GCRound
+	2,  // 10: nezha.kv.KV.Put:input_type -> nezha.kv.PutRequest
+	4,  // 11: nezha.kv.KV.Get:input_type -> nezha.kv.GetRequest
+	6,  // 12: nezha.kv.KV.Delete:input_type -> nezha.kv.DeleteRequest
+	8,  // 13: nezha.kv.KV.Scan:input_type -> nezha.kv.ScanRequest
+	11, // 14: nezha.kv.KV.Status:input_type -> nezha.kv.StatusRequest
+	16, // 15: nezha.kv.Raft.Stream:input_type -> nezha.kv.MessageBatch
+	15, // 16: nezha.kv.Raft.Snapshot:input_type -> nezha.kv.SnapshotChunk
+	3,  // 17: nezha.kv.KV.Put:output_type -> nezha.kv.PutResponse
+	5,  // 18: nezha.kv.KV.Get:output_type -> nezha.kv.GetResponse
+	7,  // 19: nezha.kv.KV.Delete:output_type -> nezha.kv.DeleteResponse
+	10, // 20: nezha.kv.KV.Scan:output_type -> nezha.kv.ScanResponse
+	13, // 21: nezha.kv.KV.Status:output_type -> nezha.kv.StatusResponse
+	17, // 22: nezha.kv.Raft.Stream:output_type -> nezha.kv.StreamAck
+	17, // 23: nezha.kv.Raft.Snapshot:output_type -> nezha.kv.StreamAck
+	17, // [17:24] is the sub-list for method output_type
+	10, // [10:17] is the sub-list for method input_type
+	10, // [10:10] is the sub-list for extension type_name
+	10, // [10:10] is the sub-list for extension extendee
+	0,  // [0:10] is the sub-list for field type_name
 }
 
 func init() { file_systems_kvpb_kv_proto_init() }
@@ -1123,7 +1361,7 @@ func file_systems_kvpb_kv_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_systems_kvpb_kv_proto_rawDesc), len(file_systems_kvpb_kv_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   15,
+			NumMessages:   17,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

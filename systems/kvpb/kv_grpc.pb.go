@@ -308,7 +308,8 @@ var KV_ServiceDesc = grpc.ServiceDesc{
 }
 
 const (
-	Raft_Stream_FullMethodName = "/nezha.kv.Raft/Stream"
+	Raft_Stream_FullMethodName   = "/nezha.kv.Raft/Stream"
+	Raft_Snapshot_FullMethodName = "/nezha.kv.Raft/Snapshot"
 )
 
 // RaftClient is the client API for Raft service.
@@ -320,6 +321,9 @@ type RaftClient interface {
 	// Stream carries batches of raftpb.Message from one peer to another. The
 	// sender identifies itself in gRPC metadata (x-nezha-from, x-nezha-address).
 	Stream(ctx context.Context, opts ...grpc.CallOption) (grpc.ClientStreamingClient[MessageBatch, StreamAck], error)
+	// Snapshot carries one MsgSnap: the first chunk holds the marshaled
+	// raftpb.Message, the rest the state machine's snapshot stream.
+	Snapshot(ctx context.Context, opts ...grpc.CallOption) (grpc.ClientStreamingClient[SnapshotChunk, StreamAck], error)
 }
 
 type raftClient struct {
@@ -343,6 +347,19 @@ func (c *raftClient) Stream(ctx context.Context, opts ...grpc.CallOption) (grpc.
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type Raft_StreamClient = grpc.ClientStreamingClient[MessageBatch, StreamAck]
 
+func (c *raftClient) Snapshot(ctx context.Context, opts ...grpc.CallOption) (grpc.ClientStreamingClient[SnapshotChunk, StreamAck], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &Raft_ServiceDesc.Streams[1], Raft_Snapshot_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[SnapshotChunk, StreamAck]{ClientStream: stream}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Raft_SnapshotClient = grpc.ClientStreamingClient[SnapshotChunk, StreamAck]
+
 // RaftServer is the server API for Raft service.
 // All implementations must embed UnimplementedRaftServer
 // for forward compatibility.
@@ -352,6 +369,9 @@ type RaftServer interface {
 	// Stream carries batches of raftpb.Message from one peer to another. The
 	// sender identifies itself in gRPC metadata (x-nezha-from, x-nezha-address).
 	Stream(grpc.ClientStreamingServer[MessageBatch, StreamAck]) error
+	// Snapshot carries one MsgSnap: the first chunk holds the marshaled
+	// raftpb.Message, the rest the state machine's snapshot stream.
+	Snapshot(grpc.ClientStreamingServer[SnapshotChunk, StreamAck]) error
 	mustEmbedUnimplementedRaftServer()
 }
 
@@ -364,6 +384,9 @@ type UnimplementedRaftServer struct{}
 
 func (UnimplementedRaftServer) Stream(grpc.ClientStreamingServer[MessageBatch, StreamAck]) error {
 	return status.Error(codes.Unimplemented, "method Stream not implemented")
+}
+func (UnimplementedRaftServer) Snapshot(grpc.ClientStreamingServer[SnapshotChunk, StreamAck]) error {
+	return status.Error(codes.Unimplemented, "method Snapshot not implemented")
 }
 func (UnimplementedRaftServer) mustEmbedUnimplementedRaftServer() {}
 func (UnimplementedRaftServer) testEmbeddedByValue()              {}
@@ -393,6 +416,13 @@ func _Raft_Stream_Handler(srv interface{}, stream grpc.ServerStream) error {
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type Raft_StreamServer = grpc.ClientStreamingServer[MessageBatch, StreamAck]
 
+func _Raft_Snapshot_Handler(srv interface{}, stream grpc.ServerStream) error {
+	return srv.(RaftServer).Snapshot(&grpc.GenericServerStream[SnapshotChunk, StreamAck]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Raft_SnapshotServer = grpc.ClientStreamingServer[SnapshotChunk, StreamAck]
+
 // Raft_ServiceDesc is the grpc.ServiceDesc for Raft service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -404,6 +434,11 @@ var Raft_ServiceDesc = grpc.ServiceDesc{
 		{
 			StreamName:    "Stream",
 			Handler:       _Raft_Stream_Handler,
+			ClientStreams: true,
+		},
+		{
+			StreamName:    "Snapshot",
+			Handler:       _Raft_Snapshot_Handler,
 			ClientStreams: true,
 		},
 	},

@@ -174,6 +174,21 @@ func (s *kvServer) Status(ctx context.Context, req *kvpb.StatusRequest) (*kvpb.S
 		}
 		resp.Members = append(resp.Members, m)
 	}
+	resp.CompactedIndex = n.log.CompactedIndex()
+	for _, seg := range n.log.Segments() {
+		resp.LogBytes += seg.SizeBytes
+	}
+	if g, ok := n.sm.(systems.GCReporter); ok {
+		for _, r := range g.GCRounds() {
+			resp.GcRounds = append(resp.GcRounds, &kvpb.GCRound{
+				Strategy: r.Strategy, StartUnixNanos: r.Start.UnixNano(), EndUnixNanos: r.End.UnixNano(),
+				BytesRead: r.BytesRead, BytesWritten: r.BytesWritten, LiveBytes: r.LiveBytes,
+				ReclaimedBytes: r.ReclaimedBytes, SegmentsRemoved: int32(r.SegmentsRemoved),
+				RunsRemoved: int32(r.RunsRemoved), KeysMoved: r.KeysMoved, CompactedIndex: r.CompactedIndex,
+				Error: r.Error,
+			})
+		}
+	}
 	sort.Slice(resp.Members, func(i, j int) bool { return resp.Members[i].Id < resp.Members[j].Id })
 	if h, ok := n.sm.(systems.StateHasher); ok && req.WithStateHash {
 		sum, applied, err := h.StateHash()

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"net"
 	"os"
 	"sync"
@@ -54,9 +55,11 @@ type readBatch struct {
 	issuedAt int // loop tick count
 }
 
-// applyBatch is a run of committed entries for the apply goroutine.
+// applyBatch is a run of committed entries for the apply goroutine, or a
+// barrier: barrier is closed once every earlier batch is applied.
 type applyBatch struct {
 	entries []raftpb.Entry
+	barrier chan struct{}
 }
 
 // Node is one member of a cluster. Start it with Start; stop it with Stop.
@@ -73,6 +76,8 @@ type Node struct {
 	kvServer  *grpc.Server
 	kvLis     net.Listener
 
+	ctlc     chan func() // closures run on the Ready loop (logControl)
+	snapc    chan snapshotStatus
 	propc    chan proposal
 	recvc    chan raftpb.Message
 	readc    chan readRequest
@@ -94,6 +99,10 @@ type Node struct {
 	lastIndex          atomic.Uint64
 	// Written by the apply goroutine.
 	applied atomic.Uint64
+	// Written by the loop: see updateCompactBound.
+	minFollowerMatch atomic.Uint64
+	// Loop-owned: the membership, for compaction markers.
+	confState raftpb.ConfState
 
 	proposals   *waitRegistry
 	appliedWait *indexWait
@@ -128,6 +137,8 @@ func Start(cfg Config) (*Node, error) {
 		recvc:        make(chan raftpb.Message, 4096),
 		readc:        make(chan readRequest, 4096),
 		unreachc:     make(chan uint64, 64),
+		ctlc:         make(chan func()),
+		snapc:        make(chan snapshotStatus, 16),
 		applyc:       make(chan applyBatch, 16),
 		stopc:        make(chan struct{}),
 		loopDone:     make(chan struct{}),
@@ -138,6 +149,7 @@ func Start(cfg Config) (*Node, error) {
 		pendingReads: map[uint64]*readBatch{},
 	}
 	n.disk = diskGuard{dir: cfg.DataDir, min: cfg.MinFreeDiskBytes}
+	n.minFollowerMatch.Store(math.MaxUint64)
 	var nonce [4]byte
 	if _, err := rand.Read(nonce[:]); err != nil {
 		return nil, err
@@ -181,7 +193,11 @@ func (n *Node) open() error {
 		n.logger.Warn("the log's membership differs from -peers; the log wins",
 			"log_voters", cs.Voters, "peers", n.cfg.Peers)
 	}
-	sm, err := n.cfg.SystemConfig.Open(systems.Env{Dir: n.cfg.DataDir, Log: l, Logger: n.logger})
+	n.confState = cs
+	if err := cleanSnapshotDir(n.snapDir()); err != nil {
+		return err
+	}
+	sm, err := n.cfg.SystemConfig.Open(systems.Env{Dir: n.cfg.DataDir, Log: l, Control: logControl{n}, Logger: n.logger})
 	if err != nil {
 		return fmt.Errorf("open %s state machine: %w", n.cfg.System.Name, err)
 	}
@@ -341,6 +357,11 @@ func (n *Node) runLoop() {
 			n.rn.Tick()
 			n.ticks++
 			n.expireReads()
+			n.updateCompactBound()
+		case f := <-n.ctlc:
+			f()
+		case st := <-n.snapc:
+			n.rn.ReportSnapshot(st.to, st.status)
 		case m := <-n.recvc:
 			n.step(m)
 			for more := len(n.recvc); more > 0; more-- {
@@ -408,7 +429,9 @@ func (n *Node) handleReady(rd raft.Ready) error {
 		n.transport.send(rd.Messages)
 	}
 	if !raft.IsEmptySnap(rd.Snapshot) {
-		return fmt.Errorf("received a Raft snapshot at index %d, which this build cannot install yet", rd.Snapshot.Metadata.Index)
+		if err := n.installSnapshot(rd.Snapshot); err != nil {
+			return err
+		}
 	}
 	if err := n.log.Append(rd.HardState, rd.Entries, rd.MustSync); err != nil {
 		return err
@@ -473,6 +496,7 @@ func (n *Node) applyConfChange(e raftpb.Entry) {
 		return
 	}
 	cs := n.rn.ApplyConfChange(cc)
+	n.confState = *cs
 	n.logger.Info("applied conf change", "index", e.Index, "conf_state", cs.String())
 }
 
@@ -523,7 +547,14 @@ func (n *Node) runApply() {
 
 func (n *Node) apply(batches []applyBatch) error {
 	var ents []systems.AppliedEntry
-	for _, b := range batches {
+	for i, b := range batches {
+		if b.barrier != nil {
+			if err := n.apply(batches[:i]); err != nil {
+				return err
+			}
+			close(b.barrier)
+			return n.apply(batches[i+1:])
+		}
 		for _, e := range b.entries {
 			ae := systems.AppliedEntry{Index: e.Index, Term: e.Term}
 			if e.Type == raftpb.EntryNormal && len(e.Data) > 0 {

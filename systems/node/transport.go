@@ -6,6 +6,7 @@ import (
 	"net"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.etcd.io/raft/v3/raftpb"
@@ -42,10 +43,11 @@ type transport struct {
 }
 
 type peer struct {
-	id   uint64
-	addr string
-	msgc chan raftpb.Message
-	conn *grpc.ClientConn
+	id           uint64
+	addr         string
+	msgc         chan raftpb.Message
+	conn         *grpc.ClientConn
+	snapshotting atomic.Bool // one snapshot in flight per peer
 }
 
 func maxMsgBytes(n *Node) int { return 2*n.cfg.MaxValueBytes + maxBatchBytes + (1 << 20) }
@@ -99,6 +101,16 @@ func (t *transport) send(msgs []raftpb.Message) {
 	for _, m := range msgs {
 		p := t.peers[m.To]
 		if p == nil {
+			continue
+		}
+		if m.Type == raftpb.MsgSnap {
+			if p.snapshotting.CompareAndSwap(false, true) {
+				go func() {
+					defer p.snapshotting.Store(false)
+					t.sendSnapshot(p, m)
+				}()
+			}
+			// else: one is already in flight; it reports to raft.
 			continue
 		}
 		select {

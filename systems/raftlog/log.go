@@ -111,7 +111,6 @@ type Log struct {
 	first   uint64      // = snap.Index + 1
 	snap    raftpb.SnapshotMetadata
 	hs      raftpb.HardState
-	pending []byte // records to write with the next Append (compaction markers)
 
 	buf []byte // encoding buffer, owned by the writer goroutine
 	gap gap    // the last index gap seen by recovery
@@ -333,10 +332,15 @@ func (l *Log) replay(seg *segment, off int64, h header, payload []byte) error {
 }
 
 // resetTo discards every entry and starts the log after md (a snapshot).
+// Entries already in segments count as at or below md.Index from now on.
 func (l *Log) resetTo(md raftpb.SnapshotMetadata) {
 	l.snap = md
 	l.metas = nil
 	l.first = md.Index + 1
+	for _, s := range l.segs {
+		s.lastIndex = min(s.lastIndex, md.Index)
+		s.firstIndex = min(s.firstIndex, s.lastIndex)
+	}
 }
 
 // compactTo drops entries at or below md.Index, if it is newer than the
@@ -529,10 +533,6 @@ func (l *Log) Append(hs raftpb.HardState, ents []raftpb.Entry, mustSync bool) er
 	seg := l.active()
 	base := seg.size.Load()
 	buf := l.buf[:0]
-	l.mu.Lock()
-	buf = append(buf, l.pending...)
-	l.pending = l.pending[:0]
-	l.mu.Unlock()
 	newMetas := make([]entryMeta, 0, len(ents))
 	for i := range ents {
 		e := &ents[i]
@@ -569,7 +569,7 @@ func (l *Log) Append(hs raftpb.HardState, ents []raftpb.Entry, mustSync bool) er
 	l.mu.Unlock()
 	l.appends.Add(1)
 	if seg.size.Load() >= l.opts.SegmentSizeBytes {
-		return l.roll()
+		return l.Roll()
 	}
 	return nil
 }
@@ -599,10 +599,10 @@ func (l *Log) write(seg *segment, buf []byte, mustSync bool) error {
 	return nil
 }
 
-// roll seals the active segment and starts the next one, whose first records
+// Roll seals the active segment and starts the next one, whose first records
 // restate the HardState and the compaction point so that older segments can
-// be removed.
-func (l *Log) roll() error {
+// be removed. Writer goroutine only.
+func (l *Log) Roll() error {
 	old := l.active()
 	if l.opts.Sync {
 		if err := unix.Fdatasync(int(old.f.Fd())); err != nil {
@@ -647,73 +647,65 @@ func (l *Log) ApplySnapshot(md raftpb.SnapshotMetadata) error {
 	}
 	l.mu.Lock()
 	l.resetTo(md)
-	l.pending = l.pending[:0] // older compaction markers are moot
 	l.mu.Unlock()
 	return nil
 }
 
 // Compact drops the entries at or below index, whose effects the state
 // machine has made durable elsewhere; raft then sends a snapshot to a
-// follower that needs them. The marker is written with the next Append.
+// follower that needs them. The compaction marker is durable on return.
 // It returns raft.ErrCompacted if index is at or below the current
 // compaction point, and an error if index is above the last index.
+// Writer goroutine only.
 func (l *Log) Compact(index uint64, cs raftpb.ConfState) error {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if index <= l.snap.Index {
+	l.mu.RLock()
+	switch {
+	case index <= l.snap.Index:
+		l.mu.RUnlock()
 		return raft.ErrCompacted
-	}
-	if index > l.lastIndex() {
+	case index > l.lastIndex():
+		l.mu.RUnlock()
 		return fmt.Errorf("raftlog: compact to %d beyond last index %d", index, l.lastIndex())
 	}
 	md := raftpb.SnapshotMetadata{Index: index, Term: l.metas[index-l.first].term, ConfState: cs}
+	l.mu.RUnlock()
 	b, err := md.Marshal()
 	if err != nil {
 		return err
 	}
-	l.pending = appendRecord(l.pending, kindCompact, md.Term, md.Index, b)
+	if err := l.write(l.active(), appendRecord(nil, kindCompact, md.Term, md.Index, b), true); err != nil {
+		return err
+	}
+	l.mu.Lock()
 	l.compactTo(md)
+	l.mu.Unlock()
 	return nil
 }
 
-// SegmentInfo describes one segment file.
-type SegmentInfo struct {
-	ID   uint64
-	Path string
-	// SizeBytes is the number of bytes written to it.
-	SizeBytes int64
-	// FirstIndex and LastIndex are the lowest and highest entry indexes
-	// written to it (0 if none).
-	FirstIndex, LastIndex uint64
-	// Active is true for the segment being appended.
-	Active bool
+// CompactedIndex is the compaction point: entries at or below it are not
+// kept as Raft entries.
+func (l *Log) CompactedIndex() uint64 {
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	return l.snap.Index
 }
 
 // Segments lists the segments in ascending id order.
-func (l *Log) Segments() []SegmentInfo {
+func (l *Log) Segments() []systems.SegmentInfo {
 	l.mu.RLock()
 	defer l.mu.RUnlock()
-	out := make([]SegmentInfo, len(l.segs))
+	out := make([]systems.SegmentInfo, len(l.segs))
 	for i, s := range l.segs {
-		out[i] = SegmentInfo{ID: s.id, Path: s.path, SizeBytes: s.size.Load(),
+		out[i] = systems.SegmentInfo{ID: s.id, Path: s.path, SizeBytes: s.size.Load(),
 			FirstIndex: s.firstIndex, LastIndex: s.lastIndex, Active: i == len(l.segs)-1}
 	}
 	return out
 }
 
 // RemoveSegment deletes a sealed segment whose entries are all at or below
-// the compaction point. It first makes the compaction marker durable, and
-// waits for in-flight reads of the segment. Writer goroutine only.
+// the (durable) compaction point, after in-flight reads of it finish. Safe
+// to call from any goroutine.
 func (l *Log) RemoveSegment(id uint64) error {
-	l.mu.Lock()
-	pending := append([]byte(nil), l.pending...)
-	l.pending = l.pending[:0]
-	l.mu.Unlock()
-	if len(pending) > 0 {
-		if err := l.write(l.active(), pending, true); err != nil {
-			return err
-		}
-	}
 	l.mu.Lock()
 	seg := l.byID[id]
 	switch {

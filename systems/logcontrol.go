@@ -1,0 +1,89 @@
+package systems
+
+import (
+	"context"
+	"time"
+)
+
+// SegmentInfo describes one segment file of the Raft log.
+type SegmentInfo struct {
+	ID   uint64
+	Path string
+	// SizeBytes is the number of bytes written to it.
+	SizeBytes int64
+	// FirstIndex and LastIndex are the lowest and highest entry indexes
+	// written to it (0 if none).
+	FirstIndex, LastIndex uint64
+	// Active is true for the segment being appended.
+	Active bool
+}
+
+// LogControl lets a state machine that lives in the Raft log (nezha) reclaim
+// it: freeze the active segment, compact the log (entries at or below an
+// index stop being Raft entries; a follower that needs them gets a
+// snapshot), and delete segments. Implemented by the node.
+type LogControl interface {
+	// Segments lists the log's segments in ascending id order.
+	Segments() []SegmentInfo
+	// Roll seals the active segment and starts a new one (the paper's
+	// "freeze the active storage"). It runs on the node's Ready loop.
+	Roll(ctx context.Context) error
+	// Compact makes entries at or below index unavailable to Raft, durably
+	// (it runs on the Ready loop). The state machine must already have made
+	// every entry at or below index durable in its own storage.
+	Compact(ctx context.Context, index uint64) error
+	// CompactedIndex is the current compaction point (0 if none).
+	CompactedIndex() uint64
+	// CompactBound is the highest index the state machine may compact to
+	// now: the applied index, and on the leader also the lowest match index
+	// of the recently active followers (Raft-aware GC: entries a live
+	// follower still needs stay in the log).
+	CompactBound() uint64
+	// RemoveSegment deletes a sealed segment whose entries are all at or
+	// below the compaction point, after in-flight reads of it finish.
+	RemoveSegment(id uint64) error
+}
+
+// Snapshotter is implemented by state machines that can ship their state to
+// a follower whose log is behind the leader's compaction point.
+//
+// The stream is written with SnapshotWriter and read with SnapshotReader
+// (key-ordered pairs). A snapshot may be fuzzy: it reflects some applied
+// index S >= the snapshot's Raft index C; the follower replays entries C+1..S
+// again, which is idempotent for puts and deletes replayed in order.
+type Snapshotter interface {
+	// WriteSnapshot writes every live key and value, in key order.
+	WriteSnapshot(w *SnapshotWriter) error
+	// PrepareRestore stages the pairs of r as the state at Raft index, without
+	// making them visible; the node then records the snapshot in its log and
+	// calls CommitRestore. A crash in between must restart into either the
+	// old state (if the log did not record the snapshot) or the new one.
+	PrepareRestore(index uint64, r *SnapshotReader) error
+	// CommitRestore makes the staged state current; AppliedIndex becomes index.
+	CommitRestore(index uint64) error
+}
+
+// GCRound is the record of one garbage collection round, for reports.
+type GCRound struct {
+	Strategy string    `json:"strategy"`
+	Start    time.Time `json:"start"`
+	End      time.Time `json:"end"`
+	// BytesRead and BytesWritten by the round (values copied, runs written).
+	BytesRead    int64 `json:"bytes_read"`
+	BytesWritten int64 `json:"bytes_written"`
+	// LiveBytes kept: the size of the runs the round wrote.
+	LiveBytes int64 `json:"live_bytes"`
+	// ReclaimedBytes: the size of the segments and runs the round removed.
+	ReclaimedBytes  int64  `json:"reclaimed_bytes"`
+	SegmentsRemoved int    `json:"segments_removed"`
+	RunsRemoved     int    `json:"runs_removed"`
+	KeysMoved       int64  `json:"keys_moved"`
+	CompactedIndex  uint64 `json:"compacted_index"`
+	Error           string `json:"error,omitempty"`
+}
+
+// GCReporter is implemented by state machines with a GC.
+type GCReporter interface {
+	// GCRounds returns the most recent rounds, oldest first.
+	GCRounds() []GCRound
+}

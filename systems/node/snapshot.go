@@ -1,0 +1,243 @@
+package node
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"go.etcd.io/raft/v3"
+	"go.etcd.io/raft/v3/raftpb"
+	"google.golang.org/grpc"
+
+	"github.com/nezha-harness/nezha/systems"
+	"github.com/nezha-harness/nezha/systems/kvpb"
+)
+
+// Raft snapshots. raft.Storage.Snapshot (raftlog) returns only metadata: the
+// compaction point. When raft sends MsgSnap, the transport streams the state
+// machine's live data (systems.Snapshotter) after the message on a separate
+// RPC; the receiver writes it to <data>/snap/, steps the message with
+// Snapshot.Data = the file's path, and the Ready loop installs it:
+// PrepareRestore, log.ApplySnapshot (the commit point), CommitRestore.
+
+type snapshotStatus struct {
+	to     uint64
+	status raft.SnapshotStatus
+}
+
+const snapChunkBytes = 1 << 20
+
+func (n *Node) snapDir() string { return filepath.Join(n.cfg.DataDir, "snap") }
+
+// cleanSnapshotDir removes snapshot files left by an earlier run.
+func cleanSnapshotDir(dir string) error {
+	if err := os.RemoveAll(dir); err != nil {
+		return fmt.Errorf("clean %s: %w", dir, err)
+	}
+	return nil
+}
+
+// sendSnapshot streams m (a MsgSnap) and the state machine's data to peer p,
+// then reports the outcome to raft.
+func (t *transport) sendSnapshot(p *peer, m raftpb.Message) {
+	n := t.n
+	status := raft.SnapshotFailure
+	defer func() {
+		select {
+		case n.snapc <- snapshotStatus{to: p.id, status: status}:
+		case <-t.ctx.Done():
+		}
+	}()
+	snapper, ok := n.sm.(systems.Snapshotter)
+	if !ok {
+		n.logger.Error("a follower needs a snapshot, but this system cannot write one", "peer", p.id)
+		return
+	}
+	start := time.Now()
+	ctx, cancel := context.WithCancel(t.ctx)
+	defer cancel()
+	stream, err := kvpb.NewRaftClient(p.conn).Snapshot(ctx)
+	if err != nil {
+		n.logger.Warn("snapshot stream", "peer", p.id, "err", err)
+		return
+	}
+	mb, err := m.Marshal()
+	if err != nil {
+		return
+	}
+	if err := stream.Send(&kvpb.SnapshotChunk{Message: mb}); err != nil {
+		n.logger.Warn("snapshot send", "peer", p.id, "err", err)
+		return
+	}
+	cw := &chunkWriter{stream: stream}
+	w := systems.NewSnapshotWriter(cw)
+	if err := snapper.WriteSnapshot(w); err != nil {
+		n.logger.Warn("write snapshot", "peer", p.id, "err", err)
+		return
+	}
+	if err := errors.Join(w.Close(), cw.flush()); err != nil {
+		n.logger.Warn("snapshot send", "peer", p.id, "err", err)
+		return
+	}
+	if _, err := stream.CloseAndRecv(); err != nil {
+		n.logger.Warn("snapshot not accepted", "peer", p.id, "err", err)
+		return
+	}
+	status = raft.SnapshotFinish
+	n.logger.Info("snapshot sent", "peer", p.id, "index", m.Snapshot.Metadata.Index,
+		"bytes", cw.sent, "duration", time.Since(start).Round(time.Millisecond))
+}
+
+// chunkWriter cuts a byte stream into SnapshotChunks.
+type chunkWriter struct {
+	stream grpc.ClientStreamingClient[kvpb.SnapshotChunk, kvpb.StreamAck]
+	buf    []byte
+	sent   int64
+}
+
+func (c *chunkWriter) Write(p []byte) (int, error) {
+	c.buf = append(c.buf, p...)
+	for len(c.buf) >= snapChunkBytes {
+		if err := c.stream.Send(&kvpb.SnapshotChunk{Data: c.buf[:snapChunkBytes]}); err != nil {
+			return 0, err
+		}
+		c.sent += snapChunkBytes
+		c.buf = append(c.buf[:0], c.buf[snapChunkBytes:]...)
+	}
+	return len(p), nil
+}
+
+func (c *chunkWriter) flush() error {
+	if len(c.buf) == 0 {
+		return nil
+	}
+	err := c.stream.Send(&kvpb.SnapshotChunk{Data: c.buf})
+	c.sent += int64(len(c.buf))
+	c.buf = c.buf[:0]
+	return err
+}
+
+// Snapshot receives a MsgSnap and its data into <data>/snap/ and steps it.
+func (s *raftServer) Snapshot(stream grpc.ClientStreamingServer[kvpb.SnapshotChunk, kvpb.StreamAck]) error {
+	n := s.n
+	first, err := stream.Recv()
+	if err != nil {
+		return err
+	}
+	var m raftpb.Message
+	if err := m.Unmarshal(first.Message); err != nil || m.Type != raftpb.MsgSnap || m.Snapshot == nil {
+		return fmt.Errorf("snapshot stream does not start with a MsgSnap")
+	}
+	dir := n.snapDir()
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	md := m.Snapshot.Metadata
+	name := fmt.Sprintf("%020d-%020d.snap", md.Index, md.Term)
+	tmp, err := os.CreateTemp(dir, name+".*.tmp")
+	if err != nil {
+		return err
+	}
+	defer os.Remove(tmp.Name())
+	size := int64(0)
+	for {
+		c, err := stream.Recv()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			tmp.Close()
+			return err
+		}
+		if _, err := tmp.Write(c.Data); err != nil {
+			tmp.Close()
+			return fmt.Errorf("write snapshot: %w", err)
+		}
+		size += int64(len(c.Data))
+	}
+	if err := errors.Join(tmp.Sync(), tmp.Close()); err != nil {
+		return fmt.Errorf("write snapshot: %w", err)
+	}
+	path := filepath.Join(dir, name)
+	if err := os.Rename(tmp.Name(), path); err != nil {
+		return err
+	}
+	removeOlderSnapshots(dir, md.Index)
+	n.logger.Info("snapshot received", "from", m.From, "index", md.Index, "bytes", size)
+	m.Snapshot.Data = []byte(path)
+	select {
+	case n.recvc <- m:
+	case <-n.stopc:
+		return errStopping
+	case <-n.failed:
+		return errStopping
+	}
+	return stream.SendAndClose(&kvpb.StreamAck{})
+}
+
+// removeOlderSnapshots deletes received snapshot files below index (raft
+// ignores a snapshot older than what it has; an open file survives unlink).
+func removeOlderSnapshots(dir string, index uint64) {
+	des, _ := os.ReadDir(dir)
+	for _, de := range des {
+		idx, _, ok := strings.Cut(de.Name(), "-")
+		if !ok || !strings.HasSuffix(de.Name(), ".snap") {
+			continue
+		}
+		if i, err := strconv.ParseUint(idx, 10, 64); err == nil && i < index {
+			os.Remove(filepath.Join(dir, de.Name()))
+		}
+	}
+}
+
+// installSnapshot replaces the state machine's state with a received
+// snapshot. Runs on the Ready loop before the Ready's entries are appended.
+func (n *Node) installSnapshot(snap raftpb.Snapshot) error {
+	md := snap.Metadata
+	snapper, ok := n.sm.(systems.Snapshotter)
+	if !ok {
+		return fmt.Errorf("received a snapshot at index %d, but %s cannot restore one", md.Index, n.cfg.System.Name)
+	}
+	// Let the apply goroutine finish what it holds.
+	barrier := make(chan struct{})
+	select {
+	case n.applyc <- applyBatch{barrier: barrier}:
+	case <-n.failed:
+		return errStopping
+	}
+	select {
+	case <-barrier:
+	case <-n.failed:
+		return errStopping
+	}
+	path := string(snap.Data)
+	f, err := os.Open(path)
+	if err != nil {
+		return fmt.Errorf("open received snapshot: %w", err)
+	}
+	defer f.Close()
+	start := time.Now()
+	r := systems.NewSnapshotReader(f)
+	if err := snapper.PrepareRestore(md.Index, r); err != nil {
+		return fmt.Errorf("restore snapshot at index %d: %w", md.Index, err)
+	}
+	if err := n.log.ApplySnapshot(md); err != nil {
+		return err
+	}
+	if err := snapper.CommitRestore(md.Index); err != nil {
+		return fmt.Errorf("restore snapshot at index %d: %w", md.Index, err)
+	}
+	n.confState = md.ConfState
+	n.applied.Store(md.Index)
+	n.appliedWait.trigger(md.Index)
+	os.Remove(path)
+	n.logger.Info("snapshot installed", "index", md.Index, "term", md.Term, "pairs", r.Count(),
+		"duration", time.Since(start).Round(time.Millisecond))
+	return nil
+}
