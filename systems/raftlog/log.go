@@ -104,13 +104,13 @@ type Log struct {
 	opts   Options
 	logger *slog.Logger
 
-	mu      sync.RWMutex
-	segs    []*segment // ascending id; the last one is active
-	byID    map[uint64]*segment
-	metas   []entryMeta // metas[i] is the entry at index first+i
-	first   uint64      // = snap.Index + 1
-	snap    raftpb.SnapshotMetadata
-	hs      raftpb.HardState
+	mu    sync.RWMutex
+	segs  []*segment // ascending id; the last one is active
+	byID  map[uint64]*segment
+	metas []entryMeta // metas[i] is the entry at index first+i
+	first uint64      // = snap.Index + 1
+	snap  raftpb.SnapshotMetadata
+	hs    raftpb.HardState
 
 	buf []byte // encoding buffer, owned by the writer goroutine
 	gap gap    // the last index gap seen by recovery
