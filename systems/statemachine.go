@@ -50,6 +50,9 @@ type ValueLog interface {
 	// name the file and offset; a CRC or bounds failure wraps ErrCorrupt; a
 	// segment that no longer exists (removed by GC) wraps ErrSegmentRemoved.
 	ReadCommand(loc Location) (Command, error)
+	// ReadCommands reads several records in one call, coalescing adjacent
+	// records of one segment into one read. Results follow locs' order.
+	ReadCommands(locs []Location) ([]Command, error)
 }
 
 var (

@@ -485,20 +485,80 @@ func (l *Log) Location(index uint64) (systems.Location, bool) {
 
 // ReadCommand implements systems.ValueLog.
 func (l *Log) ReadCommand(loc systems.Location) (systems.Command, error) {
+	rec, seg, err := l.readSpan(loc)
+	if err != nil {
+		return systems.Command{}, err
+	}
+	return decodeRecordAt(seg, rec, loc)
+}
+
+// ReadCommands reads several records, with one positioned read per run of
+// adjacent records in one segment (a scan over values written in key order
+// reads sequentially). Results are in the order of locs; each is checked as
+// in ReadCommand.
+func (l *Log) ReadCommands(locs []systems.Location) ([]systems.Command, error) {
+	out := make([]systems.Command, len(locs))
+	for start := 0; start < len(locs); {
+		end := start + 1
+		size := int64(locs[start].Length)
+		for end < len(locs) && locs[end].Segment == locs[start].Segment &&
+			locs[end].Offset == locs[end-1].Offset+int64(locs[end-1].Length) && size < maxCoalesceBytes {
+			size += int64(locs[end].Length)
+			end++
+		}
+		if end == start+1 {
+			c, err := l.ReadCommand(locs[start])
+			if err != nil {
+				return nil, err
+			}
+			out[start] = c
+			start = end
+			continue
+		}
+		first := locs[start]
+		span := systems.Location{Segment: first.Segment, Offset: first.Offset, Length: uint32(size), Index: first.Index}
+		buf, seg, err := l.readSpan(span)
+		if err != nil {
+			return nil, err
+		}
+		for i := start; i < end; i++ {
+			rel := locs[i].Offset - first.Offset
+			c, err := decodeRecordAt(seg, buf[rel:rel+int64(locs[i].Length)], locs[i])
+			if err != nil {
+				return nil, err
+			}
+			out[i] = c
+		}
+		start = end
+	}
+	return out, nil
+}
+
+// maxCoalesceBytes bounds one read of ReadCommands.
+const maxCoalesceBytes = 4 << 20
+
+// readSpan reads loc.Length bytes at loc.Offset of loc's segment, checking
+// the bounds.
+func (l *Log) readSpan(loc systems.Location) ([]byte, *segment, error) {
 	l.mu.RLock()
 	seg := l.byID[loc.Segment]
 	l.mu.RUnlock()
 	if seg == nil {
-		return systems.Command{}, fmt.Errorf("raftlog: %w: %s: segment %s does not exist", systems.ErrSegmentRemoved, loc, segmentName(loc.Segment))
+		return nil, nil, fmt.Errorf("raftlog: %w: %s: segment %s does not exist", systems.ErrSegmentRemoved, loc, segmentName(loc.Segment))
 	}
 	if loc.Length < headerSize || loc.Offset < 0 || loc.Offset+int64(loc.Length) > seg.size.Load() {
-		return systems.Command{}, fmt.Errorf("raftlog: %w: %s at offset %d: record of %d bytes points past the end of the segment (%d bytes)",
+		return nil, nil, fmt.Errorf("raftlog: %w: %s at offset %d: record of %d bytes points past the end of the segment (%d bytes)",
 			systems.ErrCorrupt, seg.path, loc.Offset, loc.Length, seg.size.Load())
 	}
-	rec := make([]byte, loc.Length)
-	if err := seg.readAt(rec, loc.Offset); err != nil {
-		return systems.Command{}, err
+	buf := make([]byte, loc.Length)
+	if err := seg.readAt(buf, loc.Offset); err != nil {
+		return nil, nil, err
 	}
+	return buf, seg, nil
+}
+
+// decodeRecordAt checks that rec is a normal entry at loc and decodes it.
+func decodeRecordAt(seg *segment, rec []byte, loc systems.Location) (systems.Command, error) {
 	h, err := checkRecord(rec)
 	if err != nil {
 		return systems.Command{}, fmt.Errorf("raftlog: %s at offset %d: %w", seg.path, loc.Offset, err)

@@ -38,6 +38,16 @@ var configurations = []struct {
 	{"nezha-nogc", "nezha-nogc", nil},
 	{"nezha-nogc-memory-index", "nezha-nogc", []string{"-index", "memory"}},
 	{"nezha", "nezha", nil},
+	// GC forced to run continuously during the whole suite, per strategy,
+	// over small segments so that every test spans many rounds.
+	{"nezha-gc-merge", "nezha", gcArgs("merge")},
+	{"nezha-gc-sort-once", "nezha", gcArgs("sort-once")},
+	{"nezha-gc-greedy", "nezha", gcArgs("greedy")},
+	{"nezha-gc-merge-memory-index", "nezha", append(gcArgs("merge"), "-index", "memory")},
+}
+
+func gcArgs(strategy string) []string {
+	return []string{"-gc", strategy, "-gcContinuous", "-gcInterval", "20ms", "-segmentSizeBytes", "65536", "-gcGarbageRatio", "0.3"}
 }
 
 func TestConformance(t *testing.T) {

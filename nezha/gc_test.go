@@ -1,0 +1,425 @@
+package nezha
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"math/rand"
+	"os"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+
+	"go.etcd.io/raft/v3/raftpb"
+
+	"github.com/nezha-harness/nezha/systems"
+	"github.com/nezha-harness/nezha/systems/raftlog"
+)
+
+// logControl drives a raftlog.Log the way the node does, for GC tests
+// without a cluster. Its compaction bound is the store's applied index.
+type logControl struct {
+	l *raftlog.Log
+	s *Store
+	// mu serializes log writers (appendCommands vs Roll/Compact), as the
+	// node's Ready loop does.
+	mu *sync.Mutex
+}
+
+func (c *logControl) Segments() []systems.SegmentInfo { return c.l.Segments() }
+func (c *logControl) Roll(context.Context) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.l.Roll()
+}
+func (c *logControl) Compact(_ context.Context, index uint64) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.l.Compact(index, raftpb.ConfState{Voters: []uint64{1}})
+}
+func (c *logControl) CompactedIndex() uint64        { return c.l.CompactedIndex() }
+func (c *logControl) CompactBound() uint64          { return c.s.AppliedIndex() }
+func (c *logControl) RemoveSegment(id uint64) error { return c.l.RemoveSegment(id) }
+
+// gcFixture is a store with GC (not started: tests run rounds by hand).
+type gcFixture struct {
+	t   *testing.T
+	dir string
+	l   *raftlog.Log
+	s   *Store
+	ctl *logControl
+	mu  sync.Mutex // log writers
+	m   model
+	rng *rand.Rand
+}
+
+func newGCFixture(t *testing.T, kind, strategy string, seed int64) *gcFixture {
+	t.Helper()
+	t.Logf("index %s, strategy %s, seed %d", kind, strategy, seed)
+	f := &gcFixture{t: t, dir: t.TempDir(), m: model{}, rng: rand.New(rand.NewSource(seed))}
+	f.l = openLogSegments(t, f.dir, 4096)
+	f.open(kind, strategy)
+	return f
+}
+
+func (f *gcFixture) open(kind, strategy string) {
+	f.t.Helper()
+	c := newConfig(Name)
+	c.Index, c.GC = kind, strategy
+	c.GCGarbageRatio = 0.3
+	f.ctl = &logControl{l: f.l, mu: &f.mu}
+	s, err := c.OpenStore(systems.Env{Dir: f.dir, Log: f.l, Control: f.ctl, Logger: quietLogger()})
+	if err != nil {
+		f.t.Fatalf("OpenStore: %v", err)
+	}
+	s.gc.stop() // rounds run by hand
+	f.ctl.s = s
+	f.s = s
+	f.t.Cleanup(func() { s.Close() })
+}
+
+// write appends and applies n random puts/deletes over keys k000..k(keys-1).
+func (f *gcFixture) write(n, keys int) {
+	f.t.Helper()
+	var cmds []systems.Command
+	for i := 0; i < n; i++ {
+		k := fmt.Sprintf("k%03d", f.rng.Intn(keys))
+		if f.rng.Intn(6) == 0 {
+			cmds = append(cmds, del(k))
+		} else {
+			cmds = append(cmds, put(k, randValue(f.rng, 50+f.rng.Intn(400))))
+		}
+	}
+	f.mu.Lock()
+	ents := appendCommands(f.t, f.l, cmds...)
+	f.mu.Unlock()
+	mustApply(f.t, f.s, ents)
+	f.m.apply(cmds...)
+}
+
+func (f *gcFixture) round() systems.GCRound {
+	f.t.Helper()
+	r, err := f.s.gc.round(context.Background())
+	if err != nil {
+		f.t.Fatalf("GC round: %v", err)
+	}
+	return r
+}
+
+func (f *gcFixture) check() {
+	f.t.Helper()
+	checkModel(f.t, f.s, f.m)
+	want, _ := f.m.scan("", "", 0, 0)
+	got, more, err := f.s.Scan(nil, nil, 0, 0)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	checkKVs(f.t, "full scan", got, more, want, false)
+}
+
+func TestGCRoundsKeepStateAndReclaim(t *testing.T) {
+	for _, kind := range IndexKinds() {
+		for _, strategy := range Strategies() {
+			t.Run(kind+"/"+strategy, func(t *testing.T) {
+				f := newGCFixture(t, kind, strategy, 11)
+				var reclaimed int64
+				for round := 0; round < 6; round++ {
+					f.write(80, 40)
+					sumBefore, _, err := f.s.StateHash()
+					if err != nil {
+						t.Fatal(err)
+					}
+					r := f.round()
+					reclaimed += r.ReclaimedBytes
+					sumAfter, _, err := f.s.StateHash()
+					if err != nil {
+						t.Fatal(err)
+					}
+					if !bytes.Equal(sumBefore, sumAfter) {
+						t.Fatalf("round %d changed the state hash", round)
+					}
+					f.check()
+					if r.CompactedIndex == 0 || r.CompactedIndex != f.l.CompactedIndex() {
+						t.Fatalf("round %d: compacted index %d, log says %d", round, r.CompactedIndex, f.l.CompactedIndex())
+					}
+				}
+				if reclaimed == 0 {
+					t.Fatal("six GC rounds reclaimed nothing")
+				}
+				// The log kept only what GC could not take; the rest is in runs.
+				if n := len(f.s.runs.ids()); n == 0 {
+					t.Fatal("no sorted run after GC")
+				}
+				if strategy == StrategyMerge && len(f.s.runs.ids()) != 1 {
+					t.Fatalf("merge left %d runs, want 1", len(f.s.runs.ids()))
+				}
+				// Restart: state and runs survive; the index covers the compaction point.
+				f.s.Close()
+				f.open(kind, strategy)
+				f.check()
+				f.write(40, 40)
+				f.round()
+				f.check()
+			})
+		}
+	}
+}
+
+// A write or delete that lands while a round copies wins over the copy.
+func TestGCNewerWriteWins(t *testing.T) {
+	for _, kind := range IndexKinds() {
+		t.Run(kind, func(t *testing.T) {
+			f := newGCFixture(t, kind, StrategyMerge, 12)
+			f.write(200, 30)
+			// Freeze and copy, then write over and delete copied keys before
+			// the switch: run the round with writes injected after the copy.
+			ctx := context.Background()
+			var inject sync.Once
+			f.s.gc.afterCopy = func() {
+				inject.Do(func() {
+					var cmds []systems.Command
+					for i := 0; i < 30; i += 2 {
+						cmds = append(cmds, put(fmt.Sprintf("k%03d", i), []byte(fmt.Sprintf("newer-%d", i))))
+					}
+					for i := 1; i < 30; i += 4 {
+						cmds = append(cmds, del(fmt.Sprintf("k%03d", i)))
+					}
+					f.mu.Lock()
+					ents := appendCommands(t, f.l, cmds...)
+					f.mu.Unlock()
+					mustApply(t, f.s, ents)
+					f.m.apply(cmds...)
+				})
+			}
+			if _, err := f.s.gc.round(ctx); err != nil {
+				t.Fatal(err)
+			}
+			f.check()
+			for i := 1; i < 30; i += 4 {
+				if _, found, _ := f.s.Get([]byte(fmt.Sprintf("k%03d", i))); found {
+					t.Fatalf("k%03d deleted during GC was resurrected", i)
+				}
+			}
+			f.s.gc.afterCopy = nil
+			f.round()
+			f.check()
+		})
+	}
+}
+
+// Reads and writes run while rounds run; every read sees the model's value
+// of the moment (keys are written by one writer; readers check values
+// are ones the key has had).
+func TestGCConcurrentReadsAndWrites(t *testing.T) {
+	f := newGCFixture(t, IndexLevelDB, StrategyMerge, 13)
+	f.write(100, 20)
+	var wg sync.WaitGroup
+	stop := make(chan struct{})
+	errc := make(chan error, 4)
+	for r := 0; r < 3; r++ {
+		wg.Add(1)
+		go func(r int) {
+			defer wg.Done()
+			rng := rand.New(rand.NewSource(int64(r)))
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				k := []byte(fmt.Sprintf("k%03d", rng.Intn(20)))
+				if _, _, err := f.s.Get(k); err != nil {
+					errc <- fmt.Errorf("get %s: %w", k, err)
+					return
+				}
+				if _, _, err := f.s.Scan(nil, nil, 0, 0); err != nil {
+					errc <- fmt.Errorf("scan: %w", err)
+					return
+				}
+			}
+		}(r)
+	}
+	for i := 0; i < 20; i++ {
+		f.write(30, 20)
+		f.round()
+	}
+	close(stop)
+	wg.Wait()
+	close(errc)
+	for err := range errc {
+		t.Fatal(err)
+	}
+	f.check()
+}
+
+// A full disk while writing the run aborts the round; nothing changes and
+// the store keeps serving, and a later round succeeds.
+func TestGCDiskFullAbortsCleanly(t *testing.T) {
+	f := newGCFixture(t, IndexLevelDB, StrategyMerge, 14)
+	f.write(200, 50)
+	f.s.gc.create = func(path string) (writableFile, error) {
+		fl, err := osCreate(path)
+		if err != nil {
+			return nil, err
+		}
+		return &fullDisk{f: fl, left: 2000}, nil
+	}
+	segsBefore := len(f.l.Segments())
+	_, err := f.s.gc.round(context.Background())
+	if !errors.Is(err, syscall.ENOSPC) {
+		t.Fatalf("round on a full disk: %v, want ENOSPC", err)
+	}
+	files, _ := listRunFiles(f.s.sortedDir)
+	if len(files) != 0 || len(f.s.runs.ids()) != 0 {
+		t.Fatalf("aborted round left runs %v (open %v)", files, f.s.runs.ids())
+	}
+	if n := len(f.l.Segments()); n < segsBefore {
+		t.Fatalf("aborted round removed segments: %d -> %d", segsBefore, n)
+	}
+	f.check()
+	f.write(20, 50)
+	f.s.gc.create = osCreate
+	f.round()
+	f.check()
+}
+
+type fullDisk struct {
+	f    writableFile
+	left int
+}
+
+func (d *fullDisk) Write(p []byte) (int, error) {
+	if len(p) > d.left {
+		n, _ := d.f.Write(p[:d.left])
+		d.left = 0
+		return n, &os.PathError{Op: "write", Path: "run", Err: syscall.ENOSPC}
+	}
+	d.left -= len(p)
+	return d.f.Write(p)
+}
+func (d *fullDisk) Sync() error  { return d.f.Sync() }
+func (d *fullDisk) Close() error { return d.f.Close() }
+
+func TestGCStrategiesSelect(t *testing.T) {
+	frozen := []fileStat{{id: 1, size: 100, live: 90}, {id: 2, size: 100, live: 10}, {id: 3, size: 100, live: 0}}
+	runs := []fileStat{{id: runFlag | 1, size: 1000, live: 900}, {id: runFlag | 2, size: 100, live: 0}}
+	for _, tc := range []struct {
+		strategy string
+		want     []uint64
+	}{
+		{StrategySortOnce, []uint64{1, 2, 3, runFlag | 2}},
+		{StrategyMerge, []uint64{1, 2, 3, runFlag | 1, runFlag | 2}},
+		{StrategyGreedy, []uint64{2, 3, runFlag | 2}},
+	} {
+		st, err := NewStrategy(tc.strategy)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := st.Select(frozen, runs, 0.5)
+		if fmt.Sprint(got) != fmt.Sprint(tc.want) {
+			t.Fatalf("%s selected %v, want %v", tc.strategy, got, tc.want)
+		}
+	}
+	if got := (merge{}).Select(nil, runs, 0.5); len(got) != 0 {
+		t.Fatalf("merge without frozen segments selected %v", got)
+	}
+	if _, err := NewStrategy("lru"); err == nil || !strings.Contains(err.Error(), "sort-once") {
+		t.Fatalf("unknown strategy: %v", err)
+	}
+}
+
+// Snapshot out of one store, restore into another: same state hash (at the
+// restored index), and the restored store keeps working, with GC.
+func TestSnapshotRestore(t *testing.T) {
+	for _, kind := range IndexKinds() {
+		t.Run(kind, func(t *testing.T) {
+			src := newGCFixture(t, kind, StrategyMerge, 15)
+			src.write(300, 60)
+			src.round()
+			src.write(50, 60) // some values in runs, some in the log
+			var buf bytes.Buffer
+			w := systems.NewSnapshotWriter(&buf)
+			if err := src.s.WriteSnapshot(w); err != nil {
+				t.Fatal(err)
+			}
+			if err := w.Close(); err != nil {
+				t.Fatal(err)
+			}
+			dst := newGCFixture(t, kind, StrategyMerge, 16)
+			dst.write(100, 200) // old state, to be replaced
+			index := src.s.AppliedIndex()
+			if err := dst.s.PrepareRestore(index, systems.NewSnapshotReader(bytes.NewReader(buf.Bytes()))); err != nil {
+				t.Fatal(err)
+			}
+			if err := dst.l.ApplySnapshot(raftpb.SnapshotMetadata{Index: index, Term: 1, ConfState: raftpb.ConfState{Voters: []uint64{1}}}); err != nil {
+				t.Fatal(err)
+			}
+			if err := dst.s.CommitRestore(index); err != nil {
+				t.Fatal(err)
+			}
+			dst.m = model{}
+			for k, v := range src.m {
+				dst.m[k] = v
+			}
+			dst.check()
+			a, ai, _ := src.s.StateHash()
+			b, bi, _ := dst.s.StateHash()
+			if !bytes.Equal(a, b) || ai != bi {
+				t.Fatalf("state hash after restore: %x@%d, source %x@%d", b, bi, a, ai)
+			}
+			// The old log segments are garbage now; GC removes them.
+			dst.write(20, 60)
+			dst.round()
+			dst.check()
+			dst.s.Close()
+			dst.open(kind, StrategyMerge)
+			dst.check()
+		})
+	}
+}
+
+// A restore interrupted after the log recorded the snapshot finishes at
+// open; one interrupted before is discarded.
+func TestRestoreRecoveryAtOpen(t *testing.T) {
+	for _, recorded := range []bool{true, false} {
+		t.Run(fmt.Sprintf("recorded=%v", recorded), func(t *testing.T) {
+			src := newGCFixture(t, IndexLevelDB, StrategyMerge, 17)
+			src.write(100, 30)
+			var buf bytes.Buffer
+			w := systems.NewSnapshotWriter(&buf)
+			if err := src.s.WriteSnapshot(w); err != nil {
+				t.Fatal(err)
+			}
+			w.Close()
+			dst := newGCFixture(t, IndexLevelDB, StrategyMerge, 18)
+			dst.write(50, 30)
+			old := dst.m
+			index := src.s.AppliedIndex() + 1000
+			if err := dst.s.PrepareRestore(index, systems.NewSnapshotReader(bytes.NewReader(buf.Bytes()))); err != nil {
+				t.Fatal(err)
+			}
+			if recorded {
+				if err := dst.l.ApplySnapshot(raftpb.SnapshotMetadata{Index: index, Term: 1, ConfState: raftpb.ConfState{Voters: []uint64{1}}}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			// Crash: close without CommitRestore, reopen.
+			dst.s.Close()
+			dst.open(IndexLevelDB, StrategyMerge)
+			if recorded {
+				dst.m = src.m
+				if dst.s.AppliedIndex() != index {
+					t.Fatalf("applied index %d after finishing the restore, want %d", dst.s.AppliedIndex(), index)
+				}
+			} else {
+				dst.m = old
+				if files, _ := listRunFiles(dst.s.sortedDir); len(files) != 0 {
+					t.Fatalf("discarded restore left runs %v", files)
+				}
+			}
+			dst.check()
+		})
+	}
+}

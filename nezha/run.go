@@ -1,0 +1,483 @@
+package nezha
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"io"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+
+	"github.com/nezha-harness/nezha/systems"
+)
+
+// Sorted runs: the Final Compacted Storage of the paper (DESIGN.md section
+// 3). GC writes the live values it relocates into a run, in key order, so
+// that a SCAN reads them sequentially. File sorted/NNNNNN.run:
+//
+//	record*: crc32c (4) | length of the rest (4) | raft index (8) | key length (4) | key | value
+//	block index: (uvarint len(key) | key | uvarint offset)* of the first record of every ~64 KiB
+//	footer (40): block index offset (8) | block index length (8) | records (8) | magic (8) | crc32c of the previous 32 bytes and the block index (4) | zero (4)
+//
+// The record CRC covers everything after it. All integers little endian.
+// A value in a run is addressed by a systems.Location whose Segment has
+// runFlag set (the rest is the run id), Offset/Length are the record's, and
+// Index is the Raft index of the write that produced the value.
+const (
+	runHeaderSize   = 20
+	runFooterSize   = 40
+	runMagic        = 0x4e5a52554e310a00 // "NZRUN1\n\0"
+	runBlockBytes   = 64 << 10
+	runFlag         = uint64(1) << 63
+	runFileSuffix   = ".run"
+	runWriteBufSize = 1 << 20
+)
+
+func isRun(loc systems.Location) bool { return loc.Segment&runFlag != 0 }
+
+func runName(id uint64) string { return fmt.Sprintf("%06d%s", id, runFileSuffix) }
+
+// fileCreator creates a file for writing. Tests inject failures (a full
+// disk) through it, as Pebble's vfs/errorfs does.
+type fileCreator func(path string) (writableFile, error)
+
+type writableFile interface {
+	io.Writer
+	Sync() error
+	Close() error
+}
+
+func osCreate(path string) (writableFile, error) {
+	return os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
+}
+
+// runWriter writes one run.
+type runWriter struct {
+	id       uint64
+	path     string
+	f        writableFile
+	w        *bufio.Writer
+	off      int64
+	records  uint64
+	index    []byte // block index
+	nextMark int64  // offset at which the next block starts
+	lastKey  []byte
+	hdr      [runHeaderSize]byte
+}
+
+func newRunWriter(create fileCreator, dir string, id uint64) (*runWriter, error) {
+	p := filepath.Join(dir, runName(id))
+	f, err := create(p)
+	if err != nil {
+		return nil, fmt.Errorf("nezha: create run: %w", err)
+	}
+	return &runWriter{id: id, path: p, f: f, w: bufio.NewWriterSize(f, runWriteBufSize)}, nil
+}
+
+// Add appends a record; keys must ascend. It returns the value's Location.
+func (rw *runWriter) Add(key, value []byte, raftIndex uint64) (systems.Location, error) {
+	if rw.records > 0 && bytes.Compare(key, rw.lastKey) <= 0 {
+		return systems.Location{}, fmt.Errorf("nezha: run %d: key %s after %s", rw.id, keyString(key), keyString(rw.lastKey))
+	}
+	if rw.off >= rw.nextMark {
+		rw.index = binary.AppendUvarint(rw.index, uint64(len(key)))
+		rw.index = append(rw.index, key...)
+		rw.index = binary.AppendUvarint(rw.index, uint64(rw.off))
+		rw.nextMark = rw.off + runBlockBytes
+	}
+	h := rw.hdr[:]
+	binary.LittleEndian.PutUint32(h[4:], uint32(12+len(key)+len(value)))
+	binary.LittleEndian.PutUint64(h[8:], raftIndex)
+	binary.LittleEndian.PutUint32(h[16:], uint32(len(key)))
+	crc := crc32.Update(0, castagnoli, h[4:])
+	crc = crc32.Update(crc, castagnoli, key)
+	crc = crc32.Update(crc, castagnoli, value)
+	binary.LittleEndian.PutUint32(h[0:], crc)
+	for _, b := range [][]byte{h, key, value} {
+		if _, err := rw.w.Write(b); err != nil {
+			return systems.Location{}, fmt.Errorf("nezha: write run %s: %w", rw.path, err)
+		}
+	}
+	n := runHeaderSize + len(key) + len(value)
+	loc := systems.Location{Segment: runFlag | rw.id, Offset: rw.off, Length: uint32(n), Index: raftIndex}
+	rw.off += int64(n)
+	rw.records++
+	rw.lastKey = append(rw.lastKey[:0], key...)
+	return loc, nil
+}
+
+// Finish writes the block index and footer, fsyncs and closes the file,
+// and returns its size.
+func (rw *runWriter) Finish() (int64, error) {
+	var footer [runFooterSize]byte
+	binary.LittleEndian.PutUint64(footer[0:], uint64(rw.off))
+	binary.LittleEndian.PutUint64(footer[8:], uint64(len(rw.index)))
+	binary.LittleEndian.PutUint64(footer[16:], rw.records)
+	binary.LittleEndian.PutUint64(footer[24:], runMagic)
+	crc := crc32.Update(crc32.Update(0, castagnoli, footer[:32]), castagnoli, rw.index)
+	binary.LittleEndian.PutUint32(footer[32:], crc)
+	if _, err := rw.w.Write(rw.index); err != nil {
+		return 0, fmt.Errorf("nezha: write run %s: %w", rw.path, err)
+	}
+	if _, err := rw.w.Write(footer[:]); err != nil {
+		return 0, fmt.Errorf("nezha: write run %s: %w", rw.path, err)
+	}
+	if err := rw.w.Flush(); err != nil {
+		return 0, fmt.Errorf("nezha: write run %s: %w", rw.path, err)
+	}
+	if err := rw.f.Sync(); err != nil {
+		return 0, fmt.Errorf("nezha: fsync run %s: %w", rw.path, err)
+	}
+	if err := rw.f.Close(); err != nil {
+		return 0, fmt.Errorf("nezha: close run %s: %w", rw.path, err)
+	}
+	return rw.off + int64(len(rw.index)) + runFooterSize, nil
+}
+
+// Abort closes and deletes a run that will not be finished.
+func (rw *runWriter) Abort() {
+	rw.f.Close()
+	os.Remove(rw.path)
+}
+
+// run is one finished, open run file. Readers hold mu.RLock while reading;
+// removal takes mu.Lock.
+type run struct {
+	id        uint64
+	path      string
+	f         *os.File
+	size      int64
+	dataBytes int64 // bytes of records (the block index starts here)
+	records   uint64
+	blocks    []runBlock
+
+	mu      sync.RWMutex
+	removed bool
+}
+
+type runBlock struct {
+	firstKey []byte
+	offset   int64
+}
+
+// openRun opens a run and checks its footer and block index.
+func openRun(dir string, id uint64) (*run, error) {
+	p := filepath.Join(dir, runName(id))
+	f, err := os.Open(p)
+	if err != nil {
+		return nil, fmt.Errorf("nezha: open run: %w", err)
+	}
+	r, err := readRunFooter(f, id, p)
+	if err != nil {
+		f.Close()
+		return nil, err
+	}
+	return r, nil
+}
+
+func readRunFooter(f *os.File, id uint64, p string) (*run, error) {
+	st, err := f.Stat()
+	if err != nil {
+		return nil, err
+	}
+	size := st.Size()
+	bad := func(why string) error {
+		return fmt.Errorf("nezha: %w: run %s: %s", systems.ErrCorrupt, p, why)
+	}
+	if size < runFooterSize {
+		return nil, bad("shorter than its footer")
+	}
+	var footer [runFooterSize]byte
+	if _, err := f.ReadAt(footer[:], size-runFooterSize); err != nil {
+		return nil, err
+	}
+	if binary.LittleEndian.Uint64(footer[24:]) != runMagic {
+		return nil, bad("bad magic")
+	}
+	idxOff := int64(binary.LittleEndian.Uint64(footer[0:]))
+	idxLen := int64(binary.LittleEndian.Uint64(footer[8:]))
+	if idxOff < 0 || idxLen < 0 || idxOff+idxLen != size-runFooterSize {
+		return nil, bad("footer offsets do not match the file size")
+	}
+	index := make([]byte, idxLen)
+	if _, err := f.ReadAt(index, idxOff); err != nil {
+		return nil, err
+	}
+	crc := crc32.Update(crc32.Update(0, castagnoli, footer[:32]), castagnoli, index)
+	if crc != binary.LittleEndian.Uint32(footer[32:]) {
+		return nil, bad("footer CRC mismatch")
+	}
+	r := &run{id: id, path: p, f: f, size: size, dataBytes: idxOff, records: binary.LittleEndian.Uint64(footer[16:])}
+	for rest := index; len(rest) > 0; {
+		kl, n := binary.Uvarint(rest)
+		if n <= 0 || kl > uint64(len(rest)-n) {
+			return nil, bad("bad block index")
+		}
+		key := rest[n : n+int(kl)]
+		rest = rest[n+int(kl):]
+		off, m := binary.Uvarint(rest)
+		if m <= 0 {
+			return nil, bad("bad block index")
+		}
+		rest = rest[m:]
+		r.blocks = append(r.blocks, runBlock{firstKey: key, offset: int64(off)})
+	}
+	return r, nil
+}
+
+// decodeRunRecord checks one record (header and body) read at off.
+func decodeRunRecord(r *run, rec []byte, off int64) (key, value []byte, raftIndex uint64, err error) {
+	bad := func(why string) error {
+		return fmt.Errorf("nezha: %w: run %s at offset %d: %s", systems.ErrCorrupt, r.path, off, why)
+	}
+	if len(rec) < runHeaderSize {
+		return nil, nil, 0, bad("short record")
+	}
+	n := binary.LittleEndian.Uint32(rec[4:])
+	if int(n) != len(rec)-8 {
+		return nil, nil, 0, bad(fmt.Sprintf("record length %d does not match %d bytes", n, len(rec)-8))
+	}
+	if crc32.Update(0, castagnoli, rec[4:]) != binary.LittleEndian.Uint32(rec[0:]) {
+		return nil, nil, 0, bad("CRC mismatch")
+	}
+	kl := binary.LittleEndian.Uint32(rec[16:])
+	if int(kl) > len(rec)-runHeaderSize {
+		return nil, nil, 0, bad("key length past the record")
+	}
+	return rec[runHeaderSize : runHeaderSize+kl], rec[runHeaderSize+kl:], binary.LittleEndian.Uint64(rec[8:]), nil
+}
+
+// read reads the bytes [off, off+len(buf)) of the run.
+func (r *run) read(buf []byte, off int64) error {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	if r.removed {
+		return fmt.Errorf("nezha: %w: run %s", systems.ErrSegmentRemoved, r.path)
+	}
+	if off < 0 || off+int64(len(buf)) > r.dataBytes {
+		return fmt.Errorf("nezha: %w: run %s: %d bytes at offset %d point past its records (%d bytes)",
+			systems.ErrCorrupt, r.path, len(buf), off, r.dataBytes)
+	}
+	if _, err := r.f.ReadAt(buf, off); err != nil {
+		return fmt.Errorf("nezha: read run %s at %d: %w", r.path, off, err)
+	}
+	return nil
+}
+
+// iterate calls fn for every record from the first block at or before
+// start, in key order, until fn returns false.
+func (r *run) iterate(start []byte, fn func(key, value []byte, loc systems.Location) (bool, error)) error {
+	from := int64(0)
+	if len(start) > 0 {
+		i := sort.Search(len(r.blocks), func(i int) bool { return bytes.Compare(r.blocks[i].firstKey, start) > 0 })
+		if i > 0 {
+			from = r.blocks[i-1].offset
+		}
+	}
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	if r.removed {
+		return fmt.Errorf("nezha: %w: run %s", systems.ErrSegmentRemoved, r.path)
+	}
+	br := bufio.NewReaderSize(io.NewSectionReader(r.f, from, r.dataBytes-from), runWriteBufSize)
+	off := from
+	var hdr [runHeaderSize]byte
+	for off < r.dataBytes {
+		if _, err := io.ReadFull(br, hdr[:]); err != nil {
+			return fmt.Errorf("nezha: %w: run %s at offset %d: %v", systems.ErrCorrupt, r.path, off, err)
+		}
+		n := int64(binary.LittleEndian.Uint32(hdr[4:])) + 8
+		if n < runHeaderSize || off+n > r.dataBytes {
+			return fmt.Errorf("nezha: %w: run %s at offset %d: bad record length", systems.ErrCorrupt, r.path, off)
+		}
+		rec := make([]byte, n)
+		copy(rec, hdr[:])
+		if _, err := io.ReadFull(br, rec[runHeaderSize:]); err != nil {
+			return fmt.Errorf("nezha: %w: run %s at offset %d: %v", systems.ErrCorrupt, r.path, off, err)
+		}
+		key, value, idx, err := decodeRunRecord(r, rec, off)
+		if err != nil {
+			return err
+		}
+		if bytes.Compare(key, start) >= 0 {
+			more, err := fn(key, value, systems.Location{Segment: runFlag | r.id, Offset: off, Length: uint32(n), Index: idx})
+			if err != nil || !more {
+				return err
+			}
+		}
+		off += n
+	}
+	return nil
+}
+
+func (r *run) close() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if !r.removed {
+		r.removed = true
+		r.f.Close()
+	}
+}
+
+// runSet holds the open runs of a store.
+type runSet struct {
+	dir  string
+	mu   sync.RWMutex
+	runs map[uint64]*run
+}
+
+func newRunSet(dir string) *runSet { return &runSet{dir: dir, runs: map[uint64]*run{}} }
+
+func (rs *runSet) get(id uint64) *run {
+	rs.mu.RLock()
+	defer rs.mu.RUnlock()
+	return rs.runs[id]
+}
+
+func (rs *runSet) add(r *run) {
+	rs.mu.Lock()
+	rs.runs[r.id] = r
+	rs.mu.Unlock()
+}
+
+// ids returns the open run ids, ascending.
+func (rs *runSet) ids() []uint64 {
+	rs.mu.RLock()
+	defer rs.mu.RUnlock()
+	out := make([]uint64, 0, len(rs.runs))
+	for id := range rs.runs {
+		out = append(out, id)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i] < out[j] })
+	return out
+}
+
+// remove closes a run (after in-flight reads) and deletes its file.
+func (rs *runSet) remove(id uint64) error {
+	rs.mu.Lock()
+	r := rs.runs[id]
+	delete(rs.runs, id)
+	rs.mu.Unlock()
+	if r == nil {
+		return nil
+	}
+	r.close()
+	if err := os.Remove(r.path); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("nezha: remove run: %w", err)
+	}
+	return nil
+}
+
+func (rs *runSet) closeAll() {
+	rs.mu.Lock()
+	defer rs.mu.Unlock()
+	for _, r := range rs.runs {
+		r.close()
+	}
+}
+
+// readValue reads the value of key at a run location, checking the record.
+func (rs *runSet) readValue(key []byte, loc systems.Location) ([]byte, error) {
+	r := rs.get(loc.Segment &^ runFlag)
+	if r == nil {
+		return nil, fmt.Errorf("nezha: %w: run %s of %s is not open", systems.ErrSegmentRemoved, runName(loc.Segment&^runFlag), locString(loc))
+	}
+	rec := make([]byte, loc.Length)
+	if err := r.read(rec, loc.Offset); err != nil {
+		return nil, err
+	}
+	k, v, idx, err := decodeRunRecord(r, rec, loc.Offset)
+	if err != nil {
+		return nil, err
+	}
+	if !bytes.Equal(k, key) || idx != loc.Index {
+		return nil, fmt.Errorf("nezha: %w: run %s at offset %d holds key %s index %d, want key %s index %d",
+			systems.ErrCorrupt, r.path, loc.Offset, keyString(k), idx, keyString(key), loc.Index)
+	}
+	return v, nil
+}
+
+// listRunFiles returns the ids of the *.run files in dir.
+func listRunFiles(dir string) ([]uint64, error) {
+	des, err := os.ReadDir(dir)
+	if err != nil {
+		return nil, fmt.Errorf("nezha: %w", err)
+	}
+	var ids []uint64
+	for _, de := range des {
+		name := de.Name()
+		if !strings.HasSuffix(name, runFileSuffix) {
+			continue
+		}
+		id, err := strconv.ParseUint(strings.TrimSuffix(name, runFileSuffix), 10, 64)
+		if err != nil {
+			continue
+		}
+		ids = append(ids, id)
+	}
+	return ids, nil
+}
+
+// locString renders a location, naming runs as runs.
+func locString(loc systems.Location) string {
+	if isRun(loc) {
+		return fmt.Sprintf("run %d offset %d length %d index %d", loc.Segment&^runFlag, loc.Offset, loc.Length, loc.Index)
+	}
+	return loc.String()
+}
+
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+
+// readValues reads records of one run at locs (ascending offsets expected,
+// as a scan produces them), one positioned read per run of adjacent
+// records up to 4 MiB, and checks each against its key.
+func (rs *runSet) readValues(keys [][]byte, locs []systems.Location) ([][]byte, error) {
+	out := make([][]byte, len(locs))
+	for start := 0; start < len(locs); {
+		end := start + 1
+		size := int64(locs[start].Length)
+		for end < len(locs) && locs[end].Segment == locs[start].Segment &&
+			locs[end].Offset == locs[end-1].Offset+int64(locs[end-1].Length) && size < 4<<20 {
+			size += int64(locs[end].Length)
+			end++
+		}
+		if end == start+1 {
+			v, err := rs.readValue(keys[start], locs[start])
+			if err != nil {
+				return nil, err
+			}
+			out[start] = v
+			start = end
+			continue
+		}
+		r := rs.get(locs[start].Segment &^ runFlag)
+		if r == nil {
+			return nil, fmt.Errorf("nezha: %w: run %s is not open", systems.ErrSegmentRemoved, runName(locs[start].Segment&^runFlag))
+		}
+		buf := make([]byte, size)
+		if err := r.read(buf, locs[start].Offset); err != nil {
+			return nil, err
+		}
+		for i := start; i < end; i++ {
+			rel := locs[i].Offset - locs[start].Offset
+			k, v, idx, err := decodeRunRecord(r, buf[rel:rel+int64(locs[i].Length)], locs[i].Offset)
+			if err != nil {
+				return nil, err
+			}
+			if !bytes.Equal(k, keys[i]) || idx != locs[i].Index {
+				return nil, fmt.Errorf("nezha: %w: run %s at offset %d holds key %s index %d, want key %s index %d",
+					systems.ErrCorrupt, r.path, locs[i].Offset, keyString(k), idx, keyString(keys[i]), locs[i].Index)
+			}
+			out[i] = v
+		}
+		start = end
+	}
+	return out, nil
+}

@@ -1,0 +1,435 @@
+package nezha
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sync"
+
+	"github.com/nezha-harness/nezha/systems"
+)
+
+// Store is the Nezha state machine of one node: an Index of key -> Location
+// over the value log (the Raft log, read through systems.ValueLog) and the
+// key-sorted runs GC writes. It implements systems.StateMachine,
+// systems.StateHasher, systems.Snapshotter and (with GC) systems.GCReporter.
+//
+// Apply is called by one goroutine; Get, Scan and StateHash by any number
+// of goroutines concurrently with it and with GC.
+type Store struct {
+	name      string
+	cfg       Config
+	dir       string // the node's -data directory
+	sortedDir string
+	index     Index
+	vlog      systems.ValueLog
+	ctl       systems.LogControl
+	logger    *slog.Logger
+	runs      *runSet
+
+	// applyMu serializes the writers of the index: Apply and GC's switch.
+	applyMu sync.Mutex
+	batch   IndexBatch // reused under applyMu
+
+	// gate: readers hold it shared while they turn locations into values;
+	// removing files (GC) and replacing the index (snapshot restore) hold
+	// it exclusively, so a reader never meets a file deleted under it.
+	gate sync.RWMutex
+
+	// man is the sorted/ manifest; written under manMu.
+	manMu sync.Mutex
+	man   manifest
+
+	gc *collector // nil without GC (nezha-nogc)
+}
+
+var (
+	_ systems.StateMachine = (*Store)(nil)
+	_ systems.StateHasher  = (*Store)(nil)
+	_ systems.Snapshotter  = (*Store)(nil)
+	_ systems.GCReporter   = (*Store)(nil)
+)
+
+// IndexKind is the kind of the store's index (IndexLevelDB or IndexMemory).
+func (s *Store) IndexKind() string { return s.index.Kind() }
+
+// AppliedIndex implements systems.StateMachine: the Raft index of the last
+// applied entry stored in the index.
+func (s *Store) AppliedIndex() uint64 { return s.index.AppliedIndex() }
+
+// Apply implements systems.StateMachine (DESIGN.md section 2). It writes one
+// index batch holding, for every entry, key -> entry.Location for OpPut
+// (never the value), a tombstone for OpDelete and nothing for OpNone,
+// together with the new applied index. Entries at or below the applied
+// index are applied again (the node replays them after the log lost its
+// tail, and their records may have moved). It fails (fatally for the node)
+// on an unknown op, on a put whose Location is not its entry's, and on an
+// index write error.
+func (s *Store) Apply(entries []systems.AppliedEntry) error {
+	if len(entries) == 0 {
+		return nil
+	}
+	s.applyMu.Lock()
+	defer s.applyMu.Unlock()
+	b := &s.batch
+	b.Reset()
+	var acct *liveAccount
+	if s.gc != nil {
+		acct = s.gc.newAccount()
+	}
+	for i := range entries {
+		e := &entries[i]
+		switch e.Command.Op {
+		case systems.OpPut:
+			if e.Location.Index != e.Index || e.Location.Offset < 0 || e.Location.Length == 0 {
+				return fmt.Errorf("nezha: put of key %s at index %d has location %s, not one of its entry",
+					keyString(e.Command.Key), e.Index, e.Location)
+			}
+			b.Put(e.Command.Key, e.Location)
+			if acct != nil {
+				if err := acct.set(e.Command.Key, &e.Location); err != nil {
+					return err
+				}
+			}
+		case systems.OpDelete:
+			b.Delete(e.Command.Key)
+			if acct != nil {
+				if err := acct.set(e.Command.Key, nil); err != nil {
+					return err
+				}
+			}
+		case systems.OpNone:
+		default:
+			return fmt.Errorf("nezha: entry %d has unknown op %s", e.Index, e.Command.Op)
+		}
+	}
+	b.SetApplied(entries[len(entries)-1].Index)
+	if err := s.index.Write(b); err != nil {
+		return err
+	}
+	if acct != nil {
+		acct.commit()
+		s.gc.kickNonBlocking()
+	}
+	return nil
+}
+
+// Get implements systems.StateMachine: one index lookup, then one positioned
+// read of the value's record, from the log or from a sorted run. The value
+// is the caller's. An error (the record failed its CRC or bounds check,
+// holds another key, or could not be read; the first two wrap
+// systems.ErrCorrupt and name the location) concerns this key only; other
+// keys keep working.
+func (s *Store) Get(key []byte) ([]byte, bool, error) {
+	s.gate.RLock()
+	defer s.gate.RUnlock()
+	loc, found, err := s.index.Get(key)
+	if err != nil || !found {
+		return nil, false, err
+	}
+	v, err := s.readValue(key, loc)
+	if err != nil {
+		return nil, false, err
+	}
+	return v, true, nil
+}
+
+// readValue reads the value of key at loc (a log record or a run record),
+// checking that the record is a put of key. Caller holds gate.
+func (s *Store) readValue(key []byte, loc systems.Location) ([]byte, error) {
+	if isRun(loc) {
+		v, err := s.runs.readValue(key, loc)
+		if err != nil {
+			return nil, readErr(key, loc, err)
+		}
+		return v, nil
+	}
+	c, err := s.vlog.ReadCommand(loc)
+	if err != nil {
+		return nil, readErr(key, loc, err)
+	}
+	if err := checkCommand(key, loc, c); err != nil {
+		return nil, err
+	}
+	return c.Value, nil
+}
+
+func readErr(key []byte, loc systems.Location, err error) error {
+	if errors.Is(err, systems.ErrSegmentRemoved) {
+		// Under the gate, a location into a removed file is a lost value.
+		err = fmt.Errorf("%w: %w", systems.ErrCorrupt, err)
+	}
+	return fmt.Errorf("nezha: read value of key %s at %s: %w", keyString(key), locString(loc), err)
+}
+
+func checkCommand(key []byte, loc systems.Location, c systems.Command) error {
+	if c.Op != systems.OpPut || !bytes.Equal(c.Key, key) {
+		return fmt.Errorf("nezha: %w: %s holds a %s of key %s, want a put of key %s",
+			systems.ErrCorrupt, locString(loc), c.Op, keyString(c.Key), keyString(key))
+	}
+	return nil
+}
+
+// readValues reads the values of keys at locs, coalescing adjacent records
+// of one file into one read (values GC wrote in key order are read
+// sequentially: the paper's SCAN gain). Caller holds gate.
+func (s *Store) readValues(keys [][]byte, locs []systems.Location) ([][]byte, error) {
+	out := make([][]byte, len(locs))
+	for start := 0; start < len(locs); {
+		end := start + 1
+		for end < len(locs) && isRun(locs[end]) == isRun(locs[start]) && locs[end].Segment == locs[start].Segment {
+			end++
+		}
+		if isRun(locs[start]) {
+			vs, err := s.runs.readValues(keys[start:end], locs[start:end])
+			if err != nil {
+				return nil, readErr(keys[start], locs[start], err)
+			}
+			copy(out[start:end], vs)
+		} else {
+			cs, err := s.vlog.ReadCommands(locs[start:end])
+			if err != nil {
+				return nil, readErr(keys[start], locs[start], err)
+			}
+			for i, c := range cs {
+				if err := checkCommand(keys[start+i], locs[start+i], c); err != nil {
+					return nil, err
+				}
+				out[start+i] = c.Value
+			}
+		}
+		start = end
+	}
+	return out, nil
+}
+
+// recordOverheadMax bounds the bytes of a value-log or run record beyond
+// its key and value (header, op, request id, key length).
+const recordOverheadMax = headerOverheadLog
+
+// headerOverheadLog: raftlog header (25) + op (1) + request id (<= 10) +
+// key length (<= 10).
+const headerOverheadLog = 25 + 1 + 10 + 10
+
+// Scan implements systems.StateMachine: pairs with start <= key < end
+// (empty end: no upper bound) in ascending key order, at most limit of them
+// (0: no limit). Once the keys and values collected reach maxBytes (<= 0:
+// no cap) it stops, with more=true if a further key exists in the range;
+// it always returns at least one pair if the range holds one. The keys
+// come from one consistent index view (sized from the record lengths);
+// values are then read with coalesced reads. A value read error fails the
+// whole scan (see Get).
+func (s *Store) Scan(start, end []byte, limit int, maxBytes int) ([]systems.KeyValue, bool, error) {
+	if len(end) > 0 && bytes.Compare(start, end) >= 0 {
+		return nil, false, nil
+	}
+	s.gate.RLock()
+	defer s.gate.RUnlock()
+	view, err := s.index.View()
+	if err != nil {
+		return nil, false, err
+	}
+	var (
+		keys     [][]byte
+		locs     []systems.Location
+		estimate int // record bytes: at least key + value each
+		more     bool
+	)
+	err = view.Iterate(start, end, func(key []byte, loc systems.Location) (bool, error) {
+		// Enough records to reach maxBytes even at the largest overhead?
+		if len(keys) > 0 && maxBytes > 0 && estimate >= maxBytes+recordOverheadMax*len(keys) {
+			more = true
+			return false, nil
+		}
+		keys = append(keys, bytes.Clone(key))
+		locs = append(locs, loc)
+		estimate += int(loc.Length)
+		return limit <= 0 || len(keys) < limit, nil
+	})
+	view.Release()
+	if err != nil {
+		return nil, false, err
+	}
+	vals, err := s.readValues(keys, locs)
+	if err != nil {
+		return nil, false, err
+	}
+	kvs := make([]systems.KeyValue, 0, len(keys))
+	total := 0
+	for i := range keys {
+		kvs = append(kvs, systems.KeyValue{Key: keys[i], Value: vals[i]})
+		total += len(keys[i]) + len(vals[i])
+		if maxBytes > 0 && total >= maxBytes {
+			return kvs, more || i+1 < len(keys), nil
+		}
+	}
+	return kvs, more, nil
+}
+
+// StateHash implements systems.StateHasher over one consistent index view
+// (a LevelDB snapshot, or the memory index's read lock: Apply waits while
+// it runs). The sum is SHA-256 of
+//
+//	applied index (8 bytes, big endian)
+//	then for every live key in ascending order:
+//	  uvarint(len(key)) | key | uvarint(len(value)) | value
+//
+// It reads every value, so its cost is that of a full scan. The layout of
+// values (log or runs) does not change the sum.
+func (s *Store) StateHash() ([]byte, uint64, error) {
+	s.gate.RLock()
+	defer s.gate.RUnlock()
+	view, err := s.index.View()
+	if err != nil {
+		return nil, 0, err
+	}
+	defer view.Release()
+	applied := view.AppliedIndex()
+	h := sha256.New()
+	var buf [binary.MaxVarintLen64]byte
+	h.Write(binary.BigEndian.AppendUint64(buf[:0], applied))
+	err = view.Iterate(nil, nil, func(key []byte, loc systems.Location) (bool, error) {
+		v, err := s.readValue(key, loc)
+		if err != nil {
+			return false, err
+		}
+		h.Write(binary.AppendUvarint(buf[:0], uint64(len(key))))
+		h.Write(key)
+		h.Write(binary.AppendUvarint(buf[:0], uint64(len(v))))
+		h.Write(v)
+		return true, nil
+	})
+	if err != nil {
+		return nil, 0, err
+	}
+	return h.Sum(nil), applied, nil
+}
+
+// iterateChunks calls fn with consecutive chunks of up to n (key, location)
+// pairs, each taken from a fresh index view that is released before fn
+// runs, so that Apply does not wait on fn (memory index). The gate is held
+// shared during each chunk, so the files the chunk's locations name exist
+// while fn runs; fn must not take the gate itself. The chunks together are
+// not one consistent view; GC and snapshots tolerate that (GC re-validates;
+// see WriteSnapshot).
+func (s *Store) iterateChunks(n int, fn func(keys [][]byte, locs []systems.Location) error) error {
+	var next []byte
+	for {
+		more, err := s.chunk(n, &next, fn)
+		if err != nil || !more {
+			return err
+		}
+	}
+}
+
+// chunk is one step of iterateChunks; more is false after the last chunk.
+func (s *Store) chunk(n int, next *[]byte, fn func(keys [][]byte, locs []systems.Location) error) (more bool, err error) {
+	s.gate.RLock()
+	defer s.gate.RUnlock()
+	view, err := s.index.View()
+	if err != nil {
+		return false, err
+	}
+	var keys [][]byte
+	var locs []systems.Location
+	err = view.Iterate(*next, nil, func(key []byte, loc systems.Location) (bool, error) {
+		keys = append(keys, bytes.Clone(key))
+		locs = append(locs, loc)
+		return len(keys) < n, nil
+	})
+	view.Release()
+	if err != nil || len(keys) == 0 {
+		return false, err
+	}
+	if err := fn(keys, locs); err != nil {
+		return false, err
+	}
+	*next = append(bytes.Clone(keys[len(keys)-1]), 0)
+	return len(keys) == n, nil
+}
+
+// GCRounds implements systems.GCReporter (empty without GC).
+func (s *Store) GCRounds() []systems.GCRound {
+	if s.gc == nil {
+		return nil
+	}
+	return s.gc.history()
+}
+
+// Close implements systems.StateMachine: it stops GC and closes the index
+// and the runs (the value log belongs to the node). Unsynced LevelDB writes
+// are recovered by replay.
+func (s *Store) Close() error {
+	if s.gc != nil {
+		s.gc.stop()
+	}
+	s.runs.closeAll()
+	if err := s.index.Close(); err != nil {
+		return fmt.Errorf("nezha: close %s index: %w", s.index.Kind(), err)
+	}
+	return nil
+}
+
+// openIndex opens the configured index; a memory index loads the GC
+// checkpoint if there is one.
+func (s *Store) openIndex() (Index, error) {
+	x, err := OpenIndex(s.cfg.Index, filepath.Join(s.dir, IndexDir))
+	if err != nil {
+		return nil, err
+	}
+	if m, ok := x.(*MemoryIndex); ok {
+		if _, err := loadCheckpoint(m, filepath.Join(s.dir, checkpointName)); err != nil {
+			return nil, err
+		}
+	}
+	return x, nil
+}
+
+// syncIndex makes the index durable up to its applied index: LevelDB
+// syncs its journal, a memory index writes a checkpoint.
+func (s *Store) syncIndex() error {
+	if m, ok := s.index.(*MemoryIndex); ok {
+		return writeCheckpoint(m, filepath.Join(s.dir, checkpointName))
+	}
+	return s.index.Sync()
+}
+
+// recoverRuns reconciles sorted/ with its manifest at open: it finishes or
+// discards a staged snapshot restore, deletes run files the manifest does
+// not list (a GC or restore that crashed before registering them), and
+// opens the live runs.
+func (s *Store) recoverRuns() error {
+	m, err := readManifest(s.sortedDir)
+	if err != nil {
+		return err
+	}
+	s.man = m
+	files, err := listRunFiles(s.sortedDir)
+	if err != nil {
+		return err
+	}
+	for _, id := range files {
+		if !m.hasRun(id) && (m.Restore == nil || m.Restore.Run != id) {
+			s.logger.Warn("nezha: removing a run no manifest lists (an interrupted GC or restore)", "run", runName(id))
+			if err := os.Remove(filepath.Join(s.sortedDir, runName(id))); err != nil {
+				return fmt.Errorf("nezha: %w", err)
+			}
+		}
+		if id >= s.man.NextRun {
+			s.man.NextRun = id + 1
+		}
+	}
+	for _, id := range m.Runs {
+		r, err := openRun(s.sortedDir, id)
+		if err != nil {
+			return err
+		}
+		s.runs.add(r)
+	}
+	return nil
+}

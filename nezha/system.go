@@ -1,0 +1,293 @@
+package nezha
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/nezha-harness/nezha/systems"
+)
+
+// Names of the systems of this package (the -system flag values).
+const (
+	// NameNoGC is the paper's Nezha-NoGC: KVS-Raft without GC.
+	NameNoGC = "nezha-nogc"
+	// Name is Nezha with Raft-aware GC.
+	Name = "nezha"
+)
+
+// Directory names under the node's -data directory (DESIGN.md section 3).
+const (
+	// ValueLogDir holds the Raft log, which is the value log.
+	ValueLogDir = "valuelog"
+	// IndexDir holds the LevelDB index (IndexLevelDB only).
+	IndexDir = "index"
+	// SortedDir holds GC's key-sorted runs and their MANIFEST.
+	SortedDir = "sorted"
+)
+
+// NezhaNoGC returns the "nezha-nogc" system: values persisted once in the
+// Raft log, key -> Location in the index, no GC (the paper's Nezha-NoGC;
+// DESIGN.md section 1).
+func NezhaNoGC() systems.System {
+	return systems.System{
+		Name:      NameNoGC,
+		Summary:   "KVS-Raft: value persisted once, in the Raft log; index keeps key -> location; no GC",
+		LogDir:    ValueLogDir,
+		NewConfig: func() systems.SystemConfig { return newConfig(NameNoGC) },
+	}
+}
+
+// Nezha returns the "nezha" system: KVS-Raft with Raft-aware GC into
+// key-sorted runs (DESIGN.md sections 1 and 3; see gc.go).
+func Nezha() systems.System {
+	return systems.System{
+		Name:      Name,
+		Summary:   "KVS-Raft with Raft-aware GC: old log compacted into key-sorted runs",
+		LogDir:    ValueLogDir,
+		NewConfig: func() systems.SystemConfig { return newConfig(Name) },
+	}
+}
+
+// Config is the configuration of a nezha system. It implements
+// systems.SystemConfig.
+type Config struct {
+	// Index is the key -> location index: IndexLevelDB (default, as the
+	// paper's code) or IndexMemory. Flag -index.
+	Index string
+
+	// GC settings, for Name only (nezha-nogc has no GC).
+	//
+	// GC is the strategy (-gc): StrategyMerge (default), StrategySortOnce
+	// or StrategyGreedy.
+	GC string
+	// GCThresholdBytes: a round is due once the Raft log holds this many
+	// bytes (-gcThresholdBytes). Default 1 GiB.
+	GCThresholdBytes int64
+	// GCGarbageRatio: a round is also due once garbage / (log + runs) is at
+	// least this (-gcGarbageRatio), and greedy rewrites the files at least
+	// this garbage. Default 0.5.
+	GCGarbageRatio float64
+	// GCMinBytes: no garbage-ratio round while log and runs hold less
+	// (-gcMinBytes). Default 64 MiB.
+	GCMinBytes int64
+	// GCInterval is how often the trigger is checked besides after applies
+	// (-gcInterval). Default 1s.
+	GCInterval time.Duration
+	// GCContinuous runs rounds back to back whenever there is something to
+	// freeze (-gcContinuous; for tests and stress).
+	GCContinuous bool
+	// GCCrashPoint makes the node kill itself at the named point of a GC
+	// round (-gcCrashPoint; tests only). See CrashPoints.
+	GCCrashPoint string
+
+	system string // Name or NameNoGC
+}
+
+var _ systems.SystemConfig = (*Config)(nil)
+
+func newConfig(system string) *Config {
+	return &Config{
+		Index:            IndexLevelDB,
+		GC:               StrategyMerge,
+		GCThresholdBytes: 1 << 30,
+		GCGarbageRatio:   0.5,
+		GCMinBytes:       64 << 20,
+		GCInterval:       time.Second,
+		system:           system,
+	}
+}
+
+func (c *Config) gcEnabled() bool { return c.system == Name }
+
+// DefaultConfig returns the configuration of the named system (Name or
+// NameNoGC) with its documented defaults.
+func DefaultConfig(system string) (*Config, error) {
+	if system != Name && system != NameNoGC {
+		return nil, fmt.Errorf("nezha: unknown system %q", system)
+	}
+	return newConfig(system), nil
+}
+
+// RegisterFlags adds -index, and for Name the -gc* flags, to fs.
+func (c *Config) RegisterFlags(fs *flag.FlagSet) {
+	fs.StringVar(&c.Index, "index", c.Index,
+		"key -> location index: "+strings.Join(IndexKinds(), " or ")+
+			" (leveldb persists under <data>/index/; memory is rebuilt from the Raft log on start)")
+	if !c.gcEnabled() {
+		return
+	}
+	fs.StringVar(&c.GC, "gc", c.GC, "GC strategy: "+strings.Join(Strategies(), ", "))
+	fs.Int64Var(&c.GCThresholdBytes, "gcThresholdBytes", c.GCThresholdBytes, "run GC once the Raft log holds this many bytes")
+	fs.Float64Var(&c.GCGarbageRatio, "gcGarbageRatio", c.GCGarbageRatio, "run GC once garbage/(log+runs) reaches this; greedy rewrites files at least this garbage")
+	fs.Int64Var(&c.GCMinBytes, "gcMinBytes", c.GCMinBytes, "no garbage-ratio GC while log and runs hold fewer bytes")
+	fs.DurationVar(&c.GCInterval, "gcInterval", c.GCInterval, "how often the GC trigger is checked")
+	fs.BoolVar(&c.GCContinuous, "gcContinuous", c.GCContinuous, "run GC rounds back to back (tests, stress)")
+	fs.StringVar(&c.GCCrashPoint, "gcCrashPoint", c.GCCrashPoint, "TESTING: kill the node at this GC point: "+strings.Join(CrashPoints(), ", "))
+}
+
+// Validate reports every problem with c at once (an errors.Join of
+// *systems.UsageError values), or nil.
+func (c *Config) Validate() error {
+	var errs []error
+	if !slices.Contains(IndexKinds(), c.Index) {
+		errs = append(errs, systems.Usagef("-index %q: want one of %s", c.Index, strings.Join(IndexKinds(), ", ")))
+	}
+	if c.system != Name && c.system != NameNoGC {
+		errs = append(errs, systems.Usagef("nezha: unknown system %q (use NezhaNoGC or Nezha)", c.system))
+	}
+	if c.gcEnabled() {
+		if _, err := NewStrategy(c.GC); err != nil {
+			errs = append(errs, err)
+		}
+		if c.GCThresholdBytes <= 0 {
+			errs = append(errs, systems.Usagef("-gcThresholdBytes %d must be positive", c.GCThresholdBytes))
+		}
+		if c.GCGarbageRatio <= 0 || c.GCGarbageRatio > 1 {
+			errs = append(errs, systems.Usagef("-gcGarbageRatio %v must be in (0, 1]", c.GCGarbageRatio))
+		}
+		if c.GCMinBytes < 0 {
+			errs = append(errs, systems.Usagef("-gcMinBytes %d must not be negative", c.GCMinBytes))
+		}
+		if c.GCInterval <= 0 {
+			errs = append(errs, systems.Usagef("-gcInterval %v must be positive", c.GCInterval))
+		}
+		if c.GCCrashPoint != "" && !slices.Contains(CrashPoints(), c.GCCrashPoint) {
+			errs = append(errs, systems.Usagef("-gcCrashPoint %q: want one of %s", c.GCCrashPoint, strings.Join(CrashPoints(), ", ")))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// Describe returns the configuration for results recording (config.json).
+func (c *Config) Describe() map[string]any {
+	d := map[string]any{
+		"system":        c.system,
+		"index":         c.Index,
+		"gc":            c.gcEnabled(),
+		"value_log_dir": ValueLogDir,
+		"sorted_dir":    SortedDir,
+	}
+	if c.Index == IndexLevelDB {
+		d["index_dir"] = IndexDir
+		d["index_sync"] = false
+	}
+	if c.gcEnabled() {
+		d["gc_strategy"] = c.GC
+		d["gc_threshold_bytes"] = c.GCThresholdBytes
+		d["gc_garbage_ratio"] = c.GCGarbageRatio
+		d["gc_min_bytes"] = c.GCMinBytes
+		d["gc_interval"] = c.GCInterval.String()
+		d["gc_continuous"] = c.GCContinuous
+	}
+	return d
+}
+
+// Open implements systems.SystemConfig; see OpenStore.
+func (c *Config) Open(env systems.Env) (systems.StateMachine, error) {
+	s, err := c.OpenStore(env)
+	if err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// OpenStore validates c and opens the store in env.Dir: it reconciles
+// sorted/ with its manifest (finishing or discarding a staged snapshot),
+// opens the index (LevelDB under <env.Dir>/index/, or a memory index loaded
+// from the GC checkpoint), checks that the index covers the log's
+// compaction point, and starts GC for Name. env.Dir and env.Log are
+// required, env.Control too for Name; env.Logger defaults to
+// slog.Default().
+func (c *Config) OpenStore(env systems.Env) (*Store, error) {
+	if err := c.Validate(); err != nil {
+		return nil, err
+	}
+	if env.Dir == "" || env.Log == nil {
+		return nil, fmt.Errorf("nezha: open: Env.Dir and Env.Log are required")
+	}
+	if c.gcEnabled() && env.Control == nil {
+		return nil, fmt.Errorf("nezha: open: Env.Control is required for GC")
+	}
+	logger := env.Logger
+	if logger == nil {
+		logger = slog.Default()
+	}
+	sortedDir := filepath.Join(env.Dir, SortedDir)
+	if err := os.MkdirAll(sortedDir, 0o755); err != nil {
+		return nil, fmt.Errorf("nezha: %w", err)
+	}
+	s := &Store{name: c.system, cfg: *c, dir: env.Dir, sortedDir: sortedDir, vlog: env.Log, ctl: env.Control,
+		logger: logger, runs: newRunSet(sortedDir)}
+	if c.gcEnabled() {
+		gc, err := newCollector(s, &s.cfg)
+		if err != nil {
+			return nil, err
+		}
+		s.gc = gc
+	}
+	if err := s.open(); err != nil {
+		s.runs.closeAll()
+		if s.index != nil {
+			s.index.Close()
+		}
+		return nil, err
+	}
+	attrs := []any{"system", c.system, "index", c.Index, "applied", s.index.AppliedIndex(), "runs", len(s.man.Runs)}
+	if c.gcEnabled() {
+		attrs = append(attrs, "gc", c.GC)
+		s.gc.start()
+	}
+	logger.Info("nezha: state machine open", attrs...)
+	return s, nil
+}
+
+func (s *Store) open() error {
+	if err := s.recoverRuns(); err != nil {
+		return err
+	}
+	x, err := s.openIndex()
+	if err != nil {
+		return err
+	}
+	s.index = x
+	if p := s.man.Restore; p != nil {
+		compacted := uint64(0)
+		if s.ctl != nil {
+			compacted = s.ctl.CompactedIndex()
+		}
+		if compacted >= p.Index {
+			s.logger.Info("nezha: finishing a snapshot restore interrupted by a crash", "index", p.Index)
+			if err := s.finishRestore(*p); err != nil {
+				return err
+			}
+		} else {
+			s.logger.Warn("nezha: discarding a staged snapshot the log never recorded", "index", p.Index)
+			m := s.man
+			m.Restore = nil
+			if err := m.write(s.sortedDir); err != nil {
+				return err
+			}
+			s.man = m
+			if err := os.Remove(filepath.Join(s.sortedDir, runName(p.Run))); err != nil && !errors.Is(err, os.ErrNotExist) {
+				return fmt.Errorf("nezha: %w", err)
+			}
+		}
+	}
+	if s.ctl != nil {
+		if c := s.ctl.CompactedIndex(); s.index.AppliedIndex() < c {
+			return fmt.Errorf("nezha: the %s index is at applied index %d, below the log's compaction point %d: "+
+				"entries %d..%d are gone (was the index deleted?)", s.index.Kind(), s.index.AppliedIndex(), c, s.index.AppliedIndex()+1, c)
+		}
+	}
+	if s.gc != nil {
+		return s.gc.rebuildLive()
+	}
+	return nil
+}
