@@ -41,6 +41,10 @@ type Options struct {
 	ExtraArgs []string
 	// Seed makes the generated data reproducible. Logged.
 	Seed int64
+	// ExpectGC: every node must report GC rounds that moved or removed
+	// something by the end of the semantics test (a GC that never ran
+	// would make a GC configuration's pass meaningless).
+	ExpectGC bool
 }
 
 // BuildBinary builds ./cmd/nezha of the module rooted at moduleDir into
@@ -67,7 +71,10 @@ type harness struct {
 // short; the node defaults are exercised by the CLI checks in the README.
 var suiteArgs = []string{"-tick", "50ms", "-minFreeDiskBytes", "0"}
 
-func start(t *testing.T, o Options) *harness {
+func start(t *testing.T, o Options) *harness { return startWith(t, o, nil) }
+
+// startWith starts a 3-node cluster; nodeArgs (optional) adds flags per node.
+func startWith(t *testing.T, o Options, nodeArgs func(self cluster.Node, all []cluster.Node) []string) *harness {
 	t.Helper()
 	dir := t.TempDir()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
@@ -75,6 +82,7 @@ func start(t *testing.T, o Options) *harness {
 	spec, _, err := cluster.Up(ctx, cluster.UpOptions{
 		Dir: dir, System: o.System, Nodes: 3, Binary: o.Binary,
 		ExtraArgs: append(append([]string(nil), suiteArgs...), o.ExtraArgs...),
+		NodeArgs:  nodeArgs,
 	})
 	if err != nil {
 		t.Fatalf("cluster up: %v", err)
@@ -268,6 +276,31 @@ func testSemantics(t *testing.T, o Options) {
 		}
 	}
 	h.convergence()
+	if o.ExpectGC {
+		h.expectGC()
+	}
+}
+
+func (h *harness) expectGC() {
+	h.t.Helper()
+	ctx, cancel := ctxFor(5 * time.Second)
+	defer cancel()
+	for _, n := range h.spec.Nodes {
+		st, err := h.c.Status(ctx, n.Address, false)
+		if err != nil {
+			h.t.Fatal(err)
+		}
+		worked := 0
+		for _, r := range st.GcRounds {
+			if r.Error == "" && (r.KeysMoved > 0 || r.SegmentsRemoved > 0) {
+				worked++
+			}
+		}
+		if worked == 0 {
+			h.t.Fatalf("node %d reports no GC round that did anything (%d rounds)", n.ID, len(st.GcRounds))
+		}
+		h.t.Logf("node %d: %d GC rounds, compacted index %d", n.ID, worked, st.CompactedIndex)
+	}
 }
 
 // convergence waits until every live node has applied the same index and,
