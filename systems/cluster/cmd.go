@@ -190,7 +190,7 @@ func printStatus(w io.Writer, s *Spec, sts []NodeStatus, asJSON bool) error {
 	}
 	fmt.Fprintf(w, "system %s, cluster %s\n", s.System, s.Dir)
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "NODE\tADDRESS\tPID\tSTATE\tLEADER\tTERM\tCOMMIT\tAPPLIED\tLOG\tSYNC")
+	fmt.Fprintln(tw, "NODE\tADDRESS\tPID\tSTATE\tLEADER\tTERM\tCOMMIT\tAPPLIED\tLOG ENTRIES\tSYNC")
 	for _, r := range rows {
 		state := r.State
 		if r.Error != "" {
@@ -203,8 +203,14 @@ func printStatus(w io.Writer, s *Spec, sts []NodeStatus, asJSON bool) error {
 		if !r.Sync && r.Error == "" {
 			sync = "OFF (comparison only)"
 		}
-		fmt.Fprintf(tw, "%d\t%s\t%d\t%s\t%d\t%d\t%d\t%d\t%d..%d\t%s\n", r.ID, r.Address, r.PID, state, r.Leader, r.Term,
-			r.CommitIndex, r.AppliedIndex, r.FirstIndex, r.LastIndex, sync)
+		logRange := fmt.Sprintf("%d..%d", r.FirstIndex, r.LastIndex)
+		if r.Error != "" {
+			logRange = "-"
+		} else if r.FirstIndex > r.LastIndex {
+			logRange = fmt.Sprintf("none after %d", r.LastIndex)
+		}
+		fmt.Fprintf(tw, "%d\t%s\t%d\t%s\t%d\t%d\t%d\t%d\t%s\t%s\n", r.ID, r.Address, r.PID, state, r.Leader, r.Term,
+			r.CommitIndex, r.AppliedIndex, logRange, sync)
 	}
 	return tw.Flush()
 }

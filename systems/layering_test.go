@@ -1,0 +1,54 @@
+package systems_test
+
+import (
+	"os/exec"
+	"strings"
+	"testing"
+)
+
+// TestLayering enforces DESIGN.md section 4: systems depends on no concrete
+// system and no tool; nezha and baseline never import each other; the
+// traffic, fault and validation packages never import a concrete system;
+// plots draw from saved results only.
+func TestLayering(t *testing.T) {
+	out, err := exec.Command("go", "list", "-f", "{{.ImportPath}} {{join .Imports \" \"}}", "../...").Output()
+	if err != nil {
+		t.Fatalf("go list: %v", err)
+	}
+	const mod = "github.com/nezha-harness/nezha/"
+	rules := []struct {
+		pkg       string   // package path prefix (below the module)
+		forbidden []string // import path prefixes (below the module)
+	}{
+		{"systems", []string{"nezha", "baseline", "workloads", "ycsb", "linearizability", "faults", "plots", "experiments"}},
+		{"nezha", []string{"baseline", "workloads", "ycsb", "linearizability", "faults", "plots", "experiments"}},
+		{"baseline", []string{"nezha", "workloads", "ycsb", "linearizability", "faults", "plots", "experiments"}},
+		{"workloads", []string{"nezha", "baseline", "experiments"}},
+		{"ycsb", []string{"nezha", "baseline", "experiments"}},
+		{"faults", []string{"nezha", "baseline", "experiments"}},
+		{"linearizability", []string{"nezha", "baseline", "experiments"}},
+		{"plots", []string{"nezha", "baseline", "systems/node", "systems/cluster", "systems/client", "experiments"}},
+	}
+	checked := 0
+	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+		fields := strings.Fields(line)
+		pkg := strings.TrimPrefix(fields[0], mod)
+		for _, r := range rules {
+			if pkg != r.pkg && !strings.HasPrefix(pkg, r.pkg+"/") {
+				continue
+			}
+			checked++
+			for _, imp := range fields[1:] {
+				imp = strings.TrimPrefix(imp, mod)
+				for _, f := range r.forbidden {
+					if imp == f || strings.HasPrefix(imp, f+"/") {
+						t.Errorf("%s imports %s (DESIGN.md section 4 forbids it)", pkg, imp)
+					}
+				}
+			}
+		}
+	}
+	if checked < 5 {
+		t.Fatalf("only %d packages checked; is go list output parsed right?\n%s", checked, out)
+	}
+}
