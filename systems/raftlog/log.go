@@ -155,6 +155,7 @@ func Open(opts Options) (*Log, error) {
 		l.closeFiles()
 		return nil, fmt.Errorf("raftlog: %s at offset %d: entry %d follows entry %d: gap in the log", g.path, g.off, g.index, g.after)
 	}
+	l.reconcileHardState()
 	return l, nil
 }
 
@@ -260,6 +261,28 @@ func (l *Log) recoverSegment(id uint64, last bool) error {
 	}
 	seg.size.Store(fileSize)
 	return nil
+}
+
+// reconcileHardState repairs a HardState that a truncated tail left behind
+// the log: the compaction point is committed by construction, a node's term
+// is at least that of its last entry, and the commit index cannot exceed the
+// last entry (the leader resends what the tail lost). A lost vote cannot be
+// recovered; it was never acted upon if the record was torn before its
+// fsync completed (a node answers a vote only after persisting it).
+func (l *Log) reconcileHardState() {
+	hs := l.hs
+	last := l.lastIndex()
+	lastTerm := l.snap.Term
+	if len(l.metas) > 0 {
+		lastTerm = l.metas[len(l.metas)-1].term
+	}
+	hs.Commit = min(max(hs.Commit, l.snap.Index), last)
+	hs.Term = max(hs.Term, lastTerm)
+	if !isHardStateEqual(hs, l.hs) {
+		l.logger.Warn("raftlog: hard state behind the log after recovery; repaired",
+			"recovered", l.hs.String(), "repaired", hs.String(), "compacted_index", l.snap.Index, "last_index", last)
+		l.hs = hs
+	}
 }
 
 // validRecordAfter reports whether any offset in [from, to) of seg starts a

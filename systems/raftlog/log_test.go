@@ -440,3 +440,46 @@ func TestSyncCounts(t *testing.T) {
 		t.Fatalf("Sync=false used %d fsyncs", got)
 	}
 }
+
+// After GC removed the older segments, the newest segment may hold nothing
+// but the compaction marker and the HardState written by Roll. If a torn
+// tail takes that HardState, recovery must not hand raft a commit index
+// below the compaction point (raft panics on it).
+func TestTornHardStateAfterCompaction(t *testing.T) {
+	rng := rand.New(rand.NewSource(9))
+	dir := t.TempDir()
+	o := testOptions(t, dir)
+	o.SegmentSizeBytes = 1 << 20
+	l := mustOpen(t, o)
+	appendRange(t, l, 1, 20, 3, 100, rng)
+	if err := l.Append(raftpb.HardState{Term: 3, Vote: 2, Commit: 20}, nil, true); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Compact(20, raftpb.ConfState{Voters: []uint64{1, 2, 3}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Roll(); err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range l.Segments() {
+		if !s.Active {
+			if err := l.RemoveSegment(s.ID); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	l.Close()
+	path := lastSegmentPath(t, dir)
+	st, _ := os.Stat(path)
+	if err := os.Truncate(path, st.Size()-5); err != nil {
+		t.Fatal(err)
+	}
+	l2 := mustOpen(t, o)
+	hs, _, _ := l2.InitialState()
+	if hs.Commit < 20 || hs.Term < 3 {
+		t.Fatalf("recovered hard state %v below the compaction point 20 (term 3)", hs)
+	}
+	if fi, _ := l2.FirstIndex(); fi != 21 {
+		t.Fatalf("first index %d, want 21", fi)
+	}
+}
