@@ -15,6 +15,8 @@ import (
 	"github.com/nezha-harness/nezha/systems/cluster"
 	"github.com/nezha-harness/nezha/systems/kvcli"
 	"github.com/nezha-harness/nezha/systems/node"
+	"github.com/nezha-harness/nezha/workloads"
+	"github.com/nezha-harness/nezha/ycsb"
 )
 
 const usage = `usage: nezha <command> [flags]
@@ -23,6 +25,8 @@ commands:
   serve     run one node: serve -system S -address A -internalAddress I -peers P1,P2,P3 -data D
   cluster   local clusters: cluster up|status|kill|restart|down -cluster DIR
   kv        one request: kv put K V | get K | delete K | scan START END [-limit N]
+  bench     the paper's workloads: bench put|get|scan [-cnums N -dnums N -vsize BYTES] -servers ...|-cluster DIR
+  ycsb      YCSB core workloads: ycsb load|run -P FILE [-p name=value ...] -servers ...|-cluster DIR
   help      this text
 
 Run 'nezha <command> -h' for the flags of a command.
@@ -48,6 +52,10 @@ func run(args []string, stdout, stderr io.Writer) int {
 		err = cluster.Command(rest, stdout, stderr)
 	case "kv":
 		err = kvcli.Run(rest, stdout, stderr)
+	case "bench":
+		err = workloads.Command(rest, stdout, stderr)
+	case "ycsb":
+		err = ycsb.Command(rest, stdout, stderr)
 	case "help", "-h", "-help", "--help":
 		fmt.Fprint(stdout, usage)
 		return 0

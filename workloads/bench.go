@@ -1,0 +1,328 @@
+package workloads
+
+import (
+	"context"
+	"errors"
+	"io"
+	"math/rand"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/nezha-harness/nezha/systems"
+)
+
+// Store is the part of the Go client (*client.Client) the workloads use.
+type Store interface {
+	Put(ctx context.Context, key, value []byte) (uint64, error)
+	Get(ctx context.Context, key []byte) ([]byte, bool, error)
+	Scan(ctx context.Context, start, end []byte, limit int) ([]systems.KeyValue, error)
+}
+
+// Common are the options every bench workload has.
+type Common struct {
+	// Clients is the number of closed-loop clients (-cnums).
+	Clients int `json:"clients"`
+	// Ops is the total number of operations over all clients (-dnums).
+	Ops int64 `json:"ops"`
+	// KeyPrefix names the keys: KeyPrefix + KeyDigits digits.
+	KeyPrefix string `json:"key_prefix"`
+	// Seed of every random choice; client i draws from Seed+i.
+	Seed int64 `json:"seed"`
+	// OpTimeout bounds one operation, retries included.
+	OpTimeout time.Duration `json:"op_timeout_ns"`
+	// Progress, if set, receives a progress bar (a terminal) or a line
+	// every ProgressInterval.
+	Progress         io.Writer     `json:"-"`
+	ProgressInterval time.Duration `json:"progress_interval_ns"`
+	// Raw, if set, receives the per-operation CSV (see WriteRawCSV) at
+	// the end of the run.
+	Raw io.Writer `json:"-"`
+}
+
+// DefaultCommon returns the defaults shared by the workloads.
+func DefaultCommon() Common {
+	return Common{Clients: 100, Ops: 10000, KeyPrefix: DefaultKeyPrefix, Seed: 1, OpTimeout: time.Minute, ProgressInterval: 5 * time.Second}
+}
+
+func (c *Common) validate() []error {
+	var errs []error
+	if c.Clients < 1 {
+		errs = append(errs, systems.Usagef("-cnums %d: want at least 1 client", c.Clients))
+	}
+	if c.Ops < 1 {
+		errs = append(errs, systems.Usagef("-dnums %d: want at least 1 operation", c.Ops))
+	}
+	if c.KeyPrefix == "" {
+		errs = append(errs, systems.Usagef("-keyprefix is empty"))
+	}
+	if len(c.KeyPrefix)+KeyDigits > systems.MaxKeyBytes {
+		errs = append(errs, systems.Usagef("-keyprefix of %d bytes is too long", len(c.KeyPrefix)))
+	}
+	if c.OpTimeout <= 0 {
+		errs = append(errs, systems.Usagef("-timeout %v must be positive", c.OpTimeout))
+	}
+	if c.Progress != nil && c.ProgressInterval <= 0 {
+		errs = append(errs, systems.Usagef("-interval %v must be positive", c.ProgressInterval))
+	}
+	return errs
+}
+
+// PutOptions configures RunPut: Ops unique keys, indices 0..Ops-1, each
+// written once with a ValueBytes value.
+type PutOptions struct {
+	Common
+	// ValueBytes is the size of every value (-vsize).
+	ValueBytes int `json:"value_bytes"`
+	// MaxValueBytes is the servers' largest accepted value (their
+	// -maxValueBytes; the API does not report it).
+	MaxValueBytes int `json:"max_value_bytes"`
+	// Order of the writes: "random" (a seeded permutation of the indices,
+	// as the paper's randwrite) or "sequential".
+	Order string `json:"order"`
+}
+
+// DefaultPutOptions: the paper's randwrite_goroutine command line
+// (-cnums 100 -dnums 39062 -vsize 256000).
+func DefaultPutOptions() PutOptions {
+	c := DefaultCommon()
+	c.Ops = 39062
+	return PutOptions{Common: c, ValueBytes: 256000, MaxValueBytes: systems.DefaultMaxValueBytes, Order: "random"}
+}
+
+// Validate reports every problem at once.
+func (o *PutOptions) Validate() error {
+	errs := o.validate()
+	if o.Ops > MaxKeys {
+		errs = append(errs, systems.Usagef("-dnums %d: the key scheme names at most %d keys", o.Ops, MaxKeys))
+	}
+	if o.ValueBytes < 1 {
+		errs = append(errs, systems.Usagef("-vsize %d: want at least 1 byte", o.ValueBytes))
+	}
+	if o.MaxValueBytes < 1 {
+		errs = append(errs, systems.Usagef("-maxValueBytes %d must be positive", o.MaxValueBytes))
+	} else if o.ValueBytes > o.MaxValueBytes {
+		errs = append(errs, systems.Usagef("-vsize %d is over the servers' maximum value size of %d bytes (-maxValueBytes)", o.ValueBytes, o.MaxValueBytes))
+	}
+	if o.Order != "random" && o.Order != "sequential" {
+		errs = append(errs, systems.Usagef("-order %q: want random or sequential", o.Order))
+	}
+	return errors.Join(errs...)
+}
+
+// GetOptions configures RunGet: Ops GETs of keys drawn with a Zipf
+// distribution over the indices 0..Keys-1, which must have been written.
+type GetOptions struct {
+	Common
+	// Keys is the number of keys written (indices 0..Keys-1).
+	Keys int64 `json:"keys"`
+	// Zipf is the exponent s (> 1).
+	Zipf float64 `json:"zipf"`
+}
+
+// DefaultGetOptions: the paper's zipf_read (-cnums 100 -dnums 10000, s 1.01).
+func DefaultGetOptions() GetOptions {
+	return GetOptions{Common: DefaultCommon(), Zipf: 1.01}
+}
+
+// Validate reports every problem at once.
+func (o *GetOptions) Validate() error {
+	errs := o.validate()
+	errs = append(errs, validKeys(o.Keys)...)
+	if !(o.Zipf > 1) {
+		errs = append(errs, systems.Usagef("-zipf %v: the exponent must be > 1", o.Zipf))
+	}
+	return errors.Join(errs...)
+}
+
+func validKeys(n int64) []error {
+	switch {
+	case n < 1:
+		return []error{systems.Usagef("-keys %d: want at least 1 written key (run bench put first)", n)}
+	case n > MaxKeys:
+		return []error{systems.Usagef("-keys %d: the key scheme names at most %d keys", n, MaxKeys)}
+	}
+	return nil
+}
+
+// ScanOptions configures RunScan: Ops scans of ScanSize keys, each from a
+// start index drawn uniformly from 0..Keys-ScanSize, so that every scan
+// lies within the written keys.
+type ScanOptions struct {
+	Common
+	Keys     int64 `json:"keys"`
+	ScanSize int   `json:"scan_size"`
+}
+
+// DefaultScanOptions: the paper's scan_pro (-cnums 1 -dnums 4); 100 keys a
+// scan.
+func DefaultScanOptions() ScanOptions {
+	c := DefaultCommon()
+	c.Clients, c.Ops = 1, 4
+	return ScanOptions{Common: c, ScanSize: 100}
+}
+
+// Validate reports every problem at once.
+func (o *ScanOptions) Validate() error {
+	errs := o.validate()
+	errs = append(errs, validKeys(o.Keys)...)
+	if o.ScanSize < 1 {
+		errs = append(errs, systems.Usagef("-scansize %d: want at least 1 key", o.ScanSize))
+	} else if o.Keys >= 1 && int64(o.ScanSize) > o.Keys {
+		errs = append(errs, systems.Usagef("-scansize %d is more than the %d written keys", o.ScanSize, o.Keys))
+	}
+	return errors.Join(errs...)
+}
+
+// opFunc does operation seq of client id and returns its outcome, payload
+// bytes, items and error.
+type opFunc func(ctx context.Context, id int, seq int64) (Outcome, int64, int64, error)
+
+// clientFunc prepares client id's opFunc (its own random source).
+type clientFunc func(id int) opFunc
+
+// run drives c.Clients closed-loop clients over c.Ops operations. On ctx's
+// end the clients stop after their current operation and run returns the
+// summary so far with ctx's error.
+func run(ctx context.Context, c Common, op string, mk clientFunc) (Summary, error) {
+	var (
+		next atomic.Int64
+		done atomic.Int64
+		wg   sync.WaitGroup
+		recs = make([]*Recorder, c.Clients)
+	)
+	stop := StartProgress(c.Progress, "bench "+op, c.Ops, &done, c.ProgressInterval)
+	start := time.Now()
+	for id := 0; id < c.Clients; id++ {
+		recs[id] = NewRecorder(start, c.Raw != nil, &done)
+		do := mk(id)
+		wg.Add(1)
+		go func(id int, rec *Recorder) {
+			defer wg.Done()
+			for ctx.Err() == nil {
+				seq := next.Add(1) - 1
+				if seq >= c.Ops {
+					return
+				}
+				octx, cancel := OpContext(ctx, c.OpTimeout)
+				t0 := time.Now()
+				out, bytes, items, err := do(octx, id, seq)
+				lat := time.Since(t0)
+				cancel()
+				rec.Record(op, t0, lat, out, bytes, items, err)
+			}
+		}(id, recs[id])
+	}
+	wg.Wait()
+	elapsed := time.Since(start)
+	stop()
+	s := Summarize(op, recs, elapsed)
+	if c.Raw != nil {
+		if err := WriteRawCSV(c.Raw, recs); err != nil {
+			return s, err
+		}
+	}
+	return s, ctx.Err()
+}
+
+// ValueBuffer is the pre-generated random buffer values are cut from, so
+// that the client does no per-operation work for a value: the value of
+// key index i is ValueBytes bytes at an offset that depends on i.
+type ValueBuffer struct {
+	buf  []byte
+	size int
+}
+
+// NewValueBuffer returns a buffer for size-byte values from seed.
+func NewValueBuffer(size int, seed int64) *ValueBuffer {
+	n := size + 1<<20
+	b := make([]byte, n)
+	rand.New(rand.NewSource(seed)).Read(b)
+	return &ValueBuffer{buf: b, size: size}
+}
+
+// Value returns the value of key index i (shared memory: do not modify).
+func (v *ValueBuffer) Value(i int64) []byte {
+	span := int64(len(v.buf) - v.size + 1)
+	off := (i * 4099) % span
+	return v.buf[off : off+int64(v.size) : off+int64(v.size)]
+}
+
+// RunPut writes o.Ops unique keys (indices 0..Ops-1 in o.Order) with
+// o.Clients closed-loop clients.
+func RunPut(ctx context.Context, s Store, o PutOptions) (Summary, error) {
+	if err := o.Validate(); err != nil {
+		return Summary{Op: "put"}, err
+	}
+	vb := NewValueBuffer(o.ValueBytes, o.Seed)
+	order := Identity(o.Ops)
+	if o.Order == "random" {
+		order = NewPermutation(o.Ops, rand.New(rand.NewSource(o.Seed)))
+	}
+	return run(ctx, o.Common, "put", func(int) opFunc {
+		return func(ctx context.Context, _ int, seq int64) (Outcome, int64, int64, error) {
+			i := order.At(seq)
+			v := vb.Value(i)
+			_, err := s.Put(ctx, Key(o.KeyPrefix, i), v)
+			return Classify(err), int64(len(v)), 1, err
+		}
+	})
+}
+
+// RunGet reads o.Ops keys drawn with a Zipf distribution over the written
+// indices 0..Keys-1. A key that is not found is a Miss.
+func RunGet(ctx context.Context, s Store, o GetOptions) (Summary, error) {
+	if err := o.Validate(); err != nil {
+		return Summary{Op: "get"}, err
+	}
+	perm := NewPermutation(o.Keys, rand.New(rand.NewSource(o.Seed)))
+	choosers := make([]*ZipfKeys, o.Clients)
+	for id := range choosers {
+		z, err := NewZipfKeys(rand.New(rand.NewSource(o.Seed+int64(id))), o.Zipf, o.Keys, perm)
+		if err != nil {
+			return Summary{Op: "get"}, systems.Usagef("%v", err)
+		}
+		choosers[id] = z
+	}
+	return run(ctx, o.Common, "get", func(id int) opFunc {
+		z := choosers[id]
+		return func(ctx context.Context, _ int, _ int64) (Outcome, int64, int64, error) {
+			v, found, err := s.Get(ctx, Key(o.KeyPrefix, z.Next()))
+			switch {
+			case err != nil:
+				return Classify(err), 0, 0, err
+			case !found:
+				return Miss, 0, 0, nil
+			}
+			return OK, int64(len(v)), 1, nil
+		}
+	})
+}
+
+// RunScan does o.Ops scans of o.ScanSize keys from uniformly drawn start
+// indices in 0..Keys-ScanSize. A scan that returns fewer keys is a Miss.
+func RunScan(ctx context.Context, s Store, o ScanOptions) (Summary, error) {
+	if err := o.Validate(); err != nil {
+		return Summary{Op: "scan"}, err
+	}
+	end := KeyEnd(o.KeyPrefix)
+	starts := o.Keys - int64(o.ScanSize) + 1
+	return run(ctx, o.Common, "scan", func(id int) opFunc {
+		rng := rand.New(rand.NewSource(o.Seed + int64(id)))
+		return func(ctx context.Context, _ int, _ int64) (Outcome, int64, int64, error) {
+			kvs, err := s.Scan(ctx, Key(o.KeyPrefix, rng.Int63n(starts)), end, o.ScanSize)
+			if err != nil {
+				return Classify(err), 0, 0, err
+			}
+			var n int64
+			for _, kv := range kvs {
+				n += int64(len(kv.Key) + len(kv.Value))
+			}
+			out := OK
+			if len(kvs) < o.ScanSize {
+				out = Miss
+			}
+			return out, n, int64(len(kvs)), nil
+		}
+	})
+}

@@ -1,0 +1,136 @@
+package workloads_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nezha-harness/nezha/systems/cluster"
+	"github.com/nezha-harness/nezha/systems/systemstest"
+)
+
+// TestEndToEnd builds the binary and runs small bench put/get/scan and
+// ycsb load/run of workload A against a 3-node nezha-nogc cluster, checking
+// exit codes and the JSON summaries.
+func TestEndToEnd(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds the binary and runs a cluster")
+	}
+	bindir := t.TempDir()
+	root, _ := filepath.Abs("..")
+	bin, err := systemstest.BuildBinary(root, bindir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	spec, _, err := cluster.Up(ctx, cluster.UpOptions{Dir: dir, System: "nezha-nogc", Nodes: 3, Binary: bin,
+		ExtraArgs: []string{"-tick", "50ms", "-minFreeDiskBytes", "0"}})
+	if err != nil {
+		t.Fatalf("cluster up: %v", err)
+	}
+	defer spec.Down(false)
+	out := t.TempDir()
+
+	run := func(wantCode int, args ...string) string {
+		t.Helper()
+		cmd := exec.CommandContext(ctx, bin, args...)
+		b, err := cmd.CombinedOutput()
+		code := 0
+		var ee *exec.ExitError
+		if errors.As(err, &ee) {
+			code = ee.ExitCode()
+		} else if err != nil {
+			t.Fatalf("%v: %v", args, err)
+		}
+		if code != wantCode {
+			t.Fatalf("%s: exit %d, want %d\n%s", strings.Join(args, " "), code, wantCode, b)
+		}
+		return string(b)
+	}
+	summary := func(path string) map[string]any {
+		t.Helper()
+		b, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var m map[string]any
+		if err := json.Unmarshal(b, &m); err != nil {
+			t.Fatal(err)
+		}
+		for _, f := range []string{"ops_per_sec", "mb_per_sec", "p50_us", "p99_us", "errors", "ambiguous"} {
+			if _, ok := m[f]; !ok {
+				t.Fatalf("%s: no field %s", path, f)
+			}
+		}
+		if m["errors"].(float64) != 0 || m["ambiguous"].(float64) != 0 || m["ops_per_sec"].(float64) <= 0 {
+			t.Fatalf("%s: %v", path, m)
+		}
+		if run, ok := m["run"].(map[string]any); !ok || run["command"] == nil || run["cpus"] == nil {
+			t.Fatalf("%s: no run record", path)
+		}
+		return m
+	}
+
+	c := []string{"-cluster", dir}
+	putDir := filepath.Join(out, "put")
+	run(0, append([]string{"bench", "put", "-cnums", "8", "-dnums", "300", "-vsize", "4096", "-out", putDir}, c...)...)
+	m := summary(filepath.Join(putDir, "summary.json"))
+	if m["ops"].(float64) != 300 || m["bytes"].(float64) != 300*4096 {
+		t.Fatalf("put: %v", m)
+	}
+	for _, f := range []string{"config.json", "raw.csv", "timeseries.csv"} {
+		if st, err := os.Stat(filepath.Join(putDir, f)); err != nil || st.Size() == 0 {
+			t.Fatalf("%s: %v", f, err)
+		}
+	}
+	var cfg map[string]any
+	b, _ := os.ReadFile(filepath.Join(putDir, "config.json"))
+	if err := json.Unmarshal(b, &cfg); err != nil || cfg["seed"].(float64) != 1 || cfg["system"] != "nezha-nogc" {
+		t.Fatalf("config.json: %v %s", err, b)
+	}
+
+	o := run(0, append([]string{"bench", "get", "-cnums", "4", "-dnums", "500", "-json", filepath.Join(out, "get.json")}, c...)...)
+	if !strings.Contains(o, "found 300 keys") {
+		t.Fatalf("get did not find the 300 written keys:\n%s", o)
+	}
+	if m := summary(filepath.Join(out, "get.json")); m["misses"].(float64) != 0 || m["ops"].(float64) != 500 {
+		t.Fatalf("get: %v", m)
+	}
+	run(0, append([]string{"bench", "scan", "-cnums", "2", "-dnums", "20", "-scansize", "50", "-keys", "300", "-json", filepath.Join(out, "scan.json")}, c...)...)
+	if m := summary(filepath.Join(out, "scan.json")); m["items"].(float64) != 20*50 || m["misses"].(float64) != 0 {
+		t.Fatalf("scan: %v", m)
+	}
+
+	props := []string{"-P", "workloads/workloada", "-p", "recordcount=200", "-p", "operationcount=400", "-p", "threadcount=4",
+		"-p", "fieldcount=1", "-p", "fieldlength=1024"}
+	o = run(0, append(append([]string{"ycsb", "load", "-json", filepath.Join(out, "load.json")}, props...), c...)...)
+	if !strings.Contains(o, "INSERT - Takes(s)") {
+		t.Fatalf("ycsb load printed no go-ycsb table:\n%s", o)
+	}
+	if m := summary(filepath.Join(out, "load.json")); m["ops"].(float64) != 200 {
+		t.Fatalf("load: %v", m)
+	}
+	o = run(0, append(append([]string{"ycsb", "run", "-json", filepath.Join(out, "run.json")}, props...), c...)...)
+	if !strings.Contains(o, "READ   - Takes(s)") || !strings.Contains(o, "UPDATE - Takes(s)") {
+		t.Fatalf("ycsb run printed no go-ycsb table:\n%s", o)
+	}
+	m = summary(filepath.Join(out, "run.json"))
+	ops := m["operations"].(map[string]any)
+	r, u := ops["READ"].(map[string]any)["ops"].(float64), ops["UPDATE"].(map[string]any)["ops"].(float64)
+	if m["ops"].(float64) != 400 || r+u != 400 {
+		t.Fatalf("run: total %v read %v update %v", m["ops"], r, u)
+	}
+
+	// Bad input: exit 2 before any load.
+	run(2, append([]string{"bench", "put", "-vsize", "0"}, c...)...)
+	run(2, append([]string{"ycsb", "run", "-P", "workloads/workloada", "-p", "requestdistribution=nope"}, c...)...)
+	run(2, "bench", "get", "-servers", "127.0.0.1:1", "-keys", "10", "-connectTimeout", "500ms")
+}

@@ -1,0 +1,127 @@
+package workloads
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"time"
+
+	"github.com/nezha-harness/nezha/systems/kvpb"
+)
+
+// RunInfo is the record of how a run was made, written as config.json next
+// to its results: the exact command line, the seed, every option, the
+// servers and the machine.
+type RunInfo struct {
+	Tool    string   `json:"tool"`
+	Command []string `json:"command"`
+	// Seed is null when the run cannot be seeded (SeedNote says why).
+	Seed      *int64       `json:"seed"`
+	SeedNote  string       `json:"seed_note,omitempty"`
+	Start     time.Time    `json:"start"`
+	GitCommit string       `json:"git_commit"`
+	GitDirty  bool         `json:"git_dirty"`
+	GoVersion string       `json:"go_version"`
+	Hostname  string       `json:"hostname"`
+	CPUs      int          `json:"cpus"`
+	CPUModel  string       `json:"cpu_model"`
+	Kernel    string       `json:"kernel"`
+	System    string       `json:"system,omitempty"`
+	Servers   []ServerInfo `json:"servers,omitempty"`
+	Config    any          `json:"config"`
+}
+
+// ServerInfo is what a server said about itself before the run.
+type ServerInfo struct {
+	Address   string `json:"address"`
+	ID        uint64 `json:"id"`
+	RaftState string `json:"raft_state"`
+	Leader    uint64 `json:"leader"`
+	Term      uint64 `json:"term"`
+	// Sync false: the node does not fsync its log (comparison only).
+	Sync bool `json:"sync"`
+}
+
+// NewRunInfo records the machine and the moment. command is the exact
+// command line (os.Args for the binary); seed may be nil.
+func NewRunInfo(tool string, command []string, seed *int64, config any) RunInfo {
+	r := RunInfo{
+		Tool: tool, Command: command, Seed: seed, Config: config, Start: time.Now(),
+		GoVersion: runtime.Version(), CPUs: runtime.NumCPU(), GitCommit: "unknown",
+	}
+	r.Hostname, _ = os.Hostname()
+	r.CPUModel = cpuModel()
+	if b, err := os.ReadFile("/proc/sys/kernel/osrelease"); err == nil {
+		r.Kernel = strings.TrimSpace(string(b))
+	}
+	r.GitCommit, r.GitDirty = gitCommit()
+	return r
+}
+
+// SetServers records the servers' statuses (from client.Discover).
+func (r *RunInfo) SetServers(sts []*kvpb.StatusResponse) {
+	for _, s := range sts {
+		si := ServerInfo{Address: s.Address, RaftState: strings.TrimPrefix(s.RaftState, "State"), Sync: s.Sync}
+		if s.Header != nil {
+			si.ID, si.Leader, si.Term = s.Header.NodeId, s.Header.LeaderId, s.Header.Term
+		}
+		r.Servers = append(r.Servers, si)
+	}
+}
+
+func cpuModel() string {
+	f, err := os.Open("/proc/cpuinfo")
+	if err != nil {
+		return "unknown"
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		if k, v, ok := strings.Cut(sc.Text(), ":"); ok && strings.TrimSpace(k) == "model name" {
+			return strings.TrimSpace(v)
+		}
+	}
+	return "unknown"
+}
+
+// gitCommit asks git for HEAD of the repository that holds the running
+// binary, else of the working directory.
+func gitCommit() (string, bool) {
+	var dirs []string
+	if exe, err := os.Executable(); err == nil {
+		dirs = append(dirs, filepath.Dir(exe))
+	}
+	if wd, err := os.Getwd(); err == nil {
+		dirs = append(dirs, wd)
+	}
+	for _, d := range dirs {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		cmd := exec.CommandContext(ctx, "git", "rev-parse", "HEAD")
+		cmd.Dir = d
+		out, err := cmd.Output()
+		if err != nil {
+			cancel()
+			continue
+		}
+		st := exec.CommandContext(ctx, "git", "status", "--porcelain", "--untracked-files=no")
+		st.Dir = d
+		dirty, _ := st.Output()
+		cancel()
+		return strings.TrimSpace(string(out)), len(strings.TrimSpace(string(dirty))) > 0
+	}
+	return "unknown", false
+}
+
+// WriteJSON writes v as indented JSON to path.
+func WriteJSON(path string, v any) error {
+	b, err := json.MarshalIndent(v, "", "  ")
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(path, append(b, '\n'), 0o644)
+}

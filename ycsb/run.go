@@ -1,0 +1,191 @@
+// Package ycsb is `nezha ycsb load|run`: the YCSB core workload of go-ycsb
+// (v1.0.3, used as a library) against any system through the harness's Go
+// client.
+//
+// Property files: -P names a file on disk, or one of the upstream YCSB
+// files shipped in ycsb/workloads (workloada..workloadf, embedded in the
+// binary): `-P workloads/workloada` reads that path if it exists and the
+// shipped copy otherwise (see ReadPropertyFile). The shipped files are
+// upstream's, not go-ycsb's (which make A and F uniform and give E
+// maxscanlength=1). workload= may name go-ycsb's "core" or upstream's Java
+// class (site.ycsb.workloads.CoreWorkload).
+//
+// Every property the run uses is checked before any load starts (a bad
+// value, a zero or negative count, a record over the servers' value limit
+// is a usage error, exit 2): go-ycsb itself would misread a malformed
+// number as its default, or exit mid-run.
+//
+// Records map onto the store as one key per record (table/key) and one
+// value holding all fields (see EncodeRecord and DB). go-ycsb seeds every
+// worker from the clock: a YCSB run cannot be repeated operation for
+// operation (its run record says so).
+//
+// go-ycsb's measurements are process-global: run one Run at a time.
+package ycsb
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strconv"
+	"sync/atomic"
+	"time"
+
+	"github.com/magiconair/properties"
+	gclient "github.com/pingcap/go-ycsb/pkg/client"
+	"github.com/pingcap/go-ycsb/pkg/measurement"
+	"github.com/pingcap/go-ycsb/pkg/prop"
+	_ "github.com/pingcap/go-ycsb/pkg/workload" // registers the core workload
+	gycsb "github.com/pingcap/go-ycsb/pkg/ycsb"
+
+	"github.com/nezha-harness/nezha/systems"
+	"github.com/nezha-harness/nezha/workloads"
+)
+
+// Options configures Run.
+type Options struct {
+	// Phase is "load" (insert the records) or "run" (the transactions).
+	Phase string `json:"phase"`
+	// Files are the -P property files, in order.
+	Files []string `json:"property_files"`
+	// Settings are the -p name=value overrides, applied after the files.
+	Settings []string `json:"settings"`
+	// MaxValueBytes is the servers' largest accepted value.
+	MaxValueBytes int `json:"max_value_bytes"`
+	// OpTimeout bounds one store call, retries included.
+	OpTimeout time.Duration `json:"op_timeout_ns"`
+	// Output receives go-ycsb's final table (nil: os.Stdout). go-ycsb
+	// writes its periodic summaries to os.Stdout itself.
+	Output io.Writer `json:"-"`
+	// Warn receives warnings (unused properties); nil discards them.
+	Warn io.Writer `json:"-"`
+}
+
+// DefaultOptions returns the defaults for phase.
+func DefaultOptions(phase string) Options {
+	return Options{Phase: phase, MaxValueBytes: systems.DefaultMaxValueBytes, OpTimeout: time.Minute}
+}
+
+// Properties loads and checks the properties of o, reporting every problem
+// at once; it returns the sources of the files and the warnings.
+func (o *Options) Properties() (*properties.Properties, []string, []string, error) {
+	var errs []error
+	if o.Phase != "load" && o.Phase != "run" {
+		errs = append(errs, systems.Usagef("phase %q: want load or run", o.Phase))
+	}
+	if o.MaxValueBytes < 1 {
+		errs = append(errs, systems.Usagef("-maxValueBytes %d must be positive", o.MaxValueBytes))
+	}
+	if o.OpTimeout <= 0 {
+		errs = append(errs, systems.Usagef("-timeout %v must be positive", o.OpTimeout))
+	}
+	p, sources, err := LoadProperties(o.Files, o.Settings)
+	if err != nil {
+		errs = append(errs, err)
+	}
+	if len(errs) > 0 {
+		return nil, nil, nil, errors.Join(errs...)
+	}
+	warnings, err := ValidateProperties(p, o.Phase, o.MaxValueBytes)
+	return p, sources, warnings, err
+}
+
+// Validate reports every problem with o and its properties at once.
+func (o *Options) Validate() error {
+	_, _, _, err := o.Properties()
+	return err
+}
+
+// Summary is the result of a YCSB phase. Its embedded Summary is TOTAL:
+// one operation per YCSB operation (a read-modify-write counts once), its
+// bytes the sum of the store operations'. Operations has one entry per
+// operation type (READ, UPDATE, INSERT, SCAN, READ_MODIFY_WRITE; a
+// READ_MODIFY_WRITE's read and update also count in READ and UPDATE, as in
+// go-ycsb).
+type Summary struct {
+	workloads.Summary
+	Phase      string                       `json:"phase"`
+	Sources    []string                     `json:"property_files"`
+	Properties map[string]string            `json:"properties"`
+	Operations map[string]workloads.Summary `json:"operations"`
+}
+
+// Run runs one phase of the YCSB core workload against s. Cancelling ctx
+// stops the workers after their current operation.
+func Run(ctx context.Context, s Store, o Options) (Summary, error) {
+	p, sources, warnings, err := o.Properties()
+	if err != nil {
+		return Summary{}, err
+	}
+	if o.Warn != nil {
+		for _, w := range warnings {
+			fmt.Fprintln(o.Warn, "ycsb: warning:", w)
+		}
+	}
+	out := o.Output
+	if out == nil {
+		out = os.Stdout
+	}
+	p.Set(prop.DoTransactions, strconv.FormatBool(o.Phase == "run"))
+	p.Set(prop.Command, o.Phase)
+	res := Summary{Phase: o.Phase, Sources: sources, Properties: p.Map()}
+
+	// go-ycsb writes its final table to measurement.output_file or to
+	// os.Stdout; route it to out through a temporary file.
+	tmp := ""
+	if _, ok := p.Get(prop.MeasurementRawOutputFile); !ok {
+		f, err := os.CreateTemp("", "nezha-ycsb-*.txt")
+		if err != nil {
+			return res, err
+		}
+		tmp = f.Name()
+		f.Close()
+		defer os.Remove(tmp)
+		p.Set(prop.MeasurementRawOutputFile, tmp)
+	}
+	measurement.InitMeasure(p)
+	// Every accepted workload name is the core workload.
+	wl, err := gycsb.GetWorkloadCreator("core").Create(p)
+	if err != nil {
+		return res, systems.Usagef("ycsb: workload: %v", err)
+	}
+	defer wl.Close()
+
+	var done atomic.Int64
+	start := time.Now()
+	db := NewDB(s, int(p.GetInt64(prop.FieldCount, prop.FieldCountDefault)), o.OpTimeout, start, &done)
+	rctx := ctx
+	if sec := p.GetInt64(prop.MaxExecutiontime, 0); sec > 0 {
+		var cancel context.CancelFunc
+		rctx, cancel = context.WithTimeout(ctx, time.Duration(sec)*time.Second)
+		defer cancel()
+	}
+	gclient.NewClient(p, measured{wl}, gclient.DbWrapper{DB: db}).Run(rctx)
+	elapsed := time.Since(start)
+	measurement.Output()
+	if tmp != "" {
+		if b, err := os.ReadFile(tmp); err == nil {
+			out.Write(b)
+		}
+	}
+
+	res.Operations = db.Summaries(elapsed)
+	total, ok := res.Operations[OpTotal]
+	if !ok {
+		total = workloads.Summarize(OpTotal, nil, elapsed)
+	}
+	delete(res.Operations, OpTotal)
+	total.Bytes = 0
+	for op, s := range res.Operations {
+		if op != OpReadModifyWrite {
+			total.Bytes += s.Bytes
+		}
+	}
+	if total.DurationSec > 0 {
+		total.MBPerSec = float64(total.Bytes) / 1e6 / total.DurationSec
+	}
+	res.Summary = total
+	return res, ctx.Err()
+}

@@ -1,0 +1,328 @@
+package ycsb
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/magiconair/properties"
+
+	"github.com/nezha-harness/nezha/systems"
+)
+
+// memStore is an in-memory Store. Put keeps the slice it is given (no
+// copy), so a caller that hands it a reused buffer is caught.
+type memStore struct {
+	mu   sync.Mutex
+	m    map[string][]byte
+	gets int
+}
+
+func newMemStore() *memStore { return &memStore{m: map[string][]byte{}} }
+
+func (s *memStore) Put(_ context.Context, k, v []byte) (uint64, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.m[string(k)] = v
+	return 1, nil
+}
+
+func (s *memStore) Get(_ context.Context, k []byte) ([]byte, bool, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.gets++
+	v, ok := s.m[string(k)]
+	return append([]byte(nil), v...), ok, nil
+}
+
+func (s *memStore) Delete(_ context.Context, k []byte) (uint64, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.m, string(k))
+	return 1, nil
+}
+
+func (s *memStore) Scan(_ context.Context, start, end []byte, limit int) ([]systems.KeyValue, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var keys []string
+	for k := range s.m {
+		if k >= string(start) && (len(end) == 0 || k < string(end)) {
+			keys = append(keys, k)
+		}
+	}
+	sort.Strings(keys)
+	if limit > 0 && len(keys) > limit {
+		keys = keys[:limit]
+	}
+	out := make([]systems.KeyValue, len(keys))
+	for i, k := range keys {
+		out[i] = systems.KeyValue{Key: []byte(k), Value: append([]byte(nil), s.m[k]...)}
+	}
+	return out, nil
+}
+
+func TestRecordEncoding(t *testing.T) {
+	// The same fields inserted in different orders encode identically.
+	a := map[string][]byte{}
+	b := map[string][]byte{}
+	names := []string{"field0", "field1", "field2", "field10", "f"}
+	for i, n := range names {
+		a[n] = []byte(strings.Repeat(n, i+1))
+	}
+	for i := len(names) - 1; i >= 0; i-- {
+		b[names[i]] = []byte(strings.Repeat(names[i], i+1))
+	}
+	ea, eb := EncodeRecord(a), EncodeRecord(b)
+	if !bytes.Equal(ea, eb) {
+		t.Fatal("encoding depends on map order")
+	}
+	for i := 0; i < 20; i++ {
+		if !bytes.Equal(EncodeRecord(a), ea) {
+			t.Fatal("encoding is not deterministic")
+		}
+	}
+	got, err := DecodeRecord(ea, nil)
+	if err != nil || len(got) != len(a) {
+		t.Fatalf("decode: %v, %d fields", err, len(got))
+	}
+	for k, v := range a {
+		if !bytes.Equal(got[k], v) {
+			t.Fatalf("field %s: %q != %q", k, got[k], v)
+		}
+	}
+	sub, _ := DecodeRecord(ea, []string{"field2", "nope"})
+	if len(sub) != 1 || string(sub["field2"]) != "field2field2field2" {
+		t.Fatalf("subset: %q", sub)
+	}
+	for _, bad := range [][]byte{nil, {2}, ea[:len(ea)-1], append([]byte{1, 200}, 'x')} {
+		if _, err := DecodeRecord(bad, nil); err == nil {
+			t.Errorf("corrupt record %v decoded", bad)
+		}
+	}
+	if n := MaxRecordBytes(1, 16384); n != int64(len(EncodeRecord(map[string][]byte{"field0": make([]byte, 16384)}))) {
+		t.Errorf("MaxRecordBytes(1, 16384) = %d, encoded %d", n, len(EncodeRecord(map[string][]byte{"field0": make([]byte, 16384)})))
+	}
+}
+
+// go-ycsb reuses value buffers after each call: what the adapter stored
+// must not change when the caller's buffer does.
+func TestAdapterCopiesValues(t *testing.T) {
+	st := newMemStore()
+	db := NewDB(st, 2, time.Second, time.Now(), nil)
+	ctx := db.InitThread(context.Background(), 0, 1)
+	buf := []byte("original")
+	if err := db.Insert(ctx, "usertable", "user1", map[string][]byte{"field0": buf, "field1": []byte("one")}); err != nil {
+		t.Fatal(err)
+	}
+	copy(buf, "XXXXXXXX")
+	got, err := db.Read(ctx, "usertable", "user1", nil)
+	if err != nil || string(got["field0"]) != "original" || string(got["field1"]) != "one" {
+		t.Fatalf("read after the caller reused its buffer: %q %v", got, err)
+	}
+
+	// A partial update merges; a full update (all fieldcount fields) does not read.
+	upd := []byte("new0")
+	gets := st.gets
+	if err := db.Update(ctx, "usertable", "user1", map[string][]byte{"field0": upd}); err != nil {
+		t.Fatal(err)
+	}
+	if st.gets != gets+1 {
+		t.Fatalf("partial update did %d reads, want 1", st.gets-gets)
+	}
+	copy(upd, "ZZZZ")
+	got, _ = db.Read(ctx, "usertable", "user1", nil)
+	if string(got["field0"]) != "new0" || string(got["field1"]) != "one" {
+		t.Fatalf("after partial update: %q", got)
+	}
+	gets = st.gets
+	if err := db.Update(ctx, "usertable", "user1", map[string][]byte{"field0": []byte("a"), "field1": []byte("b")}); err != nil {
+		t.Fatal(err)
+	}
+	if st.gets != gets {
+		t.Fatal("a full update read the record")
+	}
+
+	// A missing key: no fields, no error, counted as a miss.
+	got, err = db.Read(ctx, "usertable", "user404", nil)
+	if err != nil || len(got) != 0 {
+		t.Fatalf("missing key: %q %v", got, err)
+	}
+	// Scans stay within their table.
+	st.Put(ctx, []byte("usertablf/zzz"), EncodeRecord(map[string][]byte{"field0": {1}}))
+	db.Insert(ctx, "usertable", "user2", map[string][]byte{"field0": []byte("two")})
+	rows, err := db.Scan(ctx, "usertable", "user", 10, nil)
+	if err != nil || len(rows) != 2 {
+		t.Fatalf("scan: %d rows, %v", len(rows), err)
+	}
+	if err := db.Delete(ctx, "usertable", "user2"); err != nil {
+		t.Fatal(err)
+	}
+	s := db.Summaries(time.Second)
+	if s[OpRead].Ops != 3 || s[OpRead].Misses != 1 || s[OpInsert].Ops != 2 || s[OpUpdate].Ops != 2 || s[OpScan].Ops != 1 || s[OpDelete].Ops != 1 {
+		t.Fatalf("per-operation counts: read %+v insert %d update %d scan %d delete %d",
+			s[OpRead], s[OpInsert].Ops, s[OpUpdate].Ops, s[OpScan].Ops, s[OpDelete].Ops)
+	}
+}
+
+func load(t *testing.T, files []string, sets ...string) *properties.Properties {
+	t.Helper()
+	p, _, err := LoadProperties(files, sets)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func TestShippedFilesAreUpstream(t *testing.T) {
+	want := map[string]map[string]string{
+		"workloada": {"readproportion": "0.5", "updateproportion": "0.5", "requestdistribution": "zipfian"},
+		"workloadb": {"readproportion": "0.95", "updateproportion": "0.05", "requestdistribution": "zipfian"},
+		"workloadc": {"readproportion": "1", "requestdistribution": "zipfian"},
+		"workloadd": {"readproportion": "0.95", "insertproportion": "0.05", "requestdistribution": "latest"},
+		"workloade": {"scanproportion": "0.95", "insertproportion": "0.05", "requestdistribution": "zipfian", "maxscanlength": "100", "scanlengthdistribution": "uniform"},
+		"workloadf": {"readproportion": "0.5", "readmodifywriteproportion": "0.5", "requestdistribution": "zipfian"},
+	}
+	if got := strings.Join(ShippedNames(), ","); got != "workloada,workloadb,workloadc,workloadd,workloade,workloadf" {
+		t.Fatalf("shipped %s", got)
+	}
+	for name, kv := range want {
+		// From the package directory, "ycsb/workloads/X" is not a path:
+		// the shipped copy answers.
+		p := load(t, []string{"ycsb/workloads/" + name})
+		for k, v := range kv {
+			if got, _ := p.Get(k); got != v {
+				t.Errorf("%s: %s=%q, want %q", name, k, got, v)
+			}
+		}
+		if got, _ := p.Get("workload"); got != "site.ycsb.workloads.CoreWorkload" {
+			t.Errorf("%s: workload=%q", name, got)
+		}
+		for _, phase := range []string{"load", "run"} {
+			if w, err := ValidateProperties(p, phase, systems.DefaultMaxValueBytes); err != nil || len(w) > 0 {
+				t.Errorf("%s %s: %v %v", name, phase, err, w)
+			}
+		}
+	}
+	_, src, err := ReadPropertyFile("workloads/workloada")
+	if err != nil || src != "workloads/workloada" {
+		t.Errorf("an existing path is read from disk: %q %v", src, err)
+	}
+	_, src, err = ReadPropertyFile("elsewhere/workloads/workloadc")
+	if err != nil || !strings.HasPrefix(src, "shipped") {
+		t.Errorf("shipped fallback: %q %v", src, err)
+	}
+	if _, _, err := ReadPropertyFile("other/workloada"); err == nil {
+		t.Error("a missing file outside a workloads directory resolved")
+	}
+}
+
+func TestValidateProperties(t *testing.T) {
+	p := load(t, []string{"workloada"}, "requestdistribution=zipf", "recordcount=0", "operationcount=-5",
+		"threadcount=many", "readproportion=1.5", "readallfields=maybe", "fieldlength=0", "batch.size=10", "frobnicate=1")
+	w, err := ValidateProperties(p, "run", 1<<20)
+	for _, want := range []string{"requestdistribution=\"zipf\"", "recordcount=0", "operationcount=-5", "threadcount=\"many\"",
+		"readproportion=1.5", "readallfields=\"maybe\"", "fieldlength=0", "batch.size=10"} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("error %v does not report %s", err, want)
+		}
+	}
+	var ue *systems.UsageError
+	if !errors.As(systems.OneLine("ycsb", err), &ue) {
+		t.Error("not a usage error")
+	}
+	if len(w) != 1 || !strings.Contains(w[0], "frobnicate") {
+		t.Errorf("warnings %q", w)
+	}
+	p = load(t, []string{"workloada"}, "fieldcount=1", "fieldlength=16384")
+	if _, err := ValidateProperties(p, "run", 16384); err == nil || !strings.Contains(err.Error(), "over the servers' maximum") {
+		t.Errorf("oversized record: %v", err)
+	}
+	if _, err := ValidateProperties(p, "run", 16400); err != nil {
+		t.Errorf("record that fits: %v", err)
+	}
+	p = load(t, []string{"workloada"}, "threadcount=2000")
+	if _, err := ValidateProperties(p, "load", 1<<20); err == nil || !strings.Contains(err.Error(), "threadcount 2000") {
+		t.Errorf("more threads than operations: %v", err)
+	}
+	p = load(t, nil, "operationcount=10")
+	if _, err := ValidateProperties(p, "run", 1<<20); err == nil || !strings.Contains(err.Error(), "recordcount is not set") {
+		t.Errorf("missing recordcount: %v", err)
+	}
+	if _, _, err := LoadProperties([]string{"workloada"}, []string{"novalue"}); err == nil {
+		t.Error("-p without = accepted")
+	}
+}
+
+// The core workload through go-ycsb against the in-memory store: load, A
+// (read/update), F (read-modify-write). One thread: go-ycsb v1.0.3's shared
+// generators write their last value without synchronization, which the race
+// detector reports with several threads (the end-to-end test runs several,
+// without -race).
+func TestRunOnMemStore(t *testing.T) {
+	st := newMemStore()
+	ctx := context.Background()
+	common := []string{"recordcount=200", "operationcount=400", "threadcount=1", "fieldcount=1", "fieldlength=64"}
+	run := func(phase, file string) Summary {
+		t.Helper()
+		o := DefaultOptions(phase)
+		o.Files, o.Settings, o.Output = []string{file}, common, io.Discard
+		s, err := Run(ctx, st, o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	s := run("load", "workloada")
+	if s.Ops != 200 || s.Errors != 0 || s.Operations[OpInsert].Ops != 200 || len(st.m) != 200 {
+		t.Fatalf("load: total %d errors %d inserts %d keys %d", s.Ops, s.Errors, s.Operations[OpInsert].Ops, len(st.m))
+	}
+	s = run("run", "workloada")
+	r, u := s.Operations[OpRead], s.Operations[OpUpdate]
+	if s.Ops != 400 || r.Ops+u.Ops != 400 || r.Ops < 100 || u.Ops < 100 || s.Errors != 0 {
+		t.Fatalf("A: total %d read %d update %d", s.Ops, r.Ops, u.Ops)
+	}
+	s = run("run", "workloadf")
+	rmw, u := s.Operations[OpReadModifyWrite], s.Operations[OpUpdate]
+	if s.Ops != 400 || rmw.Ops < 100 || rmw.Ops != u.Ops || s.Operations[OpRead].Ops != 400 {
+		t.Fatalf("F: total %d rmw %d update %d read %d", s.Ops, rmw.Ops, u.Ops, s.Operations[OpRead].Ops)
+	}
+	if s.OpsPerSec <= 0 || s.P99Us <= 0 || s.Bytes <= 0 || s.Properties["readmodifywriteproportion"] != "0.5" {
+		t.Fatalf("F summary: %+v", s.Summary)
+	}
+}
+
+// Workers record into their own recorders; Summaries merges them.
+func TestAdapterConcurrentThreads(t *testing.T) {
+	st := newMemStore()
+	db := NewDB(st, 1, time.Second, time.Now(), nil)
+	var wg sync.WaitGroup
+	for w := 0; w < 8; w++ {
+		wg.Add(1)
+		go func(w int) {
+			defer wg.Done()
+			ctx := db.InitThread(context.Background(), w, 8)
+			for i := 0; i < 50; i++ {
+				key := "user" + strconv.Itoa(w*1000+i)
+				if err := db.Insert(ctx, "t", key, map[string][]byte{"field0": []byte(key)}); err != nil {
+					t.Error(err)
+				}
+				if v, err := db.Read(ctx, "t", key, nil); err != nil || string(v["field0"]) != key {
+					t.Errorf("read %s: %q %v", key, v, err)
+				}
+			}
+		}(w)
+	}
+	wg.Wait()
+	s := db.Summaries(time.Second)
+	if s[OpInsert].Ops != 400 || s[OpRead].Ops != 400 || s[OpRead].Misses != 0 {
+		t.Fatalf("insert %d read %d misses %d", s[OpInsert].Ops, s[OpRead].Ops, s[OpRead].Misses)
+	}
+}
