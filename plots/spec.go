@@ -1,0 +1,74 @@
+// Package plots draws the harness's figures with gonum/plot from saved
+// figure specifications only: an experiment computes its numbers, saves
+// them as Figures in DIR/figures.json, and Render (or `nezha plot DIR`)
+// draws DIR/<name>.png and DIR/<name>.svg from that file, so a figure can
+// be redrawn, restyled or re-rendered without rerunning anything.
+//
+// Figures are meant to be printed: they stay readable in black and white
+// (grey fills with hatching-like distinct shades, dashed lines and marker
+// shapes), axes carry units, and every series is named in the legend.
+package plots
+
+// Kind is how a Figure is drawn.
+type Kind string
+
+const (
+	// Bars draws grouped bars: one group per category along x, one bar per
+	// series in each group (e.g. throughput per system per value size).
+	Bars Kind = "bars"
+	// Lines draws each series as a line through its (X, Y) points, with a
+	// marker per point (e.g. per-second throughput over time).
+	Lines Kind = "lines"
+	// CDF draws each series as a step line of cumulative fraction (Y in
+	// [0, 1]) against X (e.g. latency in microseconds, usually LogX).
+	CDF Kind = "cdf"
+)
+
+// FileName is the file in a results directory that holds its Figures.
+const FileName = "figures.json"
+
+// Figure is one saved figure.
+type Figure struct {
+	// Name is the file stem: <Name>.png and <Name>.svg.
+	Name  string `json:"name"`
+	Title string `json:"title"`
+	Kind  Kind   `json:"kind"`
+	// XLabel and YLabel name the axes with their units, e.g.
+	// "value size (KiB)", "throughput (MB/s)".
+	XLabel string `json:"x_label"`
+	YLabel string `json:"y_label"`
+	LogX   bool   `json:"log_x,omitempty"`
+	LogY   bool   `json:"log_y,omitempty"`
+	// Categories are the groups along x of a Bars figure.
+	Categories []string `json:"categories,omitempty"`
+	Series     []Series `json:"series"`
+	// Marks are labelled vertical lines at x = At (Lines and CDF), e.g. the
+	// start and end of a GC round.
+	Marks []Mark `json:"marks,omitempty"`
+	// HLines are labelled horizontal reference lines at y = At, e.g. the
+	// disk's bandwidth or 1.0 on a normalized axis.
+	HLines []Mark `json:"hlines,omitempty"`
+	// Caption is printed under the figure in the report (not in the image).
+	Caption string `json:"caption,omitempty"`
+}
+
+// Series is one named data series.
+type Series struct {
+	Name string `json:"name"`
+	// Values has one value per Figure.Categories entry (Bars).
+	Values []float64 `json:"values,omitempty"`
+	// Missing lists the indexes of Values that have no measurement (e.g. a
+	// system that failed); no bar is drawn there. (JSON has no NaN.)
+	Missing []int `json:"missing,omitempty"`
+	// Errors, if set, are error-bar half widths per value (Bars).
+	Errors []float64 `json:"errors,omitempty"`
+	// X and Y are the points of a Lines or CDF series.
+	X []float64 `json:"x,omitempty"`
+	Y []float64 `json:"y,omitempty"`
+}
+
+// Mark is a labelled reference line.
+type Mark struct {
+	At    float64 `json:"at"`
+	Label string  `json:"label"`
+}
