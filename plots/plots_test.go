@@ -1,0 +1,511 @@
+package plots
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"image/png"
+	"io/fs"
+	"math"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+
+	"github.com/nezha-harness/nezha/systems"
+	"gonum.org/v1/plot/vg"
+)
+
+func goodBars() Figure {
+	return Figure{
+		Name: "bars", Title: "Bars title", Kind: Bars, XLabel: "value size (KiB)", YLabel: "throughput (MB/s)",
+		Categories: []string{"1", "4"},
+		Series: []Series{
+			{Name: "a", Values: []float64{1, 2}, Errors: []float64{0.1, 0.2}},
+			{Name: "b", Values: []float64{3, 0}, Missing: []int{1}},
+		},
+		HLines: []Mark{{At: 2.5, Label: "limit"}},
+	}
+}
+
+func goodLines() Figure {
+	return Figure{
+		Name: "lines", Title: "Lines title", Kind: Lines, XLabel: "time (s)", YLabel: "throughput (ops/s)",
+		Series: []Series{{Name: "a", X: []float64{0, 1, 2}, Y: []float64{5, 6, 4}}},
+		Marks:  []Mark{{At: 1, Label: "GC 1 start"}},
+	}
+}
+
+func goodCDF() Figure {
+	return Figure{
+		Name: "cdf", Title: "CDF title", Kind: CDF, XLabel: "latency (µs)", YLabel: "fraction of requests", LogX: true,
+		Series: []Series{{Name: "a", X: []float64{10, 100, 1000}, Y: []float64{0.2, 0.9, 1}}},
+	}
+}
+
+func TestValidateAcceptsGoodFigures(t *testing.T) {
+	for _, f := range []Figure{goodBars(), goodLines(), goodCDF(), sampleBars(), sampleCDF(), sampleLines()} {
+		if err := f.Validate(); err != nil {
+			t.Errorf("%s: %v", f.Name, err)
+		}
+	}
+	f := goodBars()
+	f.XLabel = "" // bars need a y label only
+	if err := f.Validate(); err != nil {
+		t.Errorf("bars without x label: %v", err)
+	}
+}
+
+func TestValidateCatchesEachProblem(t *testing.T) {
+	cases := []struct {
+		name string
+		base func() Figure
+		edit func(*Figure)
+		want string
+	}{
+		{"empty name", goodBars, func(f *Figure) { f.Name = "" }, "empty name"},
+		{"path name", goodBars, func(f *Figure) { f.Name = "../x" }, "safe file stem"},
+		{"slash name", goodBars, func(f *Figure) { f.Name = "a/b" }, "safe file stem"},
+		{"hidden name", goodBars, func(f *Figure) { f.Name = ".x" }, "safe file stem"},
+		{"space name", goodBars, func(f *Figure) { f.Name = "a b" }, "safe file stem"},
+		{"unknown kind", goodBars, func(f *Figure) { f.Kind = "pie" }, `unknown kind "pie"`},
+		{"empty kind", goodBars, func(f *Figure) { f.Kind = "" }, "empty kind"},
+		{"no y label", goodBars, func(f *Figure) { f.YLabel = "" }, "empty y label"},
+		{"no x label lines", goodLines, func(f *Figure) { f.XLabel = "" }, "empty x label"},
+		{"no x label cdf", goodCDF, func(f *Figure) { f.XLabel = "" }, "empty x label"},
+		{"no series", goodBars, func(f *Figure) { f.Series = nil }, "no series"},
+		{"unnamed series", goodBars, func(f *Figure) { f.Series[0].Name = "" }, "has no name"},
+		{"duplicate series", goodBars, func(f *Figure) { f.Series[1].Name = "a" }, `two series named "a"`},
+		{"too many series", goodLines, func(f *Figure) {
+			for i := range 8 {
+				s := f.Series[0]
+				s.Name = string(rune('b' + i))
+				f.Series = append(f.Series, s)
+			}
+		}, "9 series"},
+		{"bars no categories", goodBars, func(f *Figure) { f.Categories = nil }, "bars without categories"},
+		{"bars value count", goodBars, func(f *Figure) { f.Series[0].Values = []float64{1} }, "1 values for 2 categories"},
+		{"missing out of range", goodBars, func(f *Figure) { f.Series[1].Missing = []int{2} }, "missing index 2 out of range"},
+		{"missing negative", goodBars, func(f *Figure) { f.Series[1].Missing = []int{-1} }, "missing index -1 out of range"},
+		{"bars error count", goodBars, func(f *Figure) { f.Series[0].Errors = []float64{1} }, "1 errors for 2 values"},
+		{"bars negative error", goodBars, func(f *Figure) { f.Series[0].Errors = []float64{-1, 1} }, "negative"},
+		{"bars NaN", goodBars, func(f *Figure) { f.Series[0].Values[0] = math.NaN() }, "value 0 is NaN"},
+		{"bars log x", goodBars, func(f *Figure) { f.LogX = true }, "log x on bars"},
+		{"bars marks", goodBars, func(f *Figure) { f.Marks = []Mark{{At: 1, Label: "m"}} }, "marks on bars"},
+		{"bars log y zero", goodBars, func(f *Figure) { f.LogY = true; f.Series[0].Values[0] = 0 }, "on a log y axis"},
+		{"bars log y error below zero", goodBars, func(f *Figure) { f.LogY = true; f.Series[0].Errors[0] = 1 }, "error bar 0 reaches"},
+		{"lines len mismatch", goodLines, func(f *Figure) { f.Series[0].Y = f.Series[0].Y[:2] }, "3 x values for 2 y values"},
+		{"lines empty", goodLines, func(f *Figure) { f.Series[0].X, f.Series[0].Y = nil, nil }, "no points"},
+		{"lines error count", goodLines, func(f *Figure) { f.Series[0].Errors = []float64{1} }, "1 errors for 3 points"},
+		{"lines missing", goodLines, func(f *Figure) { f.Series[0].Missing = []int{0} }, "values/missing"},
+		{"lines inf", goodLines, func(f *Figure) { f.Series[0].Y[1] = math.Inf(1) }, "y[1] is +Inf"},
+		{"lines log x zero", goodLines, func(f *Figure) { f.LogX = true }, "x[0] = 0 on a log x axis"},
+		{"lines log y negative", goodLines, func(f *Figure) { f.LogY = true; f.Series[0].Y[2] = -1 }, "y[2] = -1 on a log y axis"},
+		{"cdf len mismatch", goodCDF, func(f *Figure) { f.Series[0].X = f.Series[0].X[:1] }, "1 x values for 3 y values"},
+		{"cdf empty", goodCDF, func(f *Figure) { f.Series[0].X, f.Series[0].Y = nil, nil }, "no points"},
+		{"cdf y above 1", goodCDF, func(f *Figure) { f.Series[0].Y[2] = 1.5 }, "outside [0, 1]"},
+		{"cdf y below 0", goodCDF, func(f *Figure) { f.Series[0].Y[0] = -0.1 }, "outside [0, 1]"},
+		{"cdf y decreasing", goodCDF, func(f *Figure) { f.Series[0].Y[1] = 0.1 }, "cdf y decreases"},
+		{"cdf x decreasing", goodCDF, func(f *Figure) { f.Series[0].X[1] = 5 }, "cdf x decreases"},
+		{"cdf errors", goodCDF, func(f *Figure) { f.Series[0].Errors = []float64{0, 0, 0} }, "errors on a cdf"},
+		{"cdf log x zero", goodCDF, func(f *Figure) { f.Series[0].X[0] = 0 }, "on a log x axis"},
+		{"mark log x", goodCDF, func(f *Figure) { f.Marks = []Mark{{At: 0, Label: "zero"}} }, `mark "zero" at 0 on a log x axis`},
+		{"mark no label", goodLines, func(f *Figure) { f.Marks[0].Label = "" }, "mark at 1 has no label"},
+		{"hline no label", goodBars, func(f *Figure) { f.HLines[0].Label = "" }, "hline at 2.5 has no label"},
+		{"hline log y", goodLines, func(f *Figure) { f.LogY = true; f.HLines = []Mark{{At: -1, Label: "h"}} }, `hline "h" at -1 on a log y axis`},
+		{"hline NaN", goodBars, func(f *Figure) { f.HLines[0].At = math.NaN() }, `hline "limit" at NaN`},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			f := c.base()
+			c.edit(&f)
+			err := f.Validate()
+			if err == nil {
+				t.Fatalf("Validate accepted the figure; want an error containing %q", c.want)
+			}
+			if !strings.Contains(err.Error(), c.want) {
+				t.Fatalf("error %q does not contain %q", err, c.want)
+			}
+		})
+	}
+}
+
+func TestValidateReportsEveryProblem(t *testing.T) {
+	f := goodBars()
+	f.Name = ""
+	f.YLabel = ""
+	f.Series[0].Values = []float64{1}
+	f.Series[1].Missing = []int{7}
+	err := f.Validate()
+	if err == nil {
+		t.Fatal("no error")
+	}
+	for _, want := range []string{"empty name", "empty y label", "1 values for 2 categories", "missing index 7"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error lacks %q:\n%v", want, err)
+		}
+	}
+	if n := len(strings.Split(err.Error(), "\n")); n < 4 {
+		t.Errorf("want one line per problem, got %d lines:\n%v", n, err)
+	}
+}
+
+func TestSaveLoadRoundTripAndMerge(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "run")
+	if _, err := Load(dir); !errors.Is(err, fs.ErrNotExist) {
+		t.Fatalf("Load of missing file: %v, want fs.ErrNotExist", err)
+	}
+	lines, bars := goodLines(), goodBars()
+	if err := Save(dir, lines, bars); err != nil {
+		t.Fatal(err)
+	}
+	got, err := Load(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := []Figure{bars, lines}; !reflect.DeepEqual(got, want) { // sorted by name
+		t.Fatalf("round trip:\n got %+v\nwant %+v", got, want)
+	}
+
+	// Replace one by name, add another: the third is kept.
+	bars2 := goodBars()
+	bars2.Title = "replaced"
+	cdf := goodCDF()
+	if err := Save(dir, bars2, cdf); err != nil {
+		t.Fatal(err)
+	}
+	got, err = Load(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := []Figure{bars2, cdf, lines}; !reflect.DeepEqual(got, want) {
+		t.Fatalf("merge:\n got %+v\nwant %+v", got, want)
+	}
+
+	// The file is indented JSON.
+	data, err := os.ReadFile(filepath.Join(dir, FileName))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Contains(data, []byte("\n  {\n    \"name\": \"bars\"")) {
+		t.Errorf("not indented JSON:\n%.200s", data)
+	}
+
+	// An invalid figure: nothing is written.
+	bad := goodLines()
+	bad.Name = "bad name"
+	if err := Save(dir, bad, goodCDF()); err == nil || !strings.Contains(err.Error(), "safe file stem") {
+		t.Fatalf("Save of an invalid figure: %v", err)
+	}
+	after, err := os.ReadFile(filepath.Join(dir, FileName))
+	if err != nil || !bytes.Equal(after, data) {
+		t.Fatalf("file changed by a failed Save (err %v)", err)
+	}
+	tmps, _ := filepath.Glob(filepath.Join(dir, ".*.tmp"))
+	if len(tmps) > 0 {
+		t.Errorf("temporary files left: %v", tmps)
+	}
+}
+
+func TestLoadCorrupt(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, FileName), []byte("{not json"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Load(dir); err == nil || !strings.Contains(err.Error(), FileName) {
+		t.Fatalf("Load of corrupt file: %v", err)
+	}
+	if err := Save(dir, goodBars()); err == nil {
+		t.Fatal("Save over a corrupt file succeeded; it would drop the figures it could not read")
+	}
+}
+
+// checkDrawn checks dir/<name>.png decodes to 900 x 600 pixels with ink on
+// it and dir/<name>.svg holds the title.
+func checkDrawn(t *testing.T, dir string, f Figure) {
+	t.Helper()
+	pf, err := os.Open(filepath.Join(dir, f.Name+".png"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pf.Close()
+	img, err := png.Decode(pf)
+	if err != nil {
+		t.Fatalf("%s.png: %v", f.Name, err)
+	}
+	if b := img.Bounds(); b.Dx() != 900 || b.Dy() != 600 {
+		t.Errorf("%s.png is %dx%d, want 900x600", f.Name, b.Dx(), b.Dy())
+	}
+	dark := 0 // on every other pixel of every other row
+	b := img.Bounds()
+	for y := b.Min.Y; y < b.Max.Y; y += 2 {
+		for x := b.Min.X; x < b.Max.X; x += 2 {
+			r, g, bl, _ := img.At(x, y).RGBA()
+			if r < 0x8000 && g < 0x8000 && bl < 0x8000 {
+				dark++
+			}
+		}
+	}
+	if dark < 500 {
+		t.Errorf("%s.png looks blank: %d dark pixels", f.Name, dark)
+	}
+	svg, err := os.ReadFile(filepath.Join(dir, f.Name+".svg"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(svg) == 0 || !bytes.Contains(svg, []byte("<svg")) {
+		t.Errorf("%s.svg is not an SVG", f.Name)
+	}
+	if !bytes.Contains(svg, []byte(f.Title)) {
+		t.Errorf("%s.svg lacks the title %q", f.Name, f.Title)
+	}
+	for _, label := range []string{f.XLabel, f.YLabel} {
+		if label != "" && !bytes.Contains(svg, []byte(label)) {
+			t.Errorf("%s.svg lacks the axis label %q", f.Name, label)
+		}
+	}
+}
+
+func TestRenderEachKind(t *testing.T) {
+	logBars := goodBars()
+	logBars.Name, logBars.LogY = "bars-log", true
+	logBars.Series[0].Errors = []float64{0.5, 0.5}
+	linesErr := goodLines()
+	linesErr.Name = "lines-errors"
+	linesErr.Series[0].Errors = []float64{0.5, 0.5, 0.5}
+	linesErr.HLines = []Mark{{At: 5.5, Label: "target"}}
+	logLines := goodLines()
+	logLines.Name, logLines.LogY = "lines-logy", true
+	linCDF := goodCDF()
+	linCDF.Name, linCDF.LogX = "cdf-linear", false
+	linCDF.Marks = []Mark{{At: 500, Label: "p90"}}
+	single := Figure{Name: "single", Title: "One point", Kind: Lines, XLabel: "x (s)", YLabel: "y (ops/s)",
+		Series: []Series{{Name: "only", X: []float64{3}, Y: []float64{3}}}}
+	allMissing := goodBars()
+	allMissing.Name = "bars-missing"
+	allMissing.Series[1].Missing = []int{0, 1}
+
+	dir := t.TempDir()
+	for _, f := range []Figure{goodBars(), goodLines(), goodCDF(), logBars, linesErr, logLines, linCDF, single, allMissing, sampleBars(), sampleCDF(), sampleLines()} {
+		t.Run(f.Name, func(t *testing.T) {
+			t.Parallel()
+			if err := Render(dir, f); err != nil {
+				t.Fatal(err)
+			}
+			checkDrawn(t, dir, f)
+		})
+	}
+}
+
+func TestRenderRejectsInvalid(t *testing.T) {
+	dir := t.TempDir()
+	f := goodCDF()
+	f.Series[0].Y[0] = 2
+	if err := Render(dir, f); err == nil {
+		t.Fatal("Render drew an invalid figure")
+	}
+	if _, err := os.Stat(filepath.Join(dir, f.Name+".png")); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("PNG of an invalid figure exists (%v)", err)
+	}
+}
+
+func TestRenderIsDeterministic(t *testing.T) {
+	a, b := t.TempDir(), t.TempDir()
+	for _, f := range []Figure{sampleBars()} {
+		if err := Render(a, f); err != nil {
+			t.Fatal(err)
+		}
+		if err := Render(b, f); err != nil {
+			t.Fatal(err)
+		}
+		for _, ext := range []string{".png", ".svg"} {
+			x, _ := os.ReadFile(filepath.Join(a, f.Name+ext))
+			y, _ := os.ReadFile(filepath.Join(b, f.Name+ext))
+			if !bytes.Equal(x, y) {
+				t.Errorf("%s%s differs between two renders", f.Name, ext)
+			}
+		}
+	}
+}
+
+// writeRaw writes figs to dir/figures.json without validating them.
+func writeRaw(t *testing.T, dir string, figs ...Figure) {
+	t.Helper()
+	data, err := json.Marshal(figs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, FileName), data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestRenderAllDrawsValidAndNamesInvalid(t *testing.T) {
+	root := t.TempDir()
+	bad := goodLines()
+	bad.Name = "broken"
+	bad.Series[0].Y = bad.Series[0].Y[:1]
+	if err := Save(filepath.Join(root, "put"), goodBars(), goodCDF()); err != nil {
+		t.Fatal(err)
+	}
+	writeRaw(t, filepath.Join(root, "nested", "gc"), goodLines(), bad)
+
+	n, err := RenderAll(root)
+	if n != 3 {
+		t.Errorf("drew %d figures, want 3", n)
+	}
+	if err == nil {
+		t.Fatal("no error for the invalid figure")
+	}
+	for _, want := range []string{filepath.Join(root, "nested", "gc", FileName), `"broken"`} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error %q does not name %s", err, want)
+		}
+	}
+	checkDrawn(t, filepath.Join(root, "put"), goodBars())
+	checkDrawn(t, filepath.Join(root, "put"), goodCDF())
+	checkDrawn(t, filepath.Join(root, "nested", "gc"), goodLines())
+	if _, err := os.Stat(filepath.Join(root, "nested", "gc", "broken.png")); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("broken.png exists (%v)", err)
+	}
+
+	if n, err := RenderAll(t.TempDir()); n != 0 || err != nil {
+		t.Errorf("RenderAll of an empty tree: %d, %v", n, err)
+	}
+}
+
+func TestCommand(t *testing.T) {
+	root := t.TempDir()
+	if err := Save(filepath.Join(root, "a"), goodBars(), goodLines()); err != nil {
+		t.Fatal(err)
+	}
+	var out, errw bytes.Buffer
+	if err := Command([]string{root}, &out, &errw); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{filepath.Join(root, "a", "bars.png"), filepath.Join(root, "a", "lines.png"), "drew 2 figures"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("output lacks %q:\n%s", want, out.String())
+		}
+	}
+	checkDrawn(t, filepath.Join(root, "a"), goodBars())
+
+	usage := []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"no args", nil, "want one argument"},
+		{"two args", []string{root, root}, "want one argument"},
+		{"missing dir", []string{filepath.Join(root, "nope")}, "results directory"},
+		{"file", []string{filepath.Join(root, "a", FileName)}, "not a directory"},
+		{"no figures", []string{t.TempDir()}, "no figures.json"},
+		{"bad flag", []string{"-bogus", root}, "bogus"},
+	}
+	for _, c := range usage {
+		t.Run(c.name, func(t *testing.T) {
+			err := Command(c.args, &bytes.Buffer{}, &bytes.Buffer{})
+			var ue *systems.UsageError
+			if !errors.As(err, &ue) {
+				t.Fatalf("error %v (%T) is not a *systems.UsageError", err, err)
+			}
+			if !strings.Contains(ue.Msg, c.want) {
+				t.Fatalf("message %q lacks %q", ue.Msg, c.want)
+			}
+		})
+	}
+
+	// A bad figure is an ordinary error after the good ones were drawn.
+	bad := goodCDF()
+	bad.Series[0].Y[0] = 3
+	writeRaw(t, filepath.Join(root, "b"), bad)
+	out.Reset()
+	err := Command([]string{root}, &out, &errw)
+	var ue *systems.UsageError
+	if err == nil || errors.As(err, &ue) || !strings.Contains(err.Error(), `"cdf"`) {
+		t.Fatalf("bad figure: %v", err)
+	}
+	if !strings.Contains(out.String(), "drew 2 figures") {
+		t.Errorf("good figures not drawn:\n%s", out.String())
+	}
+
+	if err := Command([]string{"-h"}, &out, &errw); !errors.Is(err, systems.ErrHelp) {
+		t.Errorf("-h: %v", err)
+	}
+}
+
+func TestTickLabel(t *testing.T) {
+	for _, c := range []struct {
+		v    float64
+		log  bool
+		want string
+	}{
+		{0, false, "0"}, {0.30000000000000004, false, "0.3"}, {750, false, "750"}, {1500, false, "1500"},
+		{12000, false, "12k"}, {1.5e6, false, "1.5M"}, {2e9, false, "2G"}, {1000, true, "1k"}, {100, true, "100"},
+		{-20000, false, "-20k"},
+	} {
+		if got := tickLabel(c.v, c.log); got != c.want {
+			t.Errorf("tickLabel(%v, %v) = %q, want %q", c.v, c.log, got, c.want)
+		}
+	}
+}
+
+func TestLogTicksLabelNarrowRanges(t *testing.T) {
+	labelled := func(min, max float64) []string {
+		var ls []string
+		for _, tk := range (logTicks{}).Ticks(min, max) {
+			if tk.Label != "" && tk.Value >= min && tk.Value <= max {
+				ls = append(ls, tk.Label)
+			}
+		}
+		return ls
+	}
+	if got := labelled(200, 900); len(got) < 2 {
+		t.Errorf("range 200..900 labelled %v; want at least two labels", got)
+	}
+	if got := labelled(30, 20000); !reflect.DeepEqual(got, []string{"100", "1k", "10k"}) {
+		t.Errorf("range 30..20000 labelled %v", got)
+	}
+}
+
+func TestMarkerIndexes(t *testing.T) {
+	if got := markerIndexes(5, 0, 3); !reflect.DeepEqual(got, []int{0, 1, 2, 3, 4}) {
+		t.Errorf("short series: %v", got)
+	}
+	a, b := markerIndexes(100, 0, 2), markerIndexes(100, 1, 2)
+	if len(a) != markersPerSeries || len(b) != markersPerSeries {
+		t.Fatalf("long series: %v %v", a, b)
+	}
+	for k := range a {
+		if a[k] == b[k] || a[k] < 0 || b[k] >= 100 {
+			t.Errorf("markers not staggered or out of range: %v %v", a, b)
+			break
+		}
+	}
+}
+
+func TestSegmentHits(t *testing.T) {
+	r := rectOf(0, 0, 10, 10)
+	for _, c := range []struct {
+		x0, y0, x1, y1 float64
+		want           bool
+	}{
+		{-5, 5, 15, 5, true}, {-5, -5, -1, 20, false}, {2, 2, 3, 3, true}, {-5, 20, 20, -5, true}, {11, 0, 20, 10, false},
+	} {
+		if got := segmentHits(segOf(c.x0, c.y0, c.x1, c.y1), r); got != c.want {
+			t.Errorf("segment %v: %v, want %v", c, got, c.want)
+		}
+	}
+}
+
+func rectOf(x0, y0, x1, y1 float64) vg.Rectangle {
+	return vg.Rectangle{Min: vg.Point{X: vg.Length(x0), Y: vg.Length(y0)}, Max: vg.Point{X: vg.Length(x1), Y: vg.Length(y1)}}
+}
+
+func segOf(x0, y0, x1, y1 float64) [2]vg.Point {
+	return [2]vg.Point{{X: vg.Length(x0), Y: vg.Length(y0)}, {X: vg.Length(x1), Y: vg.Length(y1)}}
+}

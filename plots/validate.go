@@ -1,0 +1,250 @@
+package plots
+
+import (
+	"errors"
+	"fmt"
+	"math"
+)
+
+// maxSeries is how many series a figure may hold: beyond it the grey
+// palettes (see style.go) start to repeat and readers can no longer tell
+// series apart in black and white.
+const maxSeries = 8
+
+// safeStem reports whether name is a safe file stem: 1 to 100 ASCII
+// letters, digits, '.', '_' and '-', starting with a letter or digit (so no
+// "..", no hidden files, no path separators).
+func safeStem(name string) bool {
+	if len(name) == 0 || len(name) > 100 {
+		return false
+	}
+	for i, r := range name {
+		alnum := r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9'
+		if !alnum && (i == 0 || r != '.' && r != '_' && r != '-') {
+			return false
+		}
+	}
+	return true
+}
+
+// Validate reports every problem of f at once (errors.Join of one error per
+// problem, each naming the figure and, where it applies, the series):
+//
+//   - Name empty or not a safe file stem (letters, digits, '.', '_', '-',
+//     at most 100 bytes, starting with a letter or digit); Kind unknown.
+//   - Axis labels missing: YLabel always, XLabel for Lines and CDF (labels
+//     carry the units, e.g. "latency (µs)").
+//   - No series, more than 8 series, a series without a name, two series
+//     with the same name.
+//   - Bars: no Categories, len(Values) != len(Categories), a Missing index
+//     out of range, len(Errors) not 0 and not len(Values), a negative error,
+//     LogX, Marks (a nominal x axis has no positions), X or Y set.
+//   - Lines and CDF: len(X) != len(Y) or no points, Values or Missing set;
+//     Lines: len(Errors) not 0 and not len(Y); CDF: Errors set, X not
+//     non-decreasing, Y outside [0, 1] or not non-decreasing.
+//   - Any NaN or infinite number (JSON cannot hold them anyway).
+//   - LogX / LogY with a non-positive x / y (points, marks, hlines; for
+//     Bars every present value and value minus its error must be > 0).
+//   - A Mark or HLine without a label.
+func (f Figure) Validate() error {
+	v := validator{fig: f.Name}
+	switch {
+	case f.Name == "":
+		v.add("", "empty name")
+	case !safeStem(f.Name):
+		v.add("", "name is not a safe file stem (letters, digits, '.', '_', '-'; at most 100 bytes; starting with a letter or digit)")
+	}
+	switch f.Kind {
+	case Bars, Lines, CDF:
+	case "":
+		v.add("", "empty kind (want bars, lines or cdf)")
+	default:
+		v.add("", fmt.Sprintf("unknown kind %q (want bars, lines or cdf)", f.Kind))
+	}
+	if f.YLabel == "" {
+		v.add("", "empty y label (name the axis with its unit)")
+	}
+	if f.XLabel == "" && (f.Kind == Lines || f.Kind == CDF) {
+		v.add("", "empty x label (name the axis with its unit)")
+	}
+	if len(f.Series) == 0 {
+		v.add("", "no series")
+	}
+	if len(f.Series) > maxSeries {
+		v.add("", fmt.Sprintf("%d series; at most %d stay distinguishable in black and white", len(f.Series), maxSeries))
+	}
+	names := map[string]bool{}
+	for i, s := range f.Series {
+		if s.Name == "" {
+			v.add("", fmt.Sprintf("series %d has no name", i))
+		} else if names[s.Name] {
+			v.add("", fmt.Sprintf("two series named %q", s.Name))
+		}
+		names[s.Name] = true
+		switch f.Kind {
+		case Bars:
+			v.bars(f, s)
+		case Lines, CDF:
+			v.points(f, s)
+		}
+	}
+	if f.Kind == Bars {
+		if len(f.Categories) == 0 {
+			v.add("", "bars without categories")
+		}
+		if f.LogX {
+			v.add("", "log x on bars (the x axis is nominal)")
+		}
+		if len(f.Marks) > 0 {
+			v.add("", "marks on bars (the x axis is nominal; use hlines)")
+		}
+	}
+	for _, m := range f.Marks {
+		v.mark("mark", m, f.LogX, "x")
+	}
+	for _, m := range f.HLines {
+		v.mark("hline", m, f.LogY, "y")
+	}
+	return errors.Join(v.errs...)
+}
+
+// validator collects the problems of one figure.
+type validator struct {
+	fig  string
+	errs []error
+}
+
+func (v *validator) add(series, msg string) {
+	switch {
+	case series != "":
+		v.errs = append(v.errs, fmt.Errorf("figure %q: series %q: %s", v.fig, series, msg))
+	default:
+		v.errs = append(v.errs, fmt.Errorf("figure %q: %s", v.fig, msg))
+	}
+}
+
+func (v *validator) bars(f Figure, s Series) {
+	n := s.Name
+	if n == "" {
+		n = "?"
+	}
+	if len(s.Values) != len(f.Categories) {
+		v.add(n, fmt.Sprintf("%d values for %d categories", len(s.Values), len(f.Categories)))
+	}
+	missing := map[int]bool{}
+	for _, m := range s.Missing {
+		if m < 0 || m >= len(s.Values) {
+			v.add(n, fmt.Sprintf("missing index %d out of range [0, %d)", m, len(s.Values)))
+		}
+		missing[m] = true
+	}
+	if len(s.Errors) != 0 && len(s.Errors) != len(s.Values) {
+		v.add(n, fmt.Sprintf("%d errors for %d values", len(s.Errors), len(s.Values)))
+	}
+	if len(s.X) > 0 || len(s.Y) > 0 {
+		v.add(n, "x/y points on bars (use values)")
+	}
+	for i, x := range s.Values {
+		if missing[i] {
+			continue
+		}
+		if !finite(x) {
+			v.add(n, fmt.Sprintf("value %d is %v", i, x))
+		} else if f.LogY && x <= 0 {
+			v.add(n, fmt.Sprintf("value %d is %v on a log y axis (must be > 0)", i, x))
+		}
+	}
+	for i, e := range s.Errors {
+		switch {
+		case !finite(e):
+			v.add(n, fmt.Sprintf("error %d is %v", i, e))
+		case e < 0:
+			v.add(n, fmt.Sprintf("error %d is negative (%v)", i, e))
+		case f.LogY && i < len(s.Values) && !missing[i] && s.Values[i]-e <= 0:
+			v.add(n, fmt.Sprintf("error bar %d reaches %v on a log y axis (must stay > 0)", i, s.Values[i]-e))
+		}
+	}
+}
+
+func (v *validator) points(f Figure, s Series) {
+	n := s.Name
+	if n == "" {
+		n = "?"
+	}
+	if len(s.X) != len(s.Y) {
+		v.add(n, fmt.Sprintf("%d x values for %d y values", len(s.X), len(s.Y)))
+	}
+	if len(s.X) == 0 && len(s.Y) == 0 {
+		v.add(n, "no points")
+	}
+	if len(s.Values) > 0 || len(s.Missing) > 0 {
+		v.add(n, fmt.Sprintf("values/missing on a %s figure (use x and y)", f.Kind))
+	}
+	switch {
+	case f.Kind == CDF && len(s.Errors) > 0:
+		v.add(n, "errors on a cdf")
+	case len(s.Errors) != 0 && len(s.Errors) != len(s.Y):
+		v.add(n, fmt.Sprintf("%d errors for %d points", len(s.Errors), len(s.Y)))
+	}
+	for i, e := range s.Errors {
+		if !finite(e) || e < 0 {
+			v.add(n, fmt.Sprintf("error %d is %v (must be finite and >= 0)", i, e))
+		}
+	}
+	v.coords(f, n, "x", s.X, f.LogX)
+	v.coords(f, n, "y", s.Y, f.LogY)
+	if f.Kind != CDF {
+		return
+	}
+	for i, y := range s.Y {
+		if finite(y) && (y < 0 || y > 1) {
+			v.add(n, fmt.Sprintf("cdf y[%d] = %v outside [0, 1]", i, y))
+			break
+		}
+	}
+	for _, c := range []struct {
+		axis string
+		vs   []float64
+	}{{"x", s.X}, {"y", s.Y}} {
+		for i := 1; i < len(c.vs); i++ {
+			if c.vs[i] < c.vs[i-1] {
+				v.add(n, fmt.Sprintf("cdf %s decreases at point %d (%v < %v)", c.axis, i, c.vs[i], c.vs[i-1]))
+				break
+			}
+		}
+	}
+}
+
+// coords reports the first non-finite value of vs and, on a log axis, the
+// first non-positive one (one error each, not one per point).
+func (v *validator) coords(f Figure, series, axis string, vs []float64, log bool) {
+	for i, x := range vs {
+		if !finite(x) {
+			v.add(series, fmt.Sprintf("%s[%d] is %v", axis, i, x))
+			break
+		}
+	}
+	if !log {
+		return
+	}
+	for i, x := range vs {
+		if x <= 0 {
+			v.add(series, fmt.Sprintf("%s[%d] = %v on a log %s axis (must be > 0)", axis, i, x, axis))
+			break
+		}
+	}
+}
+
+func (v *validator) mark(what string, m Mark, log bool, axis string) {
+	switch {
+	case !finite(m.At):
+		v.add("", fmt.Sprintf("%s %q at %v", what, m.Label, m.At))
+	case log && m.At <= 0:
+		v.add("", fmt.Sprintf("%s %q at %v on a log %s axis (must be > 0)", what, m.Label, m.At, axis))
+	}
+	if m.Label == "" {
+		v.add("", fmt.Sprintf("%s at %v has no label", what, m.At))
+	}
+}
+
+func finite(x float64) bool { return !math.IsNaN(x) && !math.IsInf(x, 0) }
