@@ -2,6 +2,9 @@ package node
 
 import (
 	"flag"
+	"net"
+	"net/http"
+	"net/http/pprof"
 	"fmt"
 	"io"
 	"log/slog"
@@ -58,6 +61,7 @@ func Serve(args []string, reg *systems.Registry, stdout, stderr io.Writer) error
 	fs.DurationVar(&cfg.RequestTimeout, "requestTimeout", cfg.RequestTimeout, "longest a request waits inside the node")
 	fs.Int64Var(&cfg.MinFreeDiskBytes, "minFreeDiskBytes", cfg.MinFreeDiskBytes, "refuse writes below this much free disk space, in bytes")
 	logLevel := fs.String("logLevel", "info", "log level: debug, info, warn, error")
+	pprofAddr := fs.String("pprofAddress", "", "serve net/http/pprof on this loopback host:port (profiling; off by default)")
 	if name := systemFlag(args); name != "" {
 		s, err := reg.Lookup(name)
 		if err != nil {
@@ -85,6 +89,11 @@ func Serve(args []string, reg *systems.Registry, stdout, stderr io.Writer) error
 	if err := cfg.Validate(); err != nil {
 		return systems.OneLine("serve", err)
 	}
+	if *pprofAddr != "" {
+		if err := servePprof(*pprofAddr); err != nil {
+			return err
+		}
+	}
 	n, err := Start(cfg)
 	if err != nil {
 		return systems.OneLine("serve", err)
@@ -101,4 +110,26 @@ func Serve(args []string, reg *systems.Registry, stdout, stderr io.Writer) error
 		n.Stop()
 		return fmt.Errorf("node %d failed: %w", n.ID(), n.Err())
 	}
+}
+
+// servePprof serves the Go profiler on a loopback address.
+func servePprof(addr string) error {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return systems.Usagef("serve: -pprofAddress %q: %v", addr, err)
+	}
+	if ip := net.ParseIP(host); host != "localhost" && (ip == nil || !ip.IsLoopback()) {
+		return systems.Usagef("serve: -pprofAddress %q is not a loopback address", addr)
+	}
+	lis, err := net.Listen("tcp", addr)
+	if err != nil {
+		return systems.Usagef("serve: -pprofAddress %s: %v", addr, unwrapListenErr(err))
+	}
+	mux := http.NewServeMux()
+	mux.HandleFunc("/debug/pprof/", pprof.Index)
+	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	go http.Serve(lis, mux)
+	return nil
 }
