@@ -4,6 +4,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"time"
 
 	"github.com/linxGnu/grocksdb"
 
@@ -41,6 +42,12 @@ const (
 	// fixed at 2 for the 2-core machine the experiments run on (it equals
 	// RocksDB's default and is set explicitly so that it is recorded).
 	MaxBackgroundJobs = 2
+	// DefaultLogRetainBytes is the default of -rocksdb.logRetainBytes
+	// (64 MiB): the Raft log is truncated once its segments hold more.
+	DefaultLogRetainBytes = 64 << 20
+	// DefaultLogTruncateInterval is the default of
+	// -rocksdb.logTruncateInterval: how often the log size is checked.
+	DefaultLogTruncateInterval = time.Second
 	// minWriteBufferBytes is the smallest write_buffer_size RocksDB accepts
 	// without silently raising it (64 KiB).
 	minWriteBufferBytes = 64 << 10
@@ -116,6 +123,21 @@ type Config struct {
 	// (-rocksdb.minBlobBytes). Default 4096 for blobdb; must be 0 for the
 	// other modes.
 	MinBlobBytes int64
+	// LogRetainBytes: once the Raft log's segments hold more than this many
+	// bytes, the store makes its applied state durable and truncates the
+	// log (compacts it and deletes whole sealed segments), as etcd and TiKV
+	// do; a follower that needs truncated entries gets a Raft snapshot
+	// (-rocksdb.logRetainBytes). 0 never truncates: the log grows without
+	// bound (the harness's behaviour before truncation existed). Default
+	// 64 MiB. See truncate.go for the policy.
+	LogRetainBytes int64
+	// LogTruncateInterval is how often the log size is checked
+	// (-rocksdb.logTruncateInterval). Default 1s; must be positive.
+	LogTruncateInterval time.Duration
+
+	// onTruncateRound, if set, is called by the background truncation
+	// goroutine after every round that did something or failed (tests).
+	onTruncateRound func(systems.GCRound)
 }
 
 // NewConfig returns the configuration of mode m holding the documented
@@ -126,6 +148,9 @@ func NewConfig(m Mode) *Config {
 		BlockCacheBytes:  DefaultBlockCacheBytes,
 		WriteBufferBytes: DefaultWriteBufferBytes,
 		Compression:      DefaultCompression,
+
+		LogRetainBytes:      DefaultLogRetainBytes,
+		LogTruncateInterval: DefaultLogTruncateInterval,
 	}
 	if m == ModeBlobDB {
 		c.MinBlobBytes = DefaultMinBlobBytes
@@ -145,6 +170,10 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 		"RocksDB memtable size (write_buffer_size) in bytes, per column family; at least 65536")
 	fs.StringVar(&c.Compression, "rocksdb.compression", c.Compression,
 		"RocksDB compression of SST and blob files: "+compressionNames)
+	fs.Int64Var(&c.LogRetainBytes, "rocksdb.logRetainBytes", c.LogRetainBytes,
+		"truncate the Raft log (compact it, delete whole sealed segments) once it holds more than this many bytes; 0: never truncate")
+	fs.DurationVar(&c.LogTruncateInterval, "rocksdb.logTruncateInterval", c.LogTruncateInterval,
+		"how often the Raft log size is checked against -rocksdb.logRetainBytes")
 	if c.mode == ModeBlobDB {
 		fs.Int64Var(&c.MinBlobBytes, "rocksdb.minBlobBytes", c.MinBlobBytes,
 			"BlobDB min_blob_size in bytes: values at least this large go to blob files (0: all values)")
@@ -169,6 +198,12 @@ func (c *Config) Validate() error {
 	}
 	if _, ok := compressionType(c.Compression); !ok {
 		bad("-rocksdb.compression %q is not one of %s", c.Compression, compressionNames)
+	}
+	if c.LogRetainBytes < 0 {
+		bad("-rocksdb.logRetainBytes %d must not be negative (0: never truncate)", c.LogRetainBytes)
+	}
+	if c.LogTruncateInterval <= 0 {
+		bad("-rocksdb.logTruncateInterval %v must be positive", c.LogTruncateInterval)
 	}
 	if c.mode == ModeBlobDB {
 		if c.MinBlobBytes < 0 {
@@ -200,6 +235,11 @@ func (c *Config) Describe() map[string]any {
 		"atomic_flush":              c.mode == ModePASV,
 		"enable_blob_files":         c.mode == ModeBlobDB,
 		"other_options":             "RocksDB defaults",
+		// Raft log truncation (not a RocksDB option; recorded because it
+		// decides how much of the Raft log counts in space amplification).
+		"raft_log_retain_bytes":      c.LogRetainBytes,
+		"raft_log_truncate_interval": c.LogTruncateInterval.String(),
+		"raft_log_truncation":        truncationDescription(c.mode, c.LogRetainBytes),
 	}
 	if c.mode == ModeBlobDB {
 		d["min_blob_size"] = c.MinBlobBytes
@@ -223,7 +263,8 @@ func (c *Config) Open(env systems.Env) (systems.StateMachine, error) {
 
 // String names the mode and its main options, for logs.
 func (c *Config) String() string {
-	s := fmt.Sprintf("%s(blockCache=%d writeBuffer=%d compression=%s", c.mode, c.BlockCacheBytes, c.WriteBufferBytes, c.Compression)
+	s := fmt.Sprintf("%s(blockCache=%d writeBuffer=%d compression=%s logRetain=%d logTruncateInterval=%v",
+		c.mode, c.BlockCacheBytes, c.WriteBufferBytes, c.Compression, c.LogRetainBytes, c.LogTruncateInterval)
 	if c.mode == ModeBlobDB {
 		s += fmt.Sprintf(" minBlob=%d", c.MinBlobBytes)
 	}

@@ -22,9 +22,24 @@
 //	  default         user key -> value
 //	  meta            "applied" -> applied Raft index (8 bytes, big-endian)
 //
+//	rocksdb.restore/  a database staged by a Raft snapshot restore (transient)
+//	rocksdb.restore.pending  marker: the staged restore is complete (its index)
+//	rocksdb.old/      the replaced database during the swap (transient)
+//
 // Each Apply call writes its entries and the new applied index in one
 // WriteBatch, so the applied index read from any RocksDB snapshot (or after
 // any restart) matches the user data in it.
+//
+// Raft log truncation (truncate.go): as etcd and TiKV do, a background
+// goroutine truncates the Raft log once it holds more than
+// -rocksdb.logRetainBytes (default 64 MiB; 0 never truncates), checked every
+// -rocksdb.logTruncateInterval (default 1s): it makes the applied state
+// durable (a synced RocksDB WAL write; a memtable flush in pasv mode),
+// compacts the log to the highest sealed segment at or below both that
+// durable applied index and the Raft-aware compact bound, and deletes those
+// segments. Each round is reported through systems.GCReporter. A follower
+// behind the compaction point receives a Raft snapshot (snapshot.go), so
+// the measured space amplification of a baseline counts a bounded Raft log.
 //
 // The package has no package-level mutable state; the systems are values
 // (Original, PASV, BlobDB) that the binary registers.

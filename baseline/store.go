@@ -30,9 +30,11 @@ const appliedKey = "applied"
 var ErrClosed = errors.New("baseline: store is closed")
 
 // Store is a state machine that applies committed writes into RocksDB. It
-// implements systems.StateMachine and systems.StateHasher. Get, Scan and
-// StateHash may run concurrently with each other and with Apply; Apply is
-// called from one goroutine.
+// implements systems.StateMachine, systems.StateHasher,
+// systems.Snapshotter (snapshot.go) and systems.GCReporter (its Raft log
+// truncation rounds, truncate.go). Get, Scan, StateHash and WriteSnapshot
+// may run concurrently with each other and with Apply; Apply is called from
+// one goroutine.
 //
 // Durability: writes use sync=false. In original and blobdb mode the
 // RocksDB WAL is written but not fsynced, in pasv mode it is not written at
@@ -40,11 +42,17 @@ var ErrClosed = errors.New("baseline: store is closed")
 // restart the node replays it from AppliedIndex (DESIGN.md section 1).
 type Store struct {
 	mode   Mode
-	dir    string
+	dir    string // <data>/rocksdb
+	root   string // <data>, the node's data directory
 	logger *slog.Logger
+	// ctl is the node's Raft log control; nil in unit tests without a log.
+	ctl systems.LogControl
+	// trunc truncates the Raft log in the background; nil when off.
+	trunc *truncator
 
 	// mu guards closed and the lifetime of the RocksDB handles below: every
-	// method holds it shared while it uses them, Close holds it exclusively.
+	// method holds it shared while it uses them; Close and CommitRestore
+	// (which swaps the database) hold it exclusively.
 	mu     sync.RWMutex
 	closed bool
 	// applyMu serializes Apply with Flush, so that a flush sees no batch
@@ -76,12 +84,13 @@ func (c *Config) OpenStore(env systems.Env) (*Store, error) {
 		return nil, fmt.Errorf("%s: empty data directory", c.mode)
 	}
 	dir := filepath.Join(env.Dir, dbDirName)
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return nil, fmt.Errorf("%s: create %s: %w", c.mode, dir, err)
+	logger := env.Logger
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
 	}
 	comp, _ := compressionType(c.Compression) // checked by Validate
 
-	s := &Store{mode: c.mode, dir: dir, logger: env.Logger}
+	s := &Store{mode: c.mode, dir: dir, root: env.Dir, logger: logger, ctl: env.Control}
 	s.cache = grocksdb.NewLRUCache(uint64(c.BlockCacheBytes))
 	s.bbto = grocksdb.NewDefaultBlockBasedTableOptions()
 	s.bbto.SetBlockCache(s.cache)
@@ -116,29 +125,50 @@ func (c *Config) OpenStore(env systems.Env) (*Store, error) {
 	s.wo.SetSync(false)
 	s.wo.DisableWAL(c.mode == ModePASV)
 
-	db, cfs, err := grocksdb.OpenDbColumnFamilies(s.dbOpts, dir,
-		[]string{"default", metaCFName}, []*grocksdb.Options{s.dbOpts, s.metaOpts})
-	if err != nil {
+	// A snapshot restore interrupted by a crash is finished or discarded
+	// before the database is opened (snapshot.go).
+	if err := s.recoverRestore(); err != nil {
 		s.release()
-		return nil, fmt.Errorf("%s: open rocksdb %s: %w", c.mode, dir, err)
+		return nil, fmt.Errorf("%s: %w", c.mode, err)
 	}
-	s.db, s.data, s.meta = db, cfs[0], cfs[1]
-	applied, err := s.readApplied(s.ro)
-	if err != nil {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
 		s.release()
-		return nil, fmt.Errorf("%s: open rocksdb %s: %w", c.mode, dir, err)
+		return nil, fmt.Errorf("%s: create %s: %w", c.mode, dir, err)
 	}
-	s.applied.Store(applied)
-	if s.logger != nil {
-		s.logger.Info("opened rocksdb state machine", "system", string(c.mode), "dir", dir,
-			"applied", applied, "config", c.String())
+	if err := s.openDB(); err != nil {
+		s.release()
+		return nil, err
+	}
+	s.logger.Info("opened rocksdb state machine", "system", string(c.mode), "dir", dir,
+		"applied", s.applied.Load(), "config", c.String())
+	if env.Control != nil && c.LogRetainBytes > 0 {
+		s.trunc = newTruncator(s, env.Control, c)
+		s.trunc.start()
 	}
 	return s, nil
 }
 
-// release frees every RocksDB object; the caller holds mu exclusively or
-// owns s alone. Column family handles go before the DB, as RocksDB requires.
-func (s *Store) release() {
+// openDB opens the database in s.dir with the store's options and loads
+// the applied index. The caller holds mu exclusively or owns s alone.
+func (s *Store) openDB() error {
+	db, cfs, err := grocksdb.OpenDbColumnFamilies(s.dbOpts, s.dir,
+		[]string{"default", metaCFName}, []*grocksdb.Options{s.dbOpts, s.metaOpts})
+	if err != nil {
+		return fmt.Errorf("%s: open rocksdb %s: %w", s.mode, s.dir, err)
+	}
+	s.db, s.data, s.meta = db, cfs[0], cfs[1]
+	applied, err := s.readApplied(s.ro)
+	if err != nil {
+		s.closeDB()
+		return fmt.Errorf("%s: open rocksdb %s: %w", s.mode, s.dir, err)
+	}
+	s.applied.Store(applied)
+	return nil
+}
+
+// closeDB closes the database: column family handles first, as RocksDB
+// requires. The options stay. The caller holds mu exclusively or owns s.
+func (s *Store) closeDB() {
 	if s.data != nil {
 		s.data.Destroy()
 		s.data = nil
@@ -151,6 +181,12 @@ func (s *Store) release() {
 		s.db.Close()
 		s.db = nil
 	}
+}
+
+// release frees every RocksDB object; the caller holds mu exclusively or
+// owns s alone. Column family handles go before the DB, as RocksDB requires.
+func (s *Store) release() {
+	s.closeDB()
 	for _, o := range []*grocksdb.Options{s.dbOpts, s.metaOpts} {
 		if o != nil {
 			o.Destroy()
@@ -410,12 +446,16 @@ func (s *Store) Property(name string) string {
 	return s.db.GetPropertyCF(name, s.data)
 }
 
-// Close releases the store; later calls return nil. In pasv mode it first
-// flushes the memtables (Flush), so that a clean restart replays nothing;
-// the other modes do not flush (their WAL covers the memtable). The RocksDB
-// objects are released even if the flush fails, and the flush error is
-// returned.
+// Close stops the Raft log truncation goroutine and releases the store;
+// later calls return nil. In pasv mode it first flushes the memtables
+// (Flush), so that a clean restart replays nothing; the other modes do not
+// flush (their WAL covers the memtable). The RocksDB objects are released
+// even if the flush fails, and the flush error is returned.
 func (s *Store) Close() error {
+	if s.trunc != nil {
+		// Before taking mu: a round may be waiting for it.
+		s.trunc.stop()
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {
@@ -447,5 +487,7 @@ func truncate(b []byte) []byte {
 var (
 	_ systems.StateMachine = (*Store)(nil)
 	_ systems.StateHasher  = (*Store)(nil)
+	_ systems.Snapshotter  = (*Store)(nil)
+	_ systems.GCReporter   = (*Store)(nil)
 	_ systems.SystemConfig = (*Config)(nil)
 )

@@ -104,13 +104,14 @@ type Log struct {
 	opts   Options
 	logger *slog.Logger
 
-	mu    sync.RWMutex
-	segs  []*segment // ascending id; the last one is active
-	byID  map[uint64]*segment
-	metas []entryMeta // metas[i] is the entry at index first+i
-	first uint64      // = snap.Index + 1
-	snap  raftpb.SnapshotMetadata
-	hs    raftpb.HardState
+	mu        sync.RWMutex
+	segs      []*segment // ascending id; the last one is active
+	activeSeg atomic.Pointer[segment]
+	byID      map[uint64]*segment
+	metas     []entryMeta // metas[i] is the entry at index first+i
+	first     uint64      // = snap.Index + 1
+	snap      raftpb.SnapshotMetadata
+	hs        raftpb.HardState
 
 	buf []byte // encoding buffer, owned by the writer goroutine
 	gap gap    // the last index gap seen by recovery
@@ -181,9 +182,13 @@ func (l *Log) create() error {
 func (l *Log) addSegment(s *segment) {
 	l.segs = append(l.segs, s)
 	l.byID[s.id] = s
+	l.activeSeg.Store(s)
 }
 
-func (l *Log) active() *segment { return l.segs[len(l.segs)-1] }
+// active is the segment being appended. It is read without l.mu (the
+// writer goroutine changes it, under l.mu, and RemoveSegment, which may run
+// elsewhere, never touches it).
+func (l *Log) active() *segment { return l.activeSeg.Load() }
 
 // recoverSegment replays one segment into the in-memory state.
 func (l *Log) recoverSegment(id uint64, last bool) error {

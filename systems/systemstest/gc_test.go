@@ -206,3 +206,106 @@ func TestGCFollowerRejoinsThroughSnapshot(t *testing.T) {
 	h.convergence()
 	h.checkNode(follower, acked, nil)
 }
+
+// The Raft + RocksDB baselines truncate their Raft log (package baseline,
+// -rocksdb.logRetainBytes): a follower that is down while the leader
+// truncates rejoins through a Raft snapshot of the leader's RocksDB, and
+// the log stays bounded.
+func TestGCBaselineFollowerRejoinsThroughSnapshot(t *testing.T) {
+	const retain, segment = 262144, 65536
+	for i, system := range []string{"original", "pasv"} {
+		t.Run(system, func(t *testing.T) {
+			h := startWith(t, Options{System: system, Binary: binary, Seed: int64(300 + i),
+				ExtraArgs: []string{"-segmentSizeBytes", fmt.Sprint(segment),
+					"-rocksdb.logRetainBytes", fmt.Sprint(retain), "-rocksdb.logTruncateInterval", "50ms"}}, nil)
+			acked := h.writeMany("s", 200, "before")
+			h.deleteKeys([]string{"s00010", "s00020"})
+			delete(acked, "s00010")
+			delete(acked, "s00020")
+			deleted := []string{"s00010", "s00020"}
+			leader := h.leader()
+			follower := uint64(1)
+			if leader == follower {
+				follower = 2
+			}
+			fn, _ := h.spec.Node(follower)
+			ctx, cancel := ctxFor(5 * time.Second)
+			st, err := h.c.Status(ctx, fn.Address, false)
+			cancel()
+			if err != nil {
+				t.Fatal(err)
+			}
+			followerLast := st.LastIndex
+			if err := h.spec.Kill(follower); err != nil {
+				t.Fatal(err)
+			}
+			// Write until the leader truncated its log past the follower's
+			// last entry (it first waits for the follower to count as down).
+			ln, _ := h.spec.Node(leader)
+			deadline := time.Now().Add(60 * time.Second)
+			for round := 0; ; round++ {
+				for k, v := range h.writeMany(fmt.Sprintf("t%d-", round), 100, "during") {
+					acked[k] = v
+				}
+				ctx, cancel := ctxFor(5 * time.Second)
+				ls, err := h.c.Status(ctx, ln.Address, false)
+				cancel()
+				if err == nil && ls.CompactedIndex > followerLast {
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("leader never truncated past %d; log tail:\n%s", followerLast, cluster.Tail(ln.Log, 20))
+				}
+			}
+			if err := h.spec.Restart(follower); err != nil {
+				t.Fatal(err)
+			}
+			h.convergence()
+			logText, _ := os.ReadFile(fn.Log)
+			if !strings.Contains(string(logText), "snapshot installed") {
+				t.Fatalf("follower %d caught up without a snapshot; log tail:\n%s", follower, cluster.Tail(fn.Log, 30))
+			}
+			h.checkNode(follower, acked, deleted)
+			// It keeps up after the snapshot, and survives a restart on
+			// the restored database.
+			for k, v := range h.writeMany("after", 50, "after") {
+				acked[k] = v
+			}
+			h.convergence()
+			h.checkNode(follower, acked, deleted)
+			if err := h.spec.Kill(follower); err != nil {
+				t.Fatal(err)
+			}
+			if err := h.spec.Restart(follower); err != nil {
+				t.Fatal(err)
+			}
+			h.convergence()
+			h.checkNode(follower, acked, deleted)
+			// Every node's log ends up within the budget plus one segment,
+			// and the leader reports its truncation rounds (a round is
+			// recorded just after its compaction is visible: poll).
+			for _, n := range h.spec.Nodes {
+				deadline := time.Now().Add(20 * time.Second)
+				for {
+					ctx, cancel := ctxFor(5 * time.Second)
+					st, err := h.c.Status(ctx, n.Address, false)
+					cancel()
+					reported := n.ID != leader
+					for _, r := range st.GetGcRounds() {
+						if r.Strategy == "raft-log-truncation" && r.Error == "" && r.SegmentsRemoved > 0 {
+							reported = true
+						}
+					}
+					if err == nil && st.LogBytes <= retain+segment && reported {
+						break
+					}
+					if time.Now().After(deadline) {
+						t.Fatalf("node %d: Raft log holds %d bytes (err %v), want at most %d; truncation rounds %v",
+							n.ID, st.GetLogBytes(), err, retain+segment, st.GetGcRounds())
+					}
+					time.Sleep(50 * time.Millisecond)
+				}
+			}
+		})
+	}
+}
