@@ -10,7 +10,10 @@ import (
 	"os"
 
 	"github.com/nezha-harness/nezha/baseline"
+	"github.com/nezha-harness/nezha/experiments"
+	"github.com/nezha-harness/nezha/linearizability"
 	"github.com/nezha-harness/nezha/nezha"
+	"github.com/nezha-harness/nezha/plots"
 	"github.com/nezha-harness/nezha/systems"
 	"github.com/nezha-harness/nezha/systems/cluster"
 	"github.com/nezha-harness/nezha/systems/kvcli"
@@ -25,8 +28,11 @@ commands:
   serve     run one node: serve -system S -address A -internalAddress I -peers P1,P2,P3 -data D
   cluster   local clusters: cluster up|status|kill|restart|down -cluster DIR
   kv        one request: kv put K V | get K | delete K | scan START END [-limit N]
+  check     linearizability under faults: check -system S [-nemesis LIST] [-duration D] [-read-mode M]
   bench     the paper's workloads: bench put|get|scan [-cnums N -dnums N -vsize BYTES] -servers ...|-cluster DIR
   ycsb      YCSB core workloads: ycsb load|run -P FILE [-p name=value ...] -servers ...|-cluster DIR
+  experiment  named experiments and the report: experiment list | run NAME...|all [-profile quick|paper] | report DIR
+  plot      redraw figures: plot RESULTS_DIR (every figures.json under it -> PNG and SVG)
   help      this text
 
 Run 'nezha <command> -h' for the flags of a command.
@@ -52,10 +58,16 @@ func run(args []string, stdout, stderr io.Writer) int {
 		err = cluster.Command(rest, stdout, stderr)
 	case "kv":
 		err = kvcli.Run(rest, stdout, stderr)
+	case "check":
+		err = linearizability.Command(rest, stdout, stderr)
 	case "bench":
 		err = workloads.Command(rest, stdout, stderr)
 	case "ycsb":
 		err = ycsb.Command(rest, stdout, stderr)
+	case "experiment":
+		err = experiments.Command(rest, reg.Names(), stdout, stderr)
+	case "plot":
+		err = plots.Command(rest, stdout, stderr)
 	case "help", "-h", "-help", "--help":
 		fmt.Fprint(stdout, usage)
 		return 0

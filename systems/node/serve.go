@@ -2,12 +2,12 @@ package node
 
 import (
 	"flag"
-	"net"
-	"net/http"
-	"net/http/pprof"
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
+	"net/http"
+	"net/http/pprof"
 	"os"
 	"os/signal"
 	"strings"

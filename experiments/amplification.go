@@ -1,0 +1,188 @@
+package experiments
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/nezha-harness/nezha/plots"
+	"github.com/nezha-harness/nezha/systems/cluster"
+	"github.com/nezha-harness/nezha/workloads"
+)
+
+// ioSnapshot is every node's cumulative write_bytes.
+type ioSnapshot map[uint64]int64
+
+func readIO(spec *cluster.Spec) (ioSnapshot, error) {
+	out := ioSnapshot{}
+	for _, n := range spec.Nodes {
+		st, err := cluster.ReadIOStats(n.PID)
+		if err != nil {
+			return nil, fmt.Errorf("node %d: %w", n.ID, err)
+		}
+		out[n.ID] = st.WriteBytes
+	}
+	return out, nil
+}
+
+// perNodeWritten is the mean bytes a node wrote between two snapshots.
+func perNodeWritten(before, after ioSnapshot) float64 {
+	var sum int64
+	for id, a := range after {
+		sum += a - before[id]
+	}
+	return float64(sum) / float64(len(after))
+}
+
+// meanDiskUsage is the mean bytes on disk of the nodes' data directories.
+func meanDiskUsage(spec *cluster.Spec) (float64, error) {
+	var sum int64
+	for _, n := range spec.Nodes {
+		du, err := cluster.DiskUsage(n.Data)
+		if err != nil {
+			return 0, err
+		}
+		sum += du
+	}
+	return float64(sum) / float64(len(spec.Nodes)), nil
+}
+
+// settle waits until the nodes stop writing (background flushes,
+// compactions and GC done): two consecutive seconds with less than 1 MB
+// written per node, at most 60 s.
+func settle(ctx context.Context, spec *cluster.Spec) error {
+	prev, err := readIO(spec)
+	if err != nil {
+		return err
+	}
+	quiet := 0
+	for deadline := time.Now().Add(60 * time.Second); time.Now().Before(deadline) && quiet < 2; {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(time.Second):
+		}
+		cur, err := readIO(spec)
+		if err != nil {
+			return err
+		}
+		if perNodeWritten(prev, cur) < 1e6 {
+			quiet++
+		} else {
+			quiet = 0
+		}
+		prev = cur
+	}
+	return nil
+}
+
+// amplification: write and space amplification after a load and after
+// overwriting half the keys.
+func amplification() Experiment {
+	return Experiment{
+		Name: "amplification", Title: "Write and space amplification",
+		Shows:      "bytes each node writes and keeps per user byte: once for nezha, several times through RocksDB",
+		NeedsLocal: true,
+		run: func(ctx context.Context, x *Run) error {
+			p := x.Profile
+			x.param("keys", p.AmpKeys)
+			x.param("value_bytes", p.AmpValueBytes)
+			x.note("Write amplification = bytes a node wrote (/proc/<pid>/io write_bytes, averaged over the nodes) / user bytes written (keys and values). Space amplification = bytes on disk under a node's data directory (allocated blocks) / live user bytes. Measured after the nodes went quiet (flushes, compactions, GC done). nezha's figure includes its GC copying live values into sorted runs (its threshold here is half the load, so GC runs during the load; merge rewrites the live data each round); nezha-nogc shows the value path alone. The baselines truncate their Raft log once it holds more than -rocksdb.logRetainBytes (64 MiB), so their space amplification includes at most that much log. RocksDB's last memtable (up to 64 MiB per node) may still be unflushed when measured, so the baselines' write amplification is a lower bound.")
+			cats := []string{"after load", "after overwriting half"}
+			wf := plots.Figure{Name: "write-amplification", Title: "Write amplification", Kind: plots.Bars,
+				XLabel: "phase", YLabel: "bytes written per node / user bytes", Categories: cats, HLines: []plots.Mark{{At: 1, Label: "1 (written once)"}}}
+			sf := plots.Figure{Name: "space-amplification", Title: "Space amplification", Kind: plots.Bars,
+				XLabel: "phase", YLabel: "bytes on disk per node / live user bytes", Categories: cats, HLines: []plots.Mark{{At: 1, Label: "1"}}}
+			tbl := Table{Title: "Amplification per system", Columns: []string{"system", "write amp (load)", "space amp (load)", "write amp (overwrite)", "space amp (overwrite)", "user MB written", "live MB"}}
+			keyBytes := int64(len(workloads.Key("a", 0)))
+			for _, sys := range x.Systems {
+				// GC (nezha) runs once the log holds half the loaded bytes.
+				tb, err := x.start(ctx, sys, "amp", "-gcThresholdBytes", fmt.Sprint(max(p.AmpKeys*int64(p.AmpValueBytes)/2, p.SegmentSizeBytes)))
+				if err != nil {
+					x.fail(sys, "cluster up", err, nil)
+					wf.Series = append(wf.Series, plots.Series{Name: sys, Values: []float64{0, 0}, Missing: []int{0, 1}})
+					sf.Series = append(sf.Series, plots.Series{Name: sys, Values: []float64{0, 0}, Missing: []int{0, 1}})
+					continue
+				}
+				w, s, user, live, err := x.ampPhases(ctx, tb, keyBytes)
+				if err != nil {
+					x.fail(sys, "amplification", err, tb.spec)
+					tb.stop(true)
+					wf.Series = append(wf.Series, plots.Series{Name: sys, Values: []float64{0, 0}, Missing: []int{0, 1}})
+					sf.Series = append(sf.Series, plots.Series{Name: sys, Values: []float64{0, 0}, Missing: []int{0, 1}})
+					continue
+				}
+				tb.stop(false)
+				wf.Series = append(wf.Series, plots.Series{Name: sys, Values: w})
+				sf.Series = append(sf.Series, plots.Series{Name: sys, Values: s})
+				tbl.Rows = append(tbl.Rows, []string{sys, f2(w[0]), f2(s[0]), f2(w[1]), f2(s[1]), f1(user / 1e6), f1(live / 1e6)})
+				x.metric("write_amp_load/"+sys, w[0])
+				x.metric("space_amp_load/"+sys, s[0])
+				x.metric("write_amp_overwrite/"+sys, w[1])
+				x.metric("space_amp_overwrite/"+sys, s[1])
+				x.logf("%s: write amp %.2f / %.2f, space amp %.2f / %.2f", sys, w[0], w[1], s[0], s[1])
+			}
+			x.table(tbl)
+			x.figure(wf)
+			x.figure(sf)
+			return nil
+		},
+	}
+}
+
+// ampPhases loads, overwrites half, and returns write and space
+// amplification after each phase, the user bytes written and the live
+// bytes.
+func (x *Run) ampPhases(ctx context.Context, tb *testbed, keyBytes int64) (w, s []float64, user, live float64, err error) {
+	p := x.Profile
+	before, err := readIO(tb.spec)
+	if err != nil {
+		return nil, nil, 0, 0, err
+	}
+	put := func(ops int64, seed int64) error {
+		o := workloads.PutOptions{Common: x.benchCommon("a", p.Clients, ops, seed, nil), ValueBytes: p.AmpValueBytes,
+			MaxValueBytes: max(p.AmpValueBytes, 64*mib), Order: "random"}
+		sum, err := workloads.RunPut(ctx, tb.c, o)
+		if err == nil {
+			err = sum.Failures()
+		}
+		return err
+	}
+	perKey := float64(keyBytes + int64(p.AmpValueBytes))
+	live = float64(p.AmpKeys) * perKey
+	measure := func(user float64) error {
+		if err := settle(ctx, tb.spec); err != nil {
+			return err
+		}
+		after, err := readIO(tb.spec)
+		if err != nil {
+			return err
+		}
+		du, err := meanDiskUsage(tb.spec)
+		if err != nil {
+			return err
+		}
+		w = append(w, perNodeWritten(before, after)/user)
+		s = append(s, du/live)
+		return nil
+	}
+	x.logf("%s: load %d keys x %d KiB", tb.system, p.AmpKeys, p.AmpValueBytes/kib)
+	if err := put(p.AmpKeys, 1); err != nil {
+		return nil, nil, 0, 0, err
+	}
+	user = live
+	if err := measure(user); err != nil {
+		return nil, nil, 0, 0, err
+	}
+	// Overwrite the first half of the key indices (same prefix, same
+	// sizes): live bytes stay the same, half of them become garbage.
+	x.logf("%s: overwrite %d keys", tb.system, p.AmpKeys/2)
+	if err := put(p.AmpKeys/2, 2); err != nil {
+		return nil, nil, 0, 0, err
+	}
+	user += float64(p.AmpKeys/2) * perKey
+	if err := measure(user); err != nil {
+		return nil, nil, 0, 0, err
+	}
+	return w, s, user, live, nil
+}

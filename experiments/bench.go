@@ -1,0 +1,407 @@
+package experiments
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"math/rand"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/nezha-harness/nezha/plots"
+	"github.com/nezha-harness/nezha/workloads"
+)
+
+// Formatting helpers for tables.
+func f0(v float64) string { return strconv.FormatFloat(v, 'f', 0, 64) }
+func f1(v float64) string { return strconv.FormatFloat(v, 'f', 1, 64) }
+func f2(v float64) string { return strconv.FormatFloat(v, 'f', 2, 64) }
+func ms(us int64) string  { return strconv.FormatFloat(float64(us)/1000, 'f', 2, 64) }
+
+// diskLimit measures the disk under the results directory: sequential
+// writes of DiskLimitWriteBytes, each followed by fdatasync, and 4 KiB
+// writes each fsynced. Three replicas on one disk share the first figure,
+// so a 3-node local cluster's PUT goodput is bounded by limit / 3.
+func diskLimit() Experiment {
+	return Experiment{
+		Name: "disk-limit", Title: "Disk limit",
+		Shows:      "this machine's sequential write bandwidth with fsync, the ceiling of every PUT figure",
+		NeedsLocal: true,
+		run: func(ctx context.Context, x *Run) error {
+			p := x.Profile
+			x.param("bytes", p.DiskLimitBytes)
+			x.param("write_bytes", p.DiskLimitWriteBytes)
+			path := filepath.Join(x.Dir, "disk-limit.tmp")
+			defer os.Remove(path)
+			mbps, err := fsyncBandwidth(ctx, path, p.DiskLimitBytes, p.DiskLimitWriteBytes)
+			if err != nil {
+				return err
+			}
+			small, err := fsyncBandwidth(ctx, path, 4*mib, 4*kib)
+			if err != nil {
+				return err
+			}
+			x.metric("disk_limit_mb_per_sec", mbps)
+			x.metric("fsync_4k_per_sec", small*1e6/(4*kib))
+			x.table(Table{Title: "Sequential writes with fsync after each", Columns: []string{"write size", "MB/s", "writes+fsyncs/s"},
+				Rows: [][]string{
+					{fmt.Sprintf("%d KiB", p.DiskLimitWriteBytes/kib), f1(mbps), f0(mbps * 1e6 / float64(p.DiskLimitWriteBytes))},
+					{"4 KiB", f1(small), f0(small * 1e6 / (4 * kib))},
+				}})
+			x.note("A local 3-node cluster writes every value on this one disk three times: its PUT goodput is bounded by %.1f MB/s / 3 = %.1f MB/s.", mbps, mbps/3)
+			x.logf("%.1f MB/s in %d KiB fsynced writes; %.0f 4 KiB write+fsync/s", mbps, p.DiskLimitWriteBytes/kib, small*1e6/(4*kib))
+			return nil
+		},
+	}
+}
+
+// fsyncBandwidth writes total bytes in writes of size bytes, each followed
+// by fdatasync, and returns MB/s (10^6 bytes).
+func fsyncBandwidth(ctx context.Context, path string, total int64, size int) (float64, error) {
+	f, err := os.Create(path)
+	if err != nil {
+		return 0, err
+	}
+	defer f.Close()
+	buf := make([]byte, size)
+	rand.New(rand.NewSource(1)).Read(buf)
+	start := time.Now()
+	var written int64
+	for written < total {
+		if err := ctx.Err(); err != nil {
+			return 0, err
+		}
+		if _, err := f.Write(buf); err != nil {
+			return 0, err
+		}
+		if err := unix.Fdatasync(int(f.Fd())); err != nil {
+			return 0, err
+		}
+		written += int64(size)
+	}
+	return float64(written) / time.Since(start).Seconds() / 1e6, nil
+}
+
+// diskLimitOf returns the disk limit measured earlier in this run, if any.
+func (x *Run) diskLimitOf() (float64, bool) {
+	if r := x.Prior["disk-limit"]; r != nil {
+		v, ok := r.Metrics["disk_limit_mb_per_sec"]
+		return v, ok && v > 0
+	}
+	return 0, false
+}
+
+// benchCommon returns workload options for one phase.
+func (x *Run) benchCommon(prefix string, clients int, ops int64, seed int64, raw *bytes.Buffer) workloads.Common {
+	c := workloads.DefaultCommon()
+	c.Clients, c.Ops, c.KeyPrefix, c.Seed = clients, ops, prefix, seed
+	c.Progress, c.ProgressInterval = x.Out, 10*time.Second
+	if raw != nil {
+		c.Raw = raw
+	}
+	return c
+}
+
+// putVsize: PUT throughput and latency vs value size, the same total bytes
+// at each size (the paper's method), a fresh cluster per system and size.
+func putVsize() Experiment {
+	return Experiment{
+		Name: "put-vsize", Title: "PUT throughput and latency vs value size",
+		Shows: "how much a value persisted once (nezha) gains over values applied into RocksDB, per value size",
+		run: func(ctx context.Context, x *Run) error {
+			p := x.Profile
+			x.param("total_bytes_per_size", p.PutTotalBytes)
+			x.param("value_sizes_kib", p.ValueSizesKiB)
+			x.param("clients", p.Clients)
+			var cats []string
+			for _, s := range p.ValueSizesKiB {
+				cats = append(cats, fmt.Sprint(s))
+			}
+			mbps := map[string][]float64{}
+			opsps := map[string][]float64{}
+			p50 := map[string][]float64{}
+			p99 := map[string][]float64{}
+			missing := map[string][]int{}
+			var cdfs, series []plots.Series
+			limit, haveLimit := x.diskLimitOf()
+			tbl := Table{Title: "PUT, per system and value size", Columns: []string{"system", "value", "ops", "ops/s", "MB/s", "p50 ms", "p99 ms", "p99.9 ms", "errors", "ambiguous"}}
+			if haveLimit {
+				tbl.Columns = append(tbl.Columns, "of disk limit/3")
+			}
+			for _, sys := range x.Systems {
+				for i, size := range p.ValueSizesKiB {
+					vbytes := size * kib
+					ops := p.PutTotalBytes / int64(vbytes)
+					label := fmt.Sprintf("%dk", size)
+					var raw bytes.Buffer
+					wantRaw := i == len(p.ValueSizesKiB)-1
+					sum, err := x.benchPut(ctx, sys, label, ops, vbytes, wantRaw, &raw)
+					if err != nil {
+						missing[sys] = append(missing[sys], i)
+						mbps[sys] = append(mbps[sys], 0)
+						opsps[sys] = append(opsps[sys], 0)
+						p50[sys] = append(p50[sys], 0)
+						p99[sys] = append(p99[sys], 0)
+						continue
+					}
+					mbps[sys] = append(mbps[sys], sum.MBPerSec)
+					opsps[sys] = append(opsps[sys], sum.OpsPerSec)
+					p50[sys] = append(p50[sys], float64(sum.P50Us)/1000)
+					p99[sys] = append(p99[sys], float64(sum.P99Us)/1000)
+					x.metric(fmt.Sprintf("put_mb_per_sec/%s/%d", sys, size), sum.MBPerSec)
+					x.metric(fmt.Sprintf("put_ops_per_sec/%s/%d", sys, size), sum.OpsPerSec)
+					row := []string{sys, fmt.Sprintf("%d KiB", size), fmt.Sprint(sum.Ops), f0(sum.OpsPerSec), f1(sum.MBPerSec),
+						ms(sum.P50Us), ms(sum.P99Us), ms(sum.P999Us), fmt.Sprint(sum.Errors), fmt.Sprint(sum.Ambiguous)}
+					if haveLimit {
+						row = append(row, fmt.Sprintf("%.0f%%", 100*sum.MBPerSec/(limit/3)))
+					}
+					tbl.Rows = append(tbl.Rows, row)
+					if wantRaw {
+						if c, err := latencyCDF(sys, &raw); err == nil {
+							cdfs = append(cdfs, c)
+						}
+						series = append(series, throughputSeries(sys, sum))
+					}
+				}
+			}
+			x.table(tbl)
+			bars := func(name, title, ylabel string, vals map[string][]float64) plots.Figure {
+				f := plots.Figure{Name: name, Title: title, Kind: plots.Bars, XLabel: "value size (KiB)", YLabel: ylabel, Categories: cats}
+				for _, sys := range x.Systems {
+					f.Series = append(f.Series, plots.Series{Name: sys, Values: vals[sys], Missing: missing[sys]})
+				}
+				return f
+			}
+			f := bars("put-mbps", "PUT goodput vs value size", "goodput (MB/s)", mbps)
+			if haveLimit {
+				f.HLines = []plots.Mark{{At: limit / 3, Label: "disk limit / 3"}}
+			}
+			x.figure(f)
+			x.figure(bars("put-ops", "PUT throughput vs value size", "throughput (ops/s)", opsps))
+			x.figure(bars("put-p99", "PUT p99 latency vs value size", "p99 latency (ms)", p99))
+			x.figure(bars("put-p50", "PUT median latency vs value size", "p50 latency (ms)", p50))
+			last := p.ValueSizesKiB[len(p.ValueSizesKiB)-1]
+			if len(cdfs) > 0 {
+				x.figure(plots.Figure{Name: "put-latency-cdf", Title: fmt.Sprintf("PUT latency CDF, %d KiB values", last), Kind: plots.CDF,
+					XLabel: "latency (ms)", YLabel: "fraction of operations", LogX: true, Series: cdfs})
+			}
+			if len(series) > 0 {
+				x.figure(plots.Figure{Name: "put-timeseries", Title: fmt.Sprintf("PUT throughput over time, %d KiB values", last), Kind: plots.Lines,
+					XLabel: "time (s)", YLabel: "goodput (MB/s)", Series: series})
+			}
+			return nil
+		},
+	}
+}
+
+// benchPut runs one PUT phase on a fresh cluster.
+func (x *Run) benchPut(ctx context.Context, sys, label string, ops int64, vbytes int, wantRaw bool, raw *bytes.Buffer) (workloads.Summary, error) {
+	tb, err := x.start(ctx, sys, "put-"+label)
+	if err != nil {
+		x.fail(sys, "cluster up", err, nil)
+		return workloads.Summary{}, err
+	}
+	o := workloads.PutOptions{Common: x.benchCommon("p", x.Profile.Clients, ops, 1, nil), ValueBytes: vbytes,
+		MaxValueBytes: max(vbytes, 64*mib), Order: "random"}
+	if wantRaw {
+		o.Raw = raw
+	}
+	x.logf("%s: PUT %d x %d KiB, %d clients", sys, ops, vbytes/kib, o.Clients)
+	sum, err := workloads.RunPut(ctx, tb.c, o)
+	if err == nil {
+		err = sum.Failures()
+	}
+	if err != nil {
+		x.fail(sys, "put "+label, err, tb.spec)
+		tb.stop(true)
+		return sum, err
+	}
+	x.logf("%s: PUT %s: %.0f ops/s, %.1f MB/s, p99 %.1f ms", sys, label, sum.OpsPerSec, sum.MBPerSec, float64(sum.P99Us)/1000)
+	tb.stop(false)
+	return sum, nil
+}
+
+// latencyCDF turns a raw per-operation CSV (workloads.WriteRawCSV: op,
+// start_unix_us, latency_us, ok, outcome) into a CDF series in ms, at most
+// 200 points.
+func latencyCDF(name string, raw *bytes.Buffer) (plots.Series, error) {
+	var lats []float64
+	for i, line := range strings.Split(raw.String(), "\n") {
+		if i == 0 || line == "" {
+			continue
+		}
+		f := strings.Split(line, ",")
+		if len(f) < 4 || f[3] != "true" {
+			continue
+		}
+		us, err := strconv.ParseFloat(f[2], 64)
+		if err != nil {
+			continue
+		}
+		lats = append(lats, max(us, 1)/1000)
+	}
+	if len(lats) == 0 {
+		return plots.Series{}, errors.New("no successful operation")
+	}
+	sort.Float64s(lats)
+	s := plots.Series{Name: name}
+	n := len(lats)
+	points := min(n, 200)
+	for i := 1; i <= points; i++ {
+		idx := i*n/points - 1
+		s.X = append(s.X, lats[idx])
+		s.Y = append(s.Y, float64(idx+1)/float64(n))
+	}
+	return s, nil
+}
+
+// throughputSeries is a Summary's per-second goodput in MB/s.
+func throughputSeries(name string, sum workloads.Summary) plots.Series {
+	s := plots.Series{Name: name}
+	for _, sec := range sum.Series {
+		s.X = append(s.X, float64(sec.Second))
+		s.Y = append(s.Y, float64(sec.Bytes)/1e6)
+	}
+	if len(s.X) == 0 {
+		s.X, s.Y = []float64{0}, []float64{0}
+	}
+	return s
+}
+
+// readBed loads ReadKeys keys on a fresh cluster of sys and, for nezha,
+// waits until GC has compacted the load (the paper's SCAN gain comes from
+// the sorted runs).
+func (x *Run) readBed(ctx context.Context, sys, label string) (*testbed, error) {
+	p := x.Profile
+	// GC during the load: a threshold of a quarter of the loaded bytes.
+	threshold := max(p.ReadKeys*int64(p.ReadValueBytes)/4, p.SegmentSizeBytes)
+	tb, err := x.start(ctx, sys, label, "-gcThresholdBytes", fmt.Sprint(threshold))
+	if err != nil {
+		x.fail(sys, "cluster up", err, nil)
+		return nil, err
+	}
+	o := workloads.PutOptions{Common: x.benchCommon("r", p.Clients, p.ReadKeys, 1, nil), ValueBytes: p.ReadValueBytes,
+		MaxValueBytes: max(p.ReadValueBytes, 64*mib), Order: "random"}
+	x.logf("%s: loading %d keys x %d KiB", sys, p.ReadKeys, p.ReadValueBytes/kib)
+	sum, err := workloads.RunPut(ctx, tb.c, o)
+	if err == nil {
+		err = sum.Failures()
+	}
+	if err != nil {
+		x.fail(sys, "load", err, tb.spec)
+		tb.stop(true)
+		return nil, err
+	}
+	if sys == "nezha" && tb.spec != nil {
+		if err := x.waitGC(ctx, tb); err != nil {
+			x.fail(sys, "GC after load", err, tb.spec)
+			tb.stop(true)
+			return nil, err
+		}
+	}
+	return tb, nil
+}
+
+// getZipf: Zipf GETs over the keys that were written.
+func getZipf() Experiment {
+	return Experiment{
+		Name: "get-zipf", Title: "GET throughput and latency, Zipf",
+		Shows: "point reads of values read back from the log or sorted runs (nezha) vs RocksDB",
+		run: func(ctx context.Context, x *Run) error {
+			return x.readExperiment(ctx, "get")
+		},
+	}
+}
+
+// scan: range scans from random start keys.
+func scan() Experiment {
+	return Experiment{
+		Name: "scan", Title: "SCAN throughput and latency",
+		Shows: "range scans, where nezha reads GC's key-sorted runs sequentially",
+		run: func(ctx context.Context, x *Run) error {
+			return x.readExperiment(ctx, "scan")
+		},
+	}
+}
+
+func (x *Run) readExperiment(ctx context.Context, op string) error {
+	p := x.Profile
+	x.param("keys", p.ReadKeys)
+	x.param("value_bytes", p.ReadValueBytes)
+	if op == "get" {
+		x.param("ops", p.GetOps)
+		x.param("zipf", p.Zipf)
+		x.param("clients", p.Clients)
+	} else {
+		x.param("ops", p.ScanOps)
+		x.param("scan_size", p.ScanSize)
+		x.param("clients", p.ScanClients)
+	}
+	tbl := Table{Title: strings.ToUpper(op), Columns: []string{"system", "ops", "ops/s", "MB/s", "p50 ms", "p99 ms", "p99.9 ms", "errors", "misses"}}
+	bar := plots.Figure{Name: op + "-throughput", Title: strings.ToUpper(op) + " throughput", Kind: plots.Bars,
+		XLabel: "system", YLabel: "throughput (ops/s)", Categories: []string{op}}
+	var cdfs, series []plots.Series
+	for _, sys := range x.Systems {
+		tb, err := x.readBed(ctx, sys, op)
+		if err != nil {
+			bar.Series = append(bar.Series, plots.Series{Name: sys, Values: []float64{0}, Missing: []int{0}})
+			continue
+		}
+		var raw bytes.Buffer
+		var sum workloads.Summary
+		if op == "get" {
+			o := workloads.GetOptions{Common: x.benchCommon("r", p.Clients, p.GetOps, 2, &raw), Keys: p.ReadKeys, Zipf: p.Zipf}
+			x.logf("%s: %d Zipf(%.2f) GETs, %d clients", sys, p.GetOps, p.Zipf, p.Clients)
+			sum, err = workloads.RunGet(ctx, tb.c, o)
+		} else {
+			o := workloads.ScanOptions{Common: x.benchCommon("r", p.ScanClients, p.ScanOps, 3, &raw), Keys: p.ReadKeys, ScanSize: p.ScanSize}
+			x.logf("%s: %d scans of %d keys, %d clients", sys, p.ScanOps, p.ScanSize, p.ScanClients)
+			sum, err = workloads.RunScan(ctx, tb.c, o)
+		}
+		if err == nil {
+			err = sum.Failures()
+		}
+		if err == nil && sum.Misses > 0 {
+			err = fmt.Errorf("%d %s operations missed keys that were written", sum.Misses, op)
+		}
+		if err != nil {
+			x.fail(sys, op, err, tb.spec)
+			tb.stop(true)
+			bar.Series = append(bar.Series, plots.Series{Name: sys, Values: []float64{0}, Missing: []int{0}})
+			continue
+		}
+		tb.stop(false)
+		x.logf("%s: %s %.0f ops/s, %.1f MB/s, p99 %.2f ms", sys, op, sum.OpsPerSec, sum.MBPerSec, float64(sum.P99Us)/1000)
+		x.metric(op+"_ops_per_sec/"+sys, sum.OpsPerSec)
+		x.metric(op+"_mb_per_sec/"+sys, sum.MBPerSec)
+		tbl.Rows = append(tbl.Rows, []string{sys, fmt.Sprint(sum.Ops), f0(sum.OpsPerSec), f1(sum.MBPerSec), ms(sum.P50Us), ms(sum.P99Us), ms(sum.P999Us),
+			fmt.Sprint(sum.Errors), fmt.Sprint(sum.Misses)})
+		bar.Series = append(bar.Series, plots.Series{Name: sys, Values: []float64{sum.OpsPerSec}})
+		if c, err := latencyCDF(sys, &raw); err == nil {
+			cdfs = append(cdfs, c)
+		}
+		s := throughputSeries(sys, sum)
+		for i, sec := range sum.Series {
+			s.Y[i] = float64(sec.Ops)
+		}
+		series = append(series, s)
+	}
+	x.table(tbl)
+	x.figure(bar)
+	if len(cdfs) > 0 {
+		x.figure(plots.Figure{Name: op + "-latency-cdf", Title: strings.ToUpper(op) + " latency CDF", Kind: plots.CDF,
+			XLabel: "latency (ms)", YLabel: "fraction of operations", LogX: true, Series: cdfs})
+	}
+	if len(series) > 0 {
+		x.figure(plots.Figure{Name: op + "-timeseries", Title: strings.ToUpper(op) + " throughput over time", Kind: plots.Lines,
+			XLabel: "time (s)", YLabel: "throughput (ops/s)", Series: series})
+	}
+	return nil
+}

@@ -1,0 +1,227 @@
+package experiments
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"slices"
+	"strings"
+	"syscall"
+	"text/tabwriter"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/nezha-harness/nezha/systems"
+	"github.com/nezha-harness/nezha/workloads"
+)
+
+// DefaultSystems are compared when -systems is not given.
+func DefaultSystems() []string { return []string{"nezha", "nezha-nogc", "original", "pasv", "blobdb"} }
+
+// Command is `nezha experiment list | run NAME...|all | report DIR`.
+// known are the -system names the binary registers.
+func Command(args []string, known []string, stdout, stderr io.Writer) error {
+	if len(args) == 0 {
+		return systems.Usagef("experiment: want list, run NAME...|all, or report DIR")
+	}
+	switch args[0] {
+	case "list":
+		tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
+		fmt.Fprintln(tw, "NAME\tSHOWS")
+		for _, e := range All() {
+			fmt.Fprintf(tw, "%s\t%s\n", e.Name, e.Shows)
+		}
+		return tw.Flush()
+	case "report":
+		if len(args) != 2 {
+			return systems.Usagef("experiment report: want one results directory")
+		}
+		path, err := WriteReport(args[1], readInfo(args[1]))
+		if err != nil {
+			return err
+		}
+		fmt.Fprintln(stdout, path)
+		return nil
+	case "run":
+		return runCommand(args[1:], known, stdout, stderr)
+	}
+	return systems.Usagef("experiment: unknown subcommand %q (want list, run, report)", args[0])
+}
+
+func runCommand(args []string, known []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("experiment run", flag.ContinueOnError)
+	profileName := fs.String("profile", "quick", "quick (all in at most 15 min on 2 cores) or paper (the paper's sizes, for real clusters)")
+	systemsFlag := fs.String("systems", strings.Join(DefaultSystems(), ","), "systems to compare")
+	out := fs.String("out", "", "results directory (default results/<time>-<profile>)")
+	force := fs.Bool("force", false, "reuse a non-empty -out directory (its content is deleted)")
+	servers := fs.String("servers", "", "use this running cluster (one system, named by -systems) instead of local clusters")
+	// Flags may follow the experiment names.
+	var names []string
+	rest := args
+	for {
+		if err := systems.ParseFlags(fs, rest, stdout); err != nil {
+			return err
+		}
+		if fs.NArg() == 0 {
+			break
+		}
+		names = append(names, fs.Arg(0))
+		rest = fs.Args()[1:]
+	}
+	if len(names) == 0 {
+		return systems.Usagef("experiment run: name experiments or all (see `nezha experiment list`)")
+	}
+	exps, err := Lookup(names)
+	if err != nil {
+		return err
+	}
+	profile, err := ProfileByName(*profileName)
+	if err != nil {
+		return err
+	}
+	if err := profile.Validate(); err != nil {
+		return systems.OneLine("experiment run", err)
+	}
+	syss := systems.SplitList(*systemsFlag)
+	var errs []error
+	for _, s := range syss {
+		if !slices.Contains(known, s) {
+			errs = append(errs, systems.Usagef("unknown system %q (known: %s)", s, strings.Join(known, ", ")))
+		}
+	}
+	if len(syss) == 0 {
+		errs = append(errs, systems.Usagef("-systems is empty"))
+	}
+	srv := systems.SplitList(*servers)
+	if len(srv) > 0 && len(syss) != 1 {
+		errs = append(errs, systems.Usagef("-servers is one cluster: name its one system with -systems"))
+	}
+	if err := errors.Join(errs...); err != nil {
+		return systems.OneLine("experiment run", err)
+	}
+	dir := *out
+	if dir == "" {
+		dir = filepath.Join("results", time.Now().Format("20060102-150405")+"-"+profile.Name)
+	}
+	if err := prepareOutDir(dir, *force); err != nil {
+		return err
+	}
+	if len(srv) == 0 {
+		if err := checkFreeDisk(dir, profile.MinFreeDiskBytes); err != nil {
+			return err
+		}
+	}
+	binary, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+
+	seed := int64(1)
+	cfg := map[string]any{"profile": profile, "systems": syss, "experiments": names, "servers": srv, "binary": binary}
+	info := workloads.NewRunInfo("experiment", append([]string{"nezha", "experiment", "run"}, args...), &seed, cfg)
+	if err := writeJSON(filepath.Join(dir, "config.json"), info); err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "%s\nsystems: %s\nexperiments: %s\nresults: %s\n", profile.String(), strings.Join(syss, ", "), expNames(exps), dir)
+	start := time.Now()
+	results, err := Execute(ctx, RunOptions{Experiments: exps, Profile: profile, Systems: syss, OutDir: dir,
+		Binary: binary, Servers: srv, Out: stdout, Info: info})
+	if err != nil {
+		return err
+	}
+	rinfo := map[string]any{
+		"profile_text": profile.String(),
+		"systems":      strings.Join(syss, ", "),
+		"started":      start.Format(time.RFC3339),
+		"took":         time.Since(start).Round(time.Second).String(),
+		"git commit":   info.GitCommit,
+		"machine":      fmt.Sprintf("%s, %d CPUs (%s), kernel %s, %s", info.Hostname, info.CPUs, info.CPUModel, info.Kernel, info.GoVersion),
+	}
+	if err := writeJSON(filepath.Join(dir, "report-info.json"), rinfo); err != nil {
+		return err
+	}
+	path, err := WriteReport(dir, rinfo)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "\n== Headline (this run, %s)\n\n", time.Since(start).Round(time.Second))
+	WriteHeadlines(stdout, Headlines(results))
+	failed := 0
+	for _, r := range results {
+		if r.Error != "" || len(r.Failures) > 0 {
+			failed++
+		}
+	}
+	fmt.Fprintf(stdout, "\nreport: %s\n", path)
+	if ctx.Err() != nil {
+		return fmt.Errorf("interrupted; partial results in %s", dir)
+	}
+	if failed > 0 {
+		return fmt.Errorf("%d experiment(s) reported failures; see %s", failed, path)
+	}
+	return nil
+}
+
+func expNames(es []Experiment) string {
+	var n []string
+	for _, e := range es {
+		n = append(n, e.Name)
+	}
+	return strings.Join(n, ", ")
+}
+
+func readInfo(dir string) map[string]any {
+	var m map[string]any
+	b, err := os.ReadFile(filepath.Join(dir, "report-info.json"))
+	if err != nil {
+		return nil
+	}
+	if err := json.Unmarshal(b, &m); err != nil {
+		return nil
+	}
+	return m
+}
+
+// prepareOutDir creates dir; a non-empty one is refused unless force.
+func prepareOutDir(dir string, force bool) error {
+	des, err := os.ReadDir(dir)
+	switch {
+	case errors.Is(err, os.ErrNotExist):
+	case err != nil:
+		return systems.Usagef("-out %s: %v", dir, err)
+	case len(des) > 0 && !force:
+		return systems.Usagef("-out %s exists and is not empty (use -force to replace its content)", dir)
+	case len(des) > 0:
+		for _, de := range des {
+			if err := os.RemoveAll(filepath.Join(dir, de.Name())); err != nil {
+				return err
+			}
+		}
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return systems.Usagef("-out %s: %v", dir, err)
+	}
+	return nil
+}
+
+// checkFreeDisk refuses to start with less than need bytes free under dir.
+func checkFreeDisk(dir string, need int64) error {
+	var st unix.Statfs_t
+	if err := unix.Statfs(dir, &st); err != nil {
+		return err
+	}
+	free := int64(st.Bavail) * int64(st.Bsize)
+	if free < need {
+		return systems.Usagef("%s has %.1f GiB free; this profile needs %.1f GiB", dir, float64(free)/gib, float64(need)/gib)
+	}
+	return nil
+}

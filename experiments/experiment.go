@@ -1,0 +1,413 @@
+// Package experiments holds the named experiments of the harness, one per
+// figure or check of the Nezha paper, and runs them: each starts fresh
+// local clusters of every system (or uses -servers), runs its workloads,
+// tears the clusters down, and writes one results directory with its
+// configuration, raw results, figure specifications (drawn by package
+// plots) and a Markdown report (DESIGN.md section 6).
+package experiments
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/nezha-harness/nezha/plots"
+	"github.com/nezha-harness/nezha/systems"
+	"github.com/nezha-harness/nezha/systems/client"
+	"github.com/nezha-harness/nezha/systems/cluster"
+)
+
+// Experiment is one named experiment.
+type Experiment struct {
+	// Name is what `experiment run NAME` takes.
+	Name string
+	// Title heads its report section.
+	Title string
+	// Shows says in one sentence what it shows.
+	Shows string
+	// NeedsLocal: the experiment reads node processes' I/O counters or
+	// kills nodes, so it cannot run against -servers.
+	NeedsLocal bool
+	run        func(ctx context.Context, x *Run) error
+}
+
+// All returns every experiment in the order `run all` runs them.
+func All() []Experiment {
+	return []Experiment{
+		diskLimit(), putVsize(), getZipf(), scan(), ycsbExperiment(), amplification(), gcExperiment(), linearizabilityExperiment(),
+	}
+}
+
+// Lookup returns the named experiments ("all" expands to All), or a usage
+// error naming the unknown ones.
+func Lookup(names []string) ([]Experiment, error) {
+	all := All()
+	byName := map[string]Experiment{}
+	var known []string
+	for _, e := range all {
+		byName[e.Name] = e
+		known = append(known, e.Name)
+	}
+	var out []Experiment
+	seen := map[string]bool{}
+	var unknown []string
+	for _, n := range names {
+		if n == "all" {
+			for _, e := range all {
+				if !seen[e.Name] {
+					seen[e.Name] = true
+					out = append(out, e)
+				}
+			}
+			continue
+		}
+		e, ok := byName[n]
+		if !ok {
+			unknown = append(unknown, n)
+			continue
+		}
+		if !seen[n] {
+			seen[n] = true
+			out = append(out, e)
+		}
+	}
+	if len(unknown) > 0 {
+		return nil, systems.Usagef("unknown experiment %s (known: %s, all)", strings.Join(unknown, ", "), strings.Join(known, ", "))
+	}
+	if len(out) == 0 {
+		return nil, systems.Usagef("no experiment named (known: %s, all)", strings.Join(known, ", "))
+	}
+	return out, nil
+}
+
+// Result is what one experiment leaves in <out>/<name>/result.json; the
+// report and the headline table are built from it.
+type Result struct {
+	Name     string         `json:"name"`
+	Title    string         `json:"title"`
+	Shows    string         `json:"shows"`
+	Params   map[string]any `json:"params"`
+	Tables   []Table        `json:"tables"`
+	Figures  []string       `json:"figures"`
+	Failures []Failure      `json:"failures,omitempty"`
+	Notes    []string       `json:"notes,omitempty"`
+	// Metrics are named numbers other parts of the report use, e.g.
+	// "disk_limit_mb_per_sec" or "put_mb_per_sec/nezha/256".
+	Metrics  map[string]float64 `json:"metrics,omitempty"`
+	Start    time.Time          `json:"start"`
+	Duration float64            `json:"duration_sec"`
+	Error    string             `json:"error,omitempty"`
+}
+
+// Table is a table of the report.
+type Table struct {
+	Title   string     `json:"title"`
+	Columns []string   `json:"columns"`
+	Rows    [][]string `json:"rows"`
+}
+
+// Failure is a system that failed during an experiment; the others ran.
+type Failure struct {
+	System string `json:"system"`
+	Step   string `json:"step"`
+	Error  string `json:"error"`
+	// LogTails are the last lines of each node's log.
+	LogTails map[string]string `json:"log_tails,omitempty"`
+}
+
+// Run is the context of one experiment's execution.
+type Run struct {
+	Profile Profile
+	// Systems are the -system names to compare.
+	Systems []string
+	// Dir is this experiment's results directory.
+	Dir string
+	// Binary is the nezha executable that runs the nodes.
+	Binary string
+	// Servers, if set, is a running cluster of Systems[0] to use instead
+	// of local clusters.
+	Servers []string
+	// Out receives progress lines.
+	Out io.Writer
+	// Prior holds the results of the experiments that ran before this one
+	// in the same run (e.g. disk-limit for the others).
+	Prior map[string]*Result
+
+	res     *Result
+	figures []plots.Figure
+	mu      sync.Mutex
+}
+
+// logf prints a progress line prefixed with the experiment name.
+func (x *Run) logf(format string, args ...any) {
+	fmt.Fprintf(x.Out, "[%s %s] %s\n", time.Now().Format("15:04:05"), x.res.Name, fmt.Sprintf(format, args...))
+}
+
+func (x *Run) param(k string, v any) { x.res.Params[k] = v }
+
+func (x *Run) metric(k string, v float64) {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	x.res.Metrics[k] = v
+}
+
+func (x *Run) note(format string, args ...any) {
+	x.res.Notes = append(x.res.Notes, fmt.Sprintf(format, args...))
+}
+
+func (x *Run) table(t Table) { x.res.Tables = append(x.res.Tables, t) }
+
+func (x *Run) figure(f plots.Figure) {
+	x.figures = append(x.figures, f)
+	x.res.Figures = append(x.res.Figures, f.Name)
+}
+
+// fail records that system failed at step; spec (optional) supplies the
+// node logs.
+func (x *Run) fail(system, step string, err error, spec *cluster.Spec) {
+	f := Failure{System: system, Step: step, Error: err.Error()}
+	if spec != nil {
+		f.LogTails = map[string]string{}
+		for _, n := range spec.Nodes {
+			f.LogTails[fmt.Sprintf("node%d", n.ID)] = cluster.Tail(n.Log, 15)
+		}
+	}
+	x.mu.Lock()
+	x.res.Failures = append(x.res.Failures, f)
+	x.mu.Unlock()
+	x.logf("%s FAILED at %s: %v", system, step, err)
+}
+
+// failed reports whether system has failed in this experiment.
+func (x *Run) failed(system string) bool {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	for _, f := range x.res.Failures {
+		if f.System == system {
+			return true
+		}
+	}
+	return false
+}
+
+// systemArgs are the serve flags of a system under the profile.
+func (x *Run) systemArgs(system string, extra ...string) []string {
+	args := []string{"-segmentSizeBytes", fmt.Sprint(x.Profile.SegmentSizeBytes)}
+	if system != "nezha" {
+		// Only nezha has GC flags; drop GC overrides meant for it.
+		var kept []string
+		for i := 0; i < len(extra); i++ {
+			if strings.HasPrefix(extra[i], "-gc") {
+				i++ // and its value
+				continue
+			}
+			kept = append(kept, extra[i])
+		}
+		return append(args, kept...)
+	}
+	args = append(args, "-gcThresholdBytes", fmt.Sprint(x.Profile.GCThresholdBytes))
+	return append(args, extra...)
+}
+
+// waitGC waits until GC is quiet: no node's GC round count changed and no
+// node's Raft log shrank for three seconds (three checks of the default
+// -gcInterval), up to two minutes. Strategies differ in what they leave in
+// the log, so "quiet" is the only criterion that fits them all.
+func (x *Run) waitGC(ctx context.Context, tb *testbed) error {
+	if tb.spec == nil {
+		return nil
+	}
+	const window = 3 * time.Second
+	deadline := time.Now().Add(2 * time.Minute)
+	var last string
+	stableSince := time.Now()
+	for {
+		sts, err := tb.spec.Status(ctx)
+		if err != nil {
+			return err
+		}
+		var state []string
+		for _, st := range sts {
+			r, err := st.Response()
+			if err != nil {
+				return fmt.Errorf("node %d: %w", st.Node.ID, err)
+			}
+			state = append(state, fmt.Sprintf("%d/%d", len(r.GcRounds), r.LogBytes))
+		}
+		cur := strings.Join(state, " ")
+		if cur != last {
+			last, stableSince = cur, time.Now()
+		} else if time.Since(stableSince) >= window {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("GC still busy after 2 minutes (rounds/log bytes per node: %s)", cur)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(500 * time.Millisecond):
+		}
+	}
+}
+
+// testbed is one cluster under test and a client for it.
+type testbed struct {
+	system string
+	spec   *cluster.Spec // nil with -servers
+	c      *client.Client
+}
+
+// start brings up a fresh cluster of system (or connects to -servers). The
+// caller must call stop.
+func (x *Run) start(ctx context.Context, system, label string, extra ...string) (*testbed, error) {
+	if len(x.Servers) > 0 {
+		c, err := client.New(client.DefaultConfig(x.Servers...))
+		if err != nil {
+			return nil, err
+		}
+		c.Discover(ctx)
+		return &testbed{system: system, c: c}, nil
+	}
+	dir := filepath.Join(x.Dir, "clusters", system+"-"+label)
+	if err := os.RemoveAll(dir); err != nil {
+		return nil, err
+	}
+	spec, _, err := cluster.Up(ctx, cluster.UpOptions{Dir: dir, System: system, Nodes: x.Profile.Nodes,
+		Binary: x.Binary, ExtraArgs: x.systemArgs(system, extra...)})
+	if err != nil {
+		return nil, err
+	}
+	c, err := client.New(client.DefaultConfig(spec.Addresses()...))
+	if err != nil {
+		spec.Down(true)
+		return nil, err
+	}
+	dctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	c.Discover(dctx)
+	cancel()
+	return &testbed{system: system, spec: spec, c: c}, nil
+}
+
+// stop tears the cluster down and deletes its data (node logs are kept
+// when keepLogs, e.g. after a failure).
+func (t *testbed) stop(keepLogs bool) {
+	t.c.Close()
+	if t.spec == nil {
+		return
+	}
+	if keepLogs {
+		t.spec.Down(false)
+		for _, n := range t.spec.Nodes {
+			os.RemoveAll(n.Data)
+		}
+		return
+	}
+	t.spec.Down(true)
+}
+
+// RunOptions configures a run of experiments.
+type RunOptions struct {
+	Experiments []Experiment
+	Profile     Profile
+	Systems     []string
+	OutDir      string
+	Binary      string
+	Servers     []string
+	Out         io.Writer
+	// Info is the run record written to config.json.
+	Info any
+}
+
+// Execute runs the experiments one after the other, writes each result,
+// the figures, and the report. A failing experiment is recorded and the
+// next one still runs. It returns the results.
+func Execute(ctx context.Context, o RunOptions) ([]*Result, error) {
+	var results []*Result
+	prior := map[string]*Result{}
+	for i, e := range o.Experiments {
+		if ctx.Err() != nil {
+			break
+		}
+		dir := filepath.Join(o.OutDir, e.Name)
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			return results, err
+		}
+		res := &Result{Name: e.Name, Title: e.Title, Shows: e.Shows, Params: map[string]any{},
+			Metrics: map[string]float64{}, Start: time.Now()}
+		x := &Run{Profile: o.Profile, Systems: o.Systems, Dir: dir, Binary: o.Binary, Servers: o.Servers,
+			Out: o.Out, Prior: prior, res: res}
+		fmt.Fprintf(o.Out, "\n=== [%d/%d] %s: %s\n", i+1, len(o.Experiments), e.Name, e.Shows)
+		var err error
+		if e.NeedsLocal && len(o.Servers) > 0 {
+			err = fmt.Errorf("needs local clusters (it reads node processes' counters); skipped with -servers")
+		} else {
+			err = e.run(ctx, x)
+		}
+		if err != nil {
+			res.Error = err.Error()
+			fmt.Fprintf(o.Out, "[%s] error: %v\n", e.Name, err)
+		}
+		res.Duration = time.Since(res.Start).Seconds()
+		if len(x.figures) > 0 {
+			if err := plots.Save(dir, x.figures...); err != nil {
+				res.Error = errors.Join(errors.New(res.Error), err).Error()
+			}
+			for _, f := range x.figures {
+				if err := plots.Render(dir, f); err != nil {
+					res.Notes = append(res.Notes, fmt.Sprintf("figure %s not drawn: %v", f.Name, err))
+				}
+			}
+		}
+		os.RemoveAll(filepath.Join(dir, "clusters"))
+		if err := writeJSON(filepath.Join(dir, "result.json"), res); err != nil {
+			return results, err
+		}
+		fmt.Fprintf(o.Out, "=== %s done in %.0f s\n", e.Name, res.Duration)
+		results = append(results, res)
+		prior[e.Name] = res
+	}
+	return results, nil
+}
+
+// LoadResults reads every <dir>/*/result.json, in experiment order.
+func LoadResults(dir string) ([]*Result, error) {
+	order := map[string]int{}
+	for i, e := range All() {
+		order[e.Name] = i
+	}
+	paths, err := filepath.Glob(filepath.Join(dir, "*", "result.json"))
+	if err != nil {
+		return nil, err
+	}
+	var out []*Result
+	for _, p := range paths {
+		b, err := os.ReadFile(p)
+		if err != nil {
+			return nil, err
+		}
+		var r Result
+		if err := json.Unmarshal(b, &r); err != nil {
+			return nil, fmt.Errorf("%s: %w", p, err)
+		}
+		out = append(out, &r)
+	}
+	sort.SliceStable(out, func(i, j int) bool { return order[out[i].Name] < order[out[j].Name] })
+	return out, nil
+}
+
+func writeJSON(path string, v any) error {
+	b, err := json.MarshalIndent(v, "", "  ")
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(path, append(b, '\n'), 0o644)
+}

@@ -1,0 +1,190 @@
+package experiments
+
+import (
+	"bytes"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/nezha-harness/nezha/plots"
+	"github.com/nezha-harness/nezha/systems"
+)
+
+func TestLookup(t *testing.T) {
+	all, err := Lookup([]string{"all"})
+	if err != nil || len(all) != len(All()) {
+		t.Fatalf("all: %d experiments, %v", len(all), err)
+	}
+	two, err := Lookup([]string{"scan", "put-vsize", "scan"})
+	if err != nil || len(two) != 2 || two[0].Name != "scan" {
+		t.Fatalf("scan, put-vsize: %v %v", two, err)
+	}
+	_, err = Lookup([]string{"put-vsize", "nope", "zzz"})
+	var ue *systems.UsageError
+	if !errors.As(err, &ue) || !strings.Contains(err.Error(), "nope, zzz") {
+		t.Fatalf("unknown names: %v", err)
+	}
+	names := map[string]bool{}
+	for _, e := range All() {
+		if names[e.Name] || e.Name == "" || e.Title == "" || e.Shows == "" || e.run == nil {
+			t.Fatalf("experiment %+v is incomplete or duplicated", e.Name)
+		}
+		names[e.Name] = true
+	}
+	for _, want := range []string{"put-vsize", "get-zipf", "scan", "ycsb", "amplification", "disk-limit", "gc", "linearizability"} {
+		if !names[want] {
+			t.Fatalf("experiment %s missing", want)
+		}
+	}
+}
+
+func TestProfiles(t *testing.T) {
+	for _, name := range []string{"quick", "paper"} {
+		p, err := ProfileByName(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := p.Validate(); err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		if !strings.Contains(p.String(), name) {
+			t.Fatalf("%s: String() = %s", name, p.String())
+		}
+	}
+	if _, err := ProfileByName("huge"); err == nil {
+		t.Fatal("unknown profile accepted")
+	}
+	bad := Quick()
+	bad.Clients, bad.Zipf, bad.ValueSizesKiB = 0, 0.5, []int{0}
+	err := bad.Validate()
+	for _, want := range []string{"clients", "zipf", "value size"} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Fatalf("Validate missed %s: %v", want, err)
+		}
+	}
+	paper := Paper()
+	if paper.Clients != 100 || paper.YCSBOps != 1_000_000 || paper.Nodes != 3 {
+		t.Fatalf("paper profile drifted from the paper: %+v", paper)
+	}
+}
+
+func TestHeadlinesAndReport(t *testing.T) {
+	dir := t.TempDir()
+	res := []*Result{
+		{Name: "put-vsize", Title: "PUT", Shows: "puts", Params: map[string]any{"n": 3},
+			Metrics: map[string]float64{
+				"put_mb_per_sec/nezha/256": 90, "put_mb_per_sec/original/256": 30, "put_mb_per_sec/nezha/1": 5, "put_mb_per_sec/original/1": 5,
+			},
+			Tables:  []Table{{Title: "t", Columns: []string{"a", "b"}, Rows: [][]string{{"1", "2"}}}},
+			Figures: []string{"put-mbps"},
+		},
+		{Name: "scan", Title: "SCAN", Shows: "scans", Metrics: map[string]float64{"scan_ops_per_sec/nezha": 20, "scan_ops_per_sec/original": 10},
+			Failures: []Failure{{System: "pasv", Step: "load", Error: "boom", LogTails: map[string]string{"node1": "last line"}}}},
+	}
+	for _, r := range res {
+		if err := os.MkdirAll(filepath.Join(dir, r.Name), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := writeJSON(filepath.Join(dir, r.Name, "result.json"), r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := plots.Save(filepath.Join(dir, "put-vsize"), plots.Figure{Name: "put-mbps", Title: "PUT goodput", Kind: plots.Bars,
+		XLabel: "value size (KiB)", YLabel: "goodput (MB/s)", Categories: []string{"1", "256"},
+		Series: []plots.Series{{Name: "nezha", Values: []float64{5, 90}}}}); err != nil {
+		t.Fatal(err)
+	}
+	hs := Headlines(res)
+	var put, scanH *Headline
+	for i := range hs {
+		if hs[i].System == "nezha" && hs[i].Workload == "PUT" {
+			put = &hs[i]
+		}
+		if hs[i].System == "nezha" && hs[i].Workload == "SCAN" {
+			scanH = &hs[i]
+		}
+	}
+	if put == nil || !put.Have || put.Ratio != 3 || !strings.Contains(put.Basis, "256 KiB") {
+		t.Fatalf("PUT headline %+v: want 3x at the largest value size", put)
+	}
+	if scanH == nil || scanH.Ratio != 2 || scanH.Paper < 1.72 || scanH.Paper > 1.73 {
+		t.Fatalf("SCAN headline %+v", scanH)
+	}
+	var b bytes.Buffer
+	WriteHeadlines(&b, hs)
+	if !strings.Contains(b.String(), "3.00x (+200.0 %)") || !strings.Contains(b.String(), "+460.2 %") {
+		t.Fatalf("headline table:\n%s", b.String())
+	}
+	path, err := WriteReport(dir, map[string]any{"profile_text": "profile quick", "git commit": "abc"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	report, _ := os.ReadFile(path)
+	for _, want := range []string{"profile quick", "git commit", "![PUT goodput](put-vsize/put-mbps.png)", "**pasv failed** at load", "last line", "n = 3", "| 1 | 2 |"} {
+		if !strings.Contains(string(report), want) {
+			t.Fatalf("report lacks %q:\n%s", want, report)
+		}
+	}
+}
+
+func TestPrepareOutDir(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "out")
+	if err := prepareOutDir(dir, false); err != nil {
+		t.Fatal(err)
+	}
+	os.WriteFile(filepath.Join(dir, "x"), []byte("x"), 0o644)
+	err := prepareOutDir(dir, false)
+	var ue *systems.UsageError
+	if !errors.As(err, &ue) || !strings.Contains(err.Error(), "-force") {
+		t.Fatalf("non-empty dir: %v", err)
+	}
+	if err := prepareOutDir(dir, true); err != nil {
+		t.Fatal(err)
+	}
+	if des, _ := os.ReadDir(dir); len(des) != 0 {
+		t.Fatalf("-force left %d entries", len(des))
+	}
+	if err := checkFreeDisk(dir, 1<<62); err == nil || !errors.As(err, &ue) {
+		t.Fatalf("free disk check: %v", err)
+	}
+}
+
+func TestCommandUsageErrors(t *testing.T) {
+	known := DefaultSystems()
+	for _, args := range [][]string{
+		{},
+		{"frobnicate"},
+		{"run"},
+		{"run", "nope"},
+		{"run", "scan", "-profile", "huge"},
+		{"run", "scan", "-systems", "nezha,bogus"},
+		{"run", "scan", "-servers", "127.0.0.1:1", "-systems", "nezha,original"},
+		{"report"},
+	} {
+		err := Command(args, known, &bytes.Buffer{}, &bytes.Buffer{})
+		var ue *systems.UsageError
+		if !errors.As(err, &ue) {
+			t.Fatalf("%v: %v, want a usage error", args, err)
+		}
+	}
+	var out bytes.Buffer
+	if err := Command([]string{"list"}, known, &out, &out); err != nil || !strings.Contains(out.String(), "put-vsize") {
+		t.Fatalf("list: %v\n%s", err, out.String())
+	}
+}
+
+func TestLatencyCDF(t *testing.T) {
+	raw := bytes.NewBufferString("op,start_unix_us,latency_us,ok,outcome\nput,1,1000,true,ok\nput,2,3000,true,ok\nput,3,2000,false,error\nput,4,2000,true,ok\n")
+	s, err := latencyCDF("x", raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(s.X) != 3 || s.X[0] != 1 || s.X[2] != 3 || s.Y[2] != 1 {
+		t.Fatalf("CDF %+v", s)
+	}
+	if _, err := latencyCDF("x", bytes.NewBufferString("op,start_unix_us,latency_us,ok,outcome\n")); err == nil {
+		t.Fatal("empty raw accepted")
+	}
+}

@@ -1,0 +1,362 @@
+package experiments
+
+import (
+	"context"
+	"fmt"
+	"math/rand"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/nezha-harness/nezha/plots"
+	"github.com/nezha-harness/nezha/systems/kvpb"
+	"github.com/nezha-harness/nezha/workloads"
+)
+
+// gcConfig is one column of the gc experiment.
+type gcConfig struct {
+	name     string // label in tables and figures
+	system   string
+	strategy string // nezha only
+}
+
+func gcConfigs(systems []string) []gcConfig {
+	var out []gcConfig
+	has := map[string]bool{}
+	for _, s := range systems {
+		has[s] = true
+	}
+	if has["nezha"] {
+		for _, st := range []string{"merge", "sort-once", "greedy"} {
+			out = append(out, gcConfig{name: "nezha/" + st, system: "nezha", strategy: st})
+		}
+	}
+	for _, s := range []string{"nezha-nogc", "original"} {
+		if has[s] {
+			out = append(out, gcConfig{name: s, system: s})
+		}
+	}
+	return out
+}
+
+// gcExperiment: an overwrite-heavy load with reads, per GC strategy, then
+// SCANs over the compacted data, against nezha-nogc and original.
+func gcExperiment() Experiment {
+	return Experiment{
+		Name: "gc", Title: "Raft-aware GC: strategies under an overwrite-heavy load",
+		Shows:      "what each GC strategy costs while it runs and what it gives back: space, and sequential SCANs over sorted runs",
+		NeedsLocal: true,
+		run: func(ctx context.Context, x *Run) error {
+			p := x.Profile
+			// Three times the live data: rounds spaced by a few seconds, so
+			// that seconds with and without GC can be compared.
+			threshold := max(3*p.GCKeys*int64(p.GCValueBytes), p.SegmentSizeBytes)
+			x.param("keys", p.GCKeys)
+			x.param("value_bytes", p.GCValueBytes)
+			x.param("writers", p.GCWriters)
+			x.param("readers", p.GCReaders)
+			x.param("duration", p.GCDuration.String())
+			x.param("gc_threshold_bytes", threshold)
+			x.param("scan_ops", p.ScanOps)
+			x.param("scan_size", p.ScanSize)
+			x.note("After a load of %d keys, %d writers overwrite uniformly drawn keys and %d readers GET Zipf-drawn keys for %v. GC runs once a node's log holds %d bytes. Throughput during GC / without GC compares the mean PUT ops/s of the seconds that overlap a GC round on node 1 with the other seconds of the same run. GC write amplification = bytes GC wrote / user bytes written in the phase.",
+				p.GCKeys, p.GCWriters, p.GCReaders, p.GCDuration, threshold)
+			tbl := Table{Title: "GC per strategy", Columns: []string{"config", "GC rounds", "GC MB written", "GC write amp",
+				"space amp before", "space amp after", "PUT ops/s", "PUT during GC / without", "GET ops/s", "SCAN ops/s after"}}
+			cfgs := gcConfigs(x.Systems)
+			var cats []string
+			for _, c := range cfgs {
+				cats = append(cats, c.name)
+			}
+			space := plots.Figure{Name: "gc-space-amplification", Title: "Space amplification before and after the overwrite phase", Kind: plots.Bars,
+				XLabel: "configuration", YLabel: "bytes on disk per node / live user bytes", Categories: cats}
+			before := plots.Series{Name: "before"}
+			after := plots.Series{Name: "after"}
+			scanBars := plots.Figure{Name: "gc-scan", Title: "SCAN throughput after the overwrite phase", Kind: plots.Bars,
+				XLabel: "configuration", YLabel: "throughput (scans/s)", Categories: []string{fmt.Sprintf("scan of %d keys", p.ScanSize)}}
+			during := plots.Figure{Name: "gc-throughput-during", Title: "PUT throughput during GC relative to without", Kind: plots.Bars,
+				XLabel: "strategy", YLabel: "PUT ops/s during GC / without GC", Categories: []string{"ratio"},
+				HLines: []plots.Mark{{At: 1, Label: "no slowdown"}}}
+			for i, c := range cfgs {
+				r, err := x.gcRun(ctx, c, threshold)
+				if err != nil {
+					before.Values, after.Values = append(before.Values, 0), append(after.Values, 0)
+					before.Missing, after.Missing = append(before.Missing, i), append(after.Missing, i)
+					scanBars.Series = append(scanBars.Series, plots.Series{Name: c.name, Values: []float64{0}, Missing: []int{0}})
+					continue
+				}
+				before.Values = append(before.Values, r.spaceBefore)
+				after.Values = append(after.Values, r.spaceAfter)
+				scanBars.Series = append(scanBars.Series, plots.Series{Name: c.name, Values: []float64{r.scanOps}})
+				ratio := "-"
+				if r.duringRatio > 0 {
+					ratio = f2(r.duringRatio)
+					during.Series = append(during.Series, plots.Series{Name: c.name, Values: []float64{r.duringRatio}})
+					x.metric("gc_during_ratio/"+c.name, r.duringRatio)
+				}
+				tbl.Rows = append(tbl.Rows, []string{c.name, fmt.Sprint(r.rounds), f1(r.gcBytes / 1e6), f2(r.gcWriteAmp),
+					f2(r.spaceBefore), f2(r.spaceAfter), f0(r.putOps), ratio, f0(r.getOps), f1(r.scanOps)})
+				x.metric("gc_space_before/"+c.name, r.spaceBefore)
+				x.metric("gc_space_after/"+c.name, r.spaceAfter)
+				x.metric("gc_scan_ops_per_sec/"+c.name, r.scanOps)
+				x.metric("gc_write_amp/"+c.name, r.gcWriteAmp)
+				x.figure(plots.Figure{Name: "gc-timeseries-" + sanitize(c.name), Title: "Throughput over time, " + c.name,
+					Kind: plots.Lines, XLabel: "time (s)", YLabel: "throughput (ops/s)", Series: r.series, Marks: r.marks})
+			}
+			space.Series = []plots.Series{before, after}
+			x.table(tbl)
+			x.figure(space)
+			x.figure(scanBars)
+			if len(during.Series) > 0 {
+				x.figure(during)
+			}
+			if v, ok := x.res.Metrics["gc_scan_ops_per_sec/original"]; ok && v > 0 {
+				rt := Table{Title: "SCAN after GC relative to original", Columns: []string{"config", "SCAN ops/s / original's"}}
+				for _, c := range cfgs {
+					if s, ok := x.res.Metrics["gc_scan_ops_per_sec/"+c.name]; ok {
+						rt.Rows = append(rt.Rows, []string{c.name, f2(s / v)})
+						x.metric("gc_scan_ratio/"+c.name, s/v)
+					}
+				}
+				x.table(rt)
+			}
+			return nil
+		},
+	}
+}
+
+func sanitize(s string) string {
+	b := []byte(s)
+	for i, c := range b {
+		if !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '-') {
+			b[i] = '-'
+		}
+	}
+	return string(b)
+}
+
+type gcOutcome struct {
+	rounds                  int
+	gcBytes, gcWriteAmp     float64
+	spaceBefore, spaceAfter float64
+	putOps, getOps          float64
+	duringRatio             float64
+	scanOps                 float64
+	series                  []plots.Series
+	marks                   []plots.Mark
+}
+
+func (x *Run) gcRun(ctx context.Context, c gcConfig, threshold int64) (gcOutcome, error) {
+	p := x.Profile
+	var out gcOutcome
+	var extra []string
+	if c.system == "nezha" {
+		extra = []string{"-gc", c.strategy, "-gcThresholdBytes", fmt.Sprint(threshold)}
+	}
+	tb, err := x.start(ctx, c.system, sanitize(c.name), extra...)
+	if err != nil {
+		x.fail(c.name, "cluster up", err, nil)
+		return out, err
+	}
+	fail := func(step string, err error) (gcOutcome, error) {
+		x.fail(c.name, step, err, tb.spec)
+		tb.stop(true)
+		return out, err
+	}
+	load := workloads.PutOptions{Common: x.benchCommon("g", p.Clients, p.GCKeys, 1, nil), ValueBytes: p.GCValueBytes,
+		MaxValueBytes: max(p.GCValueBytes, 64*mib), Order: "random"}
+	x.logf("%s: load %d keys x %d KiB", c.name, p.GCKeys, p.GCValueBytes/kib)
+	sum, err := workloads.RunPut(ctx, tb.c, load)
+	if err == nil {
+		err = sum.Failures()
+	}
+	if err != nil {
+		return fail("load", err)
+	}
+	keyBytes := float64(len(workloads.Key("g", 0)))
+	live := float64(p.GCKeys) * (keyBytes + float64(p.GCValueBytes))
+	if err := settle(ctx, tb.spec); err != nil {
+		return fail("settle", err)
+	}
+	du, err := meanDiskUsage(tb.spec)
+	if err != nil {
+		return fail("disk usage", err)
+	}
+	out.spaceBefore = du / live
+	x.logf("%s: %v of overwrites by %d writers with %d readers", c.name, p.GCDuration, p.GCWriters, p.GCReaders)
+	start := time.Now()
+	ph, err := x.overwritePhase(ctx, tb, keyBytes)
+	if err != nil {
+		return fail("overwrite phase", err)
+	}
+	if c.system == "nezha" {
+		if err := x.waitGC(ctx, tb); err != nil {
+			return fail("GC after the phase", err)
+		}
+	}
+	if err := settle(ctx, tb.spec); err != nil {
+		return fail("settle", err)
+	}
+	if du, err = meanDiskUsage(tb.spec); err != nil {
+		return fail("disk usage", err)
+	}
+	out.spaceAfter = du / live
+	out.putOps = float64(ph.puts) / ph.elapsed.Seconds()
+	out.getOps = float64(ph.gets) / ph.elapsed.Seconds()
+	putS := plots.Series{Name: "PUT"}
+	getS := plots.Series{Name: "GET"}
+	for i := range ph.putPerSec {
+		putS.X, putS.Y = append(putS.X, float64(i)), append(putS.Y, float64(ph.putPerSec[i]))
+		getS.X, getS.Y = append(getS.X, float64(i)), append(getS.Y, float64(ph.getPerSec[i]))
+	}
+	out.series = []plots.Series{putS, getS}
+	if c.system == "nezha" {
+		rounds, err := gcRounds(ctx, tb)
+		if err != nil {
+			return fail("status", err)
+		}
+		inGC := make([]bool, len(ph.putPerSec))
+		for _, r := range rounds {
+			s := time.Unix(0, r.StartUnixNanos).Sub(start).Seconds()
+			e := time.Unix(0, r.EndUnixNanos).Sub(start).Seconds()
+			if e < 0 {
+				continue // a round of the load
+			}
+			out.rounds++
+			out.gcBytes += float64(r.BytesWritten)
+			out.marks = append(out.marks, plots.Mark{At: s, Label: fmt.Sprintf("GC %d", out.rounds)})
+			for sec := max(int(s), 0); sec <= int(e) && sec < len(inGC); sec++ {
+				inGC[sec] = true
+			}
+		}
+		if ph.userBytes > 0 {
+			out.gcWriteAmp = out.gcBytes / ph.userBytes
+		}
+		var inSum, outSum, inN, outN float64
+		for sec, n := range ph.putPerSec {
+			if inGC[sec] {
+				inSum, inN = inSum+float64(n), inN+1
+			} else {
+				outSum, outN = outSum+float64(n), outN+1
+			}
+		}
+		if inN > 0 && outN > 0 && outSum > 0 {
+			out.duringRatio = (inSum / inN) / (outSum / outN)
+		}
+	}
+	so := workloads.ScanOptions{Common: x.benchCommon("g", p.ScanClients, p.ScanOps, 3, nil), Keys: p.GCKeys, ScanSize: min(p.ScanSize, int(p.GCKeys))}
+	ssum, err := workloads.RunScan(ctx, tb.c, so)
+	if err == nil {
+		err = ssum.Failures()
+	}
+	if err != nil {
+		return fail("scan", err)
+	}
+	out.scanOps = ssum.OpsPerSec
+	x.logf("%s: PUT %.0f ops/s, GET %.0f ops/s, %d GC rounds, space amp %.2f -> %.2f, SCAN %.1f ops/s",
+		c.name, out.putOps, out.getOps, out.rounds, out.spaceBefore, out.spaceAfter, out.scanOps)
+	tb.stop(false)
+	return out, nil
+}
+
+// gcRounds returns node 1's GC rounds.
+func gcRounds(ctx context.Context, tb *testbed) ([]*kvpb.GCRound, error) {
+	sctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	st, err := tb.c.Status(sctx, tb.spec.Nodes[0].Address, false)
+	if err != nil {
+		return nil, err
+	}
+	rs := st.GcRounds
+	sort.Slice(rs, func(i, j int) bool { return rs[i].StartUnixNanos < rs[j].StartUnixNanos })
+	return rs, nil
+}
+
+type phaseResult struct {
+	puts, gets           int64
+	userBytes            float64
+	elapsed              time.Duration
+	putPerSec, getPerSec []int64
+}
+
+// overwritePhase runs GCWriters writers overwriting uniformly drawn keys
+// and GCReaders readers of Zipf-drawn keys for GCDuration, counting
+// completed operations per second.
+func (x *Run) overwritePhase(ctx context.Context, tb *testbed, keyBytes float64) (phaseResult, error) {
+	p := x.Profile
+	secs := int(p.GCDuration/time.Second) + 2
+	putPer := make([]atomic.Int64, secs)
+	getPer := make([]atomic.Int64, secs)
+	vb := workloads.NewValueBuffer(p.GCValueBytes, 7)
+	perm := workloads.Identity(p.GCKeys)
+	pctx, cancel := context.WithTimeout(ctx, p.GCDuration)
+	defer cancel()
+	start := time.Now()
+	var wg sync.WaitGroup
+	errc := make(chan error, p.GCWriters+p.GCReaders)
+	var puts, gets atomic.Int64
+	for w := 0; w < p.GCWriters; w++ {
+		wg.Add(1)
+		go func(w int) {
+			defer wg.Done()
+			rng := rand.New(rand.NewSource(int64(100 + w)))
+			for pctx.Err() == nil {
+				i := rng.Int63n(p.GCKeys)
+				octx, ocancel := context.WithTimeout(ctx, time.Minute)
+				_, err := tb.c.Put(octx, workloads.Key("g", i), vb.Value(rng.Int63n(1<<30)))
+				ocancel()
+				if err != nil {
+					errc <- fmt.Errorf("put: %w", err)
+					return
+				}
+				puts.Add(1)
+				if s := int(time.Since(start) / time.Second); s < secs {
+					putPer[s].Add(1)
+				}
+			}
+		}(w)
+	}
+	for r := 0; r < p.GCReaders; r++ {
+		wg.Add(1)
+		go func(r int) {
+			defer wg.Done()
+			z, err := workloads.NewZipfKeys(rand.New(rand.NewSource(int64(200+r))), p.Zipf, p.GCKeys, perm)
+			if err != nil {
+				errc <- err
+				return
+			}
+			for pctx.Err() == nil {
+				octx, ocancel := context.WithTimeout(ctx, time.Minute)
+				_, found, err := tb.c.Get(octx, workloads.Key("g", z.Next()))
+				ocancel()
+				if err != nil {
+					errc <- fmt.Errorf("get: %w", err)
+					return
+				}
+				if !found {
+					errc <- fmt.Errorf("get: a key that was written is missing")
+					return
+				}
+				gets.Add(1)
+				if s := int(time.Since(start) / time.Second); s < secs {
+					getPer[s].Add(1)
+				}
+			}
+		}(r)
+	}
+	wg.Wait()
+	elapsed := time.Since(start)
+	close(errc)
+	for err := range errc {
+		return phaseResult{}, err
+	}
+	n := min(int(elapsed/time.Second), secs)
+	res := phaseResult{puts: puts.Load(), gets: gets.Load(), elapsed: elapsed,
+		userBytes: float64(puts.Load()) * (keyBytes + float64(p.GCValueBytes))}
+	for i := 0; i < n; i++ {
+		res.putPerSec = append(res.putPerSec, putPer[i].Load())
+		res.getPerSec = append(res.getPerSec, getPer[i].Load())
+	}
+	return res, nil
+}

@@ -1,0 +1,23 @@
+// Package faults breaks local clusters the way Jepsen's nemeses and etcd's
+// robustness failpoints do, black-box, from outside the node processes:
+//
+//   - network (Net): every directed peer link of the cluster goes through
+//     its own embedded toxiproxy proxy (the nodes' -dialPeers point at
+//     them); a partition disables proxies, a delay adds toxiproxy's latency
+//     toxic. Client connections are not proxied, so an isolated old leader
+//     still answers its clients and stale reads become observable;
+//   - process: SIGKILL and restart (kill, kill-leader, restart-all),
+//     SIGSTOP and SIGCONT (pause, pause-leader);
+//   - disk: torn-tail kills a follower, cuts or corrupts the last bytes of
+//     its last Raft log segment, and restarts it.
+//
+// A Schedule is a seeded plan: one fault at a time, injected and healed at
+// intervals after a warm-up, everything healed before a cool-down. Run
+// carries it out and records every injection and heal with its time on the
+// caller's monotonic clock (Env.Start), and heals everything on the way
+// out, also when its context is cancelled (Ctrl-C). Every loop is bounded
+// in time and count, and only loopback addresses are touched.
+//
+// The package knows no system: it needs a cluster.Spec and, for network
+// faults, the Net its peer links go through.
+package faults

@@ -1,0 +1,375 @@
+package faults
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	"go.etcd.io/raft/v3/raftpb"
+
+	"github.com/nezha-harness/nezha/systems"
+	"github.com/nezha-harness/nezha/systems/cluster"
+	"github.com/nezha-harness/nezha/systems/raftlog"
+)
+
+func isUsage(err error) bool {
+	var ue *systems.UsageError
+	return errors.As(err, &ue)
+}
+
+func TestParseNemeses(t *testing.T) {
+	all, err := ParseNemeses("all")
+	if err != nil || !reflect.DeepEqual(all, Names()) || len(all) != 11 {
+		t.Fatalf("all = %v, %v", all, err)
+	}
+	for _, n := range all {
+		if n == LoseTail {
+			t.Fatal("the opt-in lose-tail is part of all")
+		}
+	}
+	got, err := ParseNemeses("kill, pause,kill,lose-tail")
+	if err != nil || !reflect.DeepEqual(got, []string{Kill, Pause, LoseTail}) {
+		t.Fatalf("list = %v, %v", got, err)
+	}
+	for _, none := range []string{"", "none"} {
+		if got, err := ParseNemeses(none); err != nil || len(got) != 0 {
+			t.Fatalf("%q = %v, %v", none, got, err)
+		}
+	}
+	_, err = ParseNemeses("kill,partition-everything")
+	if !isUsage(err) || !strings.Contains(err.Error(), `"partition-everything"`) {
+		t.Fatalf("unknown nemesis: %v", err)
+	}
+}
+
+func TestValidateNemeses(t *testing.T) {
+	if err := ValidateNemeses(Names(), 3); err != nil {
+		t.Fatalf("every nemesis on 3 nodes: %v", err)
+	}
+	for _, c := range []struct {
+		name  string
+		nodes int
+	}{{PartitionHalves, 1}, {PartitionLeader, 1}, {Delay, 1}, {Bridge, 2}} {
+		if err := ValidateNemeses([]string{c.name}, c.nodes); !isUsage(err) {
+			t.Fatalf("%s on %d nodes: %v, want a usage error", c.name, c.nodes, err)
+		}
+	}
+	if err := ValidateNemeses([]string{Kill, Pause, TornTail}, 1); err != nil {
+		t.Fatalf("process nemeses on one node: %v", err)
+	}
+}
+
+func TestScheduleIsDeterministic(t *testing.T) {
+	o := ScheduleOptions{Nemeses: Names(), Nodes: 3, Duration: 120 * time.Second, Seed: 7}
+	a, err := NewSchedule(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := NewSchedule(o)
+	if !reflect.DeepEqual(a, b) {
+		t.Fatal("two schedules of one seed differ")
+	}
+	o.Seed = 8
+	c, _ := NewSchedule(o)
+	if reflect.DeepEqual(a.Steps, c.Steps) {
+		t.Fatal("seeds 7 and 8 give the same schedule")
+	}
+	d := DefaultScheduleOptions()
+	seen := map[string]bool{}
+	var prevEnd time.Duration
+	for i, s := range a.Steps {
+		seen[s.Nemesis] = true
+		if s.Index != i || s.At < d.WarmUp || s.Hold < d.MinHold || s.Hold > d.MaxHold ||
+			s.At+s.Hold > o.Duration-d.CoolDown || s.At < prevEnd+d.MinQuiet && i > 0 {
+			t.Fatalf("step %+v is out of bounds (previous fault healed at %v)", s, prevEnd)
+		}
+		prevEnd = s.At + s.Hold
+	}
+	if len(a.Steps) < len(Names()) {
+		t.Fatalf("%d steps in 120 s", len(a.Steps))
+	}
+	for _, n := range Names() {
+		if !seen[n] {
+			t.Fatalf("nemesis %s never scheduled in %d steps", n, len(a.Steps))
+		}
+	}
+	// A fixed seed gives a fixed schedule (guards against accidental
+	// changes of the generator).
+	one, _ := NewSchedule(ScheduleOptions{Nemeses: []string{PartitionLeader}, Nodes: 3, Duration: 30 * time.Second, Seed: 1})
+	if len(one.Steps) == 0 || one.Steps[0].At != 3*time.Second {
+		t.Fatalf("seed 1 schedule: %+v", one.Steps)
+	}
+}
+
+func TestScheduleBadInput(t *testing.T) {
+	for name, o := range map[string]ScheduleOptions{
+		"below warm-up":     {Nemeses: []string{Kill}, Nodes: 3, Duration: 2 * time.Second},
+		"no room for fault": {Nemeses: []string{Kill}, Nodes: 3, Duration: 6 * time.Second},
+		"no faults, short":  {Nodes: 3, Duration: time.Second},
+		"zero duration":     {Nodes: 3},
+		"one node halves":   {Nemeses: []string{PartitionHalves}, Nodes: 1, Duration: time.Minute},
+		"unknown":           {Nemeses: []string{"flood"}, Nodes: 3, Duration: time.Minute},
+	} {
+		if _, err := NewSchedule(o); !isUsage(err) {
+			t.Errorf("%s: %v, want a usage error", name, err)
+		}
+	}
+	if s, err := NewSchedule(ScheduleOptions{Nodes: 3, Duration: 5 * time.Second}); err != nil || len(s.Steps) != 0 {
+		t.Fatalf("no nemeses: %+v %v", s, err)
+	}
+}
+
+func TestWindows(t *testing.T) {
+	ev := []Event{
+		{Time: 1, Step: 0, Nemesis: Kill, Action: "inject"},
+		{Time: 2, Step: 0, Nemesis: Kill, Action: "heal"},
+		{Time: 3, Step: 1, Nemesis: Pause, Action: "inject", Error: "boom"},
+		{Time: 4, Step: 2, Nemesis: Pause, Action: "inject"},
+		{Time: 5, Step: -1, Nemesis: "all", Action: "heal-all"},
+		{Time: 6, Step: 3, Nemesis: Delay, Action: "inject"},
+	}
+	w := Windows(ev, 9)
+	want := []Window{{Step: 0, Nemesis: Kill, Start: 1, End: 2}, {Step: 2, Nemesis: Pause, Start: 4, End: 5}, {Step: 3, Nemesis: Delay, Start: 6, End: 9}}
+	if !reflect.DeepEqual(w, want) {
+		t.Fatalf("windows %+v, want %+v", w, want)
+	}
+}
+
+// echo serves lines back, prefixed with name.
+func echo(t *testing.T, name string) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				r := bufio.NewReader(c)
+				for {
+					line, err := r.ReadString('\n')
+					if err != nil {
+						return
+					}
+					if _, err := io.WriteString(c, name+":"+line); err != nil {
+						return
+					}
+				}
+			}()
+		}
+	}()
+	return l.Addr().String()
+}
+
+func roundTrip(addr string) (string, time.Duration, error) {
+	begin := time.Now()
+	c, err := net.DialTimeout("tcp", addr, time.Second)
+	if err != nil {
+		return "", 0, err
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(3 * time.Second))
+	if _, err := io.WriteString(c, "ping\n"); err != nil {
+		return "", 0, err
+	}
+	line, err := bufio.NewReader(c).ReadString('\n')
+	return strings.TrimSpace(line), time.Since(begin), err
+}
+
+func TestNet(t *testing.T) {
+	all := []cluster.Node{
+		{ID: 1, InternalAddress: echo(t, "n1")},
+		{ID: 2, InternalAddress: echo(t, "n2")},
+		{ID: 3, InternalAddress: echo(t, "n3")},
+	}
+	n := NewNet()
+	defer n.Close()
+	dial := map[uint64][]string{}
+	for _, self := range all {
+		args := n.NodeArgs(self, all)
+		if len(args) != 2 || args[0] != "-dialPeers" {
+			t.Fatalf("node args %v", args)
+		}
+		dial[self.ID] = strings.Split(args[1], ",")
+		if dial[self.ID][self.ID-1] != self.InternalAddress {
+			t.Fatalf("node %d dials itself at %s", self.ID, dial[self.ID][self.ID-1])
+		}
+	}
+	if len(n.Links()) != 6 {
+		t.Fatalf("%d links, want 6", len(n.Links()))
+	}
+	via := func(from, to uint64) string { return dial[from][to-1] }
+	for _, l := range n.Links() {
+		got, _, err := roundTrip(via(l.From, l.To))
+		if err != nil || got != fmt.Sprintf("n%d:ping", l.To) {
+			t.Fatalf("link %s: %q %v", l, got, err)
+		}
+	}
+	// An open connection dies with the cut, new ones are refused, the
+	// reverse direction still works.
+	conn, err := net.Dial("tcp", via(1, 2))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	if err := n.Cut(Link{1, 2}); err != nil {
+		t.Fatal(err)
+	}
+	conn.SetReadDeadline(time.Now().Add(2 * time.Second))
+	if _, err := conn.Read(make([]byte, 1)); err == nil {
+		t.Fatal("a connection through a cut link still delivers")
+	}
+	if _, _, err := roundTrip(via(1, 2)); err == nil {
+		t.Fatal("a cut link accepts connections")
+	}
+	if got, _, err := roundTrip(via(2, 1)); err != nil || got != "n1:ping" {
+		t.Fatalf("reverse link: %q %v", got, err)
+	}
+	if c := n.Cuts(); !reflect.DeepEqual(c, []Link{{1, 2}}) {
+		t.Fatalf("cuts %v", c)
+	}
+	if err := n.Restore(Link{1, 2}); err != nil {
+		t.Fatal(err)
+	}
+	if got, _, err := roundTrip(via(1, 2)); err != nil || got != "n2:ping" {
+		t.Fatalf("restored link: %q %v", got, err)
+	}
+	// Delay.
+	if err := n.Delay(150*time.Millisecond, 0); err != nil {
+		t.Fatal(err)
+	}
+	if _, d, err := roundTrip(via(3, 1)); err != nil || d < 150*time.Millisecond {
+		t.Fatalf("delayed round trip took %v (%v), want >= 150ms", d, err)
+	}
+	// HealAll clears cuts and delay.
+	if err := n.Cut(n.Links()...); err != nil {
+		t.Fatal(err)
+	}
+	if err := n.HealAll(); err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range n.Links() {
+		got, d, err := roundTrip(via(l.From, l.To))
+		if err != nil || got != fmt.Sprintf("n%d:ping", l.To) || d > 100*time.Millisecond {
+			t.Fatalf("after HealAll, link %s: %q in %v, %v", l, got, d, err)
+		}
+	}
+}
+
+func TestNetRefusesNonLoopback(t *testing.T) {
+	n := NewNet()
+	defer n.Close()
+	all := []cluster.Node{{ID: 1, InternalAddress: "10.1.2.3:5000"}, {ID: 2, InternalAddress: "127.0.0.1:5001"}}
+	args := n.NodeArgs(all[0], all)
+	if n.Err() == nil || !strings.Contains(n.Err().Error(), "loopback") || args[1] != "proxy-setup-failed" {
+		t.Fatalf("non-loopback member: args %v, err %v", args, n.Err())
+	}
+}
+
+// writeLog creates a Raft log with entries 1..n (and a HardState) in dir
+// with the real raftlog package, and returns its last index.
+func writeLog(t *testing.T, dir string, n int) {
+	t.Helper()
+	o := raftlog.DefaultOptions(dir)
+	o.Bootstrap = raftpb.ConfState{Voters: []uint64{1}}
+	l, err := raftlog.Open(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	first, _ := l.LastIndex()
+	var ents []raftpb.Entry
+	for i := 1; i <= n; i++ {
+		ents = append(ents, raftpb.Entry{Term: 1, Index: first + uint64(i), Data: []byte(strings.Repeat("v", 40+i))})
+		if err := l.Append(raftpb.HardState{}, ents[len(ents)-1:], true); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func reopen(t *testing.T, dir string) (last uint64, err error) {
+	t.Helper()
+	o := raftlog.DefaultOptions(dir)
+	o.Bootstrap = raftpb.ConfState{Voters: []uint64{1}}
+	l, err := raftlog.Open(o)
+	if err != nil {
+		return 0, err
+	}
+	defer l.Close()
+	return l.LastIndex()
+}
+
+func TestTearTailIsRecovered(t *testing.T) {
+	for _, mode := range []string{TearCut, TearCorrupt} {
+		for pick := uint64(0); pick < 40; pick += 7 {
+			t.Run(fmt.Sprintf("%s-%d", mode, pick), func(t *testing.T) {
+				data := t.TempDir()
+				dir := filepath.Join(data, "valuelog")
+				writeLog(t, dir, 5)
+				want, err := reopen(t, dir)
+				if err != nil {
+					t.Fatal(err)
+				}
+				seg, _ := LastSegment(data)
+				before, _ := os.Stat(seg)
+				what, err := TearTail(data, mode, pick)
+				if err != nil {
+					t.Fatal(err)
+				}
+				after, _ := os.Stat(seg)
+				if after.Size() <= before.Size() {
+					t.Fatalf("%s: segment did not grow (%d -> %d)", what, before.Size(), after.Size())
+				}
+				got, err := reopen(t, dir)
+				if err != nil || got != want {
+					t.Fatalf("after %s: reopen gives last index %d, %v; want %d", what, got, err, want)
+				}
+				if st, _ := os.Stat(seg); st.Size() != before.Size() {
+					t.Fatalf("torn record not truncated: %d bytes, want %d", st.Size(), before.Size())
+				}
+			})
+		}
+	}
+}
+
+func TestLoseSyncedTail(t *testing.T) {
+	data := t.TempDir()
+	dir := filepath.Join(data, "raftlog")
+	writeLog(t, dir, 5)
+	want, _ := reopen(t, dir)
+	what, err := LoseSyncedTail(data, TearCut, 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := reopen(t, dir)
+	if err != nil || got != want-1 {
+		t.Fatalf("after %s: last index %d, %v; want %d (one synced entry lost)", what, got, err, want-1)
+	}
+	if _, err := LoseSyncedTail(data, TearCut, MaxLoseBytes+1); err == nil {
+		t.Fatal("damage past one record header accepted")
+	}
+	// An index LevelDB's *.log files are never taken for the Raft log.
+	if err := os.MkdirAll(filepath.Join(data, "index"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	os.WriteFile(filepath.Join(data, "index", "999999.log"), []byte("leveldb"), 0o644)
+	if seg, _ := LastSegment(data); !strings.Contains(seg, "raftlog") {
+		t.Fatalf("last segment %s", seg)
+	}
+}

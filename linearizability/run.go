@@ -1,0 +1,690 @@
+package linearizability
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"time"
+
+	"github.com/anishathalye/porcupine"
+
+	"github.com/nezha-harness/nezha/faults"
+	"github.com/nezha-harness/nezha/systems"
+	"github.com/nezha-harness/nezha/systems/client"
+	"github.com/nezha-harness/nezha/systems/cluster"
+)
+
+// Read modes (-read-mode).
+const (
+	// ReadLinearizable: reads use Raft ReadIndex (the default).
+	ReadLinearizable = "linearizable"
+	// ReadLease: the nodes run with -leaseRead (etcd/raft's
+	// ReadOnlyLeaseBased, which relies on CheckQuorum and bounded clock
+	// drift).
+	ReadLease = "lease"
+	// ReadStale: reads are served from the local state machine of the node
+	// a client is pinned to, without any quorum check. Not linearizable:
+	// the checker's self-test.
+	ReadStale = "stale"
+)
+
+// ReadModes lists the read modes.
+var ReadModes = []string{ReadLinearizable, ReadLease, ReadStale}
+
+// Options configures Run. Zero values take the defaults of
+// DefaultOptions, except System, which is required.
+type Options struct {
+	// System is the -system of every node.
+	System string `json:"system"`
+	// Nemeses to inject, one at a time (see faults.ParseNemeses); empty:
+	// no faults.
+	Nemeses []string `json:"nemeses"`
+	// Duration of the workload. Default 30s.
+	Duration time.Duration `json:"duration"`
+	// Clients is the number of logical clients, pinned to the nodes in
+	// turn. Default 6.
+	Clients int `json:"clients"`
+	// Nodes is the cluster size. Default 3.
+	Nodes int `json:"nodes"`
+	// Seed drives the fault schedule and the workload. Default (and 0) 1.
+	Seed int64 `json:"seed"`
+	// ReadMode is one of ReadModes. Default linearizable.
+	ReadMode string `json:"readMode"`
+	// Out is the directory of the run (cluster, history, result, HTML).
+	// Required.
+	Out string `json:"out"`
+	// Binary is the nezha executable. Default: the running executable.
+	Binary string `json:"binary"`
+	// Tick is the nodes' Raft tick (-tick). Default 50ms: elections in
+	// 0.5-1 s (10 ticks), heartbeats every tick.
+	Tick time.Duration `json:"tick"`
+	// Keys is the size of the key space. Default 10.
+	Keys int `json:"keys"`
+	// ScanGroup is the number of keys a scan may span (keys are grouped
+	// in consecutive groups of this size). Default 5.
+	ScanGroup int `json:"scanGroup"`
+	// ValueBytes pads written values to this size (0: a short unique id).
+	// Values longer than MaxModelValueBytes are hashed in the model.
+	ValueBytes int `json:"valueBytes"`
+	// ThinkTime is the mean pause of a client between operations.
+	// Default 2ms; it keeps histories at a size Porcupine checks quickly.
+	ThinkTime time.Duration `json:"thinkTime"`
+	// ReadTimeout and WriteTimeout bound one operation. Defaults 2s and
+	// 2s: a write stuck on an unreachable leader gives up (ambiguous) soon
+	// enough for its client to write again while the fault lasts.
+	ReadTimeout  time.Duration `json:"readTimeout"`
+	WriteTimeout time.Duration `json:"writeTimeout"`
+	// CheckTimeout bounds Porcupine. Default 2m. A timeout is a failure.
+	CheckTimeout time.Duration `json:"checkTimeout"`
+	// ExtraArgs are more serve flags for every node.
+	ExtraArgs []string `json:"extraArgs,omitempty"`
+	// Schedule timing; zero fields take faults.DefaultScheduleOptions.
+	Schedule faults.ScheduleOptions `json:"schedule"`
+	// KeepData keeps the nodes' data directories of a passing run.
+	KeepData bool `json:"keepData"`
+	// Logf receives progress lines. Default: none.
+	Logf func(format string, args ...any) `json:"-"`
+}
+
+// DefaultOptions returns the defaults (System and Out are left empty).
+func DefaultOptions() Options {
+	return Options{
+		Nemeses:      faults.Names(),
+		Duration:     30 * time.Second,
+		Clients:      6,
+		Nodes:        3,
+		Seed:         1,
+		ReadMode:     ReadLinearizable,
+		Tick:         50 * time.Millisecond,
+		Keys:         10,
+		ScanGroup:    5,
+		ThinkTime:    2 * time.Millisecond,
+		ReadTimeout:  2 * time.Second,
+		WriteTimeout: 2 * time.Second,
+		CheckTimeout: 2 * time.Minute,
+	}
+}
+
+func (o *Options) fill() {
+	d := DefaultOptions()
+	if o.Duration == 0 {
+		o.Duration = d.Duration
+	}
+	if o.Seed == 0 {
+		o.Seed = d.Seed
+	}
+	if o.Clients == 0 {
+		o.Clients = d.Clients
+	}
+	if o.Nodes == 0 {
+		o.Nodes = d.Nodes
+	}
+	if o.ReadMode == "" {
+		o.ReadMode = d.ReadMode
+	}
+	if o.Tick == 0 {
+		o.Tick = d.Tick
+	}
+	if o.Keys == 0 {
+		o.Keys = d.Keys
+	}
+	if o.ScanGroup == 0 {
+		o.ScanGroup = min(d.ScanGroup, o.Keys)
+	}
+	if o.ThinkTime == 0 {
+		o.ThinkTime = d.ThinkTime
+	}
+	if o.ReadTimeout == 0 {
+		o.ReadTimeout = d.ReadTimeout
+	}
+	if o.WriteTimeout == 0 {
+		o.WriteTimeout = d.WriteTimeout
+	}
+	if o.CheckTimeout == 0 {
+		o.CheckTimeout = d.CheckTimeout
+	}
+	o.Schedule.Nemeses = o.Nemeses
+	o.Schedule.Nodes = o.Nodes
+	o.Schedule.Duration = o.Duration
+	o.Schedule.Seed = o.Seed
+	def := faults.DefaultScheduleOptions()
+	if o.Schedule.WarmUp == 0 {
+		o.Schedule.WarmUp = def.WarmUp
+	}
+	if o.Schedule.CoolDown == 0 {
+		o.Schedule.CoolDown = def.CoolDown
+	}
+	if o.Schedule.MinHold == 0 {
+		o.Schedule.MinHold = def.MinHold
+	}
+	if o.Schedule.MaxHold == 0 {
+		o.Schedule.MaxHold = def.MaxHold
+	}
+	if o.Schedule.MinQuiet == 0 {
+		o.Schedule.MinQuiet = def.MinQuiet
+	}
+	if o.Schedule.MaxQuiet == 0 {
+		o.Schedule.MaxQuiet = def.MaxQuiet
+	}
+	if o.Schedule.MaxFaults == 0 {
+		o.Schedule.MaxFaults = def.MaxFaults
+	}
+}
+
+// Validate reports every problem with o at once, as *systems.UsageError
+// values. It fills defaults first.
+func (o *Options) Validate() error {
+	o.fill()
+	var errs []error
+	bad := func(format string, args ...any) { errs = append(errs, systems.Usagef(format, args...)) }
+	if o.System == "" {
+		bad("-system is required")
+	}
+	if o.Out == "" {
+		bad("an output directory (-out) is required")
+	}
+	switch o.ReadMode {
+	case ReadLinearizable, ReadLease, ReadStale:
+	default:
+		bad("-read-mode %q is not one of %s", o.ReadMode, strings.Join(ReadModes, ", "))
+	}
+	if o.Clients < 1 || o.Clients > 64 {
+		bad("-clients %d is outside 1..64 (Porcupine's cost grows exponentially with concurrency)", o.Clients)
+	}
+	if o.Nodes < 1 || o.Nodes > 9 {
+		bad("-nodes %d is outside 1..9", o.Nodes)
+	}
+	if o.Seed < 0 {
+		bad("-seed %d must not be negative", o.Seed)
+	}
+	if o.Keys < 1 || o.Keys > 100 {
+		bad("-keys %d is outside 1..100", o.Keys)
+	}
+	if o.ScanGroup < 1 || o.ScanGroup > o.Keys {
+		bad("scan group of %d keys is outside 1..%d (the key space)", o.ScanGroup, o.Keys)
+	}
+	if o.ValueBytes < 0 || o.ValueBytes > 16<<20 {
+		bad("-value-size %d is outside 0..16 MiB", o.ValueBytes)
+	}
+	if o.Tick <= 0 || o.Tick > 10*time.Second {
+		bad("-tick %v is outside (0, 10s]", o.Tick)
+	}
+	if o.ThinkTime < 0 || o.ReadTimeout <= 0 || o.WriteTimeout <= 0 || o.CheckTimeout <= 0 {
+		bad("think time must not be negative and timeouts must be positive")
+	}
+	if err := o.Schedule.Validate(); err != nil {
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
+}
+
+// NodeArgs returns the serve flags the run gives every node (besides the
+// per-node -dialPeers).
+func (o *Options) NodeArgs() []string {
+	args := []string{"-tick", o.Tick.String()}
+	if o.ReadMode == ReadLease {
+		args = append(args, "-leaseRead")
+	}
+	return append(args, o.ExtraArgs...)
+}
+
+// OpCounts counts recorded operations.
+type OpCounts struct {
+	Total     int            `json:"total"`
+	OK        int            `json:"ok"`
+	Ambiguous int            `json:"ambiguous"`
+	Failed    int            `json:"failed"`
+	ByKind    map[string]int `json:"byKind"`
+}
+
+// FinalWrite is the write after healing that must succeed.
+type FinalWrite struct {
+	OK       bool   `json:"ok"`
+	Key      string `json:"key"`
+	Value    string `json:"value"`
+	Index    uint64 `json:"index,omitempty"`
+	Attempts int    `json:"attempts"`
+	Error    string `json:"error,omitempty"`
+}
+
+// NodeState is one node's answer to Status after the run.
+type NodeState struct {
+	ID             uint64 `json:"id"`
+	AppliedIndex   uint64 `json:"appliedIndex"`
+	StateHash      string `json:"stateHash"`
+	StateHashIndex uint64 `json:"stateHashIndex"`
+	Error          string `json:"error,omitempty"`
+}
+
+// Convergence says whether every node reached the same state hash at the
+// same applied index after healing.
+type Convergence struct {
+	OK      bool          `json:"ok"`
+	Nodes   []NodeState   `json:"nodes"`
+	Elapsed time.Duration `json:"elapsedNs"`
+	Error   string        `json:"error,omitempty"`
+}
+
+// Result of a run; it is saved as result.json in the run's directory.
+type Result struct {
+	// OK: the history is linearizable, the final write succeeded and the
+	// nodes converged.
+	OK bool `json:"ok"`
+	// Verdict is Linearizable, NotLinearizable, Unknown, or "interrupted".
+	Verdict  string   `json:"verdict"`
+	Failures []string `json:"failures,omitempty"`
+	Options  Options  `json:"options"`
+	// NodeFlags are the serve flags of every node (-dialPeers aside).
+	NodeFlags []string `json:"nodeFlags"`
+	Ops       OpCounts `json:"ops"`
+	// Availability is the fraction of operations that succeeded.
+	Availability float64          `json:"availability"`
+	Check        CheckOutcome     `json:"check"`
+	Schedule     *faults.Schedule `json:"schedule"`
+	Events       []faults.Event   `json:"events"`
+	Windows      []faults.Window  `json:"windows"`
+	FinalWrite   FinalWrite       `json:"finalWrite"`
+	Convergence  Convergence      `json:"convergence"`
+	Dir          string           `json:"dir"`
+	HistoryPath  string           `json:"history"`
+	HTMLPath     string           `json:"html,omitempty"`
+	ResultPath   string           `json:"result"`
+	Started      time.Time        `json:"started"`
+	Elapsed      time.Duration    `json:"elapsedNs"`
+	GoVersion    string           `json:"goVersion"`
+	Host         string           `json:"host"`
+}
+
+// Interrupted is the verdict of a run whose context was cancelled.
+const Interrupted = "interrupted"
+
+// Run checks one system: it starts a fresh local cluster under o.Out with
+// every peer link behind its own proxy, runs the workload and the fault
+// schedule for o.Duration, heals everything, requires one final write to
+// succeed and every node to reach the same state hash at the same applied
+// index, tears the cluster down, and checks the history with Porcupine.
+// It writes o.Out/config.json (the options, before it starts),
+// o.Out/history.json, o.Out/result.json and, unless the history is
+// linearizable, o.Out/check.html. o.Out must not hold a run already.
+//
+// Bad options are a *systems.UsageError. A run that could not be carried
+// out returns an error; a run that was carried out returns a Result, OK or
+// not (and ctx.Err() if ctx ended, after healing and tearing down).
+func Run(ctx context.Context, o Options) (*Result, error) {
+	if err := o.Validate(); err != nil {
+		return nil, err
+	}
+	logf := o.Logf
+	if logf == nil {
+		logf = func(string, ...any) {}
+	}
+	sched, err := faults.NewSchedule(o.Schedule)
+	if err != nil {
+		return nil, err
+	}
+	if o.Binary == "" {
+		exe, err := os.Executable()
+		if err != nil {
+			return nil, err
+		}
+		o.Binary = exe
+	}
+	if err := checkSystem(o.Binary, o.System); err != nil {
+		return nil, err
+	}
+	dir, err := filepath.Abs(o.Out)
+	if err != nil {
+		return nil, err
+	}
+	for _, name := range []string{"cluster", "result.json", "history.json"} {
+		if _, err := os.Stat(filepath.Join(dir, name)); err == nil {
+			return nil, systems.Usagef("output directory %s already holds a run (%s); choose another -out", o.Out, name)
+		}
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, systems.Usagef("output directory %s: %v", o.Out, err)
+	}
+	host, _ := os.Hostname()
+	res := &Result{
+		Options: o, NodeFlags: o.NodeArgs(), Schedule: sched, Dir: dir,
+		HistoryPath: filepath.Join(dir, "history.json"), ResultPath: filepath.Join(dir, "result.json"),
+		Started: time.Now(), GoVersion: runtime.Version(), Host: host,
+	}
+	if err := writeJSON(filepath.Join(dir, "config.json"), res); err != nil {
+		return nil, err
+	}
+	logf("check: system %s, nemeses %s, read mode %s, seed %d, %d clients, %d nodes, duration %v, tick %v; output in %s",
+		o.System, nemesisList(o.Nemeses), o.ReadMode, o.Seed, o.Clients, o.Nodes, o.Duration, o.Tick, dir)
+	for _, st := range sched.Steps {
+		logf("schedule: step %d %s at %v for %v", st.Index, st.Nemesis, st.At, st.Hold)
+	}
+
+	// Start the cluster. The nodes' ports are chosen free and released
+	// before the nodes bind them, so another process may take one in
+	// between: start again (at most three times) if that happens.
+	var (
+		network *faults.Net
+		spec    *cluster.Spec
+		leader  uint64
+	)
+	clusterDir := filepath.Join(dir, "cluster")
+	for attempt := 1; ; attempt++ {
+		network = faults.NewNet()
+		if err := network.Reserve(o.Nodes); err != nil {
+			network.Close()
+			return nil, err
+		}
+		spec, leader, err = cluster.Up(ctx, cluster.UpOptions{
+			Dir: clusterDir, System: o.System, Nodes: o.Nodes, Binary: o.Binary,
+			ExtraArgs: o.NodeArgs(), NodeArgs: network.NodeArgs, ReadyTimeout: 30 * time.Second,
+		})
+		if err == nil {
+			break
+		}
+		network.Close()
+		if nerr := network.Err(); nerr != nil {
+			return nil, fmt.Errorf("peer link proxies: %w", nerr)
+		}
+		if attempt < 3 && ctx.Err() == nil && strings.Contains(err.Error(), "address already in use") {
+			logf("cluster start failed on a port taken in between (%v); starting again", firstLine(err))
+			continue
+		}
+		return nil, fmt.Errorf("start the cluster: %w", err)
+	}
+	defer network.Close()
+	downed := false
+	down := func() {
+		if !downed {
+			downed = true
+			if err := spec.Down(false); err != nil {
+				logf("cluster down: %v", err)
+			}
+		}
+	}
+	defer down()
+	logf("cluster of %d %s nodes up in %s, leader %d", o.Nodes, o.System, clusterDir, leader)
+
+	start := time.Now()
+	rec := NewRecorder(start)
+	env := &faults.Env{Cluster: spec, Net: network, Start: start, Logf: logf}
+	scheduleDone := make(chan []faults.Event, 1)
+	go func() { scheduleDone <- sched.Run(ctx, env) }()
+	wl := &workload{o: o, rec: rec, keys: Keys(o.Keys), groups: ScanGroups(Keys(o.Keys), o.ScanGroup), until: start.Add(o.Duration)}
+	werr := wl.run(ctx, spec)
+	res.Events = <-scheduleDone
+	workEnd := time.Duration(rec.Now())
+	logf("workload done after %v: %d operations", workEnd.Round(time.Millisecond), len(rec.Ops()))
+	if werr != nil {
+		return nil, werr
+	}
+
+	interrupted := ctx.Err() != nil
+	if !interrupted {
+		res.FinalWrite = finalWrite(ctx, spec, rec, wl.keys, logf)
+		if res.FinalWrite.OK {
+			res.Convergence = converge(ctx, spec, 30*time.Second)
+		} else {
+			res.Convergence.Error = "not checked: the final write failed"
+		}
+		logf("final write ok=%v (%d attempts), convergence ok=%v %s", res.FinalWrite.OK, res.FinalWrite.Attempts, res.Convergence.OK, res.Convergence.Error)
+		interrupted = ctx.Err() != nil
+	}
+	end := time.Duration(rec.Now())
+	down()
+	for _, n := range spec.Nodes {
+		if strings.Contains(readFile(n.Log), "panic:") {
+			res.Failures = append(res.Failures, fmt.Sprintf("node %d panicked (see %s)", n.ID, n.Log))
+		}
+	}
+
+	ops := rec.Ops()
+	res.Ops = countOps(ops)
+	if res.Ops.Total > 0 {
+		res.Availability = float64(res.Ops.OK) / float64(res.Ops.Total)
+	}
+	res.Windows = faults.Windows(res.Events, end)
+	if err := writeJSON(res.HistoryPath, ops); err != nil {
+		return nil, err
+	}
+	for _, e := range res.Events {
+		if e.Error != "" {
+			res.Failures = append(res.Failures, fmt.Sprintf("nemesis %s step %d %s failed: %s", e.Nemesis, e.Step, e.Action, e.Error))
+		}
+	}
+
+	if interrupted {
+		res.Verdict = Interrupted
+		res.Failures = append(res.Failures, "interrupted: faults healed, cluster torn down, history saved unchecked")
+		res.Elapsed = time.Since(res.Started)
+		_ = writeJSON(res.ResultPath, res)
+		return res, ctx.Err()
+	}
+
+	logf("checking %d operations with Porcupine (timeout %v)", len(ops), o.CheckTimeout)
+	res.Check = Check(ops, wl.keys, o.CheckTimeout)
+	res.Verdict = res.Check.Verdict
+	res.Check.Anomalies = SelectAnomalies(res.Check.Anomalies, res.Windows, 10)
+	logf("verdict: %s (%d operations checked in %d partitions, %v; %d ambiguous puts dropped as unobserved, %d closed at their first observation)",
+		res.Verdict, res.Check.Operations, res.Check.Partitions, res.Check.Elapsed.Round(time.Millisecond),
+		res.Check.Patch.DroppedUnobserved, res.Check.Patch.Closed)
+	if res.Verdict != Linearizable {
+		res.Failures = append(res.Failures, "history is "+res.Verdict)
+		res.HTMLPath = filepath.Join(dir, "check.html")
+		extra := []porcupine.Annotation{
+			{Tag: "run", Start: 0, End: int64(workEnd), Description: "workload", BackgroundColor: "#e0ecff"},
+			{Tag: "run", Start: int64(workEnd), End: int64(end), Description: "healed: final write and reads", BackgroundColor: "#dff5df"},
+		}
+		if err := res.Check.Visualize(res.HTMLPath, res.Windows, extra); err != nil {
+			res.Failures = append(res.Failures, "visualization: "+err.Error())
+			res.HTMLPath = ""
+		} else {
+			logf("visualization: %s", res.HTMLPath)
+		}
+	}
+	if !res.FinalWrite.OK {
+		res.Failures = append(res.Failures, "the final write after healing did not succeed: "+res.FinalWrite.Error)
+	}
+	if !res.Convergence.OK {
+		res.Failures = append(res.Failures, "nodes did not converge: "+res.Convergence.Error)
+	}
+	res.OK = len(res.Failures) == 0 && res.Verdict == Linearizable
+	if res.OK && !o.KeepData {
+		for _, n := range spec.Nodes {
+			_ = os.RemoveAll(n.Data)
+		}
+	}
+	res.Elapsed = time.Since(res.Started)
+	if err := writeJSON(res.ResultPath, res); err != nil {
+		return nil, err
+	}
+	return res, nil
+}
+
+func firstLine(err error) string {
+	s, _, _ := strings.Cut(err.Error(), "\n")
+	return s
+}
+
+func nemesisList(ns []string) string {
+	if len(ns) == 0 {
+		return "none"
+	}
+	return strings.Join(ns, ",")
+}
+
+// checkSystem asks the binary whether it knows the system (`serve -system
+// S -h` exits 0 if it does, 2 if not), so that a typo is a usage error
+// rather than a cluster that fails to start.
+func checkSystem(binary, system string) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, binary, "serve", "-system", system, "-h")
+	var stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = nil, &stderr
+	err := cmd.Run()
+	if err == nil {
+		return nil
+	}
+	var ee *exec.ExitError
+	if errors.As(err, &ee) && ee.ExitCode() == 2 {
+		msg := strings.TrimSpace(stderr.String())
+		msg = strings.TrimPrefix(msg, "nezha: ")
+		msg = strings.TrimPrefix(msg, "serve: ")
+		return systems.Usagef("-system %s: %s", system, msg)
+	}
+	return fmt.Errorf("run %s serve -system %s -h: %v: %s", binary, system, err, strings.TrimSpace(stderr.String()))
+}
+
+// finalWrite writes one value after healing, through any node, retrying
+// for up to 30 s; every attempt is recorded. Then it reads every key once
+// (recorded too), so that the history ends with the cluster's final state.
+func finalWrite(ctx context.Context, spec *cluster.Spec, rec *Recorder, keys []string, logf func(string, ...any)) FinalWrite {
+	fw := FinalWrite{Key: keys[0]}
+	wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	if _, err := spec.WaitLeader(wctx, 30*time.Second); err != nil {
+		fw.Error = "no leader after healing: " + err.Error()
+		return fw
+	}
+	c, err := client.New(client.DefaultConfig(spec.Addresses()...))
+	if err != nil {
+		fw.Error = err.Error()
+		return fw
+	}
+	defer c.Close()
+	rc := rec.Client(c, -1, 0)
+	for wctx.Err() == nil {
+		fw.Attempts++
+		fw.Value = fmt.Sprintf("final-%d", fw.Attempts)
+		actx, acancel := context.WithTimeout(wctx, 5*time.Second)
+		err := rc.Put(actx, fw.Key, []byte(fw.Value))
+		acancel()
+		if err == nil {
+			fw.OK, fw.Error = true, ""
+			break
+		}
+		fw.Error = err.Error()
+		logf("final write attempt %d: %v", fw.Attempts, err)
+		select {
+		case <-wctx.Done():
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+	if !fw.OK {
+		return fw
+	}
+	ops := rec.Ops()
+	if last := ops[len(ops)-1]; last.Input.Value == fw.Value {
+		fw.Index = last.Index
+	}
+	for _, k := range keys {
+		rctx, rcancel := context.WithTimeout(ctx, 5*time.Second)
+		_ = rc.Get(rctx, k)
+		rcancel()
+	}
+	return fw
+}
+
+// converge waits until every node reports the same state hash at the same
+// applied index (and state hash index).
+func converge(ctx context.Context, spec *cluster.Spec, timeout time.Duration) Convergence {
+	begin := time.Now()
+	c, err := client.New(client.DefaultConfig(spec.Addresses()...))
+	if err != nil {
+		return Convergence{Error: err.Error()}
+	}
+	defer c.Close()
+	deadline := time.Now().Add(timeout)
+	var cv Convergence
+	for {
+		cv = Convergence{}
+		for _, n := range spec.Nodes {
+			sctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+			st, err := c.Status(sctx, n.Address, true)
+			cancel()
+			ns := NodeState{ID: n.ID}
+			if err != nil {
+				ns.Error = err.Error()
+			} else {
+				ns.AppliedIndex = st.Header.AppliedIndex
+				ns.StateHash = fmt.Sprintf("%x", st.StateHash)
+				ns.StateHashIndex = st.StateHashIndex
+			}
+			cv.Nodes = append(cv.Nodes, ns)
+		}
+		cv.OK, cv.Error = sameState(cv.Nodes)
+		if cv.OK || time.Now().After(deadline) || ctx.Err() != nil {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	cv.Elapsed = time.Since(begin)
+	return cv
+}
+
+func sameState(ns []NodeState) (bool, string) {
+	var parts []string
+	ok := len(ns) > 0
+	for _, n := range ns {
+		if n.Error != "" {
+			ok = false
+			parts = append(parts, fmt.Sprintf("node %d: %s", n.ID, n.Error))
+			continue
+		}
+		parts = append(parts, fmt.Sprintf("node %d applied %d hash %.16s at %d", n.ID, n.AppliedIndex, n.StateHash, n.StateHashIndex))
+		f := ns[0]
+		if n.AppliedIndex != f.AppliedIndex || n.StateHash != f.StateHash || n.StateHashIndex != f.StateHashIndex {
+			ok = false
+		}
+		if n.StateHash != "" && n.StateHashIndex != n.AppliedIndex {
+			ok = false
+		}
+	}
+	if ok {
+		if ns[0].StateHash == "" {
+			return true, "same applied index; the system reports no state hash"
+		}
+		return true, ""
+	}
+	return false, strings.Join(parts, "; ")
+}
+
+func countOps(ops []Op) OpCounts {
+	c := OpCounts{Total: len(ops), ByKind: map[string]int{}}
+	for _, op := range ops {
+		c.ByKind[op.Input.Kind]++
+		switch op.Status {
+		case StatusOK:
+			c.OK++
+		case StatusAmbiguous:
+			c.Ambiguous++
+		default:
+			c.Failed++
+		}
+	}
+	return c
+}
+
+func writeJSON(path string, v any) error {
+	b, err := json.MarshalIndent(v, "", "  ")
+	if err != nil {
+		return err
+	}
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, append(b, '\n'), 0o644); err != nil {
+		return err
+	}
+	return os.Rename(tmp, path)
+}
+
+func readFile(path string) string {
+	b, _ := os.ReadFile(path)
+	return string(b)
+}

@@ -1,0 +1,210 @@
+package linearizability
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nezha-harness/nezha/faults"
+	"github.com/nezha-harness/nezha/systems"
+	"github.com/nezha-harness/nezha/systems/cluster"
+	"github.com/nezha-harness/nezha/systems/systemstest"
+)
+
+// The nezha executable the end-to-end tests run the nodes with: built
+// from this module on first use (unit tests do not need it), or
+// $NEZHA_BINARY if set.
+var (
+	binaryOnce sync.Once
+	binary     string
+	binaryErr  error
+	binaryDir  string
+)
+
+func needBinary(t *testing.T) string {
+	t.Helper()
+	binaryOnce.Do(func() {
+		if b := os.Getenv("NEZHA_BINARY"); b != "" {
+			binary = b
+			return
+		}
+		binaryDir, binaryErr = os.MkdirTemp("", "nezha-check-bin-")
+		if binaryErr != nil {
+			return
+		}
+		root, _ := filepath.Abs("..")
+		binary, binaryErr = systemstest.BuildBinary(root, binaryDir)
+	})
+	if binaryErr != nil {
+		t.Fatal(binaryErr)
+	}
+	return binary
+}
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if binaryDir != "" {
+		os.RemoveAll(binaryDir)
+	}
+	os.Exit(code)
+}
+
+func isUsage(err error) bool {
+	var ue *systems.UsageError
+	return errors.As(err, &ue)
+}
+
+func TestCommandBadInput(t *testing.T) {
+	out := t.TempDir()
+	for name, args := range map[string][]string{
+		"no system":              {"-nemesis", "kill"},
+		"unknown nemesis":        {"-system", "original", "-nemesis", "kill,flood"},
+		"halves on one node":     {"-system", "original", "-nemesis", "partition-halves", "-nodes", "1"},
+		"duration below warm-up": {"-system", "original", "-nemesis", "none", "-duration", "1s"},
+		"no room for a fault":    {"-system", "original", "-nemesis", "kill", "-duration", "5s"},
+		"bad read mode":          {"-system", "original", "-read-mode", "eventual"},
+		"too many clients":       {"-system", "original", "-clients", "1000"},
+		"positional argument":    {"-system", "original", "extra"},
+		"unknown flag":           {"-system", "original", "-nemeses", "kill"},
+		"unknown system":         {"-system", "rocksdb-classic", "-nemesis", "none", "-duration", "5s", "-binary", needBinary(t), "-out", out},
+	} {
+		var stdout, stderr bytes.Buffer
+		err := Command(append(args, "-out", out), &stdout, &stderr)
+		if !isUsage(err) {
+			t.Errorf("%s: %v, want a usage error (exit 2)", name, err)
+		} else if strings.Contains(err.Error(), "\n") {
+			t.Errorf("%s: usage error spans lines: %q", name, err)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(out, "cluster")); err == nil {
+		t.Fatal("bad input started a cluster")
+	}
+	// An output directory that holds a run is not reused.
+	os.WriteFile(filepath.Join(out, "result.json"), []byte("{}"), 0o644)
+	err := Command([]string{"-system", "original", "-nemesis", "none", "-duration", "5s", "-binary", needBinary(t), "-out", out}, io.Discard, io.Discard)
+	if !isUsage(err) {
+		t.Fatalf("reused output directory: %v, want a usage error", err)
+	}
+}
+
+// run runs one short check and reports its result.
+func run(t *testing.T, o Options) *Result {
+	t.Helper()
+	o.Binary = needBinary(t)
+	o.Out = filepath.Join(t.TempDir(), "check")
+	begin := time.Now()
+	o.Logf = func(format string, args ...any) {
+		t.Logf("[%5.1fs] %s", time.Since(begin).Seconds(), fmt.Sprintf(format, args...))
+	}
+	res, err := Run(context.Background(), o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("%s %v seed %d read mode %s: verdict %s, %d ops (%d ok, %d ambiguous, %d failed), availability %.3f, checked in %v, run took %v",
+		o.System, o.Nemeses, o.Seed, o.ReadMode, res.Verdict, res.Ops.Total, res.Ops.OK, res.Ops.Ambiguous, res.Ops.Failed,
+		res.Availability, res.Check.Elapsed.Round(time.Millisecond), res.Elapsed.Round(time.Second))
+	for _, f := range res.Failures {
+		t.Logf("failure: %s", f)
+	}
+	if t.Failed() || !res.OK && o.ReadMode != ReadStale {
+		for _, n := range []int{1, 2, 3} {
+			t.Logf("node %d log tail:\n%s", n, cluster.Tail(filepath.Join(res.Dir, "cluster", fmt.Sprintf("node%d", n), "node.log"), 10))
+		}
+	}
+	return res
+}
+
+// TestCheck runs a short check per system under a fault, expecting it to
+// be linearizable, healed and converged.
+func TestCheck(t *testing.T) {
+	for _, c := range []struct {
+		system  string
+		nemeses []string
+		seed    int64
+		args    []string
+	}{
+		{"nezha-nogc", []string{faults.PartitionLeader, faults.TornTail}, 1, nil},
+		{"original", []string{faults.Kill, faults.PauseLeader}, 2, nil},
+		// GC rounds back to back over 1 MiB segments: faults hit GC too.
+		{"nezha", []string{faults.KillLeader, faults.Bridge}, 3, []string{"-gcContinuous", "-segmentSizeBytes", "1048576"}},
+	} {
+		t.Run(c.system, func(t *testing.T) {
+			// Shorter faults than the default, so that both fit in 12 s.
+			sched := faults.ScheduleOptions{WarmUp: 2 * time.Second, MinHold: 2 * time.Second, MaxHold: 3 * time.Second,
+				MinQuiet: time.Second, MaxQuiet: 1500 * time.Millisecond, CoolDown: 2 * time.Second}
+			res := run(t, Options{System: c.system, Nemeses: c.nemeses, Duration: 12 * time.Second, Seed: c.seed, Schedule: sched, ExtraArgs: c.args})
+			injected := map[string]bool{}
+			for _, e := range res.Events {
+				if e.Action == "inject" && e.Error == "" {
+					injected[e.Nemesis] = true
+				}
+			}
+			if len(injected) != len(c.nemeses) {
+				t.Fatalf("injected %v, want %v: %+v", injected, c.nemeses, res.Events)
+			}
+			if !res.OK || res.Verdict != Linearizable {
+				t.Fatalf("not OK: verdict %s, failures %v (html %s)", res.Verdict, res.Failures, res.HTMLPath)
+			}
+			if !res.FinalWrite.OK || !res.Convergence.OK || res.Ops.OK == 0 {
+				t.Fatalf("final write %+v, convergence %+v", res.FinalWrite, res.Convergence)
+			}
+			if _, err := os.Stat(res.HistoryPath); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}
+
+// TestStaleReadsAreCaught is the checker's self-test: local (stale) reads
+// while the leader is isolated must be found not linearizable, on every
+// run with the default seed, and the visualization must show a stale read.
+func TestStaleReadsAreCaught(t *testing.T) {
+	begin := time.Now()
+	res := run(t, Options{System: "original", Nemeses: []string{faults.PartitionLeader}, ReadMode: ReadStale, Duration: 10 * time.Second, Seed: DefaultOptions().Seed})
+	if res.Verdict != NotLinearizable || res.OK {
+		t.Fatalf("stale reads under partition-leader: verdict %s, ok %v; the checker cannot fail", res.Verdict, res.OK)
+	}
+	if took := time.Since(begin); took > 60*time.Second {
+		t.Fatalf("caught after %v, want within 60 s", took)
+	}
+	var during *Anomaly
+	for i, a := range res.Check.Anomalies {
+		if a.Kind == AnomalyStaleRead && strings.HasPrefix(a.During, faults.PartitionLeader) && isolated(res, a.Read.Node) {
+			during = &res.Check.Anomalies[i]
+			break
+		}
+	}
+	if during == nil {
+		t.Fatalf("no stale read from the isolated leader during the partition among the anomalies %+v", res.Check.Anomalies)
+	}
+	html, err := os.ReadFile(res.HTMLPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"stale read", faults.PartitionLeader} {
+		if !bytes.Contains(html, []byte(want)) {
+			t.Fatalf("%s does not show %q", res.HTMLPath, want)
+		}
+	}
+	t.Logf("caught in %v: %s, during %s; visualization %s", time.Since(begin).Round(time.Second), during.Description, during.During, res.HTMLPath)
+}
+
+// isolated reports whether node was the one a partition-leader of the run
+// isolated.
+func isolated(res *Result, node uint64) bool {
+	for _, w := range res.Windows {
+		if w.Nemesis == faults.PartitionLeader && slices.Contains(w.Nodes, node) {
+			return true
+		}
+	}
+	return false
+}
