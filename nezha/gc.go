@@ -155,12 +155,15 @@ func (greedy) Name() string { return StrategyGreedy }
 func (greedy) Select(frozen, runs []fileStat, ratio float64) []uint64 {
 	var ids []uint64
 	for _, f := range append(append([]fileStat(nil), frozen...), runs...) {
-		if f.live == 0 || f.garbageRatio() >= ratio {
+		if f.live == 0 || (f.garbageRatio() >= ratio && f.size-f.live >= greedyMinGarbageBytes) {
 			ids = append(ids, f.id)
 		}
 	}
 	return ids
 }
+
+// greedyMinGarbageBytes: greedy does not rewrite a file to reclaim less.
+const greedyMinGarbageBytes = 4 << 10
 
 func idsOf(fs []fileStat) []uint64 {
 	ids := make([]uint64, len(fs))
@@ -445,7 +448,8 @@ func (c *collector) round(ctx context.Context) (r systems.GCRound, err error) {
 	}
 	for _, id := range s.runs.ids() {
 		if rn := s.runs.get(id); rn != nil {
-			runs = append(runs, fileStat{id: runFlag | id, size: rn.size, live: c.live[runFlag|id]})
+			// A run's records only: its block index and footer are not garbage.
+			runs = append(runs, fileStat{id: runFlag | id, size: rn.dataBytes, live: c.live[runFlag|id]})
 		}
 	}
 	s.applyMu.Unlock()

@@ -303,14 +303,15 @@ func (d *fullDisk) Sync() error  { return d.f.Sync() }
 func (d *fullDisk) Close() error { return d.f.Close() }
 
 func TestGCStrategiesSelect(t *testing.T) {
-	frozen := []fileStat{{id: 1, size: 100, live: 90}, {id: 2, size: 100, live: 10}, {id: 3, size: 100, live: 0}}
-	runs := []fileStat{{id: runFlag | 1, size: 1000, live: 900}, {id: runFlag | 2, size: 100, live: 0}}
+	frozen := []fileStat{{id: 1, size: 100 << 10, live: 90 << 10}, {id: 2, size: 100 << 10, live: 10 << 10}, {id: 3, size: 100, live: 0},
+		{id: 4, size: 100, live: 10}} // mostly garbage, but too little to be worth a rewrite
+	runs := []fileStat{{id: runFlag | 1, size: 1000 << 10, live: 900 << 10}, {id: runFlag | 2, size: 100, live: 0}}
 	for _, tc := range []struct {
 		strategy string
 		want     []uint64
 	}{
-		{StrategySortOnce, []uint64{1, 2, 3, runFlag | 2}},
-		{StrategyMerge, []uint64{1, 2, 3, runFlag | 1, runFlag | 2}},
+		{StrategySortOnce, []uint64{1, 2, 3, 4, runFlag | 2}},
+		{StrategyMerge, []uint64{1, 2, 3, 4, runFlag | 1, runFlag | 2}},
 		{StrategyGreedy, []uint64{2, 3, runFlag | 2}},
 	} {
 		st, err := NewStrategy(tc.strategy)

@@ -14,6 +14,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	mrand "math/rand/v2"
 	"net"
 	"os"
 	"os/exec"
@@ -481,7 +482,10 @@ func Tail(path string, n int) string {
 
 // freePorts reserves n distinct free TCP ports on host. They are released
 // before the nodes bind them; a node that loses the race fails with a clear
-// "address already in use" error.
+// "address already in use" error. The ports are picked below the kernel's
+// ephemeral range when it leaves room (from 10000 up): a port from that
+// range can be taken as the local port of some outgoing connection while
+// its node is down (killed, restarting), and the restart then fails.
 func freePorts(host string, n int) ([]int, error) {
 	var ls []net.Listener
 	defer func() {
@@ -490,7 +494,16 @@ func freePorts(host string, n int) ([]int, error) {
 		}
 	}()
 	var ports []int
-	for i := 0; i < n; i++ {
+	lo, hi := 10000, ephemeralLow()
+	for tries := 0; len(ports) < n && hi-lo >= 1000 && tries < 100*n; tries++ {
+		l, err := net.Listen("tcp", net.JoinHostPort(host, strconv.Itoa(lo+mrand.IntN(hi-lo))))
+		if err != nil {
+			continue
+		}
+		ls = append(ls, l)
+		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
+	}
+	for len(ports) < n {
 		l, err := net.Listen("tcp", net.JoinHostPort(host, "0"))
 		if err != nil {
 			return nil, fmt.Errorf("find a free port on %s: %w", host, err)
@@ -499,4 +512,22 @@ func freePorts(host string, n int) ([]int, error) {
 		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
 	}
 	return ports, nil
+}
+
+// ephemeralLow is the first port of the kernel's ephemeral range (Linux's
+// ip_local_port_range; 32768 if unknown).
+func ephemeralLow() int {
+	b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range")
+	if err != nil {
+		return 32768
+	}
+	f := strings.Fields(string(b))
+	if len(f) < 1 {
+		return 32768
+	}
+	lo, err := strconv.Atoi(f[0])
+	if err != nil {
+		return 32768
+	}
+	return lo
 }

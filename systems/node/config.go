@@ -11,12 +11,15 @@
 package node
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/nezha-harness/nezha/systems"
@@ -39,6 +42,9 @@ type Config struct {
 	// Address serves the client API (kvpb.KV); InternalAddress the peer
 	// transport (kvpb.Raft). Both host:port.
 	Address, InternalAddress string
+	// ClusterID names the cluster; a node refuses peer streams from another
+	// cluster. Default: derived from Peers (all members share it).
+	ClusterID string
 	// DataDir holds the node's files (the Raft log under System.LogDir).
 	DataDir string
 	// Sync: fdatasync the Raft log once per Ready. Default true. false is for
@@ -167,6 +173,15 @@ func checkDataDir(dir string) error {
 	name := f.Name()
 	f.Close()
 	return os.Remove(name)
+}
+
+// clusterID returns ClusterID, or a stable id derived from Peers.
+func (c *Config) clusterID() string {
+	if c.ClusterID != "" {
+		return c.ClusterID
+	}
+	sum := sha256.Sum256([]byte(strings.Join(c.Peers, ",")))
+	return hex.EncodeToString(sum[:8])
 }
 
 // dialAddress returns the address this node dials for member id.

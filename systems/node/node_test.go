@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
 	"github.com/nezha-harness/nezha/systems"
@@ -327,5 +328,33 @@ func TestStartErrors(t *testing.T) {
 	_, err = Start(c)
 	if err == nil || !strings.Contains(err.Error(), l.Addr().String()) || !strings.Contains(err.Error(), "in use") {
 		t.Fatalf("port in use: %v", err)
+	}
+}
+
+// A node of another cluster that reached this node's port (a reused local
+// port) is refused, as are bad sender ids.
+func TestAdmitPeer(t *testing.T) {
+	c := Default()
+	c.Peers = []string{"127.0.0.1:1", "127.0.0.1:2", "127.0.0.1:3"}
+	c.InternalAddress = "127.0.0.1:2"
+	n := &Node{cfg: c, id: c.ID(), logger: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	md := func(kv ...string) context.Context {
+		return metadata.NewIncomingContext(context.Background(), metadata.Pairs(kv...))
+	}
+	if id, err := n.admitPeer(md(mdCluster, c.clusterID(), mdFrom, "1", mdAddress, "127.0.0.1:9")); err != nil || id != 1 {
+		t.Fatalf("member: %d %v", id, err)
+	}
+	other := c
+	other.Peers = []string{"127.0.0.1:7", "127.0.0.1:8", "127.0.0.1:2"}
+	for name, ctx := range map[string]context.Context{
+		"other cluster": md(mdCluster, other.clusterID(), mdFrom, "1"),
+		"no cluster":    md(mdFrom, "1"),
+		"itself":        md(mdCluster, c.clusterID(), mdFrom, "2"),
+		"unknown id":    md(mdCluster, c.clusterID(), mdFrom, "9"),
+		"bad id":        md(mdCluster, c.clusterID(), mdFrom, "x"),
+	} {
+		if _, err := n.admitPeer(ctx); status.Code(err) != codes.PermissionDenied {
+			t.Fatalf("%s: %v, want PermissionDenied", name, err)
+		}
 	}
 }

@@ -51,6 +51,7 @@ func Serve(args []string, reg *systems.Registry, stdout, stderr io.Writer) error
 	fs.StringVar(&cfg.Address, "address", "", "client API address host:port")
 	fs.StringVar(&cfg.InternalAddress, "internalAddress", "", "Raft peer address host:port (must appear in -peers)")
 	fs.StringVar(&cfg.DataDir, "data", "", "data directory")
+	fs.StringVar(&cfg.ClusterID, "clusterID", "", "cluster name; peers of another cluster are refused (default: derived from -peers)")
 	fs.BoolVar(&cfg.Sync, "sync", cfg.Sync, "fdatasync the Raft log once per Ready; false is for comparison only")
 	fs.Int64Var(&cfg.SegmentSizeBytes, "segmentSizeBytes", cfg.SegmentSizeBytes, "Raft log segment size in bytes")
 	fs.IntVar(&cfg.MaxValueBytes, "maxValueBytes", cfg.MaxValueBytes, "largest value a Put accepts, in bytes")

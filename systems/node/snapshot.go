@@ -14,6 +14,7 @@ import (
 	"go.etcd.io/raft/v3"
 	"go.etcd.io/raft/v3/raftpb"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/metadata"
 
 	"github.com/nezha-harness/nezha/systems"
 	"github.com/nezha-harness/nezha/systems/kvpb"
@@ -62,7 +63,7 @@ func (t *transport) sendSnapshot(p *peer, m raftpb.Message) {
 	start := time.Now()
 	ctx, cancel := context.WithCancel(t.ctx)
 	defer cancel()
-	stream, err := kvpb.NewRaftClient(p.conn).Snapshot(ctx)
+	stream, err := kvpb.NewRaftClient(p.conn).Snapshot(metadata.NewOutgoingContext(ctx, n.outgoingMD()))
 	if err != nil {
 		n.logger.Warn("snapshot stream", "peer", p.id, "err", err)
 		return
@@ -126,13 +127,17 @@ func (c *chunkWriter) flush() error {
 // Snapshot receives a MsgSnap and its data into <data>/snap/ and steps it.
 func (s *raftServer) Snapshot(stream grpc.ClientStreamingServer[kvpb.SnapshotChunk, kvpb.StreamAck]) error {
 	n := s.n
+	from, err := n.admitPeer(stream.Context())
+	if err != nil {
+		return err
+	}
 	first, err := stream.Recv()
 	if err != nil {
 		return err
 	}
 	var m raftpb.Message
-	if err := m.Unmarshal(first.Message); err != nil || m.Type != raftpb.MsgSnap || m.Snapshot == nil {
-		return fmt.Errorf("snapshot stream does not start with a MsgSnap")
+	if err := m.Unmarshal(first.Message); err != nil || m.Type != raftpb.MsgSnap || m.Snapshot == nil || m.From != from || m.To != n.id {
+		return fmt.Errorf("snapshot stream does not start with a MsgSnap from %d to %d", from, n.id)
 	}
 	dir := n.snapDir()
 	if err := os.MkdirAll(dir, 0o755); err != nil {

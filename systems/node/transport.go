@@ -12,15 +12,19 @@ import (
 	"go.etcd.io/raft/v3/raftpb"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/backoff"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
 
 	"github.com/nezha-harness/nezha/systems/kvpb"
 )
 
 const (
-	// mdFrom and mdAddress identify the sender of a stream.
+	// mdCluster, mdFrom and mdAddress identify the sender of a stream: its
+	// cluster, its Raft id and its client address.
+	mdCluster = "x-nezha-cluster"
 	mdFrom    = "x-nezha-from"
 	mdAddress = "x-nezha-address"
 	// maxBatchBytes bounds one MessageBatch (a single larger message is sent
@@ -132,7 +136,7 @@ func (t *transport) reportUnreachable(id uint64) {
 func (t *transport) runPeer(p *peer) {
 	defer t.wg.Done()
 	client := kvpb.NewRaftClient(p.conn)
-	md := metadata.Pairs(mdFrom, strconv.FormatUint(t.n.id, 10), mdAddress, t.n.cfg.Address)
+	md := t.n.outgoingMD()
 	backoff := 50 * time.Millisecond
 	for t.ctx.Err() == nil {
 		ctx, cancel := context.WithCancel(metadata.NewOutgoingContext(t.ctx, md))
@@ -214,12 +218,9 @@ type raftServer struct {
 
 func (s *raftServer) Stream(stream grpc.ClientStreamingServer[kvpb.MessageBatch, kvpb.StreamAck]) error {
 	n := s.n
-	if md, ok := metadata.FromIncomingContext(stream.Context()); ok {
-		if from, addr := md.Get(mdFrom), md.Get(mdAddress); len(from) == 1 && len(addr) == 1 {
-			if id, err := strconv.ParseUint(from[0], 10, 64); err == nil {
-				n.peerAddrs.Store(id, addr[0])
-			}
-		}
+	from, err := n.admitPeer(stream.Context())
+	if err != nil {
+		return err
 	}
 	for {
 		batch, err := stream.Recv()
@@ -232,6 +233,10 @@ func (s *raftServer) Stream(stream grpc.ClientStreamingServer[kvpb.MessageBatch,
 				n.logger.Warn("undecodable raft message dropped", "err", err)
 				continue
 			}
+			if m.From != from || m.To != n.id {
+				n.logger.Warn("raft message with a wrong address dropped", "from", m.From, "to", m.To, "stream_from", from)
+				continue
+			}
 			select {
 			case n.recvc <- m:
 			case <-n.stopc:
@@ -241,4 +246,33 @@ func (s *raftServer) Stream(stream grpc.ClientStreamingServer[kvpb.MessageBatch,
 			}
 		}
 	}
+}
+
+// outgoingMD identifies this node to the peers it streams to.
+func (n *Node) outgoingMD() metadata.MD {
+	return metadata.Pairs(mdCluster, n.cfg.clusterID(), mdFrom, strconv.FormatUint(n.id, 10), mdAddress, n.cfg.Address)
+}
+
+// admitPeer checks that a stream comes from another member of this
+// cluster (a node of another local cluster that reused a port must not
+// reach this one's Raft) and records its client address.
+func (n *Node) admitPeer(ctx context.Context) (uint64, error) {
+	md, _ := metadata.FromIncomingContext(ctx)
+	cluster, from, addr := md.Get(mdCluster), md.Get(mdFrom), md.Get(mdAddress)
+	if len(cluster) != 1 || cluster[0] != n.cfg.clusterID() {
+		n.logger.Warn("refused a peer stream from another cluster", "cluster", cluster, "want", n.cfg.clusterID())
+		return 0, status.Errorf(codes.PermissionDenied, "not a member of cluster %s", n.cfg.clusterID())
+	}
+	if len(from) != 1 {
+		return 0, status.Errorf(codes.PermissionDenied, "no sender id")
+	}
+	id, err := strconv.ParseUint(from[0], 10, 64)
+	if err != nil || id == 0 || id == n.id || id > uint64(len(n.cfg.Peers)) {
+		n.logger.Warn("refused a peer stream with a bad sender id", "from", from[0])
+		return 0, status.Errorf(codes.PermissionDenied, "bad sender id %q", from[0])
+	}
+	if len(addr) == 1 {
+		n.peerAddrs.Store(id, addr[0])
+	}
+	return id, nil
 }

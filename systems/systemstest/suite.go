@@ -468,9 +468,19 @@ func testTornTail(t *testing.T, o Options) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// Cut into the last record: a torn write.
-	if err := os.Truncate(seg, st.Size()-7); err != nil {
-		t.Fatal(err)
+	// Cut into the last record: a torn write. A segment GC has just rolled
+	// may hold no record: then the torn write is a partial header.
+	if st.Size() >= 64 {
+		if err := os.Truncate(seg, st.Size()-7); err != nil {
+			t.Fatal(err)
+		}
+	} else {
+		f, err := os.OpenFile(seg, os.O_WRONLY|os.O_APPEND, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		f.Write([]byte{0xde, 0xad, 0xbe, 0xef, 1, 2, 3})
+		f.Close()
 	}
 	h.put("after-tear", "y")
 	if err := h.spec.Restart(victim); err != nil {
