@@ -4,8 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"net"
+	"os"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -66,13 +69,34 @@ func (n *Net) Reserve(nodes int) error {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	for i := 0; i < nodes*(nodes-1); i++ {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
+		l, err := listenBelowEphemeral()
 		if err != nil {
 			return fmt.Errorf("reserve a port for a peer link proxy: %w", err)
 		}
 		n.reserved = append(n.reserved, l)
 	}
 	return nil
+}
+
+// listenBelowEphemeral listens on a free loopback port below the kernel's
+// ephemeral range if it can (else on any free port). A cut link's proxy
+// stops listening until the link is restored; a port from the ephemeral
+// range could meanwhile become the local port of some outgoing connection.
+func listenBelowEphemeral() (net.Listener, error) {
+	lo, hi := 10000, 32768
+	if b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range"); err == nil {
+		if f := strings.Fields(string(b)); len(f) > 0 {
+			if v, err := strconv.Atoi(f[0]); err == nil {
+				hi = v
+			}
+		}
+	}
+	for tries := 0; hi-lo >= 1000 && tries < 100; tries++ {
+		if l, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(lo+rand.IntN(hi-lo)))); err == nil {
+			return l, nil
+		}
+	}
+	return net.Listen("tcp", "127.0.0.1:0")
 }
 
 // NodeArgs is a cluster.UpOptions.NodeArgs: on its first call it creates a
