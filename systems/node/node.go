@@ -52,7 +52,8 @@ type readResult struct {
 // readBatch is one ReadIndex round shared by the reads that arrived together.
 type readBatch struct {
 	waiters  []readRequest
-	issuedAt int // loop tick count
+	issuedAt int       // loop tick count
+	started  time.Time // when the round was issued (monotonic)
 }
 
 // applyBatch is a run of committed entries for the apply goroutine, or a
@@ -103,6 +104,10 @@ type Node struct {
 	minFollowerMatch atomic.Uint64
 	// Loop-owned: the membership, for compaction markers.
 	confState raftpb.ConfState
+	// leaseUntil (nanoseconds since epoch, monotonic) is when this
+	// leader's read lease ends (Config.LeaseRead); 0: no lease.
+	epoch      time.Time
+	leaseUntil atomic.Int64
 
 	proposals   *waitRegistry
 	appliedWait *indexWait
@@ -147,6 +152,7 @@ func Start(cfg Config) (*Node, error) {
 		proposals:    newWaitRegistry(),
 		appliedWait:  newIndexWait(),
 		pendingReads: map[uint64]*readBatch{},
+		epoch:        time.Now(),
 	}
 	n.disk = diskGuard{dir: cfg.DataDir, min: cfg.MinFreeDiskBytes}
 	n.minFollowerMatch.Store(math.MaxUint64)
@@ -232,9 +238,6 @@ func (n *Node) open() error {
 		CheckQuorum:               true,
 		PreVote:                   true,
 		Logger:                    &raftLogger{l: n.logger},
-	}
-	if n.cfg.LeaseRead {
-		rc.ReadOnlyOption = raft.ReadOnlyLeaseBased
 	}
 	rn, err := raft.NewRawNode(rc)
 	if err != nil {
@@ -373,7 +376,7 @@ func (n *Node) runLoop() {
 				n.propose(<-n.propc)
 			}
 		case r := <-n.readc:
-			batch := &readBatch{waiters: []readRequest{r}, issuedAt: n.ticks}
+			batch := &readBatch{waiters: []readRequest{r}, issuedAt: n.ticks, started: time.Now()}
 			for more := len(n.readc); more > 0; more-- {
 				batch.waiters = append(batch.waiters, <-n.readc)
 			}
@@ -420,6 +423,7 @@ func (n *Node) handleReady(rd raft.Ready) error {
 	if rd.SoftState != nil {
 		if old := n.lead.Swap(rd.SoftState.Lead); old != rd.SoftState.Lead {
 			n.logger.Info("leader changed", "leader", rd.SoftState.Lead, "state", rd.SoftState.RaftState)
+			n.leaseUntil.Store(0)
 			n.failReads(errDropped)
 		}
 		n.raftState.Store(uint64(rd.SoftState.RaftState))
@@ -454,6 +458,9 @@ func (n *Node) handleReady(rd raft.Ready) error {
 		seq := binary.BigEndian.Uint64(rs.RequestCtx)
 		if b, ok := n.pendingReads[seq]; ok {
 			delete(n.pendingReads, seq)
+			if n.cfg.LeaseRead && raft.StateType(n.raftState.Load()) == raft.StateLeader {
+				n.extendLease(b.started)
+			}
 			for _, w := range b.waiters {
 				w.ch <- readResult{index: rs.Index}
 			}
@@ -622,9 +629,46 @@ func (n *Node) proposeAndWait(ctx context.Context, c *systems.Command) (uint64, 
 	}
 }
 
+// leaseFraction of the election timeout is how long a confirmed round of
+// leadership lets the leader read locally (the margin covers clock drift).
+const leaseFraction = 0.75
+
+// extendLease starts a read lease at the moment a ReadIndex round that a
+// quorum confirmed was issued. A follower that acknowledged the round's
+// heartbeat refuses votes (CheckQuorum) and does not campaign for an
+// election timeout after it, so no other leader can exist before then. The
+// lease is measured on the monotonic clock, not in Raft ticks: a paused
+// leader's lease expires while it is stopped.
+func (n *Node) extendLease(started time.Time) {
+	d := time.Duration(float64(n.cfg.ElectionTicks) * float64(n.cfg.TickInterval) * leaseFraction)
+	until := int64(started.Sub(n.epoch) + d)
+	for {
+		cur := n.leaseUntil.Load()
+		if until <= cur || n.leaseUntil.CompareAndSwap(cur, until) {
+			return
+		}
+	}
+}
+
+// leaseRead reports whether this node may serve a linearizable read from
+// its lease now, and at which commit index.
+func (n *Node) leaseRead() (uint64, bool) {
+	if !n.cfg.LeaseRead || raft.StateType(n.raftState.Load()) != raft.StateLeader {
+		return 0, false
+	}
+	if int64(time.Since(n.epoch)) >= n.leaseUntil.Load() {
+		return 0, false
+	}
+	return n.commit.Load(), true
+}
+
 // readIndex waits until the local state machine reflects every write that
-// was committed before the call (ReadIndex, or a lease read).
+// was committed before the call: from the leader's lease (Config.LeaseRead)
+// when it holds one, else through a ReadIndex round.
 func (n *Node) readIndex(ctx context.Context) error {
+	if index, ok := n.leaseRead(); ok {
+		return n.appliedWait.wait(ctx, index, n.failed)
+	}
 	ch := make(chan readResult, 1)
 	select {
 	case n.readc <- readRequest{ch: ch}:

@@ -114,7 +114,9 @@ type testCluster struct {
 	nodes []*Node
 }
 
-func startCluster(t testing.TB, n int) *testCluster {
+func startCluster(t testing.TB, n int) *testCluster { return startClusterWith(t, n, nil) }
+
+func startClusterWith(t testing.TB, n int, edit func(*Config)) *testCluster {
 	t.Helper()
 	addrs := freeAddrs(t, 2*n)
 	tc := &testCluster{t: t}
@@ -128,6 +130,9 @@ func startCluster(t testing.TB, n int) *testCluster {
 		c.TickInterval = 20 * time.Millisecond
 		c.MinFreeDiskBytes = 0
 		c.Logger = logger
+		if edit != nil {
+			edit(&c)
+		}
 		tc.cfgs = append(tc.cfgs, c)
 	}
 	tc.nodes = make([]*Node, n)
@@ -357,4 +362,47 @@ func TestAdmitPeer(t *testing.T) {
 			t.Fatalf("%s: %v, want PermissionDenied", name, err)
 		}
 	}
+}
+
+// With LeaseRead the leader confirms its leadership once per lease, not
+// once per read, and reads stay correct.
+func TestLeaseReadsSkipRounds(t *testing.T) {
+	tc := startClusterWith(t, 3, func(c *Config) { c.LeaseRead = true })
+	leader := tc.waitLeader(10 * time.Second)
+	c, err := client.New(client.DefaultConfig(tc.cfgs[leader].Address))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if _, err := c.Put(ctx, []byte("k"), []byte("v1")); err != nil {
+		t.Fatal(err)
+	}
+	ln := tc.nodes[leader]
+	for i := 0; i < 50; i++ {
+		if _, err := c.Put(ctx, []byte("k"), []byte(fmt.Sprint("v", i))); err != nil {
+			t.Fatal(err)
+		}
+		v, ok, err := c.Get(ctx, []byte("k"))
+		if err != nil || !ok || string(v) != fmt.Sprint("v", i) {
+			t.Fatalf("read %d after write: %q %v %v", i, v, ok, err)
+		}
+	}
+	// 50 reads within a few lease periods (election timeout 200 ms here).
+	if _, ok := ln.leaseRead(); !ok {
+		t.Fatal("the leader holds no lease right after reads")
+	}
+	if rounds := tc.readRounds(leader); rounds > 25 {
+		t.Fatalf("%d ReadIndex rounds for 51 lease reads", rounds)
+	}
+}
+
+// readRounds returns how many ReadIndex rounds node i issued (read on its
+// loop).
+func (tc *testCluster) readRounds(i int) uint64 {
+	done := make(chan uint64, 1)
+	n := tc.nodes[i]
+	_ = n.inLoop(context.Background(), func() error { done <- n.readSeq; return nil })
+	return <-done
 }
