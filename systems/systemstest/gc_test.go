@@ -150,14 +150,16 @@ func TestGCCrashPoints(t *testing.T) {
 	}
 }
 
-// A follower that is down while the leader compacts its log rejoins
-// through a Raft snapshot.
-func TestGCFollowerRejoinsThroughSnapshot(t *testing.T) {
-	h := startWith(t, Options{System: "nezha", Binary: binary, Seed: 200,
-		ExtraArgs: []string{"-segmentSizeBytes", "65536", "-gcContinuous", "-gcInterval", "20ms"}}, nil)
-	acked := h.writeMany("s", 200, "before")
-	leader := h.leader()
-	follower := uint64(1)
+// rejoinThroughSnapshot kills a follower, writes until the leader's log is
+// compacted past the follower's last entry (Raft-aware compaction first
+// waits for the follower to count as down), restarts the follower and
+// checks that it caught up through a Raft snapshot with every
+// acknowledged write and no deleted key. It returns the follower's id.
+func (h *harness) rejoinThroughSnapshot(acked map[string]string, deleted []string) (follower, leader uint64) {
+	t := h.t
+	t.Helper()
+	leader = h.leader()
+	follower = uint64(1)
 	if leader == follower {
 		follower = 2
 	}
@@ -172,8 +174,6 @@ func TestGCFollowerRejoinsThroughSnapshot(t *testing.T) {
 	if err := h.spec.Kill(follower); err != nil {
 		t.Fatal(err)
 	}
-	// Write until the leader's log is compacted past the follower's last
-	// entry (Raft-aware GC first waits for the follower to count as down).
 	ln, _ := h.spec.Node(leader)
 	deadline := time.Now().Add(60 * time.Second)
 	for round := 0; ; round++ {
@@ -187,7 +187,7 @@ func TestGCFollowerRejoinsThroughSnapshot(t *testing.T) {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("leader never compacted past %d", followerLast)
+			t.Fatalf("leader never compacted past %d; log tail:\n%s", followerLast, cluster.Tail(ln.Log, 20))
 		}
 	}
 	if err := h.spec.Restart(follower); err != nil {
@@ -198,7 +198,17 @@ func TestGCFollowerRejoinsThroughSnapshot(t *testing.T) {
 	if !strings.Contains(string(logText), "snapshot installed") {
 		t.Fatalf("follower %d caught up without a snapshot; log tail:\n%s", follower, cluster.Tail(fn.Log, 30))
 	}
-	h.checkNode(follower, acked, nil)
+	h.checkNode(follower, acked, deleted)
+	return follower, leader
+}
+
+// A follower that is down while the leader compacts its log rejoins
+// through a Raft snapshot.
+func TestGCFollowerRejoinsThroughSnapshot(t *testing.T) {
+	h := startWith(t, Options{System: "nezha", Binary: binary, Seed: 200,
+		ExtraArgs: []string{"-segmentSizeBytes", "65536", "-gcContinuous", "-gcInterval", "20ms"}}, nil)
+	acked := h.writeMany("s", 200, "before")
+	follower, _ := h.rejoinThroughSnapshot(acked, nil)
 	// It keeps up after the snapshot.
 	for k, v := range h.writeMany("after", 50, "after") {
 		acked[k] = v
@@ -219,53 +229,12 @@ func TestGCBaselineFollowerRejoinsThroughSnapshot(t *testing.T) {
 				ExtraArgs: []string{"-segmentSizeBytes", fmt.Sprint(segment),
 					"-rocksdb.logRetainBytes", fmt.Sprint(retain), "-rocksdb.logTruncateInterval", "50ms"}}, nil)
 			acked := h.writeMany("s", 200, "before")
-			h.deleteKeys([]string{"s00010", "s00020"})
-			delete(acked, "s00010")
-			delete(acked, "s00020")
 			deleted := []string{"s00010", "s00020"}
-			leader := h.leader()
-			follower := uint64(1)
-			if leader == follower {
-				follower = 2
+			h.deleteKeys(deleted)
+			for _, k := range deleted {
+				delete(acked, k)
 			}
-			fn, _ := h.spec.Node(follower)
-			ctx, cancel := ctxFor(5 * time.Second)
-			st, err := h.c.Status(ctx, fn.Address, false)
-			cancel()
-			if err != nil {
-				t.Fatal(err)
-			}
-			followerLast := st.LastIndex
-			if err := h.spec.Kill(follower); err != nil {
-				t.Fatal(err)
-			}
-			// Write until the leader truncated its log past the follower's
-			// last entry (it first waits for the follower to count as down).
-			ln, _ := h.spec.Node(leader)
-			deadline := time.Now().Add(60 * time.Second)
-			for round := 0; ; round++ {
-				for k, v := range h.writeMany(fmt.Sprintf("t%d-", round), 100, "during") {
-					acked[k] = v
-				}
-				ctx, cancel := ctxFor(5 * time.Second)
-				ls, err := h.c.Status(ctx, ln.Address, false)
-				cancel()
-				if err == nil && ls.CompactedIndex > followerLast {
-					break
-				}
-				if time.Now().After(deadline) {
-					t.Fatalf("leader never truncated past %d; log tail:\n%s", followerLast, cluster.Tail(ln.Log, 20))
-				}
-			}
-			if err := h.spec.Restart(follower); err != nil {
-				t.Fatal(err)
-			}
-			h.convergence()
-			logText, _ := os.ReadFile(fn.Log)
-			if !strings.Contains(string(logText), "snapshot installed") {
-				t.Fatalf("follower %d caught up without a snapshot; log tail:\n%s", follower, cluster.Tail(fn.Log, 30))
-			}
-			h.checkNode(follower, acked, deleted)
+			follower, leader := h.rejoinThroughSnapshot(acked, deleted)
 			// It keeps up after the snapshot, and survives a restart on
 			// the restored database.
 			for k, v := range h.writeMany("after", 50, "after") {
