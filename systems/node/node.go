@@ -429,6 +429,13 @@ func (n *Node) handleReady(rd raft.Ready) error {
 		n.raftState.Store(uint64(rd.SoftState.RaftState))
 	}
 	isLeader := raft.StateType(n.raftState.Load()) == raft.StateLeader
+	if !raft.IsEmptyHardState(rd.HardState) {
+		// Publish the commit index before any message carries it: a
+		// follower may apply an entry and answer its client before this
+		// Ready is persisted, and a lease read here must not miss it.
+		n.term.Store(rd.HardState.Term)
+		n.commit.Store(rd.HardState.Commit)
+	}
 	if isLeader {
 		n.transport.send(rd.Messages)
 	}
@@ -439,10 +446,6 @@ func (n *Node) handleReady(rd raft.Ready) error {
 	}
 	if err := n.log.Append(rd.HardState, rd.Entries, rd.MustSync); err != nil {
 		return err
-	}
-	if !raft.IsEmptyHardState(rd.HardState) {
-		n.term.Store(rd.HardState.Term)
-		n.commit.Store(rd.HardState.Commit)
 	}
 	first, _ := n.log.FirstIndex()
 	last, _ := n.log.LastIndex()
