@@ -405,6 +405,18 @@ func (n *Node) runLoop() {
 }
 
 func (n *Node) step(m raftpb.Message) {
+	if m.Type == raftpb.MsgHeartbeat {
+		// A heartbeat carries min(the leader's commit, what the leader
+		// believes this node has). If this node lost acknowledged entries
+		// (fsynced bytes gone, outside Raft's fault model), that is past
+		// its last index and raft would panic; clamp it instead, so the
+		// node stays up and the leader re-sends the entries.
+		if last, _ := n.log.LastIndex(); m.Commit > last {
+			n.logger.Warn("heartbeat commits beyond this node's log; entries it acknowledged are missing",
+				"commit", m.Commit, "last_index", last, "from", m.From)
+			m.Commit = last
+		}
+	}
 	if err := n.rn.Step(m); err != nil && !errors.Is(err, raft.ErrStepPeerNotFound) {
 		n.logger.Debug("step", "err", err, "type", m.Type, "from", m.From)
 	}

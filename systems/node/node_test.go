@@ -9,6 +9,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"os"
 	"sort"
 	"strings"
 	"sync"
@@ -405,4 +406,67 @@ func (tc *testCluster) readRounds(i int) uint64 {
 	n := tc.nodes[i]
 	_ = n.inLoop(context.Background(), func() error { done <- n.readSeq; return nil })
 	return <-done
+}
+
+// A follower that lost entries it had acknowledged (fsynced bytes gone:
+// outside Raft's fault model) must not panic on the leader's heartbeat. The
+// leader ignores its rejections at or below the match index it recorded
+// (raft assumes acknowledged entries stay), so the follower stays behind
+// until the next leader probes it afresh; then it catches up.
+func TestFollowerThatLostAckedEntriesSurvives(t *testing.T) {
+	tc := startCluster(t, 3)
+	leader := tc.waitLeader(10 * time.Second)
+	c := tc.client(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for i := 0; i < 20; i++ {
+		if _, err := c.Put(ctx, []byte(fmt.Sprintf("k%02d", i)), []byte("v")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	f := (leader + 1) % 3
+	waitApplied := func(i int, want uint64) {
+		t.Helper()
+		for end := time.Now().Add(10 * time.Second); tc.nodes[i].applied.Load() < want; {
+			select {
+			case <-tc.nodes[i].Failed():
+				t.Fatalf("node %d failed: %v", i+1, tc.nodes[i].Err())
+			default:
+			}
+			if time.Now().After(end) {
+				t.Fatalf("node %d applied %d, want %d", i+1, tc.nodes[i].applied.Load(), want)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	waitApplied(f, tc.nodes[leader].applied.Load())
+	last, _ := tc.nodes[f].log.LastIndex()
+	loc, ok := tc.nodes[f].log.Location(last)
+	if !ok {
+		t.Fatal("no location for the last entry")
+	}
+	seg := ""
+	for _, s := range tc.nodes[f].log.Segments() {
+		if s.ID == loc.Segment {
+			seg = s.Path
+		}
+	}
+	tc.stop(f)
+	if err := os.Truncate(seg, loc.Offset+5); err != nil {
+		t.Fatal(err)
+	}
+	tc.start(f)
+	if _, err := c.Put(ctx, []byte("after"), []byte("v")); err != nil {
+		t.Fatal(err)
+	}
+	// Heartbeats arrive; the follower must stay up.
+	time.Sleep(10 * tc.cfgs[f].TickInterval)
+	if err := tc.nodes[f].Err(); err != nil {
+		t.Fatalf("follower failed: %v", err)
+	}
+	// A new leader probes every follower afresh.
+	want := tc.nodes[leader].applied.Load()
+	tc.stop(leader)
+	tc.waitLeader(10 * time.Second)
+	waitApplied(f, want)
 }

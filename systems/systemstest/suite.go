@@ -464,24 +464,22 @@ func testTornTail(t *testing.T, o Options) {
 	}
 	n, _ := h.spec.Node(victim)
 	seg := lastSegment(t, *n)
-	st, err := os.Stat(seg)
+	// A torn write: the crash left the first bytes of a record that was
+	// never fsynced (so never acknowledged): a header claiming more
+	// payload than follows. (Cutting bytes off fsynced records is another
+	// fault, outside Raft's model: see the lose-tail nemesis.)
+	f, err := os.OpenFile(seg, os.O_WRONLY|os.O_APPEND, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
-	// Cut into the last record: a torn write. A segment GC has just rolled
-	// may hold no record: then the torn write is a partial header.
-	if st.Size() >= 64 {
-		if err := os.Truncate(seg, st.Size()-7); err != nil {
-			t.Fatal(err)
-		}
-	} else {
-		f, err := os.OpenFile(seg, os.O_WRONLY|os.O_APPEND, 0)
-		if err != nil {
-			t.Fatal(err)
-		}
-		f.Write([]byte{0xde, 0xad, 0xbe, 0xef, 1, 2, 3})
-		f.Close()
+	torn := make([]byte, 40)
+	torn[4] = 0xff // payload length 255, only 15 bytes follow the header
+	torn[8] = 1    // an entry record
+	h.rng.Read(torn[25:])
+	if _, err := f.Write(torn); err != nil {
+		t.Fatal(err)
 	}
+	f.Close()
 	h.put("after-tear", "y")
 	if err := h.spec.Restart(victim); err != nil {
 		t.Fatal(err)
