@@ -8,6 +8,7 @@ import (
 	"math/rand"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -110,7 +111,11 @@ func (x *Run) benchCommon(prefix string, clients int, ops int64, seed int64, raw
 }
 
 // putVsize: PUT throughput and latency vs value size, the same total bytes
-// at each size (the paper's method), a fresh cluster per system and size.
+// at each size (the paper's method), a fresh cluster per system and size,
+// systems interleaved within each size (rotated) so that a drift in the
+// machine's load does not favour one system. Then the headline point:
+// HeadlineRuns repetitions at the largest size with HeadlineBytes each,
+// again interleaved, reported as median and range.
 func putVsize() Experiment {
 	return Experiment{
 		Name: "put-vsize", Title: "PUT throughput and latency vs value size",
@@ -120,41 +125,35 @@ func putVsize() Experiment {
 			x.param("total_bytes_per_size", p.PutTotalBytes)
 			x.param("value_sizes_kib", p.ValueSizesKiB)
 			x.param("clients", p.Clients)
+			x.param("headline_runs", p.HeadlineRuns)
+			x.param("headline_bytes", p.HeadlineBytes)
 			var cats []string
 			for _, s := range p.ValueSizesKiB {
 				cats = append(cats, fmt.Sprint(s))
 			}
-			mbps := map[string][]float64{}
-			opsps := map[string][]float64{}
-			p50 := map[string][]float64{}
-			p99 := map[string][]float64{}
+			n := len(p.ValueSizesKiB)
+			mbps, opsps, p50, p99 := map[string][]float64{}, map[string][]float64{}, map[string][]float64{}, map[string][]float64{}
 			missing := map[string][]int{}
-			var cdfs, series []plots.Series
+			for _, sys := range x.Systems {
+				mbps[sys], opsps[sys], p50[sys], p99[sys] = make([]float64, n), make([]float64, n), make([]float64, n), make([]float64, n)
+			}
 			limit, haveLimit := x.diskLimitOf()
-			tbl := Table{Title: "PUT, per system and value size", Columns: []string{"system", "value", "ops", "ops/s", "MB/s", "p50 ms", "p99 ms", "p99.9 ms", "errors", "ambiguous"}}
+			tbl := Table{Title: "PUT, per system and value size (one run each)", Columns: []string{"system", "value", "ops", "ops/s", "MB/s", "p50 ms", "p99 ms", "p99.9 ms", "errors", "ambiguous"}}
 			if haveLimit {
 				tbl.Columns = append(tbl.Columns, "of disk limit/3")
 			}
-			for _, sys := range x.Systems {
-				for i, size := range p.ValueSizesKiB {
-					vbytes := size * kib
-					ops := p.PutTotalBytes / int64(vbytes)
-					label := fmt.Sprintf("%dk", size)
-					var raw bytes.Buffer
-					wantRaw := i == len(p.ValueSizesKiB)-1
-					sum, err := x.benchPut(ctx, sys, label, ops, vbytes, wantRaw, &raw)
+			rows := map[string][][]string{}
+			for i, size := range p.ValueSizesKiB {
+				vbytes := size * kib
+				ops := p.PutTotalBytes / int64(vbytes)
+				for _, sys := range rotate(x.Systems, i) {
+					sum, err := x.benchPut(ctx, sys, fmt.Sprintf("%dk", size), ops, vbytes, nil)
 					if err != nil {
 						missing[sys] = append(missing[sys], i)
-						mbps[sys] = append(mbps[sys], 0)
-						opsps[sys] = append(opsps[sys], 0)
-						p50[sys] = append(p50[sys], 0)
-						p99[sys] = append(p99[sys], 0)
 						continue
 					}
-					mbps[sys] = append(mbps[sys], sum.MBPerSec)
-					opsps[sys] = append(opsps[sys], sum.OpsPerSec)
-					p50[sys] = append(p50[sys], float64(sum.P50Us)/1000)
-					p99[sys] = append(p99[sys], float64(sum.P99Us)/1000)
+					mbps[sys][i], opsps[sys][i] = sum.MBPerSec, sum.OpsPerSec
+					p50[sys][i], p99[sys][i] = float64(sum.P50Us)/1000, float64(sum.P99Us)/1000
 					x.metric(fmt.Sprintf("put_mb_per_sec/%s/%d", sys, size), sum.MBPerSec)
 					x.metric(fmt.Sprintf("put_ops_per_sec/%s/%d", sys, size), sum.OpsPerSec)
 					row := []string{sys, fmt.Sprintf("%d KiB", size), fmt.Sprint(sum.Ops), f0(sum.OpsPerSec), f1(sum.MBPerSec),
@@ -162,14 +161,11 @@ func putVsize() Experiment {
 					if haveLimit {
 						row = append(row, fmt.Sprintf("%.0f%%", 100*sum.MBPerSec/(limit/3)))
 					}
-					tbl.Rows = append(tbl.Rows, row)
-					if wantRaw {
-						if c, err := latencyCDF(sys, &raw); err == nil {
-							cdfs = append(cdfs, c)
-						}
-						series = append(series, throughputSeries(sys, sum))
-					}
+					rows[sys] = append(rows[sys], row)
 				}
+			}
+			for _, sys := range x.Systems {
+				tbl.Rows = append(tbl.Rows, rows[sys]...)
 			}
 			x.table(tbl)
 			bars := func(name, title, ylabel string, vals map[string][]float64) plots.Figure {
@@ -179,30 +175,105 @@ func putVsize() Experiment {
 				}
 				return f
 			}
-			f := bars("put-mbps", "PUT goodput vs value size", "goodput (MB/s)", mbps)
-			if haveLimit {
-				f.HLines = []plots.Mark{{At: limit / 3, Label: "disk limit / 3"}}
-			}
-			x.figure(f)
+			x.figure(bars("put-mbps", "PUT goodput vs value size", "goodput (MB/s)", mbps))
 			x.figure(bars("put-ops", "PUT throughput vs value size", "throughput (ops/s)", opsps))
 			x.figure(bars("put-p99", "PUT p99 latency vs value size", "p99 latency (ms)", p99))
 			x.figure(bars("put-p50", "PUT median latency vs value size", "p50 latency (ms)", p50))
-			last := p.ValueSizesKiB[len(p.ValueSizesKiB)-1]
-			if len(cdfs) > 0 {
-				x.figure(plots.Figure{Name: "put-latency-cdf", Title: fmt.Sprintf("PUT latency CDF, %d KiB values", last), Kind: plots.CDF,
-					XLabel: "latency (ms)", YLabel: "fraction of operations", LogX: true, Series: cdfs})
-			}
-			if len(series) > 0 {
-				x.figure(plots.Figure{Name: "put-timeseries", Title: fmt.Sprintf("PUT throughput over time, %d KiB values", last), Kind: plots.Lines,
-					XLabel: "time (s)", YLabel: "goodput (MB/s)", Series: series})
-			}
+			x.putHeadline(ctx, limit, haveLimit)
 			return nil
 		},
 	}
 }
 
+// rotate returns ss rotated left by k: the order systems run in changes
+// from one size to the next.
+func rotate(ss []string, k int) []string {
+	if len(ss) == 0 {
+		return nil
+	}
+	k %= len(ss)
+	return append(append([]string(nil), ss[k:]...), ss[:k]...)
+}
+
+// putHeadline repeats the largest value size HeadlineRuns times per system,
+// interleaved, HeadlineBytes each: the PUT figure of the headline table is
+// the median of these runs.
+func (x *Run) putHeadline(ctx context.Context, limit float64, haveLimit bool) {
+	p := x.Profile
+	size := p.ValueSizesKiB[len(p.ValueSizesKiB)-1]
+	vbytes := size * kib
+	ops := p.HeadlineBytes / int64(vbytes)
+	runs := map[string][]float64{}
+	var cdfs, series []plots.Series
+	for rep := 0; rep < p.HeadlineRuns; rep++ {
+		for _, sys := range rotate(x.Systems, rep) {
+			var raw bytes.Buffer
+			sum, err := x.benchPut(ctx, sys, fmt.Sprintf("headline-%d", rep), ops, vbytes, &raw)
+			if err != nil {
+				continue
+			}
+			runs[sys] = append(runs[sys], sum.MBPerSec)
+			if rep == 0 {
+				if c, err := latencyCDF(sys, &raw); err == nil {
+					cdfs = append(cdfs, c)
+				}
+				if s, ok := throughputSeries(sys, sum, true); ok {
+					series = append(series, s)
+				}
+			}
+		}
+	}
+	tbl := Table{Title: fmt.Sprintf("PUT goodput at %d KiB: %d runs of %d MiB per system, interleaved", size, p.HeadlineRuns, p.HeadlineBytes/mib),
+		Columns: []string{"system", "median MB/s", "min", "max", "runs", "median / original's"}}
+	fig := plots.Figure{Name: "put-headline", Title: fmt.Sprintf("PUT goodput, %d KiB values (median of %d runs, range as error bars)", size, p.HeadlineRuns),
+		Kind: plots.Bars, XLabel: "system", YLabel: "goodput (MB/s)", Categories: []string{fmt.Sprintf("%d KiB", size)}}
+	if haveLimit {
+		fig.HLines = []plots.Mark{{At: limit / 3, Label: "disk limit / 3"}}
+	}
+	base := median(runs["original"])
+	for _, sys := range x.Systems {
+		r := runs[sys]
+		if len(r) == 0 {
+			fig.Series = append(fig.Series, plots.Series{Name: sys, Values: []float64{0}, Missing: []int{0}})
+			continue
+		}
+		med, lo, hi := median(r), slices.Min(r), slices.Max(r)
+		x.metric("put_headline/"+sys, med)
+		ratio := "-"
+		if base > 0 {
+			ratio = f2(med / base)
+		}
+		tbl.Rows = append(tbl.Rows, []string{sys, f1(med), f1(lo), f1(hi), fmt.Sprint(len(r)), ratio})
+		// Error bars are symmetric: use the larger distance to the range.
+		fig.Series = append(fig.Series, plots.Series{Name: sys, Values: []float64{med}, Errors: []float64{max(med-lo, hi-med)}})
+	}
+	x.table(tbl)
+	x.figure(fig)
+	if len(cdfs) > 0 {
+		x.figure(plots.Figure{Name: "put-latency-cdf", Title: fmt.Sprintf("PUT latency CDF, %d KiB values", size), Kind: plots.CDF,
+			XLabel: "latency (ms)", YLabel: "fraction of operations", LogX: true, Series: cdfs})
+	}
+	if len(series) > 0 {
+		x.figure(plots.Figure{Name: "put-timeseries", Title: fmt.Sprintf("PUT goodput over time, %d KiB values", size), Kind: plots.Lines,
+			XLabel: "time (s)", YLabel: "goodput (MB/s)", Series: series})
+	}
+}
+
+// median of vs (not modified); 0 for none.
+func median(vs []float64) float64 {
+	if len(vs) == 0 {
+		return 0
+	}
+	c := append([]float64(nil), vs...)
+	sort.Float64s(c)
+	if len(c)%2 == 1 {
+		return c[len(c)/2]
+	}
+	return (c[len(c)/2-1] + c[len(c)/2]) / 2
+}
+
 // benchPut runs one PUT phase on a fresh cluster.
-func (x *Run) benchPut(ctx context.Context, sys, label string, ops int64, vbytes int, wantRaw bool, raw *bytes.Buffer) (workloads.Summary, error) {
+func (x *Run) benchPut(ctx context.Context, sys, label string, ops int64, vbytes int, raw *bytes.Buffer) (workloads.Summary, error) {
 	tb, err := x.start(ctx, sys, "put-"+label)
 	if err != nil {
 		x.fail(sys, "cluster up", err, nil)
@@ -210,7 +281,7 @@ func (x *Run) benchPut(ctx context.Context, sys, label string, ops int64, vbytes
 	}
 	o := workloads.PutOptions{Common: x.benchCommon("p", x.Profile.Clients, ops, 1, nil), ValueBytes: vbytes,
 		MaxValueBytes: max(vbytes, 64*mib), Order: "random"}
-	if wantRaw {
+	if raw != nil {
 		o.Raw = raw
 	}
 	x.logf("%s: PUT %d x %d KiB, %d clients", sys, ops, vbytes/kib, o.Clients)
@@ -262,17 +333,23 @@ func latencyCDF(name string, raw *bytes.Buffer) (plots.Series, error) {
 	return s, nil
 }
 
-// throughputSeries is a Summary's per-second goodput in MB/s.
-func throughputSeries(name string, sum workloads.Summary) plots.Series {
+// throughputSeries is a Summary's per-second goodput in MB/s (bytes) or
+// ops/s, without the last, partial second; ok is false for runs shorter
+// than 5 s, whose series say nothing.
+func throughputSeries(name string, sum workloads.Summary, bytes bool) (plots.Series, bool) {
 	s := plots.Series{Name: name}
+	full := int(sum.DurationSec)
 	for _, sec := range sum.Series {
-		s.X = append(s.X, float64(sec.Second))
-		s.Y = append(s.Y, float64(sec.Bytes)/1e6)
+		if sec.Second >= full {
+			continue
+		}
+		v := float64(sec.Ops)
+		if bytes {
+			v = float64(sec.Bytes) / 1e6
+		}
+		s.X, s.Y = append(s.X, float64(sec.Second)), append(s.Y, v)
 	}
-	if len(s.X) == 0 {
-		s.X, s.Y = []float64{0}, []float64{0}
-	}
-	return s
+	return s, len(s.X) >= 5
 }
 
 // readBed loads ReadKeys keys on a fresh cluster of sys and, for nezha,
@@ -335,6 +412,7 @@ func (x *Run) readExperiment(ctx context.Context, op string) error {
 	p := x.Profile
 	x.param("keys", p.ReadKeys)
 	x.param("value_bytes", p.ReadValueBytes)
+	x.param("runs", p.ReadRuns)
 	if op == "get" {
 		x.param("ops", p.GetOps)
 		x.param("zipf", p.Zipf)
@@ -344,8 +422,9 @@ func (x *Run) readExperiment(ctx context.Context, op string) error {
 		x.param("scan_size", p.ScanSize)
 		x.param("clients", p.ScanClients)
 	}
-	tbl := Table{Title: strings.ToUpper(op), Columns: []string{"system", "ops", "ops/s", "MB/s", "p50 ms", "p99 ms", "p99.9 ms", "errors", "misses"}}
-	bar := plots.Figure{Name: op + "-throughput", Title: strings.ToUpper(op) + " throughput", Kind: plots.Bars,
+	x.note("Each system: one cluster, one load, then %d runs back to back; the table gives every run's median and range, the figure the median with the range as error bars. The loaded data fits in the page cache here, so reads are not disk-bound.", p.ReadRuns)
+	tbl := Table{Title: strings.ToUpper(op), Columns: []string{"system", "median ops/s", "min", "max", "MB/s", "p50 ms", "p99 ms", "p99.9 ms", "errors", "misses"}}
+	bar := plots.Figure{Name: op + "-throughput", Title: fmt.Sprintf("%s throughput (median of %d runs)", strings.ToUpper(op), p.ReadRuns), Kind: plots.Bars,
 		XLabel: "system", YLabel: "throughput (ops/s)", Categories: []string{op}}
 	var cdfs, series []plots.Series
 	for _, sys := range x.Systems {
@@ -354,22 +433,34 @@ func (x *Run) readExperiment(ctx context.Context, op string) error {
 			bar.Series = append(bar.Series, plots.Series{Name: sys, Values: []float64{0}, Missing: []int{0}})
 			continue
 		}
+		var rates []float64
+		var first workloads.Summary
 		var raw bytes.Buffer
-		var sum workloads.Summary
-		if op == "get" {
-			o := workloads.GetOptions{Common: x.benchCommon("r", p.Clients, p.GetOps, 2, &raw), Keys: p.ReadKeys, Zipf: p.Zipf}
-			x.logf("%s: %d Zipf(%.2f) GETs, %d clients", sys, p.GetOps, p.Zipf, p.Clients)
-			sum, err = workloads.RunGet(ctx, tb.c, o)
-		} else {
-			o := workloads.ScanOptions{Common: x.benchCommon("r", p.ScanClients, p.ScanOps, 3, &raw), Keys: p.ReadKeys, ScanSize: p.ScanSize}
-			x.logf("%s: %d scans of %d keys, %d clients", sys, p.ScanOps, p.ScanSize, p.ScanClients)
-			sum, err = workloads.RunScan(ctx, tb.c, o)
-		}
-		if err == nil {
-			err = sum.Failures()
-		}
-		if err == nil && sum.Misses > 0 {
-			err = fmt.Errorf("%d %s operations missed keys that were written", sum.Misses, op)
+		for run := 0; run < p.ReadRuns && err == nil; run++ {
+			var sum workloads.Summary
+			var rb *bytes.Buffer
+			if run == 0 {
+				rb = &raw
+			}
+			if op == "get" {
+				o := workloads.GetOptions{Common: x.benchCommon("r", p.Clients, p.GetOps, int64(2+run), rb), Keys: p.ReadKeys, Zipf: p.Zipf}
+				sum, err = workloads.RunGet(ctx, tb.c, o)
+			} else {
+				o := workloads.ScanOptions{Common: x.benchCommon("r", p.ScanClients, p.ScanOps, int64(3+run), rb), Keys: p.ReadKeys, ScanSize: p.ScanSize}
+				sum, err = workloads.RunScan(ctx, tb.c, o)
+			}
+			if err == nil {
+				err = sum.Failures()
+			}
+			if err == nil && sum.Misses > 0 {
+				err = fmt.Errorf("%d %s operations missed keys that were written", sum.Misses, op)
+			}
+			if err == nil {
+				rates = append(rates, sum.OpsPerSec)
+				if run == 0 {
+					first = sum
+				}
+			}
 		}
 		if err != nil {
 			x.fail(sys, op, err, tb.spec)
@@ -378,29 +469,28 @@ func (x *Run) readExperiment(ctx context.Context, op string) error {
 			continue
 		}
 		tb.stop(false)
-		x.logf("%s: %s %.0f ops/s, %.1f MB/s, p99 %.2f ms", sys, op, sum.OpsPerSec, sum.MBPerSec, float64(sum.P99Us)/1000)
-		x.metric(op+"_ops_per_sec/"+sys, sum.OpsPerSec)
-		x.metric(op+"_mb_per_sec/"+sys, sum.MBPerSec)
-		tbl.Rows = append(tbl.Rows, []string{sys, fmt.Sprint(sum.Ops), f0(sum.OpsPerSec), f1(sum.MBPerSec), ms(sum.P50Us), ms(sum.P99Us), ms(sum.P999Us),
-			fmt.Sprint(sum.Errors), fmt.Sprint(sum.Misses)})
-		bar.Series = append(bar.Series, plots.Series{Name: sys, Values: []float64{sum.OpsPerSec}})
+		med, lo, hi := median(rates), slices.Min(rates), slices.Max(rates)
+		x.logf("%s: %s median %.0f ops/s over %d runs (%.0f..%.0f)", sys, op, med, len(rates), lo, hi)
+		x.metric(op+"_ops_per_sec/"+sys, med)
+		tbl.Rows = append(tbl.Rows, []string{sys, f0(med), f0(lo), f0(hi), f1(first.MBPerSec * med / first.OpsPerSec),
+			ms(first.P50Us), ms(first.P99Us), ms(first.P999Us), fmt.Sprint(first.Errors), fmt.Sprint(first.Misses)})
+		bar.Series = append(bar.Series, plots.Series{Name: sys, Values: []float64{med}, Errors: []float64{max(med-lo, hi-med)}})
 		if c, err := latencyCDF(sys, &raw); err == nil {
 			cdfs = append(cdfs, c)
 		}
-		s := throughputSeries(sys, sum)
-		for i, sec := range sum.Series {
-			s.Y[i] = float64(sec.Ops)
+		if s, ok := throughputSeries(sys, first, false); ok {
+			series = append(series, s)
 		}
-		series = append(series, s)
 	}
+	tbl.Title += " (latencies of the first run)"
 	x.table(tbl)
 	x.figure(bar)
 	if len(cdfs) > 0 {
-		x.figure(plots.Figure{Name: op + "-latency-cdf", Title: strings.ToUpper(op) + " latency CDF", Kind: plots.CDF,
+		x.figure(plots.Figure{Name: op + "-latency-cdf", Title: strings.ToUpper(op) + " latency CDF (first run)", Kind: plots.CDF,
 			XLabel: "latency (ms)", YLabel: "fraction of operations", LogX: true, Series: cdfs})
 	}
 	if len(series) > 0 {
-		x.figure(plots.Figure{Name: op + "-timeseries", Title: strings.ToUpper(op) + " throughput over time", Kind: plots.Lines,
+		x.figure(plots.Figure{Name: op + "-timeseries", Title: strings.ToUpper(op) + " throughput over time (first run)", Kind: plots.Lines,
 			XLabel: "time (s)", YLabel: "throughput (ops/s)", Series: series})
 	}
 	return nil

@@ -113,6 +113,9 @@ func runCommand(args []string, known []string, stdout, stderr io.Writer) error {
 	if err := prepareOutDir(dir, *force); err != nil {
 		return err
 	}
+	if abs, err := filepath.Abs(dir); err == nil {
+		dir = abs // result paths in the report are made relative to it
+	}
 	if len(srv) == 0 {
 		if err := checkFreeDisk(dir, profile.MinFreeDiskBytes); err != nil {
 			return err

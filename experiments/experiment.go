@@ -395,10 +395,13 @@ func LoadResults(dir string) ([]*Result, error) {
 			return nil, err
 		}
 		var r Result
-		if err := json.Unmarshal(b, &r); err != nil {
-			return nil, fmt.Errorf("%s: %w", p, err)
+		if err := json.Unmarshal(b, &r); err != nil || r.Name == "" || r.Metrics == nil && r.Params == nil {
+			continue // some other tool's result.json (e.g. a check run)
 		}
 		out = append(out, &r)
+	}
+	if len(out) == 0 {
+		return nil, systems.Usagef("%s holds no experiment results (<dir>/<experiment>/result.json)", dir)
 	}
 	sort.SliceStable(out, func(i, j int) bool { return order[out[i].Name] < order[out[j].Name] })
 	return out, nil

@@ -75,7 +75,8 @@ func TestHeadlinesAndReport(t *testing.T) {
 	res := []*Result{
 		{Name: "put-vsize", Title: "PUT", Shows: "puts", Params: map[string]any{"n": 3},
 			Metrics: map[string]float64{
-				"put_mb_per_sec/nezha/256": 90, "put_mb_per_sec/original/256": 30, "put_mb_per_sec/nezha/1": 5, "put_mb_per_sec/original/1": 5,
+				"put_mb_per_sec/nezha/256": 80, "put_mb_per_sec/original/256": 40, "put_mb_per_sec/nezha/1": 5, "put_mb_per_sec/original/1": 5,
+				"put_headline/nezha": 90, "put_headline/original": 30,
 			},
 			Tables:  []Table{{Title: "t", Columns: []string{"a", "b"}, Rows: [][]string{{"1", "2"}}}},
 			Figures: []string{"put-mbps"},

@@ -49,9 +49,9 @@ func gcExperiment() Experiment {
 		NeedsLocal: true,
 		run: func(ctx context.Context, x *Run) error {
 			p := x.Profile
-			// Three times the live data: rounds spaced by a few seconds, so
-			// that seconds with and without GC can be compared.
-			threshold := max(3*p.GCKeys*int64(p.GCValueBytes), p.SegmentSizeBytes)
+			// Twice the live data: rounds spaced by a few seconds, so that
+			// seconds with and without GC can be compared.
+			threshold := max(2*p.GCKeys*int64(p.GCValueBytes), p.SegmentSizeBytes)
 			x.param("keys", p.GCKeys)
 			x.param("value_bytes", p.GCValueBytes)
 			x.param("writers", p.GCWriters)
@@ -60,10 +60,11 @@ func gcExperiment() Experiment {
 			x.param("gc_threshold_bytes", threshold)
 			x.param("scan_ops", p.ScanOps)
 			x.param("scan_size", p.ScanSize)
-			x.note("After a load of %d keys, %d writers overwrite uniformly drawn keys and %d readers GET Zipf-drawn keys for %v. GC runs once a node's log holds %d bytes. Throughput during GC / without GC compares the mean PUT ops/s of the seconds that overlap a GC round on node 1 with the other seconds of the same run. GC write amplification = bytes GC wrote / user bytes written in the phase.",
+			x.note("After a load of %d keys, %d writers overwrite uniformly drawn keys and %d readers GET Zipf-drawn keys for %v. GC runs once a node's log holds %d bytes. 'PUT during GC / without' compares the mean PUT ops/s of the seconds that overlap a GC round on node 1 with the other seconds of the same run (the number of seconds of each kind in brackets: few seconds make it noisy). 'PUT / nezha-nogc' compares the whole phase with nezha-nogc's, which never runs GC (measured minutes apart). GC write amplification = bytes GC wrote / user bytes written in the phase.",
 				p.GCKeys, p.GCWriters, p.GCReaders, p.GCDuration, threshold)
 			tbl := Table{Title: "GC per strategy", Columns: []string{"config", "GC rounds", "GC MB written", "GC write amp",
-				"space amp before", "space amp after", "PUT ops/s", "PUT during GC / without", "GET ops/s", "SCAN ops/s after"}}
+				"space amp before", "space amp after", "PUT ops/s", "PUT during GC / without", "PUT / nezha-nogc", "GET ops/s", "SCAN ops/s after"}}
+			outcomes := map[string]gcOutcome{}
 			cfgs := gcConfigs(x.Systems)
 			var cats []string
 			for _, c := range cfgs {
@@ -89,14 +90,15 @@ func gcExperiment() Experiment {
 				before.Values = append(before.Values, r.spaceBefore)
 				after.Values = append(after.Values, r.spaceAfter)
 				scanBars.Series = append(scanBars.Series, plots.Series{Name: c.name, Values: []float64{r.scanOps}})
+				outcomes[c.name] = r
 				ratio := "-"
 				if r.duringRatio > 0 {
-					ratio = f2(r.duringRatio)
+					ratio = fmt.Sprintf("%.2f (%d/%d s)", r.duringRatio, r.inGCSeconds, r.outGCSeconds)
 					during.Series = append(during.Series, plots.Series{Name: c.name, Values: []float64{r.duringRatio}})
 					x.metric("gc_during_ratio/"+c.name, r.duringRatio)
 				}
 				tbl.Rows = append(tbl.Rows, []string{c.name, fmt.Sprint(r.rounds), f1(r.gcBytes / 1e6), f2(r.gcWriteAmp),
-					f2(r.spaceBefore), f2(r.spaceAfter), f0(r.putOps), ratio, f0(r.getOps), f1(r.scanOps)})
+					f2(r.spaceBefore), f2(r.spaceAfter), f0(r.putOps), ratio, "", f0(r.getOps), f1(r.scanOps)})
 				x.metric("gc_space_before/"+c.name, r.spaceBefore)
 				x.metric("gc_space_after/"+c.name, r.spaceAfter)
 				x.metric("gc_scan_ops_per_sec/"+c.name, r.scanOps)
@@ -105,6 +107,19 @@ func gcExperiment() Experiment {
 					Kind: plots.Lines, XLabel: "time (s)", YLabel: "throughput (ops/s)", Series: r.series, Marks: r.marks})
 			}
 			space.Series = []plots.Series{before, after}
+			if nogc, ok := outcomes["nezha-nogc"]; ok && nogc.putOps > 0 {
+				for i, row := range tbl.Rows {
+					if r, ok := outcomes[row[0]]; ok {
+						tbl.Rows[i][8] = f2(r.putOps / nogc.putOps)
+						x.metric("gc_put_vs_nogc/"+row[0], r.putOps/nogc.putOps)
+					}
+				}
+			}
+			for i := range tbl.Rows {
+				if tbl.Rows[i][8] == "" {
+					tbl.Rows[i][8] = "-"
+				}
+			}
 			x.table(tbl)
 			x.figure(space)
 			x.figure(scanBars)
@@ -142,6 +157,8 @@ type gcOutcome struct {
 	spaceBefore, spaceAfter float64
 	putOps, getOps          float64
 	duringRatio             float64
+	inGCSeconds             int
+	outGCSeconds            int
 	scanOps                 float64
 	series                  []plots.Series
 	marks                   []plots.Mark
@@ -241,6 +258,7 @@ func (x *Run) gcRun(ctx context.Context, c gcConfig, threshold int64) (gcOutcome
 				outSum, outN = outSum+float64(n), outN+1
 			}
 		}
+		out.inGCSeconds, out.outGCSeconds = int(inN), int(outN)
 		if inN > 0 && outN > 0 && outSum > 0 {
 			out.duringRatio = (inSum / inN) / (outSum / outN)
 		}

@@ -30,11 +30,17 @@ type Profile struct {
 
 	// PutTotalBytes are written at each value size of put-vsize.
 	PutTotalBytes int64 `json:"put_total_bytes"`
+	// HeadlineRuns runs of HeadlineBytes at the largest value size give
+	// the headline PUT figure (median).
+	HeadlineRuns  int   `json:"headline_runs"`
+	HeadlineBytes int64 `json:"headline_bytes"`
 	// ValueSizesKiB of put-vsize (the paper: 1 KB to 256 KB).
 	ValueSizesKiB []int `json:"value_sizes_kib"`
 
-	// ReadKeys of ReadValueBytes each are loaded before get-zipf and scan.
+	// ReadKeys of ReadValueBytes each are loaded before get-zipf and scan,
+	// then ReadRuns runs of each.
 	ReadKeys       int64 `json:"read_keys"`
+	ReadRuns       int   `json:"read_runs"`
 	ReadValueBytes int   `json:"read_value_bytes"`
 	// GetOps Zipf GETs (exponent Zipf) with Clients clients.
 	GetOps int64   `json:"get_ops"`
@@ -91,10 +97,11 @@ func Quick() Profile {
 		Name: "quick", Nodes: 3, Clients: 32,
 		SegmentSizeBytes: 8 * mib, GCThresholdBytes: 48 * mib,
 		DiskLimitBytes: 128 * mib, DiskLimitWriteBytes: mib,
-		PutTotalBytes: 64 * mib, ValueSizesKiB: []int{1, 4, 16, 64, 256},
-		ReadKeys: 3072, ReadValueBytes: 16 * kib, GetOps: 6000, Zipf: 1.01,
-		ScanOps: 200, ScanSize: 100, ScanClients: 1,
-		YCSBRecords: 2000, YCSBOps: 5000, YCSBValueBytes: 16 * kib, YCSBThreads: 16,
+		PutTotalBytes: 32 * mib, ValueSizesKiB: []int{1, 4, 16, 64, 256},
+		HeadlineRuns: 3, HeadlineBytes: 256 * mib,
+		ReadKeys: 3072, ReadRuns: 3, ReadValueBytes: 16 * kib, GetOps: 12000, Zipf: 1.01,
+		ScanOps: 300, ScanSize: 100, ScanClients: 1,
+		YCSBRecords: 2000, YCSBOps: 3000, YCSBValueBytes: 16 * kib, YCSBThreads: 16,
 		YCSBWorkloads: []string{"a", "b", "c", "d", "e", "f"},
 		AmpKeys:       2048, AmpValueBytes: 128 * kib,
 		GCKeys: 512, GCValueBytes: 32 * kib, GCWriters: 8, GCReaders: 4, GCDuration: 15 * time.Second,
@@ -113,7 +120,8 @@ func Paper() Profile {
 		SegmentSizeBytes: 64 * mib, GCThresholdBytes: 4 * gib,
 		DiskLimitBytes: gib, DiskLimitWriteBytes: mib,
 		PutTotalBytes: 100 * gib / 5, ValueSizesKiB: []int{1, 4, 16, 64, 256},
-		ReadKeys: 100 * gib / (256 * kib), ReadValueBytes: 256 * kib, GetOps: 1_000_000, Zipf: 1.01,
+		HeadlineRuns: 3, HeadlineBytes: 100 * gib / 5,
+		ReadKeys: 100 * gib / (256 * kib), ReadRuns: 3, ReadValueBytes: 256 * kib, GetOps: 1_000_000, Zipf: 1.01,
 		ScanOps: 1000, ScanSize: 100, ScanClients: 1,
 		YCSBRecords: 1_000_000, YCSBOps: 1_000_000, YCSBValueBytes: 16 * kib, YCSBThreads: 100,
 		YCSBWorkloads: []string{"a", "b", "c", "d", "e", "f"},
@@ -156,7 +164,8 @@ func (p *Profile) Validate() error {
 		{"gc_value_bytes", int64(p.GCValueBytes)}, {"gc_writers", int64(p.GCWriters)}, {"gc_readers", int64(p.GCReaders)},
 		{"disk_limit_bytes", p.DiskLimitBytes}, {"disk_limit_write_bytes", int64(p.DiskLimitWriteBytes)},
 		{"segment_size_bytes", p.SegmentSizeBytes}, {"gc_threshold_bytes", p.GCThresholdBytes},
-		{"lin_clients", int64(p.LinClients)},
+		{"lin_clients", int64(p.LinClients)}, {"headline_runs", int64(p.HeadlineRuns)}, {"headline_bytes", p.HeadlineBytes},
+		{"read_runs", int64(p.ReadRuns)},
 	} {
 		if c.v < 1 {
 			bad("profile %s: %s = %d must be positive", p.Name, c.name, c.v)

@@ -55,7 +55,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	case "serve":
 		err = node.Serve(rest, reg, stdout, stderr)
 	case "cluster":
-		err = cluster.Command(rest, stdout, stderr)
+		err = cluster.Command(rest, reg.Names(), stdout, stderr)
 	case "kv":
 		err = kvcli.Run(rest, stdout, stderr)
 	case "check":

@@ -19,6 +19,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -127,6 +128,9 @@ type UpOptions struct {
 	Host string
 	// ReadyTimeout bounds the wait for a leader. Default 30s.
 	ReadyTimeout time.Duration
+	// KnownSystems, if set, are the valid System names (checked before any
+	// process starts).
+	KnownSystems []string
 }
 
 // Up starts a cluster and returns once a leader is elected, with the
@@ -155,6 +159,8 @@ func Up(ctx context.Context, o UpOptions) (*Spec, uint64, error) {
 	}
 	if o.System == "" {
 		errs = append(errs, systems.Usagef("-system is required"))
+	} else if len(o.KnownSystems) > 0 && !slices.Contains(o.KnownSystems, o.System) {
+		errs = append(errs, systems.Usagef("unknown system %q (known: %s)", o.System, strings.Join(o.KnownSystems, ", ")))
 	}
 	if o.Nodes < 1 || o.Nodes > 9 {
 		errs = append(errs, systems.Usagef("-nodes %d is outside 1..9", o.Nodes))
@@ -169,6 +175,12 @@ func Up(ctx context.Context, o UpOptions) (*Spec, uint64, error) {
 		for _, n := range old.Nodes {
 			if Alive(n.PID) {
 				return nil, 0, systems.Usagef("%s already runs a cluster (node %d, pid %d); `nezha cluster down -cluster %s` first", o.Dir, n.ID, n.PID, o.Dir)
+			}
+		}
+		for _, n := range old.Nodes {
+			if des, err := os.ReadDir(n.Data); err == nil && len(des) > 0 {
+				return nil, 0, systems.Usagef("%s holds the data of a stopped %s cluster; restart its nodes with `nezha cluster restart -cluster %s -node N`, or delete it with `nezha cluster down -cluster %s -purge`",
+					o.Dir, old.System, o.Dir, o.Dir)
 			}
 		}
 	}

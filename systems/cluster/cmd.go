@@ -43,8 +43,9 @@ func (a *AddressFlags) Resolve() ([]string, error) {
 	return nil, systems.Usagef("no cluster given: use -servers HOST:PORT,... or -cluster DIR")
 }
 
-// Command is `nezha cluster up|status|kill|restart|down`.
-func Command(args []string, stdout, stderr io.Writer) error {
+// Command is `nezha cluster up|status|kill|restart|down`; known are the
+// -system names the binary registers.
+func Command(args []string, known []string, stdout, stderr io.Writer) error {
 	if len(args) == 0 {
 		return systems.Usagef("cluster: want a subcommand: up, status, kill, restart, down")
 	}
@@ -68,7 +69,7 @@ func Command(args []string, stdout, stderr io.Writer) error {
 		if err := parse(fs, args, stdout); err != nil {
 			return err
 		}
-		o.Dir, o.ExtraArgs = *dir, extra
+		o.Dir, o.ExtraArgs, o.KnownSystems = *dir, extra, known
 		s, leader, err := Up(ctx, o)
 		if err != nil {
 			return systems.OneLine("cluster up", err)
@@ -200,7 +201,10 @@ func printStatus(w io.Writer, s *Spec, sts []NodeStatus, asJSON bool) error {
 			}
 		}
 		sync := "on"
-		if !r.Sync && r.Error == "" {
+		switch {
+		case r.Error != "":
+			sync = "-"
+		case !r.Sync:
 			sync = "OFF (comparison only)"
 		}
 		logRange := fmt.Sprintf("%d..%d", r.FirstIndex, r.LastIndex)

@@ -165,10 +165,26 @@ func (c *Config) Validate() error {
 	return errors.Join(errs...)
 }
 
-// checkDataDir creates dir if needed and checks that it is writable.
+// checkDataDir checks that dir, or the directory it would be created in,
+// is a writable directory, without creating anything.
 func checkDataDir(dir string) error {
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return err
+	for {
+		st, err := os.Stat(dir)
+		if errors.Is(err, os.ErrNotExist) {
+			parent := filepath.Dir(dir)
+			if parent == dir {
+				return err
+			}
+			dir = parent
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		if !st.IsDir() {
+			return fmt.Errorf("%s is not a directory", dir)
+		}
+		break
 	}
 	f, err := os.CreateTemp(dir, ".probe-*")
 	if err != nil {
