@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand"
+	"strings"
 	"syscall"
 	"time"
 
@@ -174,6 +175,12 @@ func NewSchedule(o ScheduleOptions) (*Schedule, error) {
 		}
 		s.Steps = append(s.Steps, Step{Index: i, Nemesis: order[i%len(order)], At: t, Hold: hold, Pick: rng.Uint64()})
 		t += hold + between(o.MinQuiet, o.MaxQuiet)
+	}
+	if len(s.Steps) < len(order) {
+		// Say so rather than leave nemeses out silently.
+		need := o.WarmUp + o.CoolDown + time.Duration(len(order))*(o.MaxHold+o.MaxQuiet)
+		return nil, systems.Usagef("-duration %v fits %d of the %d nemeses (%s): each needs up to %v with its pause; use -duration %v or more",
+			o.Duration, len(s.Steps), len(order), strings.Join(o.Nemeses, ","), o.MaxHold+o.MaxQuiet, need.Round(time.Second))
 	}
 	return s, nil
 }
