@@ -43,6 +43,9 @@ func Command(args []string, known []string, stdout, stderr io.Writer) error {
 		if len(args) != 2 {
 			return systems.Usagef("experiment report: want one results directory")
 		}
+		if st, err := os.Stat(args[1]); err != nil || !st.IsDir() {
+			return systems.Usagef("experiment report: %s is not a directory", args[1])
+		}
 		path, err := WriteReport(args[1], readInfo(args[1]))
 		if err != nil {
 			return err

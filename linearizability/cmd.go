@@ -91,6 +91,20 @@ func Command(args []string, stdout, stderr io.Writer) error {
 	if fs.NArg() > 0 {
 		return systems.Usagef("check: unexpected argument %q", fs.Arg(0))
 	}
+	// Options treat zero as "the default"; on the command line an explicit
+	// zero is a mistake, not a request for the default.
+	var zeros []error
+	fs.Visit(func(f *flag.Flag) {
+		switch f.Name {
+		case "duration", "clients", "nodes", "seed", "tick", "keys", "scan-group", "check-timeout":
+			if v := f.Value.String(); v == "0" || v == "0s" {
+				zeros = append(zeros, systems.Usagef("-%s 0 is not allowed", f.Name))
+			}
+		}
+	})
+	if err := errors.Join(zeros...); err != nil {
+		return systems.OneLine("check", err)
+	}
 	names, err := faults.ParseNemeses(*nemesis)
 	if err != nil {
 		return systems.OneLine("check", err)

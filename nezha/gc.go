@@ -64,7 +64,8 @@ const (
 	StrategySortOnce = "sort-once"
 	// StrategyMerge is the paper's later rounds: merge the frozen log with
 	// the previous runs into one run, newest value wins (it is sort-once
-	// when there is no run yet).
+	// when there is no run yet). A round is due once the log holds as much
+	// as the runs (and at least -gcThresholdBytes).
 	StrategyMerge = "merge"
 	// StrategyGreedy is garbage-ratio-driven selection (WiscKey, Badger's
 	// value log GC): rewrite only the frozen segments and runs whose
@@ -111,6 +112,9 @@ type Strategy interface {
 	// Select returns the ids of the files to rewrite, given the frozen
 	// segments and the runs.
 	Select(frozen, runs []fileStat, garbageRatio float64) []uint64
+	// LogThreshold is how many bytes the log may hold before a round is due,
+	// given -gcThresholdBytes and the bytes in sorted runs.
+	LogThreshold(threshold, runBytes int64) int64
 }
 
 // NewStrategy returns the named strategy.
@@ -128,7 +132,8 @@ func NewStrategy(name string) (Strategy, error) {
 
 type sortOnce struct{}
 
-func (sortOnce) Name() string { return StrategySortOnce }
+func (sortOnce) Name() string                                 { return StrategySortOnce }
+func (sortOnce) LogThreshold(threshold, runBytes int64) int64 { return threshold }
 func (sortOnce) Select(frozen, runs []fileStat, _ float64) []uint64 {
 	ids := idsOf(frozen)
 	for _, r := range runs {
@@ -142,6 +147,12 @@ func (sortOnce) Select(frozen, runs []fileStat, _ float64) []uint64 {
 type merge struct{}
 
 func (merge) Name() string { return StrategyMerge }
+
+// LogThreshold of merge grows with the runs: a round rewrites every run, so
+// waiting until the log holds as much as the runs keeps GC's writes within
+// about twice the user's (the size-ratio rule of LSM compaction); a fixed
+// threshold would make them grow with the data, quadratically under inserts.
+func (merge) LogThreshold(threshold, runBytes int64) int64 { return max(threshold, runBytes) }
 func (merge) Select(frozen, runs []fileStat, _ float64) []uint64 {
 	if len(frozen) == 0 {
 		return nil
@@ -151,7 +162,8 @@ func (merge) Select(frozen, runs []fileStat, _ float64) []uint64 {
 
 type greedy struct{}
 
-func (greedy) Name() string { return StrategyGreedy }
+func (greedy) Name() string                                 { return StrategyGreedy }
+func (greedy) LogThreshold(threshold, runBytes int64) int64 { return threshold }
 func (greedy) Select(frozen, runs []fileStat, ratio float64) []uint64 {
 	var ids []uint64
 	for _, f := range append(append([]fileStat(nil), frozen...), runs...) {
@@ -384,14 +396,14 @@ func (c *collector) due() bool {
 		}
 		return false
 	}
-	if logBytes >= c.cfg.GCThresholdBytes {
-		return true
-	}
 	var runBytes int64
 	for _, id := range c.s.runs.ids() {
 		if r := c.s.runs.get(id); r != nil {
 			runBytes += r.size
 		}
+	}
+	if logBytes >= c.strategy.LogThreshold(c.cfg.GCThresholdBytes, runBytes) {
+		return true
 	}
 	total := logBytes + runBytes
 	if total < c.cfg.GCMinBytes {

@@ -68,7 +68,8 @@ type Config struct {
 	// or StrategyGreedy.
 	GC string
 	// GCThresholdBytes: a round is due once the Raft log holds this many
-	// bytes (-gcThresholdBytes). Default 1 GiB.
+	// bytes (-gcThresholdBytes; merge waits until the log also holds as
+	// much as the sorted runs). Default 1 GiB.
 	GCThresholdBytes int64
 	// GCGarbageRatio: a round is also due once garbage / (log + runs) is at
 	// least this (-gcGarbageRatio), and greedy rewrites the files at least

@@ -380,8 +380,9 @@ func (s *Spec) Signal(id uint64, sig syscall.Signal) error {
 	return syscall.Kill(n.PID, sig)
 }
 
-// Restart starts node id again with its original command line. The node
-// must not be running.
+// Restart starts node id again with its original command line and waits
+// (up to 30 s) until it answers; a node that exits instead is an error with
+// its log tail. The node must not be running.
 func (s *Spec) Restart(id uint64) error {
 	n, err := s.Node(id)
 	if err != nil {
@@ -393,7 +394,62 @@ func (s *Spec) Restart(id uint64) error {
 	if err := s.start(n); err != nil {
 		return err
 	}
-	return s.Save()
+	if err := s.Save(); err != nil {
+		return err
+	}
+	return s.waitServing(n, 30*time.Second)
+}
+
+// waitServing waits until node n answers Status and, for up to a few
+// seconds more, until it knows a leader (so that a node that stops as soon
+// as it hears from the leader, e.g. one that lost its data, is reported
+// here); it fails if the node exits. A node that finds no leader (no
+// quorum yet) is not an error.
+func (s *Spec) waitServing(n *Node, timeout time.Duration) error {
+	c, err := client.New(client.DefaultConfig(n.Address))
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	deadline := time.Now().Add(timeout)
+	var serving time.Time
+	for {
+		if !Alive(n.PID) {
+			return fmt.Errorf("node %d (pid %d) exited after its restart; last lines of %s:\n%s", n.ID, n.PID, n.Log, Tail(n.Log, 20))
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		st, err := c.Status(ctx, n.Address, false)
+		cancel()
+		switch {
+		case err == nil && st.Header.LeaderId != 0:
+			return nil
+		case err == nil && serving.IsZero():
+			serving = time.Now()
+		case err == nil && time.Since(serving) > 3*time.Second:
+			return nil
+		case err != nil && time.Now().After(deadline):
+			return fmt.Errorf("node %d (pid %d) does not answer %v after its restart: %v", n.ID, n.PID, timeout, err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// Lock takes an exclusive lock on the cluster directory (creating it), so
+// that two commands do not start, restart or stop the same cluster at once.
+// Call the returned function to release it.
+func Lock(dir string) (func(), error) {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, systems.Usagef("cluster directory %s: %v", dir, err)
+	}
+	f, err := os.OpenFile(filepath.Join(dir, ".lock"), os.O_CREATE|os.O_RDWR, 0o644)
+	if err != nil {
+		return nil, err
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		f.Close()
+		return nil, systems.Usagef("another nezha command is using the cluster in %s", dir)
+	}
+	return func() { syscall.Flock(int(f.Fd()), syscall.LOCK_UN); f.Close() }, nil
 }
 
 // Down stops every node (SIGTERM, then SIGKILL after 10 s) and, if purge,

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/nezha-harness/nezha/systems"
+	"github.com/nezha-harness/nezha/systems/kvpb"
 )
 
 // AddressFlags registers the two ways tools name a cluster: -servers A,B,C
@@ -70,6 +71,14 @@ func Command(args []string, known []string, stdout, stderr io.Writer) error {
 			return err
 		}
 		o.Dir, o.ExtraArgs, o.KnownSystems = *dir, extra, known
+		if o.Dir == "" {
+			return systems.Usagef("cluster up: -cluster DIR is required")
+		}
+		unlock, err := Lock(o.Dir)
+		if err != nil {
+			return err
+		}
+		defer unlock()
 		s, leader, err := Up(ctx, o)
 		if err != nil {
 			return systems.OneLine("cluster up", err)
@@ -105,6 +114,11 @@ func Command(args []string, known []string, stdout, stderr io.Writer) error {
 		if *id == 0 {
 			return systems.Usagef("cluster %s: -node is required", sub)
 		}
+		unlock, err := Lock(*dir)
+		if err != nil {
+			return err
+		}
+		defer unlock()
 		if sub == "kill" {
 			if err := s.Kill(*id); err != nil {
 				return err
@@ -127,6 +141,11 @@ func Command(args []string, known []string, stdout, stderr io.Writer) error {
 		if err != nil {
 			return err
 		}
+		unlock, err := Lock(*dir)
+		if err != nil {
+			return err
+		}
+		defer unlock()
 		if err := s.Down(*purge); err != nil {
 			return err
 		}
@@ -167,7 +186,12 @@ type statusJSON struct {
 	FirstIndex   uint64 `json:"firstIndex"`
 	LastIndex    uint64 `json:"lastIndex"`
 	Sync         bool   `json:"sync"`
-	Error        string `json:"error,omitempty"`
+	// CompactedIndex and LogBytes describe the Raft log; GCRounds are the
+	// recent GC (nezha) or log truncation (baselines) rounds.
+	CompactedIndex uint64          `json:"compactedIndex"`
+	LogBytes       int64           `json:"logBytes"`
+	GCRounds       []*kvpb.GCRound `json:"gcRounds,omitempty"`
+	Error          string          `json:"error,omitempty"`
 }
 
 func printStatus(w io.Writer, s *Spec, sts []NodeStatus, asJSON bool) error {
@@ -181,6 +205,7 @@ func printStatus(w io.Writer, s *Spec, sts []NodeStatus, asJSON bool) error {
 			r.Leader, r.Term = resp.Header.LeaderId, resp.Header.Term
 			r.CommitIndex, r.AppliedIndex = resp.CommitIndex, resp.Header.AppliedIndex
 			r.FirstIndex, r.LastIndex, r.Sync = resp.FirstIndex, resp.LastIndex, resp.Sync
+			r.CompactedIndex, r.LogBytes, r.GCRounds = resp.CompactedIndex, resp.LogBytes, resp.GcRounds
 		}
 		rows[i] = r
 	}

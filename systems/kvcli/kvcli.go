@@ -106,6 +106,9 @@ func Run(args []string, stdout, stderr io.Writer) error {
 		if len(end) > 0 && pos[0] > string(end) {
 			return systems.Usagef("kv scan: START %q is after END %q", pos[0], end)
 		}
+		if len(pos[0]) > systems.MaxKeyBytes || len(end) > systems.MaxKeyBytes {
+			return systems.Usagef("kv scan: a bound over the maximum key size of %d bytes", systems.MaxKeyBytes)
+		}
 		kvs, err := c.Scan(ctx, []byte(pos[0]), end, *limit)
 		if err != nil {
 			return fmt.Errorf("kv scan: %w", err)

@@ -44,7 +44,9 @@ const (
 //	Aborted           the request was definitely not applied (no leader,
 //	                  proposal dropped, node stopping); safe to retry.
 //	DeadlineExceeded  the outcome of a write is unknown (ambiguous).
-//	ResourceExhausted the node refuses writes (disk reserve reached).
+//	ResourceExhausted the node refuses writes (disk reserve reached), or
+//	                  gRPC refused a request over twice the maximum value
+//	                  size before it reached the node.
 //	DataLoss          a stored record failed its CRC or points outside its
 //	                  segment; the message names file and offset.
 //	Unavailable       transport-level failure (from gRPC itself).
@@ -129,7 +131,9 @@ func (c *kVClient) Status(ctx context.Context, in *StatusRequest, opts ...grpc.C
 //	Aborted           the request was definitely not applied (no leader,
 //	                  proposal dropped, node stopping); safe to retry.
 //	DeadlineExceeded  the outcome of a write is unknown (ambiguous).
-//	ResourceExhausted the node refuses writes (disk reserve reached).
+//	ResourceExhausted the node refuses writes (disk reserve reached), or
+//	                  gRPC refused a request over twice the maximum value
+//	                  size before it reached the node.
 //	DataLoss          a stored record failed its CRC or points outside its
 //	                  segment; the message names file and offset.
 //	Unavailable       transport-level failure (from gRPC itself).

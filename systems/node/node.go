@@ -382,9 +382,7 @@ func (n *Node) runLoop() {
 			}
 			n.readSeq++
 			n.pendingReads[n.readSeq] = batch
-			var ctx [8]byte
-			binary.BigEndian.PutUint64(ctx[:], n.readSeq)
-			n.rn.ReadIndex(ctx[:])
+			n.rn.ReadIndex(n.readCtx(n.readSeq))
 		case id := <-n.unreachc:
 			n.rn.ReportUnreachable(id)
 		case <-n.stopc:
@@ -407,14 +405,15 @@ func (n *Node) runLoop() {
 func (n *Node) step(m raftpb.Message) {
 	if m.Type == raftpb.MsgHeartbeat {
 		// A heartbeat carries min(the leader's commit, what the leader
-		// believes this node has). If this node lost acknowledged entries
-		// (fsynced bytes gone, outside Raft's fault model), that is past
-		// its last index and raft would panic; clamp it instead, so the
-		// node stays up and the leader re-sends the entries.
+		// recorded this node as having). Past this node's log, it means
+		// the node lost entries it had acknowledged (fsynced bytes gone,
+		// a data directory deleted): outside Raft's fault model, and raft
+		// would panic. Stop with a clear error instead: the node's votes
+		// and acknowledgements can no longer be trusted.
 		if last, _ := n.log.LastIndex(); m.Commit > last {
-			n.logger.Warn("heartbeat commits beyond this node's log; entries it acknowledged are missing",
-				"commit", m.Commit, "last_index", last, "from", m.From)
-			m.Commit = last
+			n.fail(fmt.Errorf("leader %d says this node acknowledged entries up to %d, but its log ends at %d: "+
+				"acknowledged entries were lost (data directory deleted or truncated?); refusing to continue", m.From, m.Commit, last))
+			return
 		}
 	}
 	if err := n.rn.Step(m); err != nil && !errors.Is(err, raft.ErrStepPeerNotFound) {
@@ -467,10 +466,10 @@ func (n *Node) handleReady(rd raft.Ready) error {
 		n.transport.send(rd.Messages)
 	}
 	for _, rs := range rd.ReadStates {
-		if len(rs.RequestCtx) != 8 {
+		seq, ok := n.readSeqOf(rs.RequestCtx)
+		if !ok {
 			continue
 		}
-		seq := binary.BigEndian.Uint64(rs.RequestCtx)
 		if b, ok := n.pendingReads[seq]; ok {
 			delete(n.pendingReads, seq)
 			if n.cfg.LeaseRead && raft.StateType(n.raftState.Load()) == raft.StateLeader {
@@ -520,6 +519,26 @@ func (n *Node) applyConfChange(e raftpb.Entry) {
 	cs := n.rn.ApplyConfChange(cc)
 	n.confState = *cs
 	n.logger.Info("applied conf change", "index", e.Index, "conf_state", cs.String())
+}
+
+// readCtx is the ReadIndex context of round seq: this node's id and the
+// random nonce of this process, then seq. The leader keeps the pending
+// rounds of every node in one table keyed by context and silently drops a
+// duplicate, so contexts must be unique across nodes and restarts.
+func (n *Node) readCtx(seq uint64) []byte {
+	ctx := make([]byte, 24)
+	binary.BigEndian.PutUint64(ctx[0:], n.id)
+	binary.BigEndian.PutUint64(ctx[8:], n.reqNonce)
+	binary.BigEndian.PutUint64(ctx[16:], seq)
+	return ctx
+}
+
+// readSeqOf returns the round of a context made by readCtx of this node.
+func (n *Node) readSeqOf(ctx []byte) (uint64, bool) {
+	if len(ctx) != 24 || binary.BigEndian.Uint64(ctx[0:]) != n.id || binary.BigEndian.Uint64(ctx[8:]) != n.reqNonce {
+		return 0, false
+	}
+	return binary.BigEndian.Uint64(ctx[16:]), true
 }
 
 // expireReads fails read index rounds that got no answer within two
