@@ -119,7 +119,7 @@ func runCommand(args []string, known []string, stdout, stderr io.Writer) error {
 	if abs, err := filepath.Abs(dir); err == nil {
 		dir = abs // result paths in the report are made relative to it
 	}
-	if len(srv) == 0 {
+	if len(srv) == 0 && !allSmallDisk(exps) {
 		if err := checkFreeDisk(dir, profile.MinFreeDiskBytes); err != nil {
 			return err
 		}
@@ -220,6 +220,16 @@ func prepareOutDir(dir string, force bool) error {
 }
 
 // checkFreeDisk refuses to start with less than need bytes free under dir.
+// allSmallDisk: every experiment writes little (Experiment.SmallDisk).
+func allSmallDisk(exps []Experiment) bool {
+	for _, e := range exps {
+		if !e.SmallDisk {
+			return false
+		}
+	}
+	return true
+}
+
 func checkFreeDisk(dir string, need int64) error {
 	var st unix.Statfs_t
 	if err := unix.Statfs(dir, &st); err != nil {

@@ -36,7 +36,11 @@ type Experiment struct {
 	// NeedsLocal: the experiment reads node processes' I/O counters or
 	// kills nodes, so it cannot run against -servers.
 	NeedsLocal bool
-	run        func(ctx context.Context, x *Run) error
+	// SmallDisk: the experiment writes little (at most a few GiB), so the
+	// profile's MinFreeDiskBytes is not required when only such
+	// experiments run.
+	SmallDisk bool
+	run       func(ctx context.Context, x *Run) error
 }
 
 // All returns every experiment in the order `run all` runs them.

@@ -9,44 +9,56 @@ import (
 	"github.com/nezha-harness/nezha/linearizability"
 )
 
+// nezhaGCFlags make nezha's GC run back to back during a check.
+func nezhaGCFlags() []string { return []string{"-gcContinuous", "-segmentSizeBytes", "1048576"} }
+
 // linearizabilityExperiment: every system under every nemesis of the
-// profile, checked with Porcupine; plus the checker's self-test (stale
-// reads under partition-leader must be caught).
+// profile, once per seed, checked with Porcupine; plus the checker's
+// self-test (stale reads under partition-leader must be caught).
+
 func linearizabilityExperiment() Experiment {
 	return Experiment{
 		Name: "linearizability", Title: "Linearizability under faults",
 		Shows:      "that every system stays linearizable under partitions and crashes, and that the checker catches stale reads",
-		NeedsLocal: true,
+		NeedsLocal: true, SmallDisk: true,
 		run: func(ctx context.Context, x *Run) error {
 			p := x.Profile
 			x.param("nemeses", p.LinNemeses)
 			x.param("duration", p.LinDuration.String())
 			x.param("clients", p.LinClients)
-			x.param("seed", 1)
-			tbl := Table{Title: "Porcupine verdicts", Columns: []string{"system", "nemesis", "read mode", "verdict", "operations", "ambiguous", "availability", "final write", "converged", "history"}}
+			x.param("seeds", p.LinSeeds)
+			x.param("nezha node flags", nezhaGCFlags())
+			tbl := Table{Title: "Porcupine verdicts", Columns: []string{"system", "nemesis", "seed", "read mode", "verdict", "operations", "ambiguous", "availability", "final write", "converged", "history"}}
 			type run struct {
 				system, nemesis, mode string
+				seed                  int64
 			}
 			var runs []run
-			for _, sys := range x.Systems {
-				for _, n := range p.LinNemeses {
-					runs = append(runs, run{sys, n, "linearizable"})
+			for _, seed := range p.LinSeeds {
+				for _, sys := range x.Systems {
+					for _, n := range p.LinNemeses {
+						runs = append(runs, run{sys, n, "linearizable", seed})
+					}
 				}
 			}
 			selfTest := len(x.Systems) > 0
 			if selfTest {
-				runs = append(runs, run{x.Systems[0], "partition-leader", "stale"})
+				runs = append(runs, run{x.Systems[0], "partition-leader", "stale", p.LinSeeds[0]})
 			}
 			x.note("Availability is the fraction of operations that succeeded. The clients are closed-loop: during a fault a client waits (up to its timeout) instead of failing many operations, so availability stays near 1 even when the cluster stalls; the number of operations in the same time says more.")
+			x.note("nezha's nodes run with %v so that GC rounds run throughout each check (a check writes too little to reach the default GC threshold).", nezhaGCFlags())
 			var bad int
-			for _, r := range runs {
-				dir := filepath.Join(x.Dir, fmt.Sprintf("%s-%s-%s", r.system, r.nemesis, r.mode))
+			for i, r := range runs {
+				dir := filepath.Join(x.Dir, fmt.Sprintf("%s-%s-%s-s%d", r.system, r.nemesis, r.mode, r.seed))
 				o := linearizability.Options{System: r.system, Nemeses: []string{r.nemesis}, Duration: p.LinDuration,
-					Clients: p.LinClients, Seed: 1, ReadMode: r.mode, Out: dir, Binary: x.Binary}
+					Clients: p.LinClients, Seed: r.seed, ReadMode: r.mode, Out: dir, Binary: x.Binary}
+				if r.system == "nezha" {
+					o.ExtraArgs = nezhaGCFlags()
+				}
 				if r.mode == "stale" {
 					o.Duration = max(p.LinDuration, 20e9)
 				}
-				x.logf("%s under %s (%s reads) for %v", r.system, r.nemesis, r.mode, o.Duration)
+				x.logf("[%d/%d] %s under %s (%s reads, seed %d) for %v", i+1, len(runs), r.system, r.nemesis, r.mode, r.seed, o.Duration)
 				res, err := linearizability.Run(ctx, o)
 				if err != nil {
 					x.fail(r.system, "check "+r.nemesis, err, nil)
@@ -59,9 +71,9 @@ func linearizabilityExperiment() Experiment {
 				if rel, err := filepath.Rel(filepath.Dir(x.Dir), hist); err == nil {
 					hist = rel
 				}
-				tbl.Rows = append(tbl.Rows, []string{r.system, r.nemesis, r.mode, res.Verdict, fmt.Sprint(res.Ops.Total),
+				tbl.Rows = append(tbl.Rows, []string{r.system, r.nemesis, fmt.Sprint(r.seed), r.mode, res.Verdict, fmt.Sprint(res.Ops.Total),
 					fmt.Sprint(res.Ops.Ambiguous), f2(res.Availability), fmt.Sprint(res.FinalWrite.OK), fmt.Sprint(res.Convergence.OK), "`" + hist + "`"})
-				x.logf("%s under %s (%s): %s, %d ops, availability %.2f", r.system, r.nemesis, r.mode, res.Verdict, res.Ops.Total, res.Availability)
+				x.logf("%s under %s (%s, seed %d): %s, %d ops, availability %.2f", r.system, r.nemesis, r.mode, r.seed, res.Verdict, res.Ops.Total, res.Availability)
 				if r.mode == "stale" {
 					if res.OK {
 						bad++
@@ -73,7 +85,7 @@ func linearizabilityExperiment() Experiment {
 				}
 				if !res.OK {
 					bad++
-					x.note("%s under %s: NOT OK (%s): %v. History: %s", r.system, r.nemesis, res.Verdict, res.Failures, hist)
+					x.note("%s under %s, seed %d: NOT OK (%s): %v. History: %s", r.system, r.nemesis, r.seed, res.Verdict, res.Failures, hist)
 				}
 			}
 			x.table(tbl)

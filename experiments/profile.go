@@ -3,8 +3,10 @@ package experiments
 import (
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
+	"github.com/nezha-harness/nezha/faults"
 	"github.com/nezha-harness/nezha/systems"
 )
 
@@ -72,11 +74,12 @@ type Profile struct {
 	GCReaders    int           `json:"gc_readers"`
 	GCDuration   time.Duration `json:"gc_duration_ns"`
 
-	// Linearizability: every system under every nemesis in LinNemeses for
-	// LinDuration each, LinClients clients, seed 1.
+	// Linearizability: every system under every nemesis in LinNemeses
+	// for LinDuration each, LinClients clients, once per seed in LinSeeds.
 	LinNemeses  []string      `json:"lin_nemeses"`
 	LinDuration time.Duration `json:"lin_duration_ns"`
 	LinClients  int           `json:"lin_clients"`
+	LinSeeds    []int64       `json:"lin_seeds"`
 
 	// MinFreeDiskBytes must be free under the output directory before a
 	// run starts.
@@ -105,7 +108,7 @@ func Quick() Profile {
 		YCSBWorkloads: []string{"a", "b", "c", "d", "e", "f"},
 		AmpKeys:       2048, AmpValueBytes: 128 * kib,
 		GCKeys: 512, GCValueBytes: 32 * kib, GCWriters: 8, GCReaders: 4, GCDuration: 15 * time.Second,
-		LinNemeses: []string{"partition-leader"}, LinDuration: 8 * time.Second, LinClients: 4,
+		LinNemeses: []string{"partition-leader"}, LinDuration: 8 * time.Second, LinClients: 4, LinSeeds: []int64{1},
 		MinFreeDiskBytes: 4 * gib,
 	}
 }
@@ -127,9 +130,7 @@ func Paper() Profile {
 		YCSBWorkloads: []string{"a", "b", "c", "d", "e", "f"},
 		AmpKeys:       100 * gib / (256 * kib), AmpValueBytes: 256 * kib,
 		GCKeys: 40_000, GCValueBytes: 256 * kib, GCWriters: 64, GCReaders: 32, GCDuration: 10 * time.Minute,
-		LinNemeses: []string{"partition-leader", "partition-halves", "partition-oneway", "bridge", "delay",
-			"kill", "kill-leader", "pause", "restart-all", "torn-tail"},
-		LinDuration: 60 * time.Second, LinClients: 5,
+		LinNemeses: faults.Names(), LinDuration: 30 * time.Second, LinClients: 5, LinSeeds: []int64{1, 2, 3, 4, 5},
 		MinFreeDiskBytes: 1000 * gib,
 	}
 }
@@ -182,6 +183,12 @@ func (p *Profile) Validate() error {
 			bad("profile %s: value size %d KiB outside [1 KiB, put_total_bytes]", p.Name, s)
 		}
 	}
+	if len(p.LinSeeds) == 0 {
+		bad("profile %s: lin_seeds is empty", p.Name)
+	}
+	if _, err := faults.ParseNemeses(strings.Join(p.LinNemeses, ",")); err != nil {
+		bad("profile %s: lin_nemeses: %v", p.Name, err)
+	}
 	if p.GCDuration <= 0 || p.LinDuration <= 0 {
 		bad("profile %s: durations must be positive", p.Name)
 	}
@@ -192,11 +199,11 @@ func (p *Profile) Validate() error {
 func (p *Profile) String() string {
 	return fmt.Sprintf("profile %s: %d nodes, %d clients; put-vsize %d MiB per size at %v KiB; "+
 		"reads over %d keys x %d KiB, %d Zipf(%.2f) GETs, %d scans of %d; YCSB %d records x %d KiB, %d ops of %v; "+
-		"amplification %d keys x %d KiB; GC %d keys x %d KiB for %v; linearizability %v x %v; "+
+		"amplification %d keys x %d KiB; GC %d keys x %d KiB for %v; linearizability %v x %v, seeds %v; "+
 		"segments %d MiB, nezha GC threshold %d MiB",
 		p.Name, p.Nodes, p.Clients, p.PutTotalBytes/mib, p.ValueSizesKiB,
 		p.ReadKeys, p.ReadValueBytes/kib, p.GetOps, p.Zipf, p.ScanOps, p.ScanSize,
 		p.YCSBRecords, p.YCSBValueBytes/kib, p.YCSBOps, p.YCSBWorkloads,
 		p.AmpKeys, p.AmpValueBytes/kib, p.GCKeys, p.GCValueBytes/kib, p.GCDuration,
-		p.LinNemeses, p.LinDuration, p.SegmentSizeBytes/mib, p.GCThresholdBytes/mib)
+		p.LinNemeses, p.LinDuration, p.LinSeeds, p.SegmentSizeBytes/mib, p.GCThresholdBytes/mib)
 }
