@@ -409,13 +409,42 @@ func (c *collector) due() bool {
 	if total < c.cfg.GCMinBytes {
 		return false
 	}
+	return float64(c.reclaimableBytes(segs))/float64(total) >= c.cfg.GCGarbageRatio
+}
+
+// reclaimableBytes is the garbage a round would reclaim now: the dead bytes
+// of the files the strategy would select among the segments a round would
+// freeze and the runs. Garbage a strategy never reclaims (sort-once leaves
+// superseded values in its runs) must not make rounds due: they would run
+// back to back, each freezing a sliver of the log.
+func (c *collector) reclaimableBytes(segs []systems.SegmentInfo) int64 {
+	bound := c.s.ctl.CompactBound()
 	c.s.applyMu.Lock()
-	var live int64
-	for _, v := range c.live {
-		live += v
+	defer c.s.applyMu.Unlock()
+	stats := map[uint64]fileStat{}
+	var frozen, runs []fileStat
+	for _, sg := range segs {
+		if sg.LastIndex == 0 || sg.FirstIndex > bound {
+			continue
+		}
+		f := fileStat{id: sg.ID, size: sg.SizeBytes, live: c.live[sg.ID]}
+		frozen = append(frozen, f)
+		stats[f.id] = f
 	}
-	c.s.applyMu.Unlock()
-	return float64(total-live)/float64(total) >= c.cfg.GCGarbageRatio
+	for _, id := range c.s.runs.ids() {
+		if rn := c.s.runs.get(id); rn != nil {
+			f := fileStat{id: runFlag | id, size: rn.dataBytes, live: c.live[runFlag|id]}
+			runs = append(runs, f)
+			stats[f.id] = f
+		}
+	}
+	var garbage int64
+	for _, id := range c.strategy.Select(frozen, runs, c.cfg.GCGarbageRatio) {
+		if f := stats[id]; f.size > f.live {
+			garbage += f.size - f.live
+		}
+	}
+	return garbage
 }
 
 // crashPoint kills the process if the configured crash point is name.

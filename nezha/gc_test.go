@@ -424,3 +424,53 @@ func TestRestoreRecoveryAtOpen(t *testing.T) {
 		})
 	}
 }
+
+// A round is due on the garbage ratio only for garbage the strategy would
+// reclaim: sort-once never rewrites a run that still holds a live value, so
+// superseded values in its runs must not make rounds due (they ran back to
+// back, each freezing a sliver of the log).
+func TestGCDueCountsReclaimableGarbageOnly(t *testing.T) {
+	f := newGCFixture(t, IndexLevelDB, StrategySortOnce, 1)
+	f.s.gc.cfg.GCThresholdBytes = 1 << 40 // the garbage rule only
+	f.s.gc.cfg.GCMinBytes = 0
+	putKeys := func(n int) {
+		var cmds []systems.Command
+		for i := 0; i < n; i++ {
+			cmds = append(cmds, put(fmt.Sprintf("k%03d", i), randValue(f.rng, 400)))
+		}
+		f.mu.Lock()
+		ents := appendCommands(t, f.l, cmds...)
+		f.mu.Unlock()
+		mustApply(t, f.s, ents)
+		f.m.apply(cmds...)
+	}
+	putKeys(100)
+	f.round() // run 1: k000..k099
+	putKeys(80)
+	f.round() // run 2: k000..k079; run 1 is 80% garbage but holds k080..k099
+	f.check()
+	due := func(strategy string) bool {
+		st, err := NewStrategy(strategy)
+		if err != nil {
+			t.Fatal(err)
+		}
+		f.s.gc.strategy = st
+		return f.s.gc.due()
+	}
+	if due(StrategySortOnce) {
+		t.Fatalf("sort-once: a round is due for garbage it cannot reclaim")
+	}
+	if !due(StrategyGreedy) {
+		t.Fatalf("greedy: no round due although run 1 is 80%% garbage")
+	}
+	if due(StrategyMerge) {
+		t.Fatalf("merge: a round is due without a segment to freeze")
+	}
+	putKeys(1)
+	if !due(StrategyMerge) {
+		t.Fatalf("merge: no round due although it would rewrite run 1 (80%% garbage)")
+	}
+	if due(StrategySortOnce) {
+		t.Fatalf("sort-once: a round is due for one live value")
+	}
+}

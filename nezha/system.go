@@ -71,9 +71,10 @@ type Config struct {
 	// bytes (-gcThresholdBytes; merge waits until the log also holds as
 	// much as the sorted runs). Default 1 GiB.
 	GCThresholdBytes int64
-	// GCGarbageRatio: a round is also due once garbage / (log + runs) is at
-	// least this (-gcGarbageRatio), and greedy rewrites the files at least
-	// this garbage. Default 0.5.
+	// GCGarbageRatio: a round is also due once the garbage a round of the
+	// strategy would reclaim / (log + runs) is at least this
+	// (-gcGarbageRatio), and greedy rewrites the files at least this
+	// garbage. Default 0.5.
 	GCGarbageRatio float64
 	// GCMinBytes: no garbage-ratio round while log and runs hold less
 	// (-gcMinBytes). Default 64 MiB.
