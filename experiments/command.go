@@ -159,8 +159,12 @@ func runCommand(args []string, known []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(stdout, "\n== Headline (this run, %s)\n\n", time.Since(start).Round(time.Second))
-	WriteHeadlines(stdout, Headlines(results))
+	if hs := Headlines(results); AnyMeasured(hs) {
+		fmt.Fprintf(stdout, "\n== Headline (this run, %s)\n\n", time.Since(start).Round(time.Second))
+		WriteHeadlines(stdout, hs)
+	} else {
+		fmt.Fprintf(stdout, "\n== Done in %s\n", time.Since(start).Round(time.Second))
+	}
 	failed := 0
 	for _, r := range results {
 		if r.Error != "" || len(r.Failures) > 0 {

@@ -113,6 +113,9 @@ func TestHeadlinesAndReport(t *testing.T) {
 	if scanH == nil || scanH.Ratio != 2 || scanH.Paper < 1.72 || scanH.Paper > 1.73 {
 		t.Fatalf("SCAN headline %+v", scanH)
 	}
+	if !AnyMeasured(hs) || AnyMeasured(Headlines(nil)) {
+		t.Fatalf("AnyMeasured: want true for this run, false for none")
+	}
 	var b bytes.Buffer
 	WriteHeadlines(&b, hs)
 	if !strings.Contains(b.String(), "3.00x (+200.0 %)") || !strings.Contains(b.String(), "+460.2 %") {

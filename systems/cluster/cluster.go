@@ -505,7 +505,11 @@ func (s *Spec) checkOwned(n *Node) error {
 	return nil
 }
 
-// Alive reports whether pid is a running (not zombie) process.
+// Alive reports whether pid is a running process, or one still exiting: a
+// zombie thread-group leader whose other threads have not all exited yet
+// (one finishing an fsync after SIGKILL) still holds the process's files
+// and their locks (LevelDB's and RocksDB's LOCK), so a restart must wait
+// for it. A zombie with no other thread left is not alive.
 func Alive(pid int) bool {
 	if pid <= 0 {
 		return false
@@ -519,7 +523,10 @@ func Alive(pid int) bool {
 	}
 	// The state follows the parenthesised command name.
 	if i := strings.LastIndexByte(string(b), ')'); i >= 0 && i+2 < len(b) {
-		return b[i+2] != 'Z' && b[i+2] != 'X'
+		if st := b[i+2]; st == 'Z' || st == 'X' {
+			tasks, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
+			return err == nil && len(tasks) > 1
+		}
 	}
 	return true
 }

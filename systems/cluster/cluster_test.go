@@ -2,10 +2,15 @@ package cluster
 
 import (
 	"errors"
+	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/nezha-harness/nezha/systems"
 )
@@ -68,5 +73,54 @@ func TestAliveAndTail(t *testing.T) {
 	os.WriteFile(p, []byte("a\nb\nc\n"), 0o644)
 	if got := Tail(p, 2); got != "b\nc" {
 		t.Fatalf("Tail = %q", got)
+	}
+}
+
+// leaderExitEnv makes the test binary a process whose main thread exits on
+// its own while another thread lives on: its leader is a zombie, but the
+// process still holds its files (as a node does while a thread finishes an
+// fsync after SIGKILL).
+const leaderExitEnv = "NEZHA_TEST_LEADER_EXIT"
+
+func TestMain(m *testing.M) {
+	if os.Getenv(leaderExitEnv) != "" {
+		runtime.LockOSThread() // the main goroutine keeps the main thread
+		go func() {
+			runtime.LockOSThread()
+			select {} // another thread, alive until the process is killed
+		}()
+		syscall.RawSyscall(syscall.SYS_EXIT, 0, 0, 0) // this thread only
+	}
+	os.Exit(m.Run())
+}
+
+func TestAliveWhileThreadsExit(t *testing.T) {
+	cmd := exec.Command(os.Args[0], "-test.run", "^$")
+	cmd.Env = append(os.Environ(), leaderExitEnv+"=1")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	pid := cmd.Process.Pid
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	zombieLeader := func() bool {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+		i := strings.LastIndexByte(string(b), ')')
+		return err == nil && i >= 0 && i+2 < len(b) && b[i+2] == 'Z'
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for !zombieLeader() {
+		if time.Now().After(deadline) {
+			t.Fatal("the helper's main thread did not exit")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	if !Alive(pid) {
+		t.Fatal("Alive: false for a process whose leader is a zombie but another thread runs (it still holds its files)")
+	}
+	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	if err := waitGone(pid, 10*time.Second); err != nil { // unreaped: a zombie with no thread left
+		t.Fatal(err)
 	}
 }
