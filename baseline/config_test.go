@@ -3,10 +3,12 @@ package baseline
 import (
 	"errors"
 	"flag"
+	"fmt"
 	"io"
 	"os"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/nezha-harness/nezha/systems"
 )
@@ -213,4 +215,37 @@ func sumFileSizes(t *testing.T, dir, suffix string) int64 {
 		n += fi.Size()
 	}
 	return n
+}
+
+// TestWALFilesAreDeleted: the meta column family (one small value) must not
+// pin the WAL files that the user data's flushes made obsolete (RocksDB keeps
+// them until max_total_wal_size, by default 4 x every column family's write
+// buffers: original's space on disk grew by up to 1 GiB of dead WAL).
+func TestWALFilesAreDeleted(t *testing.T) {
+	for _, m := range []Mode{ModeOriginal, ModeBlobDB} {
+		c := testConfig(m)
+		c.WriteBufferBytes = 256 << 10
+		s := openTest(t, c, t.TempDir())
+		value := strings.Repeat("v", 8<<10)
+		const entries = 384 // 3 MiB: 12 write buffers, under the default limit (4 MiB)
+		for i := uint64(1); i <= entries; i++ {
+			mustApply(t, s, put(i, fmt.Sprintf("k%02d", i%16), value))
+		}
+		bound := 4 * c.WriteBufferBytes
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			wal := sumFileSizes(t, s.Dir(), ".log")
+			if wal <= bound {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: %d bytes of WAL files after writing %d bytes with %d-byte write buffers, want at most %d",
+					m, wal, entries*len(value), c.WriteBufferBytes, bound)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		if err := s.Close(); err != nil {
+			t.Fatal(err)
+		}
+	}
 }

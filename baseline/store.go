@@ -113,6 +113,14 @@ func (c *Config) OpenStore(env systems.Env) (*Store, error) {
 	s.dbOpts.SetCreateIfMissing(true)
 	s.dbOpts.SetCreateIfMissingColumnFamilies(true)
 	s.dbOpts.SetMaxBackgroundJobs(MaxBackgroundJobs)
+	// The meta column family's memtable (the applied index) never fills,
+	// so it is never flushed on its own and pins every WAL file written
+	// since its last flush: RocksDB keeps them until max_total_wal_size,
+	// by default 4 x the write buffers of every column family (1 GiB
+	// here). Bounding it makes RocksDB flush the meta column family and
+	// delete obsolete WAL files once they exceed two write buffers (the
+	// remedy of RocksDB's wiki, "Column Families" and "Write Ahead Log").
+	s.dbOpts.SetMaxTotalWalSize(2 * uint64(c.WriteBufferBytes))
 	if c.mode == ModePASV {
 		// Without a WAL the two column families would otherwise be
 		// flushed independently, and a crash could leave a meta column
