@@ -15,7 +15,6 @@ func nezhaGCFlags() []string { return []string{"-gcContinuous", "-segmentSizeByt
 // linearizabilityExperiment: every system under every nemesis of the
 // profile, once per seed, checked with Porcupine; plus the checker's
 // self-test (stale reads under partition-leader must be caught).
-
 func linearizabilityExperiment() Experiment {
 	return Experiment{
 		Name: "linearizability", Title: "Linearizability under faults",
