@@ -7,6 +7,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -106,15 +107,20 @@ func runCommand(args []string, known []string, stdout, stderr io.Writer) error {
 	if len(srv) > 0 && len(syss) != 1 {
 		errs = append(errs, systems.Usagef("-servers is one cluster: name its one system with -systems"))
 	}
-	if err := errors.Join(errs...); err != nil {
-		return systems.OneLine("experiment run", err)
+	for _, a := range srv {
+		if host, port, err := net.SplitHostPort(a); err != nil || host == "" || port == "" {
+			errs = append(errs, systems.Usagef("-servers: %q is not host:port", a))
+		}
 	}
 	dir := *out
 	if dir == "" {
 		dir = filepath.Join("results", time.Now().Format("20060102-150405")+"-"+profile.Name)
 	}
-	if err := prepareOutDir(dir, *force); err != nil {
-		return err
+	if err := checkOutDir(dir, *force); err != nil {
+		errs = append(errs, err)
+	}
+	if err := errors.Join(errs...); err != nil {
+		return systems.OneLine("experiment run", err)
 	}
 	if abs, err := filepath.Abs(dir); err == nil {
 		dir = abs // result paths in the report are made relative to it
@@ -123,6 +129,9 @@ func runCommand(args []string, known []string, stdout, stderr io.Writer) error {
 		if err := checkFreeDisk(dir, profile.MinFreeDiskBytes); err != nil {
 			return err
 		}
+	}
+	if err := clearOutDir(dir); err != nil {
+		return err
 	}
 	binary, err := os.Executable()
 	if err != nil {
@@ -201,20 +210,36 @@ func readInfo(dir string) map[string]any {
 	return m
 }
 
-// prepareOutDir creates dir; a non-empty one is refused unless force.
-func prepareOutDir(dir string, force bool) error {
+// checkOutDir refuses a non-empty dir unless force, and even with force one
+// that is not an earlier results directory (no config.json): -force must
+// not wipe a directory that holds something else. It deletes nothing.
+func checkOutDir(dir string, force bool) error {
 	des, err := os.ReadDir(dir)
 	switch {
 	case errors.Is(err, os.ErrNotExist):
+		return nil
 	case err != nil:
 		return systems.Usagef("-out %s: %v", dir, err)
-	case len(des) > 0 && !force:
+	case len(des) == 0:
+		return nil
+	case !force:
 		return systems.Usagef("-out %s exists and is not empty (use -force to replace its content)", dir)
-	case len(des) > 0:
-		for _, de := range des {
-			if err := os.RemoveAll(filepath.Join(dir, de.Name())); err != nil {
-				return err
-			}
+	}
+	if _, err := os.Stat(filepath.Join(dir, "config.json")); err != nil {
+		return systems.Usagef("-out %s is not empty and holds no config.json: not an earlier results directory, so -force will not delete its content", dir)
+	}
+	return nil
+}
+
+// clearOutDir empties dir (checked by checkOutDir) or creates it.
+func clearOutDir(dir string) error {
+	des, err := os.ReadDir(dir)
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		return err
+	}
+	for _, de := range des {
+		if err := os.RemoveAll(filepath.Join(dir, de.Name())); err != nil {
+			return err
 		}
 	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
@@ -223,7 +248,6 @@ func prepareOutDir(dir string, force bool) error {
 	return nil
 }
 
-// checkFreeDisk refuses to start with less than need bytes free under dir.
 // allSmallDisk: every experiment writes little (Experiment.SmallDisk).
 func allSmallDisk(exps []Experiment) bool {
 	for _, e := range exps {
@@ -234,10 +258,21 @@ func allSmallDisk(exps []Experiment) bool {
 	return true
 }
 
+// checkFreeDisk refuses to start with less than need bytes free under dir
+// (or, if dir does not exist yet, under its nearest existing parent).
 func checkFreeDisk(dir string, need int64) error {
 	var st unix.Statfs_t
-	if err := unix.Statfs(dir, &st); err != nil {
-		return err
+	at := dir
+	for {
+		err := unix.Statfs(at, &st)
+		if err == nil {
+			break
+		}
+		parent := filepath.Dir(at)
+		if !errors.Is(err, unix.ENOENT) || parent == at {
+			return err
+		}
+		at = parent
 	}
 	free := int64(st.Bavail) * int64(st.Bsize)
 	if free < need {

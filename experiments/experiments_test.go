@@ -133,22 +133,35 @@ func TestHeadlinesAndReport(t *testing.T) {
 	}
 }
 
-func TestPrepareOutDir(t *testing.T) {
+func TestOutDir(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "out")
-	if err := prepareOutDir(dir, false); err != nil {
+	if err := checkOutDir(dir, false); err != nil {
+		t.Fatal(err)
+	}
+	if err := checkFreeDisk(dir, 1); err != nil { // dir does not exist yet: its parent is checked
+		t.Fatal(err)
+	}
+	if err := clearOutDir(dir); err != nil {
 		t.Fatal(err)
 	}
 	os.WriteFile(filepath.Join(dir, "x"), []byte("x"), 0o644)
-	err := prepareOutDir(dir, false)
 	var ue *systems.UsageError
-	if !errors.As(err, &ue) || !strings.Contains(err.Error(), "-force") {
+	if err := checkOutDir(dir, false); !errors.As(err, &ue) || !strings.Contains(err.Error(), "-force") {
 		t.Fatalf("non-empty dir: %v", err)
 	}
-	if err := prepareOutDir(dir, true); err != nil {
+	// Not a results directory: -force must not delete it.
+	if err := checkOutDir(dir, true); !errors.As(err, &ue) || !strings.Contains(err.Error(), "config.json") {
+		t.Fatalf("-force on a directory without config.json: %v", err)
+	}
+	os.WriteFile(filepath.Join(dir, "config.json"), []byte("{}"), 0o644)
+	if err := checkOutDir(dir, true); err != nil {
+		t.Fatal(err)
+	}
+	if err := clearOutDir(dir); err != nil {
 		t.Fatal(err)
 	}
 	if des, _ := os.ReadDir(dir); len(des) != 0 {
-		t.Fatalf("-force left %d entries", len(des))
+		t.Fatalf("clearOutDir left %d entries", len(des))
 	}
 	if err := checkFreeDisk(dir, 1<<62); err == nil || !errors.As(err, &ue) {
 		t.Fatalf("free disk check: %v", err)
@@ -165,6 +178,7 @@ func TestCommandUsageErrors(t *testing.T) {
 		{"run", "scan", "-profile", "huge"},
 		{"run", "scan", "-systems", "nezha,bogus"},
 		{"run", "scan", "-servers", "127.0.0.1:1", "-systems", "nezha,original"},
+		{"run", "scan", "-servers", "bogus", "-systems", "nezha"},
 		{"report"},
 	} {
 		err := Command(args, known, &bytes.Buffer{}, &bytes.Buffer{})
@@ -172,6 +186,14 @@ func TestCommandUsageErrors(t *testing.T) {
 		if !errors.As(err, &ue) {
 			t.Fatalf("%v: %v, want a usage error", args, err)
 		}
+	}
+	// A refused run deletes nothing, even with -force.
+	dir := t.TempDir()
+	os.WriteFile(filepath.Join(dir, "notes.txt"), []byte("mine"), 0o644)
+	os.WriteFile(filepath.Join(dir, "config.json"), []byte("{}"), 0o644)
+	err := Command([]string{"run", "scan", "-systems", "nezha", "-servers", "bogus", "-out", dir, "-force"}, known, &bytes.Buffer{}, &bytes.Buffer{})
+	if _, serr := os.Stat(filepath.Join(dir, "notes.txt")); err == nil || serr != nil {
+		t.Fatalf("refused run: %v; notes.txt: %v", err, serr)
 	}
 	var out bytes.Buffer
 	if err := Command([]string{"list"}, known, &out, &out); err != nil || !strings.Contains(out.String(), "put-vsize") {

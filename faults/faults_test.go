@@ -109,6 +109,25 @@ func TestScheduleIsDeterministic(t *testing.T) {
 	}
 }
 
+// FitAllDuration (check's default -duration) fits every nemesis, whatever
+// the seed.
+func TestFitAllDuration(t *testing.T) {
+	for _, names := range [][]string{Names(), {Kill}, AllNames()} {
+		o := ScheduleOptions{Nemeses: names, Nodes: 3}
+		o.Duration = o.FitAllDuration()
+		for seed := int64(1); seed <= 50; seed++ {
+			o.Seed = seed
+			s, err := NewSchedule(o)
+			if err != nil {
+				t.Fatalf("%d nemeses, %v, seed %d: %v", len(names), o.Duration, seed, err)
+			}
+			if len(s.Steps) < len(names) {
+				t.Fatalf("%d nemeses, %v, seed %d: %d steps", len(names), o.Duration, seed, len(s.Steps))
+			}
+		}
+	}
+}
+
 func TestScheduleBadInput(t *testing.T) {
 	for name, o := range map[string]ScheduleOptions{
 		"below warm-up":     {Nemeses: []string{Kill}, Nodes: 3, Duration: 2 * time.Second},

@@ -92,6 +92,17 @@ func (o ScheduleOptions) MinDuration() time.Duration {
 	return o.WarmUp + o.MinHold + o.CoolDown
 }
 
+// FitAllDuration is a workload long enough for every nemesis of o to be
+// injected once, whatever the seed draws: the warm-up, each nemesis's
+// longest hold and pause, and the cool-down.
+func (o ScheduleOptions) FitAllDuration() time.Duration {
+	o.fill()
+	if len(o.Nemeses) == 0 {
+		return o.WarmUp
+	}
+	return o.WarmUp + o.CoolDown + time.Duration(len(o.Nemeses))*(o.MaxHold+o.MaxQuiet)
+}
+
 // Validate reports every problem at once, as *systems.UsageError values.
 func (o ScheduleOptions) Validate() error {
 	o.fill()
@@ -178,7 +189,7 @@ func NewSchedule(o ScheduleOptions) (*Schedule, error) {
 	}
 	if len(s.Steps) < len(order) {
 		// Say so rather than leave nemeses out silently.
-		need := o.WarmUp + o.CoolDown + time.Duration(len(order))*(o.MaxHold+o.MaxQuiet)
+		need := o.FitAllDuration()
 		return nil, systems.Usagef("-duration %v fits %d of the %d nemeses (%s): each needs up to %v with its pause; use -duration %v or more",
 			o.Duration, len(s.Steps), len(order), strings.Join(o.Nemeses, ","), o.MaxHold+o.MaxQuiet, need.Round(time.Second))
 	}

@@ -60,7 +60,7 @@ func Command(args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("check", flag.ContinueOnError)
 	fs.StringVar(&o.System, "system", "", "system under test (required)")
 	nemesis := fs.String("nemesis", "all", "nemeses to inject, one at a time: comma-separated names, all, or none")
-	fs.DurationVar(&o.Duration, "duration", o.Duration, "how long the workload runs (faults are healed before its end)")
+	fs.DurationVar(&o.Duration, "duration", o.Duration, "how long the workload runs (faults are healed before its end; without this flag, longer if the nemeses need it)")
 	fs.IntVar(&o.Clients, "clients", o.Clients, "logical clients, pinned to the nodes in turn")
 	fs.IntVar(&o.Nodes, "nodes", o.Nodes, "cluster size")
 	fs.Int64Var(&o.Seed, "seed", o.Seed, "seed of the fault schedule and the workload")
@@ -110,6 +110,15 @@ func Command(args []string, stdout, stderr io.Writer) error {
 		return systems.OneLine("check", err)
 	}
 	o.Nemeses = names
+	durationSet := false
+	fs.Visit(func(f *flag.Flag) { durationSet = durationSet || f.Name == "duration" })
+	if !durationSet {
+		// The default 30 s fits about four nemeses; without an explicit
+		// -duration, run as long as every named nemesis needs.
+		so := o.Schedule
+		so.Nemeses, so.Nodes, so.Duration = o.Nemeses, o.Nodes, o.Duration
+		o.Duration = max(o.Duration, so.FitAllDuration().Round(time.Second))
+	}
 	if o.Out == "" && o.System != "" {
 		o.Out = filepath.Join("results", "check", fmt.Sprintf("%s-%s-seed%d-%s", o.System, o.ReadMode, o.Seed, time.Now().Format("20060102-150405")))
 	}

@@ -187,7 +187,7 @@ func (o *Options) Validate() error {
 	if o.System == "" {
 		bad("-system is required")
 	}
-	if o.Out == "" {
+	if o.Out == "" && o.System != "" {
 		bad("an output directory (-out) is required")
 	}
 	switch o.ReadMode {
