@@ -26,11 +26,20 @@ import (
 // DefaultSystems are compared when -systems is not given.
 func DefaultSystems() []string { return []string{"nezha", "nezha-nogc", "original", "pasv", "blobdb"} }
 
+const experimentUsage = `usage: nezha experiment SUBCOMMAND
+  list                                      the experiments and what each shows
+  run NAME...|all [-profile quick|paper] [-systems S,...] [-out DIR] [-force] [-servers A,B,C]
+                                            run experiments, write results, figures and report.md
+  report DIR                                rewrite DIR/report.md from saved results`
+
 // Command is `nezha experiment list | run NAME...|all | report DIR`.
 // known are the -system names the binary registers.
 func Command(args []string, known []string, stdout, stderr io.Writer) error {
 	if len(args) == 0 {
 		return systems.Usagef("experiment: want list, run NAME...|all, or report DIR")
+	}
+	if err := systems.SubcommandHelp(args[0], stdout, experimentUsage); err != nil {
+		return err
 	}
 	switch args[0] {
 	case "list":

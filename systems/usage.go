@@ -23,6 +23,18 @@ func Usagef(format string, args ...any) error {
 // exits 0 after the usage text was printed.
 var ErrHelp = errors.New("help requested")
 
+// SubcommandHelp handles `nezha GROUP -h`: if sub asks for help (-h,
+// -help, --help or help) it prints usage (one line per subcommand) to w and
+// returns ErrHelp; otherwise nil.
+func SubcommandHelp(sub string, w io.Writer, usage string) error {
+	switch sub {
+	case "-h", "-help", "--help", "help":
+		fmt.Fprintln(w, strings.TrimRight(usage, "\n"))
+		return ErrHelp
+	}
+	return nil
+}
+
 // ParseFlags parses args with fs. A bad flag becomes a one-line
 // *UsageError; -h prints the flags to w and returns ErrHelp. Positional
 // arguments are left in fs.Args().

@@ -171,6 +171,11 @@ func (o *Outputs) Save(res any, series func(io.Writer) error) error {
 	return nil
 }
 
+const benchUsage = `usage: nezha bench put|get|scan (-cluster DIR | -servers A,B,C) [flags]   (nezha bench put -h lists its flags)
+  put    -vsize BYTES -cnums CLIENTS -dnums OPS   closed-loop PUTs (the paper's PUT benchmark)
+  get    -zipf S -cnums CLIENTS -dnums OPS        Zipf GETs over the keys bench put wrote
+  scan   -scansize KEYS -cnums CLIENTS -dnums OPS range scans over the keys bench put wrote`
+
 // Command is `nezha bench put|get|scan`, after the paper's
 // randwrite_goroutine, zipf_read and scan_pro.
 func Command(args []string, stdout, stderr io.Writer) error {
@@ -178,6 +183,9 @@ func Command(args []string, stdout, stderr io.Writer) error {
 		return systems.Usagef("bench: want a subcommand: put, get, scan")
 	}
 	sub, args := args[0], args[1:]
+	if err := systems.SubcommandHelp(sub, stdout, benchUsage); err != nil {
+		return err
+	}
 	fs := flag.NewFlagSet("bench "+sub, flag.ContinueOnError)
 	var (
 		af   cluster.AddressFlags

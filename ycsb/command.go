@@ -34,6 +34,9 @@ func Command(args []string, stdout, stderr io.Writer) error {
 		return systems.Usagef("ycsb: want a subcommand: load or run")
 	}
 	phase, args := args[0], args[1:]
+	if err := systems.SubcommandHelp(phase, stdout, "usage: nezha ycsb load|run -P WORKLOAD_FILE [-p name=value ...] (-cluster DIR | -servers A,B,C)   (nezha ycsb load -h lists its flags)"); err != nil {
+		return err
+	}
 	if phase != "load" && phase != "run" {
 		return systems.Usagef("ycsb: unknown subcommand %q (want load or run)", phase)
 	}

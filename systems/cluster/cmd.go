@@ -24,7 +24,7 @@ type AddressFlags struct {
 // Register adds -servers and -cluster to fs.
 func (a *AddressFlags) Register(fs *flag.FlagSet) {
 	fs.StringVar(&a.Servers, "servers", "", "comma-separated client addresses of cluster members")
-	fs.StringVar(&a.Cluster, "cluster", "", "cluster directory written by `nezha cluster up` (instead of -servers)")
+	fs.StringVar(&a.Cluster, "cluster", "", "`DIR` written by nezha cluster up (instead of -servers)")
 }
 
 // Resolve returns the client addresses named by the flags.
@@ -44,6 +44,13 @@ func (a *AddressFlags) Resolve() ([]string, error) {
 	return nil, systems.Usagef("no cluster given: use -servers HOST:PORT,... or -cluster DIR")
 }
 
+const clusterUsage = `usage: nezha cluster SUBCOMMAND [flags]   (nezha cluster SUBCOMMAND -h lists its flags)
+  up -system S [-nodes 3] -cluster DIR [-- serve flags]   start a local cluster, return once a leader is elected
+  status -cluster DIR [-json]                              leader, term, commit and applied index per node
+  kill -cluster DIR -node N                                SIGKILL node N
+  restart -cluster DIR -node N                             start node N again, wait until it serves
+  down -cluster DIR [-purge]                               stop every node (and delete the directory)`
+
 // Command is `nezha cluster up|status|kill|restart|down`; known are the
 // -system names the binary registers.
 func Command(args []string, known []string, stdout, stderr io.Writer) error {
@@ -51,6 +58,9 @@ func Command(args []string, known []string, stdout, stderr io.Writer) error {
 		return systems.Usagef("cluster: want a subcommand: up, status, kill, restart, down")
 	}
 	sub, args := args[0], args[1:]
+	if err := systems.SubcommandHelp(sub, stdout, clusterUsage); err != nil {
+		return err
+	}
 	fs := flag.NewFlagSet("cluster "+sub, flag.ContinueOnError)
 	dir := fs.String("cluster", "", "cluster directory")
 	ctx := context.Background()
@@ -73,6 +83,9 @@ func Command(args []string, known []string, stdout, stderr io.Writer) error {
 		o.Dir, o.ExtraArgs, o.KnownSystems = *dir, extra, known
 		if o.Dir == "" {
 			return systems.Usagef("cluster up: -cluster DIR is required")
+		}
+		if o.Nodes == 0 { // UpOptions read 0 as the default; here it was given
+			return systems.Usagef("cluster up: -nodes 0 is outside 1..9")
 		}
 		unlock, err := Lock(o.Dir)
 		if err != nil {
@@ -111,8 +124,13 @@ func Command(args []string, known []string, stdout, stderr io.Writer) error {
 		if err != nil {
 			return err
 		}
-		if *id == 0 {
+		set := false
+		fs.Visit(func(f *flag.Flag) { set = set || f.Name == "node" })
+		if !set {
 			return systems.Usagef("cluster %s: -node is required", sub)
+		}
+		if *id == 0 {
+			return systems.Usagef("cluster %s: no node 0 (ids are 1..%d)", sub, len(s.Nodes))
 		}
 		unlock, err := Lock(*dir)
 		if err != nil {

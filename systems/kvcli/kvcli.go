@@ -21,14 +21,24 @@ import (
 // after printing "not found" on stderr.
 var ErrNotFound = errors.New("not found")
 
+const kvUsage = `usage: nezha kv SUBCOMMAND ARGS (-cluster DIR | -servers A,B,C) [-timeout D]
+  put KEY VALUE                       write
+  get KEY [-consistency stale]        print the value; a missing key prints "not found" on stderr, exit 1
+  delete KEY                          delete (deleting a missing key is not an error)
+  scan START [END] [-limit N]         keys in [START, END) in order, one "key<TAB>value" per line;
+                                      END omitted or "" means no upper bound`
+
 // Run is `nezha kv put K V | get K | delete K | scan START END [-limit N]`
 // with -servers A,B,C or -cluster DIR. Flags may come before or after the
 // positional arguments.
 func Run(args []string, stdout, stderr io.Writer) error {
 	if len(args) == 0 {
-		return systems.Usagef("kv: want a subcommand: put K V, get K, delete K, scan START END")
+		return systems.Usagef("kv: want a subcommand: put K V, get K, delete K, scan START [END] (nezha kv -h)")
 	}
 	sub, args := args[0], args[1:]
+	if err := systems.SubcommandHelp(sub, stdout, kvUsage); err != nil {
+		return err
+	}
 	fs := flag.NewFlagSet("kv "+sub, flag.ContinueOnError)
 	var af cluster.AddressFlags
 	af.Register(fs)
@@ -49,6 +59,9 @@ func Run(args []string, stdout, stderr io.Writer) error {
 	}
 	if *limit < 0 {
 		return systems.Usagef("kv scan: -limit %d is negative", *limit)
+	}
+	if *timeout <= 0 {
+		return systems.Usagef("kv: -timeout %v must be positive", *timeout)
 	}
 	addrs, err := af.Resolve()
 	if err != nil {

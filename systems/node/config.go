@@ -16,6 +16,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"os"
 	"path/filepath"
 	"slices"
@@ -132,6 +133,22 @@ func (c *Config) Validate() error {
 		bad("-internalAddress is required")
 	} else if len(c.Peers) > 0 && c.ID() == 0 {
 		bad("-internalAddress %s is not in -peers %v", c.InternalAddress, c.Peers)
+	}
+	hostPort := func(flagName, a string) {
+		if a == "" {
+			return
+		}
+		if _, port, err := net.SplitHostPort(a); err != nil || port == "" {
+			bad("%s %q is not host:port", flagName, a)
+		}
+	}
+	hostPort("-address", c.Address)
+	hostPort("-internalAddress", c.InternalAddress)
+	for _, p := range c.Peers {
+		hostPort("-peers", p)
+	}
+	for _, p := range c.DialPeers {
+		hostPort("-dialPeers", p)
 	}
 	if c.Address != "" && c.Address == c.InternalAddress {
 		bad("-address and -internalAddress are both %s", c.Address)

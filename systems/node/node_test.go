@@ -322,6 +322,11 @@ func TestStartErrors(t *testing.T) {
 	if !errors.As(err, &ue) || !strings.Contains(err.Error(), "not in -peers") {
 		t.Fatalf("internal address not in peers: %v", err)
 	}
+	bad := c
+	bad.Address = "x"
+	if err := bad.Validate(); !errors.As(err, &ue) || !strings.Contains(err.Error(), `-address "x" is not host:port`) {
+		t.Fatalf("malformed -address: %v", err)
+	}
 	// A port in use is named.
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

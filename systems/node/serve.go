@@ -1,6 +1,7 @@
 package node
 
 import (
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -72,6 +73,9 @@ func Serve(args []string, reg *systems.Registry, stdout, stderr io.Writer) error
 		cfg.SystemConfig.RegisterFlags(fs)
 	}
 	if err := systems.ParseFlags(fs, args, stdout); err != nil {
+		if errors.Is(err, systems.ErrHelp) && systemFlag(args) == "" {
+			fmt.Fprintf(stdout, "The flags of a system (its engine, GC, RocksDB options) are listed by: nezha serve -system S -h (S: %s)\n", strings.Join(reg.Names(), ", "))
+		}
 		return err
 	}
 	if fs.NArg() > 0 {
