@@ -422,32 +422,47 @@ func (x *Run) readExperiment(ctx context.Context, op string) error {
 		x.param("scan_size", p.ScanSize)
 		x.param("clients", p.ScanClients)
 	}
-	x.note("Each system: one cluster, one load, then %d runs back to back; the table gives every run's median and range, the figure the median with the range as error bars. The loaded data fits in the page cache here, so reads are not disk-bound.", p.ReadRuns)
+	x.note("Each system: one cluster and one load; all clusters stay up, then %d rounds each run every system once, in rotated order (interleaved, so that slow minutes of a shared machine fall on all systems alike). The table gives the median and range over the rounds, the figure the median with the range as error bars. The loaded data fits in the page cache here, so reads are not disk-bound.", p.ReadRuns)
 	tbl := Table{Title: strings.ToUpper(op), Columns: []string{"system", "median ops/s", "min", "max", "MB/s", "p50 ms", "p99 ms", "p99.9 ms", "errors", "misses"}}
 	bar := plots.Figure{Name: op + "-throughput", Title: fmt.Sprintf("%s throughput (median of %d runs)", strings.ToUpper(op), p.ReadRuns), Kind: plots.Bars,
 		XLabel: "system", YLabel: "throughput (ops/s)", Categories: []string{op}}
 	var cdfs, series []plots.Series
+	// Every system's cluster is loaded first and kept up; then each round
+	// runs every system once, in rotated order, so that slow minutes of a
+	// shared machine fall on all systems alike.
+	type bed struct {
+		tb     *testbed
+		rates  []float64
+		first  workloads.Summary
+		raw    bytes.Buffer
+		failed bool
+	}
+	beds := map[string]*bed{}
 	for _, sys := range x.Systems {
 		tb, err := x.readBed(ctx, sys, op)
 		if err != nil {
-			bar.Series = append(bar.Series, plots.Series{Name: sys, Values: []float64{0}, Missing: []int{0}})
-			continue
+			continue // reported by readBed
 		}
-		var rates []float64
-		var first workloads.Summary
-		var raw bytes.Buffer
-		for run := 0; run < p.ReadRuns && err == nil; run++ {
+		beds[sys] = &bed{tb: tb}
+	}
+	for run := 0; run < p.ReadRuns; run++ {
+		for _, sys := range rotate(x.Systems, run) {
+			b := beds[sys]
+			if b == nil || b.failed {
+				continue
+			}
 			var sum workloads.Summary
+			var err error
 			var rb *bytes.Buffer
 			if run == 0 {
-				rb = &raw
+				rb = &b.raw
 			}
 			if op == "get" {
 				o := workloads.GetOptions{Common: x.benchCommon("r", p.Clients, p.GetOps, int64(2+run), rb), Keys: p.ReadKeys, Zipf: p.Zipf}
-				sum, err = workloads.RunGet(ctx, tb.c, o)
+				sum, err = workloads.RunGet(ctx, b.tb.c, o)
 			} else {
 				o := workloads.ScanOptions{Common: x.benchCommon("r", p.ScanClients, p.ScanOps, int64(3+run), rb), Keys: p.ReadKeys, ScanSize: p.ScanSize}
-				sum, err = workloads.RunScan(ctx, tb.c, o)
+				sum, err = workloads.RunScan(ctx, b.tb.c, o)
 			}
 			if err == nil {
 				err = sum.Failures()
@@ -455,27 +470,33 @@ func (x *Run) readExperiment(ctx context.Context, op string) error {
 			if err == nil && sum.Misses > 0 {
 				err = fmt.Errorf("%d %s operations missed keys that were written", sum.Misses, op)
 			}
-			if err == nil {
-				rates = append(rates, sum.OpsPerSec)
-				if run == 0 {
-					first = sum
-				}
+			if err != nil {
+				x.fail(sys, op, err, b.tb.spec)
+				b.tb.stop(true)
+				b.failed = true
+				continue
+			}
+			b.rates = append(b.rates, sum.OpsPerSec)
+			if run == 0 {
+				b.first = sum
 			}
 		}
-		if err != nil {
-			x.fail(sys, op, err, tb.spec)
-			tb.stop(true)
+	}
+	for _, sys := range x.Systems {
+		b := beds[sys]
+		if b == nil || b.failed {
 			bar.Series = append(bar.Series, plots.Series{Name: sys, Values: []float64{0}, Missing: []int{0}})
 			continue
 		}
-		tb.stop(false)
+		b.tb.stop(false)
+		rates, first := b.rates, b.first
 		med, lo, hi := median(rates), slices.Min(rates), slices.Max(rates)
 		x.logf("%s: %s median %.0f ops/s over %d runs (%.0f..%.0f)", sys, op, med, len(rates), lo, hi)
 		x.metric(op+"_ops_per_sec/"+sys, med)
 		tbl.Rows = append(tbl.Rows, []string{sys, f0(med), f0(lo), f0(hi), f1(first.MBPerSec * med / first.OpsPerSec),
 			ms(first.P50Us), ms(first.P99Us), ms(first.P999Us), fmt.Sprint(first.Errors), fmt.Sprint(first.Misses)})
 		bar.Series = append(bar.Series, plots.Series{Name: sys, Values: []float64{med}, Errors: []float64{max(med-lo, hi-med)}})
-		if c, err := latencyCDF(sys, &raw); err == nil {
+		if c, err := latencyCDF(sys, &b.raw); err == nil {
 			cdfs = append(cdfs, c)
 		}
 		if s, ok := throughputSeries(sys, first, false); ok {
