@@ -245,7 +245,7 @@ func (x *Run) putHeadline(ctx context.Context, limit float64, haveLimit bool) {
 		}
 		tbl.Rows = append(tbl.Rows, []string{sys, f1(med), f1(lo), f1(hi), fmt.Sprint(len(r)), ratio})
 		// Error bars are symmetric: use the larger distance to the range.
-		fig.Series = append(fig.Series, plots.Series{Name: sys, Values: []float64{med}, Errors: []float64{max(med-lo, hi-med)}})
+		fig.Series = append(fig.Series, plots.Series{Name: sys, Values: []float64{med}, Errors: []float64{med - lo}, ErrorsUp: []float64{hi - med}})
 	}
 	x.table(tbl)
 	x.figure(fig)
@@ -424,7 +424,7 @@ func (x *Run) readExperiment(ctx context.Context, op string) error {
 	}
 	x.note("Each system: one cluster and one load; all clusters stay up, then %d rounds each run every system once, in rotated order (interleaved, so that slow minutes of a shared machine fall on all systems alike). The table gives the median and range over the rounds, the figure the median with the range as error bars. The loaded data fits in the page cache here, so reads are not disk-bound.", p.ReadRuns)
 	tbl := Table{Title: strings.ToUpper(op), Columns: []string{"system", "median ops/s", "min", "max", "MB/s", "p50 ms", "p99 ms", "p99.9 ms", "errors", "misses"}}
-	bar := plots.Figure{Name: op + "-throughput", Title: fmt.Sprintf("%s throughput (median of %d runs)", strings.ToUpper(op), p.ReadRuns), Kind: plots.Bars,
+	bar := plots.Figure{Name: op + "-throughput", Title: fmt.Sprintf("%s throughput (median of %d interleaved runs, range as error bars)", strings.ToUpper(op), p.ReadRuns), Kind: plots.Bars,
 		XLabel: "system", YLabel: "throughput (ops/s)", Categories: []string{op}}
 	var cdfs, series []plots.Series
 	// Every system's cluster is loaded first and kept up; then each round
@@ -495,7 +495,7 @@ func (x *Run) readExperiment(ctx context.Context, op string) error {
 		x.metric(op+"_ops_per_sec/"+sys, med)
 		tbl.Rows = append(tbl.Rows, []string{sys, f0(med), f0(lo), f0(hi), f1(first.MBPerSec * med / first.OpsPerSec),
 			ms(first.P50Us), ms(first.P99Us), ms(first.P999Us), fmt.Sprint(first.Errors), fmt.Sprint(first.Misses)})
-		bar.Series = append(bar.Series, plots.Series{Name: sys, Values: []float64{med}, Errors: []float64{max(med-lo, hi-med)}})
+		bar.Series = append(bar.Series, plots.Series{Name: sys, Values: []float64{med}, Errors: []float64{med - lo}, ErrorsUp: []float64{hi - med}})
 		if c, err := latencyCDF(sys, &b.raw); err == nil {
 			cdfs = append(cdfs, c)
 		}

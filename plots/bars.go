@@ -58,18 +58,15 @@ func buildBars(f Figure) built {
 			if missing[k] {
 				continue
 			}
-			e := 0.0
-			if len(s.Errors) > 0 {
-				e = s.Errors[k]
-			}
-			yr.add(v-e, v+e)
+			lo, up := s.errorExtents(k)
+			yr.add(v-lo, v+up)
 			// The bar in data units, for placing hline labels off it.
 			mid := float64(k) + (float64(i)-float64(n-1)/2)*groupFraction/float64(n)
 			half := groupFraction / float64(n) / 2
-			ref.rects = append(ref.rects, dataRect{mid - half, mid + half, min(0, v-e), max(0, v+e)})
+			ref.rects = append(ref.rects, dataRect{mid - half, mid + half, min(0, v-lo), max(0, v+up)})
 		}
 		charts = append(charts, cs)
-		overlays = append(overlays, &barOverlay{style: st, values: s.Values, missing: missing, errors: s.Errors})
+		overlays = append(overlays, &barOverlay{style: st, values: s.Values, missing: missing, series: s})
 	}
 	for _, h := range f.HLines {
 		yr.add(h.At)
@@ -193,7 +190,7 @@ type barOverlay struct {
 	style         barStyle
 	values        []float64
 	missing       []bool
-	errors        []float64
+	series        Series // for its error extents
 	width, offset vg.Length
 }
 
@@ -218,19 +215,19 @@ func (o *barOverlay) Plot(c draw.Canvas, p *plot.Plot) {
 		}
 		drawHatch(c, o.style, r)
 	}
-	if len(o.errors) == 0 {
+	if len(o.series.Errors) == 0 && len(o.series.ErrorsUp) == 0 {
 		return
 	}
 	halo := draw.LineStyle{Color: color.White, Width: vg.Points(2.6)}
 	ink := draw.LineStyle{Color: color.Black, Width: vg.Points(1)}
 	capW := min(o.width*0.6, vg.Points(8)) / 2
 	for i, v := range o.values {
-		e := o.errors[i]
-		if o.missing[i] || e == 0 {
+		down, up := o.series.errorExtents(i)
+		if o.missing[i] || down == 0 && up == 0 {
 			continue
 		}
 		x := trX(float64(i)) + o.offset
-		lo, hi := trY(v-e), trY(v+e)
+		lo, hi := trY(v-down), trY(v+up)
 		lines := [][]vg.Point{
 			{{X: x, Y: lo}, {X: x, Y: hi}},
 			{{X: x - capW, Y: lo}, {X: x + capW, Y: lo}},
@@ -239,4 +236,20 @@ func (o *barOverlay) Plot(c draw.Canvas, p *plot.Plot) {
 		c.StrokeLines(halo, c.ClipLinesY(lines...)...)
 		c.StrokeLines(ink, c.ClipLinesY(lines...)...)
 	}
+}
+
+// errorExtents returns how far the error bar of value k reaches below and
+// above it: Errors both ways, or Errors below and ErrorsUp above.
+func (s Series) errorExtents(k int) (down, up float64) {
+	if k < len(s.Errors) {
+		down = s.Errors[k]
+	}
+	up = down
+	if len(s.ErrorsUp) > 0 {
+		up = 0
+		if k < len(s.ErrorsUp) {
+			up = s.ErrorsUp[k]
+		}
+	}
+	return down, up
 }

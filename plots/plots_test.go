@@ -90,6 +90,9 @@ func TestValidateCatchesEachProblem(t *testing.T) {
 		{"missing negative", goodBars, func(f *Figure) { f.Series[1].Missing = []int{-1} }, "missing index -1 out of range"},
 		{"bars error count", goodBars, func(f *Figure) { f.Series[0].Errors = []float64{1} }, "1 errors for 2 values"},
 		{"bars negative error", goodBars, func(f *Figure) { f.Series[0].Errors = []float64{-1, 1} }, "negative"},
+		{"bars upper error count", goodBars, func(f *Figure) { f.Series[0].ErrorsUp = []float64{1} }, "1 upper errors for 2 values"},
+		{"bars negative upper error", goodBars, func(f *Figure) { f.Series[0].ErrorsUp = []float64{1, -1} }, "upper error 1 is -1"},
+		{"lines upper errors", goodLines, func(f *Figure) { f.Series[0].ErrorsUp = []float64{1, 1, 1} }, "bars only"},
 		{"bars NaN", goodBars, func(f *Figure) { f.Series[0].Values[0] = math.NaN() }, "value 0 is NaN"},
 		{"bars log x", goodBars, func(f *Figure) { f.LogX = true }, "log x on bars"},
 		{"bars marks", goodBars, func(f *Figure) { f.Marks = []Mark{{At: 1, Label: "m"}} }, "marks on bars"},
@@ -508,4 +511,20 @@ func rectOf(x0, y0, x1, y1 float64) vg.Rectangle {
 
 func segOf(x0, y0, x1, y1 float64) [2]vg.Point {
 	return [2]vg.Point{{X: vg.Length(x0), Y: vg.Length(y0)}, {X: vg.Length(x1), Y: vg.Length(y1)}}
+}
+
+func TestErrorExtents(t *testing.T) {
+	for _, tc := range []struct {
+		s        Series
+		down, up float64
+	}{
+		{Series{}, 0, 0},
+		{Series{Errors: []float64{2}}, 2, 2},
+		{Series{Errors: []float64{2}, ErrorsUp: []float64{5}}, 2, 5},
+		{Series{ErrorsUp: []float64{5}}, 0, 5},
+	} {
+		if d, u := tc.s.errorExtents(0); d != tc.down || u != tc.up {
+			t.Errorf("%+v: %v, %v; want %v, %v", tc.s, d, u, tc.down, tc.up)
+		}
+	}
 }

@@ -141,6 +141,14 @@ func (v *validator) bars(f Figure, s Series) {
 	if len(s.Errors) != 0 && len(s.Errors) != len(s.Values) {
 		v.add(n, fmt.Sprintf("%d errors for %d values", len(s.Errors), len(s.Values)))
 	}
+	if len(s.ErrorsUp) != 0 && len(s.ErrorsUp) != len(s.Values) {
+		v.add(n, fmt.Sprintf("%d upper errors for %d values", len(s.ErrorsUp), len(s.Values)))
+	}
+	for i, e := range s.ErrorsUp {
+		if !finite(e) || e < 0 {
+			v.add(n, fmt.Sprintf("upper error %d is %v (must be finite and >= 0)", i, e))
+		}
+	}
 	if len(s.X) > 0 || len(s.Y) > 0 {
 		v.add(n, "x/y points on bars (use values)")
 	}
@@ -181,6 +189,8 @@ func (v *validator) points(f Figure, s Series) {
 		v.add(n, fmt.Sprintf("values/missing on a %s figure (use x and y)", f.Kind))
 	}
 	switch {
+	case len(s.ErrorsUp) > 0:
+		v.add(n, fmt.Sprintf("upper errors on a %s figure (bars only)", f.Kind))
 	case f.Kind == CDF && len(s.Errors) > 0:
 		v.add(n, "errors on a cdf")
 	case len(s.Errors) != 0 && len(s.Errors) != len(s.Y):
