@@ -50,6 +50,18 @@ func TestLoadAndSave(t *testing.T) {
 	if _, err := got.Node(2); err == nil {
 		t.Fatal("node 2 of a 1-node cluster found")
 	}
+	// Clients of a cluster none of whose nodes runs fail at once.
+	af := AddressFlags{Cluster: dir}
+	if _, err := af.Resolve(); err == nil || !strings.Contains(err.Error(), "no node of the cluster") {
+		t.Fatalf("Resolve of a stopped cluster: %v", err)
+	}
+	s.Nodes[0].PID = os.Getpid()
+	if err := s.Save(); err != nil {
+		t.Fatal(err)
+	}
+	if addrs, err := af.Resolve(); err != nil || len(addrs) != 1 {
+		t.Fatalf("Resolve with a running node: %v, %v", addrs, err)
+	}
 	os.WriteFile(filepath.Join(dir, FileName), []byte("{"), 0o644)
 	if _, err := Load(dir); err == nil {
 		t.Fatal("corrupt cluster.json accepted")

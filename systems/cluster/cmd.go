@@ -39,6 +39,16 @@ func (a *AddressFlags) Resolve() ([]string, error) {
 		if err != nil {
 			return nil, err
 		}
+		running := 0
+		for _, n := range s.Nodes {
+			if Alive(n.PID) {
+				running++
+			}
+		}
+		if running == 0 {
+			// Fail now rather than retry until the deadline.
+			return nil, fmt.Errorf("no node of the cluster in %s is running (restart its nodes: nezha cluster restart -cluster %s -node N)", a.Cluster, a.Cluster)
+		}
 		return s.Addresses(), nil
 	}
 	return nil, systems.Usagef("no cluster given: use -servers HOST:PORT,... or -cluster DIR")
