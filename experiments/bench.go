@@ -244,7 +244,7 @@ func (x *Run) putHeadline(ctx context.Context, limit float64, haveLimit bool) {
 			ratio = f2(med / base)
 		}
 		tbl.Rows = append(tbl.Rows, []string{sys, f1(med), f1(lo), f1(hi), fmt.Sprint(len(r)), ratio})
-		// Error bars are symmetric: use the larger distance to the range.
+		// Error bars span the runs' range: median down to min, up to max.
 		fig.Series = append(fig.Series, plots.Series{Name: sys, Values: []float64{med}, Errors: []float64{med - lo}, ErrorsUp: []float64{hi - med}})
 	}
 	x.table(tbl)
