@@ -67,12 +67,8 @@ func (s *Store) WriteSnapshot(w *systems.SnapshotWriter) error {
 	if s.closed {
 		return ErrClosed
 	}
-	snap := s.db.NewSnapshot()
-	defer s.db.ReleaseSnapshot(snap)
-	ro := grocksdb.NewDefaultReadOptions()
-	defer ro.Destroy()
-	ro.SetSnapshot(snap)
-	ro.SetFillCache(false)
+	ro, release := s.snapshotReads()
+	defer release()
 	it := s.db.NewIteratorCF(ro, s.data)
 	defer it.Close()
 	for it.SeekToFirst(); it.Valid(); it.Next() {

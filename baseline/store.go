@@ -384,12 +384,8 @@ func (s *Store) StateHash() ([]byte, uint64, error) {
 	if s.closed {
 		return nil, 0, ErrClosed
 	}
-	snap := s.db.NewSnapshot()
-	defer s.db.ReleaseSnapshot(snap)
-	ro := grocksdb.NewDefaultReadOptions()
-	defer ro.Destroy()
-	ro.SetSnapshot(snap)
-	ro.SetFillCache(false)
+	ro, release := s.snapshotReads()
+	defer release()
 	applied, err := s.readApplied(ro)
 	if err != nil {
 		return nil, 0, fmt.Errorf("%s: state hash: %w", s.mode, err)
@@ -499,3 +495,17 @@ var (
 	_ systems.GCReporter   = (*Store)(nil)
 	_ systems.SystemConfig = (*Config)(nil)
 )
+
+// snapshotReads returns read options pinned to a new RocksDB snapshot that
+// do not fill the block cache (whole-store scans: state hash, snapshot
+// streaming). Call release when done.
+func (s *Store) snapshotReads() (ro *grocksdb.ReadOptions, release func()) {
+	snap := s.db.NewSnapshot()
+	ro = grocksdb.NewDefaultReadOptions()
+	ro.SetSnapshot(snap)
+	ro.SetFillCache(false)
+	return ro, func() {
+		ro.Destroy()
+		s.db.ReleaseSnapshot(snap)
+	}
+}

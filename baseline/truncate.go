@@ -66,9 +66,6 @@ import (
 // TruncationStrategy is the systems.GCRound Strategy of a truncation round.
 const TruncationStrategy = "raft-log-truncation"
 
-// truncHistory is how many rounds GCRounds keeps.
-const truncHistory = 64
-
 // truncator runs the Raft log truncation of one Store in the background.
 type truncator struct {
 	s        *Store
@@ -77,8 +74,7 @@ type truncator struct {
 	interval time.Duration
 	onRound  func(systems.GCRound)
 
-	histMu sync.Mutex
-	hist   []systems.GCRound
+	hist systems.GCHistory
 
 	// failures counts consecutive failed rounds; owned by the goroutine
 	// that runs rounds (the loop, or a test with the loop stopped).
@@ -152,34 +148,19 @@ func (t *truncator) runOnce(ctx context.Context) (systems.GCRound, bool, error) 
 		}
 		t.failures++
 		r.Error = err.Error()
-		t.record(r)
+		t.hist.Record(r)
 		if t.failures&(t.failures-1) == 0 { // 1, 2, 4, 8, ...: do not flood the log
 			t.s.logger.Error("baseline: Raft log truncation failed; retrying next interval, the node keeps serving",
 				"system", string(t.s.mode), "err", err, "failures", t.failures)
 		}
 	case did:
 		t.failures = 0
-		t.record(r)
+		t.hist.Record(r)
 		t.s.logger.Info("baseline: Raft log truncated", "system", string(t.s.mode),
 			"compacted_index", r.CompactedIndex, "segments_removed", r.SegmentsRemoved,
 			"reclaimed_bytes", r.ReclaimedBytes, "duration", r.End.Sub(r.Start).Round(time.Millisecond))
 	}
 	return r, did, err
-}
-
-func (t *truncator) record(r systems.GCRound) {
-	t.histMu.Lock()
-	defer t.histMu.Unlock()
-	t.hist = append(t.hist, r)
-	if len(t.hist) > truncHistory {
-		t.hist = t.hist[len(t.hist)-truncHistory:]
-	}
-}
-
-func (t *truncator) history() []systems.GCRound {
-	t.histMu.Lock()
-	defer t.histMu.Unlock()
-	return append([]systems.GCRound(nil), t.hist...)
 }
 
 // GCRounds implements systems.GCReporter: the most recent Raft log
@@ -189,7 +170,7 @@ func (s *Store) GCRounds() []systems.GCRound {
 	if s.trunc == nil {
 		return nil
 	}
-	return s.trunc.history()
+	return s.trunc.hist.Rounds()
 }
 
 func logBytes(segs []systems.SegmentInfo) int64 {

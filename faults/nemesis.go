@@ -376,26 +376,9 @@ func injectPauseLeader(ctx context.Context, e *Env, s Step) (fault, error) {
 func injectTornTail(ctx context.Context, e *Env, s Step) (fault, error) {
 	ids := e.ids()
 	id := ids[s.Pick%uint64(len(ids))]
-	f, err := e.killFault([]uint64{id}, "")
-	if err != nil {
-		return fault{}, err
-	}
-	n, err := e.Cluster.Node(id)
-	if err != nil {
-		_ = f.heal()
-		return fault{}, err
-	}
-	mode := TearCut
-	if (s.Pick>>8)%2 == 1 {
-		mode = TearCorrupt
-	}
-	what, err := TearTail(n.Data, mode, s.Pick>>9)
-	if err != nil {
-		_ = f.heal()
-		return fault{}, err
-	}
-	f.detail = fmt.Sprintf("SIGKILL node %d, %s", id, what)
-	return f, nil
+	return e.killAndDamage(id, s.Pick, func(data, mode string) (string, error) {
+		return TearTail(data, mode, s.Pick>>9)
+	}, fmt.Sprintf("SIGKILL node %d, ", id), "")
 }
 
 func injectLoseTail(ctx context.Context, e *Env, s Step) (fault, error) {
@@ -406,6 +389,15 @@ func injectLoseTail(ctx context.Context, e *Env, s Step) (fault, error) {
 		victims = ids
 	}
 	id := victims[s.Pick%uint64(len(victims))]
+	return e.killAndDamage(id, s.Pick, func(data, mode string) (string, error) {
+		return LoseSyncedTail(data, mode, int(1+(s.Pick>>9)%MaxLoseBytes))
+	}, fmt.Sprintf("SIGKILL follower %d, ", id), note)
+}
+
+// killAndDamage SIGKILLs node id, then damages its Raft log with damage
+// (TearCut or TearCorrupt, by bit 8 of pick); the fault's detail is prefix,
+// what damage did, then suffix. On an error the node is restarted.
+func (e *Env) killAndDamage(id, pick uint64, damage func(data, mode string) (string, error), prefix, suffix string) (fault, error) {
 	f, err := e.killFault([]uint64{id}, "")
 	if err != nil {
 		return fault{}, err
@@ -416,14 +408,14 @@ func injectLoseTail(ctx context.Context, e *Env, s Step) (fault, error) {
 		return fault{}, err
 	}
 	mode := TearCut
-	if (s.Pick>>8)%2 == 1 {
+	if (pick>>8)%2 == 1 {
 		mode = TearCorrupt
 	}
-	what, err := LoseSyncedTail(n.Data, mode, int(1+(s.Pick>>9)%MaxLoseBytes))
+	what, err := damage(n.Data, mode)
 	if err != nil {
 		_ = f.heal()
 		return fault{}, err
 	}
-	f.detail = fmt.Sprintf("SIGKILL follower %d, %s%s", id, what, note)
+	f.detail = prefix + what + suffix
 	return f, nil
 }

@@ -54,6 +54,13 @@ func DefaultScheduleOptions() ScheduleOptions {
 	}
 }
 
+// WithDefaults returns o with its zero fields set from
+// DefaultScheduleOptions.
+func (o ScheduleOptions) WithDefaults() ScheduleOptions {
+	o.fill()
+	return o
+}
+
 func (o *ScheduleOptions) fill() {
 	d := DefaultScheduleOptions()
 	if o.Nodes == 0 {

@@ -115,9 +115,8 @@ func Command(args []string, stdout, stderr io.Writer) error {
 	if !durationSet {
 		// The default 30 s fits about four nemeses; without an explicit
 		// -duration, run as long as every named nemesis needs.
-		so := o.Schedule
-		so.Nemeses, so.Nodes, so.Duration = o.Nemeses, o.Nodes, o.Duration
-		o.Duration = max(o.Duration, so.FitAllDuration().Round(time.Second))
+		o.fill()
+		o.Duration = max(o.Duration, o.Schedule.FitAllDuration().Round(time.Second))
 	}
 	if o.Out == "" && o.System != "" {
 		o.Out = filepath.Join("results", "check", fmt.Sprintf("%s-%s-seed%d-%s", o.System, o.ReadMode, o.Seed, time.Now().Format("20060102-150405")))

@@ -154,28 +154,7 @@ func (o *Options) fill() {
 	o.Schedule.Nodes = o.Nodes
 	o.Schedule.Duration = o.Duration
 	o.Schedule.Seed = o.Seed
-	def := faults.DefaultScheduleOptions()
-	if o.Schedule.WarmUp == 0 {
-		o.Schedule.WarmUp = def.WarmUp
-	}
-	if o.Schedule.CoolDown == 0 {
-		o.Schedule.CoolDown = def.CoolDown
-	}
-	if o.Schedule.MinHold == 0 {
-		o.Schedule.MinHold = def.MinHold
-	}
-	if o.Schedule.MaxHold == 0 {
-		o.Schedule.MaxHold = def.MaxHold
-	}
-	if o.Schedule.MinQuiet == 0 {
-		o.Schedule.MinQuiet = def.MinQuiet
-	}
-	if o.Schedule.MaxQuiet == 0 {
-		o.Schedule.MaxQuiet = def.MaxQuiet
-	}
-	if o.Schedule.MaxFaults == 0 {
-		o.Schedule.MaxFaults = def.MaxFaults
-	}
+	o.Schedule = o.Schedule.WithDefaults()
 }
 
 // Validate reports every problem with o at once, as *systems.UsageError

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"os"
 	"sort"
-	"sync"
 	"syscall"
 	"time"
 
@@ -198,8 +197,7 @@ type collector struct {
 	// s.applyMu.
 	live map[uint64]int64
 
-	histMu sync.Mutex
-	hist   []systems.GCRound
+	hist systems.GCHistory
 
 	kick   chan struct{}
 	cancel context.CancelFunc
@@ -209,8 +207,6 @@ type collector struct {
 	// do; no round is due again until the log grows past it. Loop-owned.
 	idleLogBytes int64
 }
-
-const gcHistory = 64
 
 func newCollector(s *Store, cfg *Config) (*collector, error) {
 	st, err := NewStrategy(cfg.GC)
@@ -305,21 +301,6 @@ func (c *collector) stop() {
 	}
 }
 
-func (c *collector) history() []systems.GCRound {
-	c.histMu.Lock()
-	defer c.histMu.Unlock()
-	return append([]systems.GCRound(nil), c.hist...)
-}
-
-func (c *collector) record(r systems.GCRound) {
-	c.histMu.Lock()
-	defer c.histMu.Unlock()
-	c.hist = append(c.hist, r)
-	if len(c.hist) > gcHistory {
-		c.hist = c.hist[len(c.hist)-gcHistory:]
-	}
-}
-
 // loop runs rounds when due, single-flight, until ctx ends.
 func (c *collector) loop(ctx context.Context, done chan struct{}) {
 	defer close(done)
@@ -340,7 +321,7 @@ func (c *collector) loop(ctx context.Context, done chan struct{}) {
 					return
 				}
 				r.Error = err.Error()
-				c.record(r)
+				c.hist.Record(r)
 				failures++
 				c.s.logger.Error("nezha: GC round failed; the node keeps serving", "err", err, "failures", failures)
 				// Back off before the next attempt (bounded).
@@ -357,7 +338,7 @@ func (c *collector) loop(ctx context.Context, done chan struct{}) {
 				break // nothing to do until the log grows
 			}
 			c.idleLogBytes = 0
-			c.record(r)
+			c.hist.Record(r)
 			c.s.logger.Info("nezha: GC round", "strategy", r.Strategy, "duration", r.End.Sub(r.Start).Round(time.Millisecond),
 				"bytes_read", r.BytesRead, "bytes_written", r.BytesWritten, "live_bytes", r.LiveBytes,
 				"reclaimed_bytes", r.ReclaimedBytes, "segments_removed", r.SegmentsRemoved, "runs_removed", r.RunsRemoved,

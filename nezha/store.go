@@ -358,7 +358,7 @@ func (s *Store) GCRounds() []systems.GCRound {
 	if s.gc == nil {
 		return nil
 	}
-	return s.gc.history()
+	return s.gc.hist.Rounds()
 }
 
 // Close implements systems.StateMachine: it stops GC and closes the index

@@ -2,6 +2,7 @@ package systems
 
 import (
 	"context"
+	"sync"
 	"time"
 )
 
@@ -86,4 +87,31 @@ type GCRound struct {
 type GCReporter interface {
 	// GCRounds returns the most recent rounds, oldest first.
 	GCRounds() []GCRound
+}
+
+// GCHistoryRounds is how many rounds a GCHistory keeps.
+const GCHistoryRounds = 64
+
+// GCHistory keeps the most recent GCHistoryRounds rounds for GCRounds. Its
+// zero value is ready; it is safe for concurrent use.
+type GCHistory struct {
+	mu     sync.Mutex
+	rounds []GCRound
+}
+
+// Record appends r, dropping the oldest round beyond GCHistoryRounds.
+func (h *GCHistory) Record(r GCRound) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.rounds = append(h.rounds, r)
+	if len(h.rounds) > GCHistoryRounds {
+		h.rounds = h.rounds[len(h.rounds)-GCHistoryRounds:]
+	}
+}
+
+// Rounds returns a copy of the kept rounds, oldest first.
+func (h *GCHistory) Rounds() []GCRound {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return append([]GCRound(nil), h.rounds...)
 }
