@@ -81,6 +81,41 @@ type GCRound struct {
 	KeysMoved       int64  `json:"keys_moved"`
 	CompactedIndex  uint64 `json:"compacted_index"`
 	Error           string `json:"error,omitempty"`
+	// Trigger says why the round ran (e.g. "size", "garbage", "idle";
+	// the GC's own vocabulary, documented where the rounds are started).
+	Trigger string `json:"trigger,omitempty"`
+	// Throttled is the time the round waited for the GC I/O rate limiter.
+	Throttled time.Duration `json:"throttled_ns,omitempty"`
+}
+
+// LevelShape is one level of a store's on-disk layout: an LSM level of
+// RocksDB (level 0 first), or a tier of nezha's sorted runs.
+type LevelShape struct {
+	Level int   `json:"level"`
+	Files int64 `json:"files"`
+	Bytes int64 `json:"bytes"`
+}
+
+// StorageShape is a state machine's on-disk shape at one moment, for
+// reports: how many levels an LSM has and how full they are (the paper's
+// regime depends on it), and where a KV-separated store keeps its values.
+type StorageShape struct {
+	Levels []LevelShape `json:"levels,omitempty"`
+	// ValueLogBytes: values still in Raft log segments (nezha).
+	ValueLogBytes int64 `json:"value_log_bytes,omitempty"`
+	// SortedRunBytes: bytes in GC's sorted runs (nezha).
+	SortedRunBytes int64 `json:"sorted_run_bytes,omitempty"`
+	// BlobFileBytes: bytes in RocksDB blob files (blobdb).
+	BlobFileBytes int64 `json:"blob_file_bytes,omitempty"`
+	// LiveBytes: live value bytes the index points at (nezha).
+	LiveBytes int64 `json:"live_bytes,omitempty"`
+}
+
+// StorageReporter is implemented by state machines that can describe
+// their on-disk shape cheaply (it is polled by `cluster status` and the
+// experiments).
+type StorageReporter interface {
+	StorageShape() StorageShape
 }
 
 // GCReporter is implemented by state machines with a GC.

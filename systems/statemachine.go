@@ -110,6 +110,11 @@ type Env struct {
 	Control LogControl
 	// Logger is the node's logger.
 	Logger *slog.Logger
+	// NodeID is the node's Raft id (1-based) and Nodes the number of
+	// voters it started with; 0 when unknown (tests). A state machine may
+	// use them to stagger background work across the nodes of a cluster.
+	NodeID uint64
+	Nodes  int
 }
 
 // SystemConfig is the configuration of one system: its flags, their

@@ -774,8 +774,11 @@ type StatusResponse struct {
 	GcRounds       []*GCRound `protobuf:"bytes,13,rep,name=gc_rounds,json=gcRounds,proto3" json:"gc_rounds,omitempty"`                      // recent GC rounds of systems with a GC
 	CompactedIndex uint64     `protobuf:"varint,14,opt,name=compacted_index,json=compactedIndex,proto3" json:"compacted_index,omitempty"`   // Raft log compaction point
 	LogBytes       int64      `protobuf:"varint,15,opt,name=log_bytes,json=logBytes,proto3" json:"log_bytes,omitempty"`                     // bytes in Raft log segments
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// storage is the state machine's on-disk shape (systems.StorageReporter):
+	// RocksDB's levels for the baselines, log and sorted runs for nezha.
+	Storage       *StorageShape `protobuf:"bytes,16,opt,name=storage,proto3" json:"storage,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *StatusResponse) Reset() {
@@ -913,6 +916,152 @@ func (x *StatusResponse) GetLogBytes() int64 {
 	return 0
 }
 
+func (x *StatusResponse) GetStorage() *StorageShape {
+	if x != nil {
+		return x.Storage
+	}
+	return nil
+}
+
+// StorageShape mirrors systems.StorageShape.
+type StorageShape struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// levels: RocksDB's LSM levels (level 0 first) of the user data column
+	// family; nezha's tiers of sorted runs.
+	Levels         []*LevelShape `protobuf:"bytes,1,rep,name=levels,proto3" json:"levels,omitempty"`
+	ValueLogBytes  int64         `protobuf:"varint,2,opt,name=value_log_bytes,json=valueLogBytes,proto3" json:"value_log_bytes,omitempty"`    // nezha: unsorted values in Raft log segments
+	SortedRunBytes int64         `protobuf:"varint,3,opt,name=sorted_run_bytes,json=sortedRunBytes,proto3" json:"sorted_run_bytes,omitempty"` // nezha: bytes in sorted runs
+	BlobFileBytes  int64         `protobuf:"varint,4,opt,name=blob_file_bytes,json=blobFileBytes,proto3" json:"blob_file_bytes,omitempty"`    // blobdb: bytes in blob files
+	LiveBytes      int64         `protobuf:"varint,5,opt,name=live_bytes,json=liveBytes,proto3" json:"live_bytes,omitempty"`                  // nezha: live value bytes the index points at
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *StorageShape) Reset() {
+	*x = StorageShape{}
+	mi := &file_systems_kvpb_kv_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StorageShape) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StorageShape) ProtoMessage() {}
+
+func (x *StorageShape) ProtoReflect() protoreflect.Message {
+	mi := &file_systems_kvpb_kv_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StorageShape.ProtoReflect.Descriptor instead.
+func (*StorageShape) Descriptor() ([]byte, []int) {
+	return file_systems_kvpb_kv_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *StorageShape) GetLevels() []*LevelShape {
+	if x != nil {
+		return x.Levels
+	}
+	return nil
+}
+
+func (x *StorageShape) GetValueLogBytes() int64 {
+	if x != nil {
+		return x.ValueLogBytes
+	}
+	return 0
+}
+
+func (x *StorageShape) GetSortedRunBytes() int64 {
+	if x != nil {
+		return x.SortedRunBytes
+	}
+	return 0
+}
+
+func (x *StorageShape) GetBlobFileBytes() int64 {
+	if x != nil {
+		return x.BlobFileBytes
+	}
+	return 0
+}
+
+func (x *StorageShape) GetLiveBytes() int64 {
+	if x != nil {
+		return x.LiveBytes
+	}
+	return 0
+}
+
+type LevelShape struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Level         int32                  `protobuf:"varint,1,opt,name=level,proto3" json:"level,omitempty"`
+	Files         int64                  `protobuf:"varint,2,opt,name=files,proto3" json:"files,omitempty"`
+	Bytes         int64                  `protobuf:"varint,3,opt,name=bytes,proto3" json:"bytes,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LevelShape) Reset() {
+	*x = LevelShape{}
+	mi := &file_systems_kvpb_kv_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LevelShape) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LevelShape) ProtoMessage() {}
+
+func (x *LevelShape) ProtoReflect() protoreflect.Message {
+	mi := &file_systems_kvpb_kv_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LevelShape.ProtoReflect.Descriptor instead.
+func (*LevelShape) Descriptor() ([]byte, []int) {
+	return file_systems_kvpb_kv_proto_rawDescGZIP(), []int{14}
+}
+
+func (x *LevelShape) GetLevel() int32 {
+	if x != nil {
+		return x.Level
+	}
+	return 0
+}
+
+func (x *LevelShape) GetFiles() int64 {
+	if x != nil {
+		return x.Files
+	}
+	return 0
+}
+
+func (x *LevelShape) GetBytes() int64 {
+	if x != nil {
+		return x.Bytes
+	}
+	return 0
+}
+
 // GCRound mirrors systems.GCRound.
 type GCRound struct {
 	state           protoimpl.MessageState `protogen:"open.v1"`
@@ -928,13 +1077,17 @@ type GCRound struct {
 	KeysMoved       int64                  `protobuf:"varint,10,opt,name=keys_moved,json=keysMoved,proto3" json:"keys_moved,omitempty"`
 	CompactedIndex  uint64                 `protobuf:"varint,11,opt,name=compacted_index,json=compactedIndex,proto3" json:"compacted_index,omitempty"`
 	Error           string                 `protobuf:"bytes,12,opt,name=error,proto3" json:"error,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// trigger says why the round ran (systems.GCRound.Trigger).
+	Trigger string `protobuf:"bytes,13,opt,name=trigger,proto3" json:"trigger,omitempty"`
+	// throttled_nanos: time the round waited for the GC I/O rate limiter.
+	ThrottledNanos int64 `protobuf:"varint,14,opt,name=throttled_nanos,json=throttledNanos,proto3" json:"throttled_nanos,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *GCRound) Reset() {
 	*x = GCRound{}
-	mi := &file_systems_kvpb_kv_proto_msgTypes[13]
+	mi := &file_systems_kvpb_kv_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -946,7 +1099,7 @@ func (x *GCRound) String() string {
 func (*GCRound) ProtoMessage() {}
 
 func (x *GCRound) ProtoReflect() protoreflect.Message {
-	mi := &file_systems_kvpb_kv_proto_msgTypes[13]
+	mi := &file_systems_kvpb_kv_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -959,7 +1112,7 @@ func (x *GCRound) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GCRound.ProtoReflect.Descriptor instead.
 func (*GCRound) Descriptor() ([]byte, []int) {
-	return file_systems_kvpb_kv_proto_rawDescGZIP(), []int{13}
+	return file_systems_kvpb_kv_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *GCRound) GetStrategy() string {
@@ -1046,6 +1199,20 @@ func (x *GCRound) GetError() string {
 	return ""
 }
 
+func (x *GCRound) GetTrigger() string {
+	if x != nil {
+		return x.Trigger
+	}
+	return ""
+}
+
+func (x *GCRound) GetThrottledNanos() int64 {
+	if x != nil {
+		return x.ThrottledNanos
+	}
+	return 0
+}
+
 type SnapshotChunk struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Message       []byte                 `protobuf:"bytes,1,opt,name=message,proto3" json:"message,omitempty"` // first chunk only
@@ -1056,7 +1223,7 @@ type SnapshotChunk struct {
 
 func (x *SnapshotChunk) Reset() {
 	*x = SnapshotChunk{}
-	mi := &file_systems_kvpb_kv_proto_msgTypes[14]
+	mi := &file_systems_kvpb_kv_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1068,7 +1235,7 @@ func (x *SnapshotChunk) String() string {
 func (*SnapshotChunk) ProtoMessage() {}
 
 func (x *SnapshotChunk) ProtoReflect() protoreflect.Message {
-	mi := &file_systems_kvpb_kv_proto_msgTypes[14]
+	mi := &file_systems_kvpb_kv_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1081,7 +1248,7 @@ func (x *SnapshotChunk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotChunk.ProtoReflect.Descriptor instead.
 func (*SnapshotChunk) Descriptor() ([]byte, []int) {
-	return file_systems_kvpb_kv_proto_rawDescGZIP(), []int{14}
+	return file_systems_kvpb_kv_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *SnapshotChunk) GetMessage() []byte {
@@ -1107,7 +1274,7 @@ type MessageBatch struct {
 
 func (x *MessageBatch) Reset() {
 	*x = MessageBatch{}
-	mi := &file_systems_kvpb_kv_proto_msgTypes[15]
+	mi := &file_systems_kvpb_kv_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1119,7 +1286,7 @@ func (x *MessageBatch) String() string {
 func (*MessageBatch) ProtoMessage() {}
 
 func (x *MessageBatch) ProtoReflect() protoreflect.Message {
-	mi := &file_systems_kvpb_kv_proto_msgTypes[15]
+	mi := &file_systems_kvpb_kv_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1132,7 +1299,7 @@ func (x *MessageBatch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MessageBatch.ProtoReflect.Descriptor instead.
 func (*MessageBatch) Descriptor() ([]byte, []int) {
-	return file_systems_kvpb_kv_proto_rawDescGZIP(), []int{15}
+	return file_systems_kvpb_kv_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *MessageBatch) GetMessages() [][]byte {
@@ -1150,7 +1317,7 @@ type StreamAck struct {
 
 func (x *StreamAck) Reset() {
 	*x = StreamAck{}
-	mi := &file_systems_kvpb_kv_proto_msgTypes[16]
+	mi := &file_systems_kvpb_kv_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1162,7 +1329,7 @@ func (x *StreamAck) String() string {
 func (*StreamAck) ProtoMessage() {}
 
 func (x *StreamAck) ProtoReflect() protoreflect.Message {
-	mi := &file_systems_kvpb_kv_proto_msgTypes[16]
+	mi := &file_systems_kvpb_kv_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1175,7 +1342,7 @@ func (x *StreamAck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StreamAck.ProtoReflect.Descriptor instead.
 func (*StreamAck) Descriptor() ([]byte, []int) {
-	return file_systems_kvpb_kv_proto_rawDescGZIP(), []int{16}
+	return file_systems_kvpb_kv_proto_rawDescGZIP(), []int{18}
 }
 
 var File_systems_kvpb_kv_proto protoreflect.FileDescriptor
@@ -1226,7 +1393,7 @@ const file_systems_kvpb_kv_proto_rawDesc = "" +
 	"\x06Member\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\x12)\n" +
 	"\x10internal_address\x18\x02 \x01(\tR\x0finternalAddress\x12\x18\n" +
-	"\aaddress\x18\x03 \x01(\tR\aaddress\"\x9a\x04\n" +
+	"\aaddress\x18\x03 \x01(\tR\aaddress\"\xcc\x04\n" +
 	"\x0eStatusResponse\x120\n" +
 	"\x06header\x18\x01 \x01(\v2\x18.nezha.kv.ResponseHeaderR\x06header\x12\x1d\n" +
 	"\n" +
@@ -1247,7 +1414,20 @@ const file_systems_kvpb_kv_proto_rawDesc = "" +
 	"\x10state_hash_index\x18\f \x01(\x04R\x0estateHashIndex\x12.\n" +
 	"\tgc_rounds\x18\r \x03(\v2\x11.nezha.kv.GCRoundR\bgcRounds\x12'\n" +
 	"\x0fcompacted_index\x18\x0e \x01(\x04R\x0ecompactedIndex\x12\x1b\n" +
-	"\tlog_bytes\x18\x0f \x01(\x03R\blogBytes\"\xad\x03\n" +
+	"\tlog_bytes\x18\x0f \x01(\x03R\blogBytes\x120\n" +
+	"\astorage\x18\x10 \x01(\v2\x16.nezha.kv.StorageShapeR\astorage\"\xd5\x01\n" +
+	"\fStorageShape\x12,\n" +
+	"\x06levels\x18\x01 \x03(\v2\x14.nezha.kv.LevelShapeR\x06levels\x12&\n" +
+	"\x0fvalue_log_bytes\x18\x02 \x01(\x03R\rvalueLogBytes\x12(\n" +
+	"\x10sorted_run_bytes\x18\x03 \x01(\x03R\x0esortedRunBytes\x12&\n" +
+	"\x0fblob_file_bytes\x18\x04 \x01(\x03R\rblobFileBytes\x12\x1d\n" +
+	"\n" +
+	"live_bytes\x18\x05 \x01(\x03R\tliveBytes\"N\n" +
+	"\n" +
+	"LevelShape\x12\x14\n" +
+	"\x05level\x18\x01 \x01(\x05R\x05level\x12\x14\n" +
+	"\x05files\x18\x02 \x01(\x03R\x05files\x12\x14\n" +
+	"\x05bytes\x18\x03 \x01(\x03R\x05bytes\"\xf0\x03\n" +
 	"\aGCRound\x12\x1a\n" +
 	"\bstrategy\x18\x01 \x01(\tR\bstrategy\x12(\n" +
 	"\x10start_unix_nanos\x18\x02 \x01(\x03R\x0estartUnixNanos\x12$\n" +
@@ -1264,7 +1444,9 @@ const file_systems_kvpb_kv_proto_rawDesc = "" +
 	"keys_moved\x18\n" +
 	" \x01(\x03R\tkeysMoved\x12'\n" +
 	"\x0fcompacted_index\x18\v \x01(\x04R\x0ecompactedIndex\x12\x14\n" +
-	"\x05error\x18\f \x01(\tR\x05error\"=\n" +
+	"\x05error\x18\f \x01(\tR\x05error\x12\x18\n" +
+	"\atrigger\x18\r \x01(\tR\atrigger\x12'\n" +
+	"\x0fthrottled_nanos\x18\x0e \x01(\x03R\x0ethrottledNanos\"=\n" +
 	"\rSnapshotChunk\x12\x18\n" +
 	"\amessage\x18\x01 \x01(\fR\amessage\x12\x12\n" +
 	"\x04data\x18\x02 \x01(\fR\x04data\"*\n" +
@@ -1297,7 +1479,7 @@ func file_systems_kvpb_kv_proto_rawDescGZIP() []byte {
 }
 
 var file_systems_kvpb_kv_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_systems_kvpb_kv_proto_msgTypes = make([]protoimpl.MessageInfo, 17)
+var file_systems_kvpb_kv_proto_msgTypes = make([]protoimpl.MessageInfo, 19)
 var file_systems_kvpb_kv_proto_goTypes = []any{
 	(ReadConsistency)(0),   // 0: nezha.kv.ReadConsistency
 	(*ResponseHeader)(nil), // 1: nezha.kv.ResponseHeader
@@ -1313,10 +1495,12 @@ var file_systems_kvpb_kv_proto_goTypes = []any{
 	(*StatusRequest)(nil),  // 11: nezha.kv.StatusRequest
 	(*Member)(nil),         // 12: nezha.kv.Member
 	(*StatusResponse)(nil), // 13: nezha.kv.StatusResponse
-	(*GCRound)(nil),        // 14: nezha.kv.GCRound
-	(*SnapshotChunk)(nil),  // 15: nezha.kv.SnapshotChunk
-	(*MessageBatch)(nil),   // 16: nezha.kv.MessageBatch
-	(*StreamAck)(nil),      // 17: nezha.kv.StreamAck
+	(*StorageShape)(nil),   // 14: nezha.kv.StorageShape
+	(*LevelShape)(nil),     // 15: nezha.kv.LevelShape
+	(*GCRound)(nil),        // 16: nezha.kv.GCRound
+	(*SnapshotChunk)(nil),  // 17: nezha.kv.SnapshotChunk
+	(*MessageBatch)(nil),   // 18: nezha.kv.MessageBatch
+	(*StreamAck)(nil),      // 19: nezha.kv.StreamAck
 }
 var file_systems_kvpb_kv_proto_depIdxs = []int32{
 	1,  // 0: nezha.kv.PutResponse.header:type_name -> nezha.kv.ResponseHeader
@@ -1328,26 +1512,28 @@ var file_systems_kvpb_kv_proto_depIdxs = []int32{
 	9,  // 6: nezha.kv.ScanResponse.kvs:type_name -> nezha.kv.KeyValue
 	1,  // 7: nezha.kv.StatusResponse.header:type_name -> nezha.kv.ResponseHeader
 	12, // 8: nezha.kv.StatusResponse.members:type_name -> nezha.kv.Member
-	14, // 9: nezha.kv.StatusResponse.gc_rounds:type_name -> nezha.kv.GCRound
-	2,  // 10: nezha.kv.KV.Put:input_type -> nezha.kv.PutRequest
-	4,  // 11: nezha.kv.KV.Get:input_type -> nezha.kv.GetRequest
-	6,  // 12: nezha.kv.KV.Delete:input_type -> nezha.kv.DeleteRequest
-	8,  // 13: nezha.kv.KV.Scan:input_type -> nezha.kv.ScanRequest
-	11, // 14: nezha.kv.KV.Status:input_type -> nezha.kv.StatusRequest
-	16, // 15: nezha.kv.Raft.Stream:input_type -> nezha.kv.MessageBatch
-	15, // 16: nezha.kv.Raft.Snapshot:input_type -> nezha.kv.SnapshotChunk
-	3,  // 17: nezha.kv.KV.Put:output_type -> nezha.kv.PutResponse
-	5,  // 18: nezha.kv.KV.Get:output_type -> nezha.kv.GetResponse
-	7,  // 19: nezha.kv.KV.Delete:output_type -> nezha.kv.DeleteResponse
-	10, // 20: nezha.kv.KV.Scan:output_type -> nezha.kv.ScanResponse
-	13, // 21: nezha.kv.KV.Status:output_type -> nezha.kv.StatusResponse
-	17, // 22: nezha.kv.Raft.Stream:output_type -> nezha.kv.StreamAck
-	17, // 23: nezha.kv.Raft.Snapshot:output_type -> nezha.kv.StreamAck
-	17, // [17:24] is the sub-list for method output_type
-	10, // [10:17] is the sub-list for method input_type
-	10, // [10:10] is the sub-list for extension type_name
-	10, // [10:10] is the sub-list for extension extendee
-	0,  // [0:10] is the sub-list for field type_name
+	16, // 9: nezha.kv.StatusResponse.gc_rounds:type_name -> nezha.kv.GCRound
+	14, // 10: nezha.kv.StatusResponse.storage:type_name -> nezha.kv.StorageShape
+	15, // 11: nezha.kv.StorageShape.levels:type_name -> nezha.kv.LevelShape
+	2,  // 12: nezha.kv.KV.Put:input_type -> nezha.kv.PutRequest
+	4,  // 13: nezha.kv.KV.Get:input_type -> nezha.kv.GetRequest
+	6,  // 14: nezha.kv.KV.Delete:input_type -> nezha.kv.DeleteRequest
+	8,  // 15: nezha.kv.KV.Scan:input_type -> nezha.kv.ScanRequest
+	11, // 16: nezha.kv.KV.Status:input_type -> nezha.kv.StatusRequest
+	18, // 17: nezha.kv.Raft.Stream:input_type -> nezha.kv.MessageBatch
+	17, // 18: nezha.kv.Raft.Snapshot:input_type -> nezha.kv.SnapshotChunk
+	3,  // 19: nezha.kv.KV.Put:output_type -> nezha.kv.PutResponse
+	5,  // 20: nezha.kv.KV.Get:output_type -> nezha.kv.GetResponse
+	7,  // 21: nezha.kv.KV.Delete:output_type -> nezha.kv.DeleteResponse
+	10, // 22: nezha.kv.KV.Scan:output_type -> nezha.kv.ScanResponse
+	13, // 23: nezha.kv.KV.Status:output_type -> nezha.kv.StatusResponse
+	19, // 24: nezha.kv.Raft.Stream:output_type -> nezha.kv.StreamAck
+	19, // 25: nezha.kv.Raft.Snapshot:output_type -> nezha.kv.StreamAck
+	19, // [19:26] is the sub-list for method output_type
+	12, // [12:19] is the sub-list for method input_type
+	12, // [12:12] is the sub-list for extension type_name
+	12, // [12:12] is the sub-list for extension extendee
+	0,  // [0:12] is the sub-list for field type_name
 }
 
 func init() { file_systems_kvpb_kv_proto_init() }
@@ -1361,7 +1547,7 @@ func file_systems_kvpb_kv_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_systems_kvpb_kv_proto_rawDesc), len(file_systems_kvpb_kv_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   17,
+			NumMessages:   19,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

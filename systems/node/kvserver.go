@@ -185,8 +185,16 @@ func (s *kvServer) Status(ctx context.Context, req *kvpb.StatusRequest) (*kvpb.S
 				BytesRead: r.BytesRead, BytesWritten: r.BytesWritten, LiveBytes: r.LiveBytes,
 				ReclaimedBytes: r.ReclaimedBytes, SegmentsRemoved: int32(r.SegmentsRemoved),
 				RunsRemoved: int32(r.RunsRemoved), KeysMoved: r.KeysMoved, CompactedIndex: r.CompactedIndex,
-				Error: r.Error,
+				Error: r.Error, Trigger: r.Trigger, ThrottledNanos: int64(r.Throttled),
 			})
+		}
+	}
+	if sr, ok := n.sm.(systems.StorageReporter); ok {
+		sh := sr.StorageShape()
+		resp.Storage = &kvpb.StorageShape{ValueLogBytes: sh.ValueLogBytes, SortedRunBytes: sh.SortedRunBytes,
+			BlobFileBytes: sh.BlobFileBytes, LiveBytes: sh.LiveBytes}
+		for _, l := range sh.Levels {
+			resp.Storage.Levels = append(resp.Storage.Levels, &kvpb.LevelShape{Level: int32(l.Level), Files: l.Files, Bytes: l.Bytes})
 		}
 	}
 	sort.Slice(resp.Members, func(i, j int) bool { return resp.Members[i].Id < resp.Members[j].Id })

@@ -203,7 +203,8 @@ func (n *Node) open() error {
 	if err := cleanSnapshotDir(n.snapDir()); err != nil {
 		return err
 	}
-	sm, err := n.cfg.SystemConfig.Open(systems.Env{Dir: n.cfg.DataDir, Log: l, Control: logControl{n}, Logger: n.logger})
+	sm, err := n.cfg.SystemConfig.Open(systems.Env{Dir: n.cfg.DataDir, Log: l, Control: logControl{n}, Logger: n.logger,
+		NodeID: n.id, Nodes: len(n.cfg.Peers)})
 	if err != nil {
 		return fmt.Errorf("open %s state machine: %w", n.cfg.System.Name, err)
 	}
