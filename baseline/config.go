@@ -51,7 +51,35 @@ const (
 	// minWriteBufferBytes is the smallest write_buffer_size RocksDB accepts
 	// without silently raising it (64 KiB).
 	minWriteBufferBytes = 64 << 10
+
+	// RocksDB's own defaults of the LSM geometry (RocksDB 7.8.3,
+	// include/rocksdb/advanced_options.h and options.h), set explicitly so
+	// that every result records them and ScaleGeometry can scale them.
+	//
+	// DefaultMaxBytesForLevelBase is max_bytes_for_level_base, the target
+	// size of level 1 (256 MiB); each further level is 10x larger
+	// (max_bytes_for_level_multiplier, not changed here).
+	DefaultMaxBytesForLevelBase = 256 << 20
+	// DefaultTargetFileSizeBytes is target_file_size_base, the size of the
+	// SST files compaction writes (64 MiB).
+	DefaultTargetFileSizeBytes = 64 << 20
+	// DefaultSoftPendingCompactionBytes is
+	// soft_pending_compaction_bytes_limit (64 GiB): writes slow down once
+	// compaction is this far behind.
+	DefaultSoftPendingCompactionBytes = 64 << 30
+	// DefaultHardPendingCompactionBytes is
+	// hard_pending_compaction_bytes_limit (256 GiB): writes stop.
+	DefaultHardPendingCompactionBytes = 256 << 30
+	// DefaultBlobFileBytes is blob_file_size (256 MiB), blobdb only.
+	DefaultBlobFileBytes = 256 << 20
+	// minGeometryBytes is the floor of every scaled size parameter but the
+	// write buffer (RocksDB needs a file to hold at least a few values).
+	minGeometryBytes = 64 << 10
 )
+
+// PaperDataBytes is the data each node of the paper's cluster holds
+// (100 GB; seed nezha-readme): the reference point of ScaleGeometry.
+const PaperDataBytes = 100e9
 
 // compressionType maps a -rocksdb.compression value to RocksDB's type.
 func compressionType(name string) (grocksdb.CompressionType, bool) {
@@ -109,7 +137,8 @@ func BlobDB() systems.System {
 type Config struct {
 	mode Mode
 	// BlockCacheBytes is the capacity of the LRU block cache shared by both
-	// column families (-rocksdb.blockCacheBytes). Default 64 MiB.
+	// column families (-rocksdb.blockCacheBytes). Default 64 MiB; 0 turns
+	// the block cache off (no_block_cache, as the paper's code ran).
 	BlockCacheBytes int64
 	// WriteBufferBytes is the memtable size, write_buffer_size, of each
 	// column family (-rocksdb.writeBufferBytes). Default 64 MiB; at least
@@ -135,6 +164,32 @@ type Config struct {
 	// (-rocksdb.logTruncateInterval). Default 1s; must be positive.
 	LogTruncateInterval time.Duration
 
+	// LSM geometry (see ScaleGeometry). Defaults are RocksDB's own.
+	//
+	// MaxBytesForLevelBase is max_bytes_for_level_base, level 1's target
+	// size (-rocksdb.maxBytesForLevelBase). Default 256 MiB.
+	MaxBytesForLevelBase int64
+	// TargetFileSizeBytes is target_file_size_base
+	// (-rocksdb.targetFileSizeBytes). Default 64 MiB.
+	TargetFileSizeBytes int64
+	// MaxTotalWALBytes is max_total_wal_size (-rocksdb.maxTotalWalBytes).
+	// Default 0: two write buffers (see OpenStore for why it is bounded).
+	MaxTotalWALBytes int64
+	// SoftPendingCompactionBytes and HardPendingCompactionBytes are
+	// soft_/hard_pending_compaction_bytes_limit
+	// (-rocksdb.softPendingCompactionBytes, -rocksdb.hardPendingCompactionBytes):
+	// compaction debt at which writes slow down and stop. Defaults 64 GiB
+	// and 256 GiB.
+	SoftPendingCompactionBytes int64
+	HardPendingCompactionBytes int64
+	// BlobFileBytes is blobdb's blob_file_size (-rocksdb.blobFileBytes).
+	// Default 256 MiB; ignored by the other modes.
+	BlobFileBytes int64
+	// GeometryScale records the factor ScaleGeometry applied (1: RocksDB's
+	// native geometry). Informational: it is in Describe, the sizes above
+	// already carry it (-rocksdb.geometryScale, set by the harness).
+	GeometryScale float64
+
 	// onTruncateRound, if set, is called by the background truncation
 	// goroutine after every round that did something or failed (tests).
 	onTruncateRound func(systems.GCRound)
@@ -151,6 +206,13 @@ func NewConfig(m Mode) *Config {
 
 		LogRetainBytes:      DefaultLogRetainBytes,
 		LogTruncateInterval: DefaultLogTruncateInterval,
+
+		MaxBytesForLevelBase:       DefaultMaxBytesForLevelBase,
+		TargetFileSizeBytes:        DefaultTargetFileSizeBytes,
+		SoftPendingCompactionBytes: DefaultSoftPendingCompactionBytes,
+		HardPendingCompactionBytes: DefaultHardPendingCompactionBytes,
+		BlobFileBytes:              DefaultBlobFileBytes,
+		GeometryScale:              1,
 	}
 	if m == ModeBlobDB {
 		c.MinBlobBytes = DefaultMinBlobBytes
@@ -161,11 +223,63 @@ func NewConfig(m Mode) *Config {
 // Mode returns the configuration's mode.
 func (c *Config) Mode() Mode { return c.mode }
 
+// ScaleGeometry multiplies the size parameters of the LSM (write buffer,
+// level-1 target, SST file size, WAL bound, pending-compaction limits, blob
+// file size, block cache) by f, so that a store holding f x PaperDataBytes
+// has the paper's LSM shape: the same number of levels, files per level
+// and write amplification as RocksDB's defaults give at 100 GB. Sizes are
+// floored at RocksDB's minimums (64 KiB); the block cache stays off if it
+// is off. f must be positive; GeometryScale records the product of every
+// factor applied.
+func (c *Config) ScaleGeometry(f float64) {
+	scale := func(v, floor int64) int64 { return max(int64(float64(v)*f), floor) }
+	c.WriteBufferBytes = scale(c.WriteBufferBytes, minWriteBufferBytes)
+	c.MaxBytesForLevelBase = scale(c.MaxBytesForLevelBase, minGeometryBytes)
+	c.TargetFileSizeBytes = scale(c.TargetFileSizeBytes, minGeometryBytes)
+	if c.MaxTotalWALBytes > 0 {
+		c.MaxTotalWALBytes = scale(c.MaxTotalWALBytes, minGeometryBytes)
+	}
+	c.SoftPendingCompactionBytes = scale(c.SoftPendingCompactionBytes, minGeometryBytes)
+	c.HardPendingCompactionBytes = scale(c.HardPendingCompactionBytes, minGeometryBytes)
+	c.BlobFileBytes = scale(c.BlobFileBytes, minGeometryBytes)
+	if c.BlockCacheBytes > 0 {
+		c.BlockCacheBytes = scale(c.BlockCacheBytes, minGeometryBytes)
+	}
+	c.GeometryScale *= f
+}
+
+// GeometryFlags renders the geometry of c as -rocksdb.* flags for a node's
+// command line (the harness passes a scaled geometry this way).
+func (c *Config) GeometryFlags() []string {
+	flags := []string{
+		"-rocksdb.geometryScale", fmt.Sprint(c.GeometryScale),
+		"-rocksdb.writeBufferBytes", fmt.Sprint(c.WriteBufferBytes),
+		"-rocksdb.maxBytesForLevelBase", fmt.Sprint(c.MaxBytesForLevelBase),
+		"-rocksdb.targetFileSizeBytes", fmt.Sprint(c.TargetFileSizeBytes),
+		"-rocksdb.maxTotalWalBytes", fmt.Sprint(c.MaxTotalWALBytes),
+		"-rocksdb.softPendingCompactionBytes", fmt.Sprint(c.SoftPendingCompactionBytes),
+		"-rocksdb.hardPendingCompactionBytes", fmt.Sprint(c.HardPendingCompactionBytes),
+		"-rocksdb.blockCacheBytes", fmt.Sprint(c.BlockCacheBytes),
+	}
+	if c.mode == ModeBlobDB {
+		flags = append(flags, "-rocksdb.blobFileBytes", fmt.Sprint(c.BlobFileBytes))
+	}
+	return flags
+}
+
+// maxTotalWALBytes is the max_total_wal_size in effect.
+func (c *Config) maxTotalWALBytes() int64 {
+	if c.MaxTotalWALBytes > 0 {
+		return c.MaxTotalWALBytes
+	}
+	return 2 * c.WriteBufferBytes
+}
+
 // RegisterFlags adds the -rocksdb.* flags to fs, with the configuration's
 // current values as defaults.
 func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.Int64Var(&c.BlockCacheBytes, "rocksdb.blockCacheBytes", c.BlockCacheBytes,
-		"RocksDB LRU block cache capacity in bytes, shared by all column families")
+		"RocksDB LRU block cache capacity in bytes, shared by all column families; 0: no block cache")
 	fs.Int64Var(&c.WriteBufferBytes, "rocksdb.writeBufferBytes", c.WriteBufferBytes,
 		"RocksDB memtable size (write_buffer_size) in bytes, per column family; at least 65536")
 	fs.StringVar(&c.Compression, "rocksdb.compression", c.Compression,
@@ -174,9 +288,23 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 		"truncate the Raft log (compact it, delete whole sealed segments) once it holds more than this many bytes; 0: never truncate")
 	fs.DurationVar(&c.LogTruncateInterval, "rocksdb.logTruncateInterval", c.LogTruncateInterval,
 		"how often the Raft log size is checked against -rocksdb.logRetainBytes")
+	fs.Int64Var(&c.MaxBytesForLevelBase, "rocksdb.maxBytesForLevelBase", c.MaxBytesForLevelBase,
+		"RocksDB max_bytes_for_level_base: level 1's target size in bytes (each further level is 10x)")
+	fs.Int64Var(&c.TargetFileSizeBytes, "rocksdb.targetFileSizeBytes", c.TargetFileSizeBytes,
+		"RocksDB target_file_size_base: SST file size in bytes")
+	fs.Int64Var(&c.MaxTotalWALBytes, "rocksdb.maxTotalWalBytes", c.MaxTotalWALBytes,
+		"RocksDB max_total_wal_size in bytes; 0: two write buffers")
+	fs.Int64Var(&c.SoftPendingCompactionBytes, "rocksdb.softPendingCompactionBytes", c.SoftPendingCompactionBytes,
+		"RocksDB soft_pending_compaction_bytes_limit: compaction debt (bytes) that slows writes")
+	fs.Int64Var(&c.HardPendingCompactionBytes, "rocksdb.hardPendingCompactionBytes", c.HardPendingCompactionBytes,
+		"RocksDB hard_pending_compaction_bytes_limit: compaction debt (bytes) that stops writes")
+	fs.Float64Var(&c.GeometryScale, "rocksdb.geometryScale", c.GeometryScale,
+		"informational: the factor the harness scaled the geometry flags by (data per node / 100 GB), recorded with results")
 	if c.mode == ModeBlobDB {
 		fs.Int64Var(&c.MinBlobBytes, "rocksdb.minBlobBytes", c.MinBlobBytes,
 			"BlobDB min_blob_size in bytes: values at least this large go to blob files (0: all values)")
+		fs.Int64Var(&c.BlobFileBytes, "rocksdb.blobFileBytes", c.BlobFileBytes,
+			"BlobDB blob_file_size in bytes")
 	}
 }
 
@@ -190,8 +318,29 @@ func (c *Config) Validate() error {
 	default:
 		bad("baseline: unknown mode %q (known: %s, %s, %s)", c.mode, ModeOriginal, ModePASV, ModeBlobDB)
 	}
-	if c.BlockCacheBytes <= 0 {
-		bad("-rocksdb.blockCacheBytes %d must be positive", c.BlockCacheBytes)
+	if c.BlockCacheBytes < 0 {
+		bad("-rocksdb.blockCacheBytes %d must not be negative (0: no block cache)", c.BlockCacheBytes)
+	}
+	for _, g := range []struct {
+		flag string
+		v    int64
+	}{
+		{"maxBytesForLevelBase", c.MaxBytesForLevelBase}, {"targetFileSizeBytes", c.TargetFileSizeBytes},
+		{"softPendingCompactionBytes", c.SoftPendingCompactionBytes}, {"hardPendingCompactionBytes", c.HardPendingCompactionBytes},
+		{"blobFileBytes", c.BlobFileBytes},
+	} {
+		if g.v < minGeometryBytes {
+			bad("-rocksdb.%s %d must be at least %d", g.flag, g.v, minGeometryBytes)
+		}
+	}
+	if c.MaxTotalWALBytes < 0 {
+		bad("-rocksdb.maxTotalWalBytes %d must not be negative (0: two write buffers)", c.MaxTotalWALBytes)
+	}
+	if c.SoftPendingCompactionBytes > c.HardPendingCompactionBytes {
+		bad("-rocksdb.softPendingCompactionBytes %d exceeds -rocksdb.hardPendingCompactionBytes %d", c.SoftPendingCompactionBytes, c.HardPendingCompactionBytes)
+	}
+	if c.GeometryScale <= 0 {
+		bad("-rocksdb.geometryScale %v must be positive", c.GeometryScale)
 	}
 	if c.WriteBufferBytes < minWriteBufferBytes {
 		bad("-rocksdb.writeBufferBytes %d must be at least %d", c.WriteBufferBytes, minWriteBufferBytes)
@@ -220,21 +369,30 @@ func (c *Config) Validate() error {
 // Option names are RocksDB's; sizes are in bytes.
 func (c *Config) Describe() map[string]any {
 	d := map[string]any{
-		"system":                    string(c.mode),
-		"dir":                       dbDirName,
-		"column_families":           []string{"default", metaCFName},
-		"applied_index":             "column family " + metaCFName + ", key " + string(appliedKey) + ", 8-byte big-endian, written in the same WriteBatch as the entries",
-		"create_if_missing":         true,
-		"create_missing_cfs":        true,
-		"max_background_jobs":       MaxBackgroundJobs,
-		"block_cache_bytes":         c.BlockCacheBytes,
-		"write_buffer_size":         c.WriteBufferBytes,
-		"compression":               c.Compression,
-		"write_options.sync":        false,
-		"write_options.disable_wal": c.mode == ModePASV,
-		"atomic_flush":              c.mode == ModePASV,
-		"enable_blob_files":         c.mode == ModeBlobDB,
-		"other_options":             "RocksDB defaults",
+		"system":                               string(c.mode),
+		"dir":                                  dbDirName,
+		"column_families":                      []string{"default", metaCFName},
+		"applied_index":                        "column family " + metaCFName + ", key " + string(appliedKey) + ", 8-byte big-endian, written in the same WriteBatch as the entries",
+		"create_if_missing":                    true,
+		"create_missing_cfs":                   true,
+		"max_background_jobs":                  MaxBackgroundJobs,
+		"block_cache_bytes":                    c.BlockCacheBytes,
+		"no_block_cache":                       c.BlockCacheBytes == 0,
+		"write_buffer_size":                    c.WriteBufferBytes,
+		"max_bytes_for_level_base":             c.MaxBytesForLevelBase,
+		"max_bytes_for_level_multiplier":       10,    // RocksDB's default, not set
+		"level_compaction_dynamic_level_bytes": false, // RocksDB 7.8.3's default, not set
+		"target_file_size_base":                c.TargetFileSizeBytes,
+		"max_total_wal_size":                   c.maxTotalWALBytes(),
+		"soft_pending_compaction_bytes_limit":  c.SoftPendingCompactionBytes,
+		"hard_pending_compaction_bytes_limit":  c.HardPendingCompactionBytes,
+		"geometry_scale":                       c.GeometryScale,
+		"compression":                          c.Compression,
+		"write_options.sync":                   false,
+		"write_options.disable_wal":            c.mode == ModePASV,
+		"atomic_flush":                         c.mode == ModePASV,
+		"enable_blob_files":                    c.mode == ModeBlobDB,
+		"other_options":                        "RocksDB defaults",
 		// Raft log truncation (not a RocksDB option; recorded because it
 		// decides how much of the Raft log counts in space amplification).
 		"raft_log_retain_bytes":      c.LogRetainBytes,
@@ -243,7 +401,7 @@ func (c *Config) Describe() map[string]any {
 	}
 	if c.mode == ModeBlobDB {
 		d["min_blob_size"] = c.MinBlobBytes
-		d["blob_file_size"] = uint64(256 << 20) // RocksDB's default, not set
+		d["blob_file_size"] = c.BlobFileBytes
 		d["blob_compression_type"] = c.Compression
 		d["enable_blob_garbage_collection"] = true
 		d["blob_garbage_collection_age_cutoff"] = 0.25 // RocksDB's default, not set
@@ -263,8 +421,9 @@ func (c *Config) Open(env systems.Env) (systems.StateMachine, error) {
 
 // String names the mode and its main options, for logs.
 func (c *Config) String() string {
-	s := fmt.Sprintf("%s(blockCache=%d writeBuffer=%d compression=%s logRetain=%d logTruncateInterval=%v",
-		c.mode, c.BlockCacheBytes, c.WriteBufferBytes, c.Compression, c.LogRetainBytes, c.LogTruncateInterval)
+	s := fmt.Sprintf("%s(blockCache=%d writeBuffer=%d levelBase=%d fileSize=%d geometryScale=%g compression=%s logRetain=%d logTruncateInterval=%v",
+		c.mode, c.BlockCacheBytes, c.WriteBufferBytes, c.MaxBytesForLevelBase, c.TargetFileSizeBytes, c.GeometryScale,
+		c.Compression, c.LogRetainBytes, c.LogTruncateInterval)
 	if c.mode == ModeBlobDB {
 		s += fmt.Sprintf(" minBlob=%d", c.MinBlobBytes)
 	}

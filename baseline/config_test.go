@@ -99,17 +99,20 @@ func TestFlags(t *testing.T) {
 
 func TestValidateReportsEveryProblem(t *testing.T) {
 	c := NewConfig(ModeBlobDB)
-	c.BlockCacheBytes = 0
+	c.BlockCacheBytes = -1
 	c.WriteBufferBytes = 1000
 	c.Compression = "zlib"
 	c.MinBlobBytes = -1
+	c.TargetFileSizeBytes = 10
+	c.SoftPendingCompactionBytes = c.HardPendingCompactionBytes + 1
+	c.GeometryScale = 0
 	err := c.Validate()
 	if err == nil {
 		t.Fatal("bad config validated")
 	}
 	var joined interface{ Unwrap() []error }
-	if !errors.As(err, &joined) || len(joined.Unwrap()) != 4 {
-		t.Fatalf("want 4 joined errors, got %v", err)
+	if !errors.As(err, &joined) || len(joined.Unwrap()) != 7 {
+		t.Fatalf("want 7 joined errors, got %v", err)
 	}
 	for _, e := range joined.Unwrap() {
 		var ue *systems.UsageError
@@ -117,7 +120,8 @@ func TestValidateReportsEveryProblem(t *testing.T) {
 			t.Errorf("%v is not a *systems.UsageError", e)
 		}
 	}
-	for _, want := range []string{"-rocksdb.blockCacheBytes", "-rocksdb.writeBufferBytes", "-rocksdb.compression", "-rocksdb.minBlobBytes"} {
+	for _, want := range []string{"-rocksdb.blockCacheBytes", "-rocksdb.writeBufferBytes", "-rocksdb.compression", "-rocksdb.minBlobBytes",
+		"-rocksdb.targetFileSizeBytes", "-rocksdb.softPendingCompactionBytes", "-rocksdb.geometryScale"} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("error %q does not name %s", err, want)
 		}
@@ -247,5 +251,48 @@ func TestWALFilesAreDeleted(t *testing.T) {
 		if err := s.Close(); err != nil {
 			t.Fatal(err)
 		}
+	}
+}
+
+// TestScaleGeometry: scaling by data / 100 GB keeps RocksDB's ratios
+// (level 1 = 4 write buffers, files = 1 write buffer), floors at 64 KiB,
+// and the flags it renders parse back into the same configuration.
+func TestScaleGeometry(t *testing.T) {
+	c := NewConfig(ModeBlobDB)
+	f := float64(1<<30) / PaperDataBytes // 1 GiB per node
+	c.ScaleGeometry(f)
+	want := func(name string, got, def int64) {
+		t.Helper()
+		exp := max(int64(float64(def)*f), 64<<10)
+		if got != exp {
+			t.Errorf("%s = %d, want %d", name, got, exp)
+		}
+	}
+	want("write buffer", c.WriteBufferBytes, DefaultWriteBufferBytes)
+	want("level base", c.MaxBytesForLevelBase, DefaultMaxBytesForLevelBase)
+	want("file size", c.TargetFileSizeBytes, DefaultTargetFileSizeBytes)
+	want("soft pending", c.SoftPendingCompactionBytes, DefaultSoftPendingCompactionBytes)
+	want("blob file", c.BlobFileBytes, DefaultBlobFileBytes)
+	want("block cache", c.BlockCacheBytes, DefaultBlockCacheBytes)
+	if c.MaxBytesForLevelBase/c.WriteBufferBytes != 4 {
+		t.Errorf("level base / write buffer = %d, want RocksDB's 4", c.MaxBytesForLevelBase/c.WriteBufferBytes)
+	}
+	if err := c.Validate(); err != nil {
+		t.Fatalf("scaled config: %v", err)
+	}
+	tiny := NewConfig(ModeOriginal)
+	tiny.BlockCacheBytes = 0
+	tiny.ScaleGeometry(1e-9)
+	if tiny.WriteBufferBytes != 64<<10 || tiny.TargetFileSizeBytes != 64<<10 || tiny.BlockCacheBytes != 0 {
+		t.Errorf("floors: write buffer %d, file %d, block cache %d", tiny.WriteBufferBytes, tiny.TargetFileSizeBytes, tiny.BlockCacheBytes)
+	}
+	back := NewConfig(ModeBlobDB)
+	fs := flag.NewFlagSet("t", flag.ContinueOnError)
+	back.RegisterFlags(fs)
+	if err := fs.Parse(c.GeometryFlags()); err != nil {
+		t.Fatal(err)
+	}
+	if back.Describe()["geometry_scale"] != c.GeometryScale || back.String() != c.String() || back.BlobFileBytes != c.BlobFileBytes {
+		t.Errorf("flags do not round-trip:\n%s\n%s", back, c)
 	}
 }

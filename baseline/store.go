@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strconv"
 	"sync"
 	"sync/atomic"
 
@@ -91,17 +92,26 @@ func (c *Config) OpenStore(env systems.Env) (*Store, error) {
 	comp, _ := compressionType(c.Compression) // checked by Validate
 
 	s := &Store{mode: c.mode, dir: dir, root: env.Dir, logger: logger, ctl: env.Control}
-	s.cache = grocksdb.NewLRUCache(uint64(c.BlockCacheBytes))
 	s.bbto = grocksdb.NewDefaultBlockBasedTableOptions()
-	s.bbto.SetBlockCache(s.cache)
+	if c.BlockCacheBytes > 0 {
+		s.cache = grocksdb.NewLRUCache(uint64(c.BlockCacheBytes))
+		s.bbto.SetBlockCache(s.cache)
+	} else {
+		s.bbto.SetNoBlockCache(true)
+	}
 	cfOptions := func(blob bool) *grocksdb.Options {
 		o := grocksdb.NewDefaultOptions()
 		o.SetBlockBasedTableFactory(s.bbto)
 		o.SetWriteBufferSize(uint64(c.WriteBufferBytes))
+		o.SetMaxBytesForLevelBase(uint64(c.MaxBytesForLevelBase))
+		o.SetTargetFileSizeBase(uint64(c.TargetFileSizeBytes))
+		o.SetSoftPendingCompactionBytesLimit(uint64(c.SoftPendingCompactionBytes))
+		o.SetHardPendingCompactionBytesLimit(uint64(c.HardPendingCompactionBytes))
 		o.SetCompression(comp)
 		if blob {
 			o.EnableBlobFiles(true)
 			o.SetMinBlobSize(uint64(c.MinBlobBytes))
+			o.SetBlobFileSize(uint64(c.BlobFileBytes))
 			o.SetBlobCompressionType(comp)
 			o.EnableBlobGC(true)
 		}
@@ -120,7 +130,7 @@ func (c *Config) OpenStore(env systems.Env) (*Store, error) {
 	// here). Bounding it makes RocksDB flush the meta column family and
 	// delete obsolete WAL files once they exceed two write buffers (the
 	// remedy of RocksDB's wiki, "Column Families" and "Write Ahead Log").
-	s.dbOpts.SetMaxTotalWalSize(2 * uint64(c.WriteBufferBytes))
+	s.dbOpts.SetMaxTotalWalSize(uint64(c.maxTotalWALBytes()))
 	if c.mode == ModePASV {
 		// Without a WAL the two column families would otherwise be
 		// flushed independently, and a crash could leave a meta column
@@ -450,6 +460,28 @@ func (s *Store) Property(name string) string {
 	return s.db.GetPropertyCF(name, s.data)
 }
 
+// StorageShape implements systems.StorageReporter: the files and bytes of
+// every LSM level of the user data column family (RocksDB's column family
+// metadata) and, for blobdb, the bytes in blob files
+// (rocksdb.total-blob-file-size). Empty once the store is closed.
+func (s *Store) StorageShape() systems.StorageShape {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	var sh systems.StorageShape
+	if s.closed || s.db == nil {
+		return sh
+	}
+	if m := s.db.GetColumnFamilyMetadataCF(s.data); m != nil {
+		for _, l := range m.LevelMetas() {
+			sh.Levels = append(sh.Levels, systems.LevelShape{Level: l.Level(), Files: int64(len(l.SstMetas())), Bytes: int64(l.Size())})
+		}
+	}
+	if v, err := strconv.ParseInt(s.db.GetPropertyCF("rocksdb.total-blob-file-size", s.data), 10, 64); err == nil {
+		sh.BlobFileBytes = v
+	}
+	return sh
+}
+
 // Close stops the Raft log truncation goroutine and releases the store;
 // later calls return nil. In pasv mode it first flushes the memtables
 // (Flush), so that a clean restart replays nothing; the other modes do not
@@ -489,11 +521,12 @@ func truncate(b []byte) []byte {
 
 // Interface checks.
 var (
-	_ systems.StateMachine = (*Store)(nil)
-	_ systems.StateHasher  = (*Store)(nil)
-	_ systems.Snapshotter  = (*Store)(nil)
-	_ systems.GCReporter   = (*Store)(nil)
-	_ systems.SystemConfig = (*Config)(nil)
+	_ systems.StateMachine    = (*Store)(nil)
+	_ systems.StateHasher     = (*Store)(nil)
+	_ systems.Snapshotter     = (*Store)(nil)
+	_ systems.GCReporter      = (*Store)(nil)
+	_ systems.SystemConfig    = (*Config)(nil)
+	_ systems.StorageReporter = (*Store)(nil)
 )
 
 // snapshotReads returns read options pinned to a new RocksDB snapshot that

@@ -434,3 +434,57 @@ func TestConcurrentReads(t *testing.T) {
 		wg2.Wait()
 	})
 }
+
+// TestStorageShapeReportsLevels: with a geometry scaled far down, a few
+// MiB of writes build an LSM with levels below level 0, StorageShape
+// reports them (files and bytes), and reads still work with the block
+// cache off (the paper's condition).
+func TestStorageShapeReportsLevels(t *testing.T) {
+	for _, m := range allModes {
+		t.Run(string(m), func(t *testing.T) {
+			c := NewConfig(m)
+			c.BlockCacheBytes = 0
+			c.ScaleGeometry(1e-9) // every size at its 64 KiB floor
+			if m == ModeBlobDB {
+				c.MinBlobBytes = 1 << 20 // keep values in the LSM: levels to see
+			}
+			s := openTest(t, c, t.TempDir())
+			defer s.Close()
+			val := bytes.Repeat([]byte("v"), 4<<10)
+			rng := rand.New(rand.NewPCG(testSeed(t), 2))
+			want := model{}
+			idx := uint64(0)
+			for b := 0; b < 64; b++ {
+				var ents []systems.AppliedEntry
+				for i := 0; i < 16; i++ {
+					idx++
+					k := fmt.Sprintf("k%06d", rng.IntN(2000))
+					ents = append(ents, put(idx, k, string(val)))
+				}
+				mustApply(t, s, ents...)
+				want.apply(ents)
+			}
+			if err := s.Flush(); err != nil {
+				t.Fatal(err)
+			}
+			sh := s.StorageShape()
+			var files, bytesTotal int64
+			deepest := -1
+			for _, l := range sh.Levels {
+				files += l.Files
+				bytesTotal += l.Bytes
+				if l.Files > 0 {
+					deepest = l.Level
+				}
+			}
+			if files == 0 || bytesTotal == 0 || deepest < 1 {
+				t.Fatalf("shape %+v: want files beyond level 0 after 4 MiB through 64 KiB memtables", sh)
+			}
+			checkState(t, s, want)
+			s.Close()
+			if sh := s.StorageShape(); len(sh.Levels) != 0 {
+				t.Errorf("closed store reports %+v", sh)
+			}
+		})
+	}
+}

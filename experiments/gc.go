@@ -313,7 +313,7 @@ func (x *Run) overwritePhase(ctx context.Context, tb *testbed, keyBytes float64)
 	secs := int(p.GCDuration/time.Second) + 2
 	putPer := make([]atomic.Int64, secs)
 	getPer := make([]atomic.Int64, secs)
-	vb := workloads.NewValueBuffer(p.GCValueBytes, 7)
+	vb := workloads.NewValueBuffer(p.GCValueBytes, 7, workloads.ValueRandom)
 	perm := workloads.Identity(p.GCKeys)
 	pctx, cancel := context.WithTimeout(ctx, p.GCDuration)
 	defer cancel()

@@ -80,14 +80,25 @@ type PutOptions struct {
 	// Order of the writes: "random" (a seeded permutation of the indices,
 	// as the paper's randwrite) or "sequential".
 	Order string `json:"order"`
+	// ValueKind is what values are made of (-valueKind): ValueRandom
+	// (default; uniformly random bytes, which no compressor shrinks) or
+	// ValueLowercase (random letters a-z, as the paper's benchmark programs
+	// write; a compressor with entropy coding shrinks them to ~59 %).
+	ValueKind string `json:"value_kind"`
 }
+
+// Value kinds (PutOptions.ValueKind).
+const (
+	ValueRandom    = "random"
+	ValueLowercase = "lowercase"
+)
 
 // DefaultPutOptions: the paper's randwrite_goroutine command line
 // (-cnums 100 -dnums 39062 -vsize 256000).
 func DefaultPutOptions() PutOptions {
 	c := DefaultCommon()
 	c.Ops = 39062
-	return PutOptions{Common: c, ValueBytes: 256000, MaxValueBytes: systems.DefaultMaxValueBytes, Order: "random"}
+	return PutOptions{Common: c, ValueBytes: 256000, MaxValueBytes: systems.DefaultMaxValueBytes, Order: "random", ValueKind: ValueRandom}
 }
 
 // Validate reports every problem at once.
@@ -106,6 +117,9 @@ func (o *PutOptions) Validate() error {
 	}
 	if o.Order != "random" && o.Order != "sequential" {
 		errs = append(errs, systems.Usagef("-order %q: want random or sequential", o.Order))
+	}
+	if o.ValueKind != "" && o.ValueKind != ValueRandom && o.ValueKind != ValueLowercase {
+		errs = append(errs, systems.Usagef("-valueKind %q: want %s or %s", o.ValueKind, ValueRandom, ValueLowercase))
 	}
 	return errors.Join(errs...)
 }
@@ -233,11 +247,19 @@ type ValueBuffer struct {
 	size int
 }
 
-// NewValueBuffer returns a buffer for size-byte values from seed.
-func NewValueBuffer(size int, seed int64) *ValueBuffer {
+// NewValueBuffer returns a buffer for size-byte values of kind
+// (ValueRandom, or "" for it, or ValueLowercase) from seed.
+func NewValueBuffer(size int, seed int64, kind string) *ValueBuffer {
 	n := size + 1<<20
 	b := make([]byte, n)
-	rand.New(rand.NewSource(seed)).Read(b)
+	rng := rand.New(rand.NewSource(seed))
+	if kind == ValueLowercase {
+		for i := range b {
+			b[i] = 'a' + byte(rng.Intn(26))
+		}
+	} else {
+		rng.Read(b)
+	}
 	return &ValueBuffer{buf: b, size: size}
 }
 
@@ -254,7 +276,7 @@ func RunPut(ctx context.Context, s Store, o PutOptions) (Summary, error) {
 	if err := o.Validate(); err != nil {
 		return Summary{Op: "put"}, err
 	}
-	vb := NewValueBuffer(o.ValueBytes, o.Seed)
+	vb := NewValueBuffer(o.ValueBytes, o.Seed, o.ValueKind)
 	order := Identity(o.Ops)
 	if o.Order == "random" {
 		order = NewPermutation(o.Ops, rand.New(rand.NewSource(o.Seed)))

@@ -204,6 +204,7 @@ func Command(args []string, stdout, stderr io.Writer) error {
 		fs.IntVar(&put.ValueBytes, "vsize", put.ValueBytes, "value size in bytes")
 		fs.IntVar(&put.MaxValueBytes, "maxValueBytes", put.MaxValueBytes, "the servers' -maxValueBytes (largest value they accept)")
 		fs.StringVar(&put.Order, "order", put.Order, "write order of the key indices: random or sequential")
+		fs.StringVar(&put.ValueKind, "valueKind", put.ValueKind, "value bytes: random (incompressible) or lowercase (random a-z, as the paper's programs)")
 	case "get":
 		get = DefaultGetOptions()
 		com = &get.Common

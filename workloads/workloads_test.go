@@ -340,12 +340,28 @@ func TestPutErrorsAreCounted(t *testing.T) {
 }
 
 func TestValueBuffer(t *testing.T) {
-	vb := NewValueBuffer(1000, 1)
+	vb := NewValueBuffer(1000, 1, ValueRandom)
 	a, b := vb.Value(1), vb.Value(2)
 	if len(a) != 1000 || cap(a) != 1000 || bytes.Equal(a, b) {
 		t.Fatal("values of different keys must differ and be capped")
 	}
-	if !bytes.Equal(NewValueBuffer(1000, 1).Value(5), vb.Value(5)) {
+	if !bytes.Equal(NewValueBuffer(1000, 1, ValueRandom).Value(5), vb.Value(5)) {
 		t.Fatal("same seed, different value")
+	}
+	lc := NewValueBuffer(1000, 1, ValueLowercase).Value(3)
+	letters := map[byte]bool{}
+	for _, c := range lc {
+		if c < 'a' || c > 'z' {
+			t.Fatalf("lowercase value holds byte %q", c)
+		}
+		letters[c] = true
+	}
+	if len(letters) != 26 {
+		t.Fatalf("1000 lowercase bytes use %d letters, want all 26", len(letters))
+	}
+	o := DefaultPutOptions()
+	o.ValueKind = "zeros"
+	if err := o.Validate(); err == nil || !strings.Contains(err.Error(), "-valueKind") {
+		t.Fatalf("bad -valueKind: %v", err)
 	}
 }
