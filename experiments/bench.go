@@ -16,7 +16,9 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/nezha-harness/nezha/baseline"
 	"github.com/nezha-harness/nezha/plots"
+	"github.com/nezha-harness/nezha/systems/cluster"
 	"github.com/nezha-harness/nezha/workloads"
 )
 
@@ -113,9 +115,8 @@ func (x *Run) benchCommon(prefix string, clients int, ops int64, seed int64, raw
 // putVsize: PUT throughput and latency vs value size, the same total bytes
 // at each size (the paper's method), a fresh cluster per system and size,
 // systems interleaved within each size (rotated) so that a drift in the
-// machine's load does not favour one system. Then the headline point:
-// HeadlineRuns repetitions at the largest size with HeadlineBytes each,
-// again interleaved, reported as median and range.
+// machine's load does not favour one system. The headline PUT figure is
+// put-scale's.
 func putVsize() Experiment {
 	return Experiment{
 		Name: "put-vsize", Title: "PUT throughput and latency vs value size",
@@ -125,8 +126,10 @@ func putVsize() Experiment {
 			x.param("total_bytes_per_size", p.PutTotalBytes)
 			x.param("value_sizes_kib", p.ValueSizesKiB)
 			x.param("clients", p.Clients)
-			x.param("headline_runs", p.HeadlineRuns)
-			x.param("headline_bytes", p.HeadlineBytes)
+			x.param("geometry", p.Geometry)
+			if p.Geometry == GeometryScaled {
+				x.note("Geometry scaled to %s per node (RocksDB's sizes and nezha's GC threshold x %.3g; floors at 64 KiB). One run per system and size: the headline PUT figure comes from put-scale, which repeats its runs.", bytesText(p.PutTotalBytes), float64(p.PutTotalBytes)/baseline.PaperDataBytes)
+			}
 			var cats []string
 			for _, s := range p.ValueSizesKiB {
 				cats = append(cats, fmt.Sprint(s))
@@ -138,7 +141,7 @@ func putVsize() Experiment {
 				mbps[sys], opsps[sys], p50[sys], p99[sys] = make([]float64, n), make([]float64, n), make([]float64, n), make([]float64, n)
 			}
 			limit, haveLimit := x.diskLimitOf()
-			tbl := Table{Title: "PUT, per system and value size (one run each)", Columns: []string{"system", "value", "ops", "ops/s", "MB/s", "p50 ms", "p99 ms", "p99.9 ms", "errors", "ambiguous"}}
+			tbl := Table{Title: "PUT, per system and value size (one run each)", Columns: []string{"system", "value", "ops", "ops/s", "MB/s", "p50 ms", "p99 ms", "p99.9 ms", "errors", "ambiguous", "write amp in window", "on-disk shape at end"}}
 			if haveLimit {
 				tbl.Columns = append(tbl.Columns, "of disk limit/3")
 			}
@@ -147,7 +150,7 @@ func putVsize() Experiment {
 				vbytes := size * kib
 				ops := p.PutTotalBytes / int64(vbytes)
 				for _, sys := range rotate(x.Systems, i) {
-					sum, err := x.benchPut(ctx, sys, fmt.Sprintf("%dk", size), ops, vbytes, nil)
+					sum, ws, wa, err := x.benchPut(ctx, sys, fmt.Sprintf("%dk", size), ops, vbytes, x.geometryArgs(sys, p.PutTotalBytes)...)
 					if err != nil {
 						missing[sys] = append(missing[sys], i)
 						continue
@@ -157,7 +160,7 @@ func putVsize() Experiment {
 					x.metric(fmt.Sprintf("put_mb_per_sec/%s/%d", sys, size), sum.MBPerSec)
 					x.metric(fmt.Sprintf("put_ops_per_sec/%s/%d", sys, size), sum.OpsPerSec)
 					row := []string{sys, fmt.Sprintf("%d KiB", size), fmt.Sprint(sum.Ops), f0(sum.OpsPerSec), f1(sum.MBPerSec),
-						ms(sum.P50Us), ms(sum.P99Us), ms(sum.P999Us), fmt.Sprint(sum.Errors), fmt.Sprint(sum.Ambiguous)}
+						ms(sum.P50Us), ms(sum.P99Us), ms(sum.P999Us), fmt.Sprint(sum.Errors), fmt.Sprint(sum.Ambiguous), f2(wa), shapeText(ws.Shape)}
 					if haveLimit {
 						row = append(row, fmt.Sprintf("%.0f%%", 100*sum.MBPerSec/(limit/3)))
 					}
@@ -179,7 +182,6 @@ func putVsize() Experiment {
 			x.figure(bars("put-ops", "PUT throughput vs value size", "throughput (ops/s)", opsps))
 			x.figure(bars("put-p99", "PUT p99 latency vs value size", "p99 latency (ms)", p99))
 			x.figure(bars("put-p50", "PUT median latency vs value size", "p50 latency (ms)", p50))
-			x.putHeadline(ctx, limit, haveLimit)
 			return nil
 		},
 	}
@@ -195,70 +197,6 @@ func rotate(ss []string, k int) []string {
 	return append(append([]string(nil), ss[k:]...), ss[:k]...)
 }
 
-// putHeadline repeats the largest value size HeadlineRuns times per system,
-// interleaved, HeadlineBytes each: the PUT figure of the headline table is
-// the median of these runs.
-func (x *Run) putHeadline(ctx context.Context, limit float64, haveLimit bool) {
-	p := x.Profile
-	size := p.ValueSizesKiB[len(p.ValueSizesKiB)-1]
-	vbytes := size * kib
-	ops := p.HeadlineBytes / int64(vbytes)
-	runs := map[string][]float64{}
-	var cdfs, series []plots.Series
-	for rep := 0; rep < p.HeadlineRuns; rep++ {
-		for _, sys := range rotate(x.Systems, rep) {
-			var raw bytes.Buffer
-			sum, err := x.benchPut(ctx, sys, fmt.Sprintf("headline-%d", rep), ops, vbytes, &raw)
-			if err != nil {
-				continue
-			}
-			runs[sys] = append(runs[sys], sum.MBPerSec)
-			if rep == 0 {
-				if c, err := latencyCDF(sys, &raw); err == nil {
-					cdfs = append(cdfs, c)
-				}
-				if s, ok := throughputSeries(sys, sum, true); ok {
-					series = append(series, s)
-				}
-			}
-		}
-	}
-	tbl := Table{Title: fmt.Sprintf("PUT goodput at %d KiB: %d runs of %d MiB per system, interleaved", size, p.HeadlineRuns, p.HeadlineBytes/mib),
-		Columns: []string{"system", "median MB/s", "min", "max", "runs", "median / original's"}}
-	fig := plots.Figure{Name: "put-headline", Title: fmt.Sprintf("PUT goodput, %d KiB values (median of %d runs, range as error bars)", size, p.HeadlineRuns),
-		Kind: plots.Bars, XLabel: "system", YLabel: "goodput (MB/s)", Categories: []string{fmt.Sprintf("%d KiB", size)}}
-	if haveLimit {
-		fig.HLines = []plots.Mark{{At: limit / 3, Label: "disk limit / 3"}}
-	}
-	base := median(runs["original"])
-	for _, sys := range x.Systems {
-		r := runs[sys]
-		if len(r) == 0 {
-			fig.Series = append(fig.Series, plots.Series{Name: sys, Values: []float64{0}, Missing: []int{0}})
-			continue
-		}
-		med, lo, hi := median(r), slices.Min(r), slices.Max(r)
-		x.metric("put_headline/"+sys, med)
-		ratio := "-"
-		if base > 0 {
-			ratio = f2(med / base)
-		}
-		tbl.Rows = append(tbl.Rows, []string{sys, f1(med), f1(lo), f1(hi), fmt.Sprint(len(r)), ratio})
-		// Error bars span the runs' range: median down to min, up to max.
-		fig.Series = append(fig.Series, plots.Series{Name: sys, Values: []float64{med}, Errors: []float64{med - lo}, ErrorsUp: []float64{hi - med}})
-	}
-	x.table(tbl)
-	x.figure(fig)
-	if len(cdfs) > 0 {
-		x.figure(plots.Figure{Name: "put-latency-cdf", Title: fmt.Sprintf("PUT latency CDF, %d KiB values", size), Kind: plots.CDF,
-			XLabel: "latency (ms)", YLabel: "fraction of operations", LogX: true, Series: cdfs})
-	}
-	if len(series) > 0 {
-		x.figure(plots.Figure{Name: "put-timeseries", Title: fmt.Sprintf("PUT goodput over time, %d KiB values", size), Kind: plots.Lines,
-			XLabel: "time (s)", YLabel: "goodput (MB/s)", Series: series})
-	}
-}
-
 // median of vs (not modified); 0 for none.
 func median(vs []float64) float64 {
 	if len(vs) == 0 {
@@ -272,31 +210,44 @@ func median(vs []float64) float64 {
 	return (c[len(c)/2-1] + c[len(c)/2]) / 2
 }
 
-// benchPut runs one PUT phase on a fresh cluster.
-func (x *Run) benchPut(ctx context.Context, sys, label string, ops int64, vbytes int, raw *bytes.Buffer) (workloads.Summary, error) {
-	tb, err := x.start(ctx, sys, "put-"+label)
+// benchPut runs one PUT phase on a fresh cluster, and (local clusters)
+// returns its window and write amplification.
+func (x *Run) benchPut(ctx context.Context, sys, label string, ops int64, vbytes int, args ...string) (workloads.Summary, windowStats, float64, error) {
+	var ws windowStats
+	tb, err := x.start(ctx, sys, "put-"+label, args...)
 	if err != nil {
 		x.fail(sys, "cluster up", err, nil)
-		return workloads.Summary{}, err
+		return workloads.Summary{}, ws, 0, err
 	}
 	o := workloads.PutOptions{Common: x.benchCommon("p", x.Profile.Clients, ops, 1, nil), ValueBytes: vbytes,
 		MaxValueBytes: max(vbytes, 64*mib), Order: "random"}
-	if raw != nil {
-		o.Raw = raw
-	}
 	x.logf("%s: PUT %d x %d KiB, %d clients", sys, ops, vbytes/kib, o.Clients)
-	sum, err := workloads.RunPut(ctx, tb.c, o)
+	var before windowSample
+	if tb.spec != nil {
+		before, err = x.sample(tb.spec)
+	}
+	var sum workloads.Summary
+	if err == nil {
+		sum, err = workloads.RunPut(ctx, tb.c, o)
+	}
 	if err == nil {
 		err = sum.Failures()
+	}
+	if err == nil && tb.spec != nil {
+		ws, err = x.since(ctx, tb.spec, before)
 	}
 	if err != nil {
 		x.fail(sys, "put "+label, err, tb.spec)
 		tb.stop(true)
-		return sum, err
+		return sum, ws, 0, err
 	}
-	x.logf("%s: PUT %s: %.0f ops/s, %.1f MB/s, p99 %.1f ms", sys, label, sum.OpsPerSec, sum.MBPerSec, float64(sum.P99Us)/1000)
+	wa := 0.0
+	if user := float64(sum.Ops) * float64(vbytes+len(workloads.Key("p", 0))); user > 0 {
+		wa = ws.WriteBytesPerNode / user
+	}
+	x.logf("%s: PUT %s: %.0f ops/s, %.1f MB/s, p99 %.1f ms, write amp %.2f", sys, label, sum.OpsPerSec, sum.MBPerSec, float64(sum.P99Us)/1000, wa)
 	tb.stop(false)
-	return sum, nil
+	return sum, ws, wa, nil
 }
 
 // latencyCDF turns a raw per-operation CSV (workloads.WriteRawCSV: op,
@@ -358,8 +309,9 @@ func throughputSeries(name string, sum workloads.Summary, bytes bool) (plots.Ser
 func (x *Run) readBed(ctx context.Context, sys, label string) (*testbed, error) {
 	p := x.Profile
 	// GC during the load: a threshold of a quarter of the loaded bytes.
-	threshold := max(p.ReadKeys*int64(p.ReadValueBytes)/4, p.SegmentSizeBytes)
-	tb, err := x.start(ctx, sys, label, "-gcThresholdBytes", fmt.Sprint(threshold))
+	data := p.ReadKeys * int64(p.ReadValueBytes)
+	threshold := max(data/4, p.SegmentSizeBytes)
+	tb, err := x.start(ctx, sys, label, append(x.geometryArgs(sys, data), "-gcThresholdBytes", fmt.Sprint(threshold))...)
 	if err != nil {
 		x.fail(sys, "cluster up", err, nil)
 		return nil, err
@@ -422,8 +374,9 @@ func (x *Run) readExperiment(ctx context.Context, op string) error {
 		x.param("scan_size", p.ScanSize)
 		x.param("clients", p.ScanClients)
 	}
-	x.note("Each system: one cluster and one load; all clusters stay up, then %d rounds each run every system once, in rotated order (interleaved, so that slow minutes of a shared machine fall on all systems alike). The table gives the median and range over the rounds, the figure the median with the range as error bars. The loaded data fits in the page cache here, so reads are not disk-bound.", p.ReadRuns)
-	tbl := Table{Title: strings.ToUpper(op), Columns: []string{"system", "median ops/s", "min", "max", "MB/s", "p50 ms", "p99 ms", "p99.9 ms", "errors", "misses"}}
+	x.param("geometry", p.Geometry)
+	x.note("Each system: one cluster and one load; all clusters stay up, then %d rounds each run every system once, in rotated order (interleaved, so that slow minutes of a shared machine fall on all systems alike). The table gives the median and range over the rounds, the figure the median with the range as error bars. Device reads per op are the nodes' read_bytes (/proc/PID/io: bytes read from the device, not the page cache) over the operations of the run.", p.ReadRuns)
+	tbl := Table{Title: strings.ToUpper(op), Columns: []string{"system", "median ops/s", "min", "max", "MB/s", "p50 ms", "p99 ms", "p99.9 ms", "errors", "misses", "device KB read per op (median)"}}
 	bar := plots.Figure{Name: op + "-throughput", Title: fmt.Sprintf("%s throughput (median of %d interleaved runs, range as error bars)", strings.ToUpper(op), p.ReadRuns), Kind: plots.Bars,
 		XLabel: "system", YLabel: "throughput (ops/s)", Categories: []string{op}}
 	var cdfs, series []plots.Series
@@ -431,25 +384,44 @@ func (x *Run) readExperiment(ctx context.Context, op string) error {
 	// runs every system once, in rotated order, so that slow minutes of a
 	// shared machine fall on all systems alike.
 	type bed struct {
-		tb     *testbed
-		rates  []float64
-		first  workloads.Summary
-		raw    bytes.Buffer
-		failed bool
+		tb      *testbed
+		rates   []float64
+		readKBs []float64
+		first   workloads.Summary
+		raw     bytes.Buffer
+		failed  bool
 	}
 	beds := map[string]*bed{}
+	var specs []*cluster.Spec
 	for _, sys := range x.Systems {
 		tb, err := x.readBed(ctx, sys, op)
 		if err != nil {
 			continue // reported by readBed
 		}
 		beds[sys] = &bed{tb: tb}
+		if tb.spec != nil {
+			specs = append(specs, tb.spec)
+		}
 	}
+	rc := x.arrangeReads(specs)
+	defer rc.release()
+	x.param("read_cache", rc.Text)
+	x.note("Reads: %s.", rc.Text)
 	for run := 0; run < p.ReadRuns; run++ {
 		for _, sys := range rotate(x.Systems, run) {
 			b := beds[sys]
 			if b == nil || b.failed {
 				continue
+			}
+			if err := rc.beforeRun(); err != nil {
+				x.fail(sys, op, err, b.tb.spec)
+				b.tb.stop(true)
+				b.failed = true
+				continue
+			}
+			var before windowSample
+			if b.tb.spec != nil {
+				before, _ = x.sample(b.tb.spec)
 			}
 			var sum workloads.Summary
 			var err error
@@ -477,6 +449,11 @@ func (x *Run) readExperiment(ctx context.Context, op string) error {
 				continue
 			}
 			b.rates = append(b.rates, sum.OpsPerSec)
+			if b.tb.spec != nil && sum.Ops > 0 {
+				if w, err := x.since(ctx, b.tb.spec, before); err == nil {
+					b.readKBs = append(b.readKBs, w.ReadBytesPerNode*float64(len(b.tb.spec.Nodes))/float64(sum.Ops)/1e3)
+				}
+			}
 			if run == 0 {
 				b.first = sum
 			}
@@ -493,8 +470,13 @@ func (x *Run) readExperiment(ctx context.Context, op string) error {
 		med, lo, hi := median(rates), slices.Min(rates), slices.Max(rates)
 		x.logf("%s: %s median %.0f ops/s over %d runs (%.0f..%.0f)", sys, op, med, len(rates), lo, hi)
 		x.metric(op+"_ops_per_sec/"+sys, med)
+		readKB := "-"
+		if len(b.readKBs) > 0 {
+			readKB = f1(median(b.readKBs))
+			x.metric(op+"_ops_per_sec_disk_read_kb_per_op/"+sys, median(b.readKBs))
+		}
 		tbl.Rows = append(tbl.Rows, []string{sys, f0(med), f0(lo), f0(hi), f1(first.MBPerSec * med / first.OpsPerSec),
-			ms(first.P50Us), ms(first.P99Us), ms(first.P999Us), fmt.Sprint(first.Errors), fmt.Sprint(first.Misses)})
+			ms(first.P50Us), ms(first.P99Us), ms(first.P999Us), fmt.Sprint(first.Errors), fmt.Sprint(first.Misses), readKB})
 		bar.Series = append(bar.Series, plots.Series{Name: sys, Values: []float64{med}, Errors: []float64{med - lo}, ErrorsUp: []float64{hi - med}})
 		if c, err := latencyCDF(sys, &b.raw); err == nil {
 			cdfs = append(cdfs, c)

@@ -28,7 +28,7 @@ func DefaultSystems() []string { return []string{"nezha", "nezha-nogc", "origina
 
 const experimentUsage = `usage: nezha experiment SUBCOMMAND
   list                                      the experiments and what each shows
-  run NAME...|all [-profile quick|paper] [-systems S,...] [-out DIR] [-force] [-servers A,B,C]
+  run NAME...|all [-profile quick|standard|paper] [-systems S,...] [-out DIR] [-force] [-servers A,B,C]
                                             run experiments, write results, figures and report.md
   report DIR                                rewrite DIR/report.md from saved results`
 
@@ -70,7 +70,7 @@ func Command(args []string, known []string, stdout, stderr io.Writer) error {
 
 func runCommand(args []string, known []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("experiment run", flag.ContinueOnError)
-	profileName := fs.String("profile", "quick", "quick (all in at most 15 min on 2 cores) or paper (the paper's sizes, for real clusters)")
+	profileName := fs.String("profile", "quick", "quick (all in at most 15 min on 2 cores, scaled geometry), standard (the paper's shape at one machine's scale: native geometry, up to 6 GiB per node, at most 60 min and 40 GB) or paper (the paper's sizes, for real clusters)")
 	systemsFlag := fs.String("systems", strings.Join(DefaultSystems(), ","), "systems to compare")
 	out := fs.String("out", "", "results directory (default results/<time>-<profile>)")
 	force := fs.Bool("force", false, "reuse a non-empty -out directory (its content is deleted)")

@@ -46,7 +46,7 @@ type Experiment struct {
 // All returns every experiment in the order `run all` runs them.
 func All() []Experiment {
 	return []Experiment{
-		diskLimit(), putVsize(), getZipf(), scan(), ycsbExperiment(), amplification(), gcExperiment(), linearizabilityExperiment(),
+		diskLimit(), putVsize(), putScale(), getZipf(), scan(), ycsbExperiment(), amplification(), gcExperiment(), linearizabilityExperiment(),
 	}
 }
 
@@ -148,6 +148,9 @@ type Run struct {
 	res     *Result
 	figures []plots.Figure
 	mu      sync.Mutex
+	// headSeries are put-scale's per-second series of its first headline
+	// runs.
+	headSeries []plots.Series
 }
 
 // logf prints a progress line prefixed with the experiment name.

@@ -33,7 +33,7 @@ func TestLookup(t *testing.T) {
 		}
 		names[e.Name] = true
 	}
-	for _, want := range []string{"put-vsize", "get-zipf", "scan", "ycsb", "amplification", "disk-limit", "gc", "linearizability"} {
+	for _, want := range []string{"put-vsize", "put-scale", "get-zipf", "scan", "ycsb", "amplification", "disk-limit", "gc", "linearizability"} {
 		if !names[want] {
 			t.Fatalf("experiment %s missing", want)
 		}
@@ -41,7 +41,7 @@ func TestLookup(t *testing.T) {
 }
 
 func TestProfiles(t *testing.T) {
-	for _, name := range []string{"quick", "paper"} {
+	for _, name := range []string{"quick", "standard", "paper"} {
 		p, err := ProfileByName(name)
 		if err != nil {
 			t.Fatal(err)
@@ -76,12 +76,19 @@ func TestHeadlinesAndReport(t *testing.T) {
 		{Name: "put-vsize", Title: "PUT", Shows: "puts", Params: map[string]any{"n": 3},
 			Metrics: map[string]float64{
 				"put_mb_per_sec/nezha/256": 80, "put_mb_per_sec/original/256": 40, "put_mb_per_sec/nezha/1": 5, "put_mb_per_sec/original/1": 5,
-				"put_headline/nezha": 90, "put_headline/original": 30,
 			},
 			Tables:  []Table{{Title: "t", Columns: []string{"a", "b"}, Rows: [][]string{{"1", "2"}}}},
 			Figures: []string{"put-mbps"},
 		},
-		{Name: "scan", Title: "SCAN", Shows: "scans", Metrics: map[string]float64{"scan_ops_per_sec/nezha": 20, "scan_ops_per_sec/original": 10},
+		{Name: "put-scale", Title: "PUT scale", Shows: "scale", Params: map[string]any{"geometry": "scaled", "condition_data_bytes_per_node": float64(256 << 20)},
+			Metrics: map[string]float64{
+				"put_headline/nezha": 90, "put_headline/original": 30, "put_headline_value_bytes": 256 << 10, "put_headline_data_bytes": 512 << 20,
+				"put_headline_write_amp/nezha": 1.01, "put_headline_write_amp/original": 6.2, "put_headline_deepest_level/original": 4,
+				"put_condition_ratio/ours/nezha": 3.1, "put_condition_ratio/no-fsync/nezha": 1.5,
+			}},
+		{Name: "scan", Title: "SCAN", Shows: "scans", Metrics: map[string]float64{"scan_ops_per_sec/nezha": 20, "scan_ops_per_sec/original": 10,
+			"scan_ops_per_sec_disk_read_kb_per_op/nezha": 100, "scan_ops_per_sec_disk_read_kb_per_op/original": 700},
+			Params:   map[string]any{"read_cache": "disk (cgroup)"},
 			Failures: []Failure{{System: "pasv", Step: "load", Error: "boom", LogTails: map[string]string{"node1": "last line"}}}},
 	}
 	for _, r := range res {
@@ -98,28 +105,39 @@ func TestHeadlinesAndReport(t *testing.T) {
 		t.Fatal(err)
 	}
 	hs := Headlines(res)
-	var put, scanH *Headline
+	var put, scanH, cond *Headline
 	for i := range hs {
-		if hs[i].System == "nezha" && hs[i].Workload == "PUT" {
+		if hs[i].System == "nezha" && hs[i].Workload == "PUT" && hs[i].Condition == "" {
 			put = &hs[i]
+		}
+		if hs[i].System == "nezha" && hs[i].Condition == CondNoFsync {
+			cond = &hs[i]
 		}
 		if hs[i].System == "nezha" && hs[i].Workload == "SCAN" {
 			scanH = &hs[i]
 		}
 	}
-	if put == nil || !put.Have || put.Ratio != 3 || !strings.Contains(put.Basis, "256 KiB") {
-		t.Fatalf("PUT headline %+v: want 3x at the largest value size", put)
+	if put == nil || !put.Have || put.Ratio != 3 || !strings.Contains(put.Basis, "256 KiB") || !strings.Contains(put.Basis, "512 MiB per node") ||
+		!strings.Contains(put.Regime, "write amp in window 1.01 (original 6.20)") || !strings.Contains(put.Regime, "L4") {
+		t.Fatalf("PUT headline %+v: want 3x at 256 KiB and 512 MiB per node, with its regime", put)
 	}
-	if scanH == nil || scanH.Ratio != 2 || scanH.Paper < 1.72 || scanH.Paper > 1.73 {
+	if scanH == nil || scanH.Ratio != 2 || scanH.Paper < 1.72 || scanH.Paper > 1.73 || !strings.Contains(scanH.Regime, "disk (cgroup)") ||
+		!strings.Contains(scanH.Regime, "100 KB (original 700 KB)") {
 		t.Fatalf("SCAN headline %+v", scanH)
+	}
+	if cond == nil || cond.Ratio != 1.5 || !strings.Contains(cond.Regime, "ours at the same point: 3.10x") {
+		t.Fatalf("no-fsync condition row %+v", cond)
 	}
 	if !AnyMeasured(hs) || AnyMeasured(Headlines(nil)) {
 		t.Fatalf("AnyMeasured: want true for this run, false for none")
 	}
 	var b bytes.Buffer
 	WriteHeadlines(&b, hs)
-	if !strings.Contains(b.String(), "3.00x (+200.0 %)") || !strings.Contains(b.String(), "+460.2 %") {
-		t.Fatalf("headline table:\n%s", b.String())
+	table := b.String()
+	if !strings.Contains(table, "3.00x (+200.0 %)") || !strings.Contains(table, "+460.2 %") ||
+		strings.Index(table, "the paper's conditions") < strings.LastIndex(table, "| SCAN |") ||
+		!strings.Contains(table, "| PUT, no-fsync | nezha | 1.50x") {
+		t.Fatalf("headline table: want ours first, then the paper's conditions:\n%s", table)
 	}
 	path, err := WriteReport(dir, map[string]any{"profile_text": "profile quick", "git commit": "abc"})
 	if err != nil {
@@ -212,5 +230,51 @@ func TestLatencyCDF(t *testing.T) {
 	}
 	if _, err := latencyCDF("x", bytes.NewBufferString("op,start_unix_us,latency_us,ok,outcome\n")); err == nil {
 		t.Fatal("empty raw accepted")
+	}
+}
+
+// TestGeometry: scaled geometry gives the baselines RocksDB's sizes times
+// data / 100 GB and nezha 40 % of the data as GC threshold; native gives
+// nothing; the expected LSM of 100 GB under RocksDB's defaults has levels
+// 1-4 (the paper's "about five levels" with level 0), and a scaled store
+// the same levels.
+func TestGeometry(t *testing.T) {
+	x := &Run{Profile: Quick()}
+	x.Profile.Geometry = GeometryScaled
+	args := strings.Join(x.geometryArgs("original", 1<<30), " ")
+	// 64 MiB x 2^30 / 10^11 = 720,575 bytes.
+	if !strings.Contains(args, "-rocksdb.writeBufferBytes 720575") || !strings.Contains(args, "-rocksdb.maxBytesForLevelBase 2882303") {
+		t.Fatalf("original scaled to 1 GiB: %s", args)
+	}
+	if got := strings.Join(x.geometryArgs("nezha", 1<<30), " "); got != "-gcThresholdBytes 429496729" {
+		t.Fatalf("nezha scaled to 1 GiB: %s", got)
+	}
+	if got := x.geometryArgs("nezha-nogc", 1<<30); got != nil {
+		t.Fatalf("nezha-nogc has no geometry: %v", got)
+	}
+	x.Profile.Geometry = GeometryNative
+	if got := x.geometryArgs("original", 1<<30); got != nil {
+		t.Fatalf("native geometry: %v", got)
+	}
+	paper := expectedLevels(100e9, 256<<20)
+	if len(paper) != 5 || paper[1] != 256<<20 || paper[4] < 70e9 || paper[4] > 72e9 {
+		t.Fatalf("100 GB, RocksDB defaults: %v, want L1 256 MiB .. L4 ~72 GB", paper)
+	}
+	f := float64(1<<30) / 100e9
+	scaled := expectedLevels(1<<30, 256*(1<<20)*f)
+	if len(scaled) != len(paper) {
+		t.Fatalf("scaled: %v, want as many levels as %v", scaled, paper)
+	}
+	if got := expectedLevels(100<<20, 256<<20); len(got) != 2 {
+		t.Fatalf("100 MiB fits level 1: %v", got)
+	}
+	if got := strings.Join(conditionArgs(CondAll, "original", 1<<30), " "); got != "-sync=false -rocksdb.blockCacheBytes 0 -rocksdb.compression snappy" {
+		t.Fatalf("all conditions on original: %s", got)
+	}
+	if got := strings.Join(conditionArgs(CondPaperGC, "nezha", 1<<30), " "); got != "-gc merge -gcThresholdBytes 429496729" {
+		t.Fatalf("paper GC on nezha: %s", got)
+	}
+	if conditionValueKind(CondLowercase) != "lowercase" || conditionValueKind("") != "random" {
+		t.Fatal("value kinds")
 	}
 }

@@ -3,6 +3,7 @@ package experiments
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -30,14 +31,39 @@ type Profile struct {
 	DiskLimitBytes      int64 `json:"disk_limit_bytes"`
 	DiskLimitWriteBytes int   `json:"disk_limit_write_bytes"`
 
+	// Geometry of every store: GeometryScaled (the paper's LSM shape at
+	// this run's data per node) or GeometryNative (the systems' defaults).
+	Geometry string `json:"geometry"`
+
 	// PutTotalBytes are written at each value size of put-vsize.
 	PutTotalBytes int64 `json:"put_total_bytes"`
-	// HeadlineRuns runs of HeadlineBytes at the largest value size give
-	// the headline PUT figure (median).
-	HeadlineRuns  int   `json:"headline_runs"`
-	HeadlineBytes int64 `json:"headline_bytes"`
 	// ValueSizesKiB of put-vsize (the paper: 1 KB to 256 KB).
 	ValueSizesKiB []int `json:"value_sizes_kib"`
+
+	// ScaleDataBytes are put-scale's points: bytes of ScaleValueBytes
+	// values loaded per node, ascending. The geometry is scaled to the
+	// last point, the headline point, which runs HeadlineRuns times per
+	// system, interleaved (the headline PUT figure is their median).
+	ScaleDataBytes  []int64 `json:"scale_data_bytes"`
+	ScaleValueBytes int     `json:"scale_value_bytes"`
+	HeadlineRuns    int     `json:"headline_runs"`
+	// HeadlineSystems run HeadlineRuns times at the headline point (the
+	// other systems once) and under each of Conditions, the paper's
+	// conditions (ConditionNames), which put-scale runs at
+	// ConditionDataBytes per node, each alone, beside our own.
+	HeadlineSystems    []string `json:"headline_systems"`
+	Conditions         []string `json:"conditions"`
+	ConditionDataBytes int64    `json:"condition_data_bytes"`
+
+	// ReadCache is how GET and SCAN are made to read from the disk, as the
+	// paper's 100 GB per node did: ReadCacheCgroup (each node's memory,
+	// page cache included, limited to its resident size after the load
+	// plus ReadCacheBytes, by a cgroup), ReadCacheDrop (the page cache
+	// dropped before every read run) or ReadCacheWarm (nothing: reads hit
+	// the page cache). Both need root; without it the run falls back to
+	// warm and says so.
+	ReadCache      string `json:"read_cache"`
+	ReadCacheBytes int64  `json:"read_cache_bytes"`
 
 	// ReadKeys of ReadValueBytes each are loaded before get-zipf and scan,
 	// then ReadRuns runs of each.
@@ -97,11 +123,13 @@ const (
 // the trends, not the paper's absolute figures.
 func Quick() Profile {
 	return Profile{
-		Name: "quick", Nodes: 3, Clients: 32,
+		Name: "quick", Nodes: 3, Clients: 32, Geometry: GeometryScaled,
 		SegmentSizeBytes: 8 * mib, GCThresholdBytes: 48 * mib,
 		DiskLimitBytes: 128 * mib, DiskLimitWriteBytes: mib,
 		PutTotalBytes: 32 * mib, ValueSizesKiB: []int{1, 4, 16, 64, 256},
-		HeadlineRuns: 3, HeadlineBytes: 256 * mib,
+		ScaleDataBytes: []int64{128 * mib, 256 * mib, 512 * mib}, ScaleValueBytes: 256 * kib, HeadlineRuns: 3,
+		Conditions: ConditionNames(), ConditionDataBytes: 256 * mib, HeadlineSystems: []string{"nezha", "nezha-nogc", "original"},
+		ReadCache: ReadCacheCgroup, ReadCacheBytes: 16 * mib,
 		ReadKeys: 3072, ReadRuns: 3, ReadValueBytes: 16 * kib, GetOps: 12000, Zipf: 1.01,
 		ScanOps: 300, ScanSize: 100, ScanClients: 1,
 		YCSBRecords: 2000, YCSBOps: 3000, YCSBValueBytes: 16 * kib, YCSBThreads: 16,
@@ -113,6 +141,28 @@ func Quick() Profile {
 	}
 }
 
+// Standard is the paper's shape at one machine's scale: native geometry
+// (every system with its defaults), put-scale up to 6 GiB per node, reads
+// from the disk; at most 60 minutes and 40 GB of disk on 2 cores.
+func Standard() Profile {
+	p := Quick()
+	p.Name, p.Geometry = "standard", GeometryNative
+	p.Clients = 50
+	p.SegmentSizeBytes, p.GCThresholdBytes = 64*mib, gib
+	p.DiskLimitBytes = 512 * mib
+	p.PutTotalBytes = 64 * mib
+	p.ScaleDataBytes = []int64{gib, 2 * gib, 4 * gib, 6 * gib}
+	p.HeadlineRuns = 3
+	p.ConditionDataBytes = 2 * gib
+	p.ReadKeys, p.ReadCacheBytes, p.GetOps, p.ScanOps = 32768, 64*mib, 30000, 500
+	p.YCSBRecords, p.YCSBOps = 10000, 10000
+	p.AmpKeys, p.AmpValueBytes = 8192, 256*kib
+	p.GCKeys, p.GCDuration = 2048, 60*time.Second
+	p.LinNemeses, p.LinDuration, p.LinSeeds = faults.Names(), 30*time.Second, []int64{1}
+	p.MinFreeDiskBytes = 40 * gib
+	return p
+}
+
 // Paper is the paper's setup (seed nezha-readme, DESIGN.md section 8):
 // 3 nodes, 100 clients, 10-byte keys, values of 1 KB to 256 KB, 100 GB of
 // data, YCSB Load and A-F with 16 KB values and 1M operations. It needs a
@@ -122,8 +172,11 @@ func Paper() Profile {
 		Name: "paper", Nodes: 3, Clients: 100,
 		SegmentSizeBytes: 64 * mib, GCThresholdBytes: 4 * gib,
 		DiskLimitBytes: gib, DiskLimitWriteBytes: mib,
+		Geometry:      GeometryNative,
 		PutTotalBytes: 100 * gib / 5, ValueSizesKiB: []int{1, 4, 16, 64, 256},
-		HeadlineRuns: 3, HeadlineBytes: 100 * gib / 5,
+		ScaleDataBytes: []int64{25 * gib, 50 * gib, 100 * gib}, ScaleValueBytes: 256 * kib, HeadlineRuns: 3,
+		Conditions: ConditionNames(), ConditionDataBytes: 25 * gib, HeadlineSystems: []string{"nezha", "nezha-nogc", "original"},
+		ReadCache: ReadCacheWarm, ReadCacheBytes: 0,
 		ReadKeys: 100 * gib / (256 * kib), ReadRuns: 3, ReadValueBytes: 256 * kib, GetOps: 1_000_000, Zipf: 1.01,
 		ScanOps: 1000, ScanSize: 100, ScanClients: 1,
 		YCSBRecords: 1_000_000, YCSBOps: 1_000_000, YCSBValueBytes: 16 * kib, YCSBThreads: 100,
@@ -135,15 +188,24 @@ func Paper() Profile {
 	}
 }
 
-// ProfileByName returns Quick or Paper.
+// Read cache arrangements (Profile.ReadCache).
+const (
+	ReadCacheCgroup = "cgroup"
+	ReadCacheDrop   = "drop"
+	ReadCacheWarm   = "warm"
+)
+
+// ProfileByName returns Quick, Standard or Paper.
 func ProfileByName(name string) (Profile, error) {
 	switch name {
 	case "quick":
 		return Quick(), nil
+	case "standard":
+		return Standard(), nil
 	case "paper":
 		return Paper(), nil
 	}
-	return Profile{}, systems.Usagef("-profile %q: want quick or paper", name)
+	return Profile{}, systems.Usagef("-profile %q: want quick, standard or paper", name)
 }
 
 // Validate reports every problem at once.
@@ -165,8 +227,8 @@ func (p *Profile) Validate() error {
 		{"gc_value_bytes", int64(p.GCValueBytes)}, {"gc_writers", int64(p.GCWriters)}, {"gc_readers", int64(p.GCReaders)},
 		{"disk_limit_bytes", p.DiskLimitBytes}, {"disk_limit_write_bytes", int64(p.DiskLimitWriteBytes)},
 		{"segment_size_bytes", p.SegmentSizeBytes}, {"gc_threshold_bytes", p.GCThresholdBytes},
-		{"lin_clients", int64(p.LinClients)}, {"headline_runs", int64(p.HeadlineRuns)}, {"headline_bytes", p.HeadlineBytes},
-		{"read_runs", int64(p.ReadRuns)},
+		{"lin_clients", int64(p.LinClients)}, {"headline_runs", int64(p.HeadlineRuns)},
+		{"read_runs", int64(p.ReadRuns)}, {"scale_value_bytes", int64(p.ScaleValueBytes)},
 	} {
 		if c.v < 1 {
 			bad("profile %s: %s = %d must be positive", p.Name, c.name, c.v)
@@ -183,6 +245,34 @@ func (p *Profile) Validate() error {
 			bad("profile %s: value size %d KiB outside [1 KiB, put_total_bytes]", p.Name, s)
 		}
 	}
+	if p.Geometry != GeometryScaled && p.Geometry != GeometryNative {
+		bad("profile %s: geometry %q: want %s or %s", p.Name, p.Geometry, GeometryScaled, GeometryNative)
+	}
+	if len(p.ScaleDataBytes) == 0 {
+		bad("profile %s: scale_data_bytes is empty", p.Name)
+	}
+	for i, d := range p.ScaleDataBytes {
+		if d < int64(p.ScaleValueBytes) || (i > 0 && d <= p.ScaleDataBytes[i-1]) {
+			bad("profile %s: scale_data_bytes must ascend and each hold at least one value (%v)", p.Name, p.ScaleDataBytes)
+			break
+		}
+	}
+	for _, c := range p.Conditions {
+		if !slices.Contains(ConditionNames(), c) {
+			bad("profile %s: condition %q: want one of %v", p.Name, c, ConditionNames())
+		}
+	}
+	if len(p.Conditions) > 0 && p.ConditionDataBytes < int64(p.ScaleValueBytes) {
+		bad("profile %s: condition_data_bytes %d holds no value", p.Name, p.ConditionDataBytes)
+	}
+	switch p.ReadCache {
+	case ReadCacheCgroup, ReadCacheDrop, ReadCacheWarm:
+	default:
+		bad("profile %s: read_cache %q: want %s, %s or %s", p.Name, p.ReadCache, ReadCacheCgroup, ReadCacheDrop, ReadCacheWarm)
+	}
+	if p.ReadCache == ReadCacheCgroup && p.ReadCacheBytes < 1 {
+		bad("profile %s: read_cache_bytes must be positive with read_cache %s", p.Name, ReadCacheCgroup)
+	}
 	if len(p.LinSeeds) == 0 {
 		bad("profile %s: lin_seeds is empty", p.Name)
 	}
@@ -197,13 +287,32 @@ func (p *Profile) Validate() error {
 
 // String renders the parameters for the start of a run.
 func (p *Profile) String() string {
-	return fmt.Sprintf("profile %s: %d nodes, %d clients; put-vsize %d MiB per size at %v KiB; "+
+	return fmt.Sprintf("profile %s: %s geometry, %d nodes, %d clients; put-vsize %d MiB per size at %v KiB; put-scale %s per node (headline: last, %d runs; conditions %v at %s); reads from %s; "+
 		"reads over %d keys x %d KiB, %d Zipf(%.2f) GETs, %d scans of %d; YCSB %d records x %d KiB, %d ops of %v; "+
 		"amplification %d keys x %d KiB; GC %d keys x %d KiB for %v; linearizability %v x %v, seeds %v; "+
 		"segments %d MiB, nezha GC threshold %d MiB",
-		p.Name, p.Nodes, p.Clients, p.PutTotalBytes/mib, p.ValueSizesKiB,
+		p.Name, p.Geometry, p.Nodes, p.Clients, p.PutTotalBytes/mib, p.ValueSizesKiB, bytesList(p.ScaleDataBytes), p.HeadlineRuns,
+		p.Conditions, bytesText(p.ConditionDataBytes), readCacheText(p),
 		p.ReadKeys, p.ReadValueBytes/kib, p.GetOps, p.Zipf, p.ScanOps, p.ScanSize,
 		p.YCSBRecords, p.YCSBValueBytes/kib, p.YCSBOps, p.YCSBWorkloads,
 		p.AmpKeys, p.AmpValueBytes/kib, p.GCKeys, p.GCValueBytes/kib, p.GCDuration,
 		p.LinNemeses, p.LinDuration, p.LinSeeds, p.SegmentSizeBytes/mib, p.GCThresholdBytes/mib)
+}
+
+func bytesList(bs []int64) string {
+	var parts []string
+	for _, b := range bs {
+		parts = append(parts, bytesText(b))
+	}
+	return strings.Join(parts, ", ")
+}
+
+func readCacheText(p *Profile) string {
+	switch p.ReadCache {
+	case ReadCacheCgroup:
+		return fmt.Sprintf("disk (page cache limited to %s per node by a memory cgroup)", bytesText(p.ReadCacheBytes))
+	case ReadCacheDrop:
+		return "disk (page cache dropped before each read run)"
+	}
+	return "page cache (warm)"
 }

@@ -606,3 +606,18 @@ func ephemeralLow() int {
 	}
 	return lo
 }
+
+// StorageShapeOf converts the storage shape of a Status response; nil if
+// the node's system reports none.
+func StorageShapeOf(resp *kvpb.StatusResponse) *systems.StorageShape {
+	p := resp.GetStorage()
+	if p == nil {
+		return nil
+	}
+	sh := &systems.StorageShape{ValueLogBytes: p.ValueLogBytes, SortedRunBytes: p.SortedRunBytes,
+		BlobFileBytes: p.BlobFileBytes, LiveBytes: p.LiveBytes}
+	for _, l := range p.Levels {
+		sh.Levels = append(sh.Levels, systems.LevelShape{Level: int(l.Level), Files: l.Files, Bytes: l.Bytes})
+	}
+	return sh
+}

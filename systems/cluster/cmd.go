@@ -219,7 +219,10 @@ type statusJSON struct {
 	CompactedIndex uint64          `json:"compactedIndex"`
 	LogBytes       int64           `json:"logBytes"`
 	GCRounds       []*kvpb.GCRound `json:"gcRounds,omitempty"`
-	Error          string          `json:"error,omitempty"`
+	// Storage is the state machine's on-disk shape (LSM levels, value log
+	// and sorted runs), for systems that report one.
+	Storage *systems.StorageShape `json:"storage,omitempty"`
+	Error   string                `json:"error,omitempty"`
 }
 
 func printStatus(w io.Writer, s *Spec, sts []NodeStatus, asJSON bool) error {
@@ -234,6 +237,7 @@ func printStatus(w io.Writer, s *Spec, sts []NodeStatus, asJSON bool) error {
 			r.CommitIndex, r.AppliedIndex = resp.CommitIndex, resp.Header.AppliedIndex
 			r.FirstIndex, r.LastIndex, r.Sync = resp.FirstIndex, resp.LastIndex, resp.Sync
 			r.CompactedIndex, r.LogBytes, r.GCRounds = resp.CompactedIndex, resp.LogBytes, resp.GcRounds
+			r.Storage = StorageShapeOf(resp)
 		}
 		rows[i] = r
 	}

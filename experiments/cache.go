@@ -1,0 +1,164 @@
+package experiments
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+
+	"github.com/prometheus/procfs"
+	"golang.org/x/sys/unix"
+
+	"github.com/nezha-harness/nezha/systems/cluster"
+)
+
+// Reads that reach the disk. The paper's GET and SCAN figures come from
+// 100 GB per node, far more than the page cache: most reads went to the
+// SSD. A small run fits in the page cache, so its reads measure only CPU.
+// readCache makes the nodes' reads reach the disk in one of two ways, both
+// root only: a memory cgroup per node whose limit is the node's resident
+// size plus Profile.ReadCacheBytes (the page cache the node may keep), or
+// dropping the whole page cache before every read run. Without root it
+// falls back to warm reads and says so.
+
+// cgroupRoot is where the cgroup file systems are mounted.
+const cgroupRoot = "/sys/fs/cgroup"
+
+// readCache is the arrangement in force for one experiment's read beds.
+type readCache struct {
+	// Mode is the arrangement in force (ReadCacheCgroup, ReadCacheDrop or
+	// ReadCacheWarm); Text says how it was made, or why it fell back.
+	Mode, Text string
+	groups     []string // cgroup directories to remove
+}
+
+// arrangeReads applies the profile's read cache arrangement to the nodes
+// of specs (all read beds of one experiment, loaded and quiet).
+func (x *Run) arrangeReads(specs []*cluster.Spec) *readCache {
+	p := x.Profile
+	rc := &readCache{Mode: ReadCacheWarm, Text: "page cache (warm): reads are served from memory"}
+	want := p.ReadCache
+	if want == ReadCacheWarm {
+		return rc
+	}
+	if !isRoot() {
+		rc.Text = fmt.Sprintf("page cache (warm): read_cache %s needs root, and this run is not root; reads are served from memory", want)
+		x.logf("%s", rc.Text)
+		return rc
+	}
+	if want == ReadCacheCgroup {
+		var errs []error
+		for _, s := range specs {
+			for _, n := range s.Nodes {
+				dir, err := limitMemory(fmt.Sprintf("nezha-harness-%d-%s-%d", os.Getpid(), s.System, n.ID), n.PID, p.ReadCacheBytes)
+				if dir != "" {
+					rc.groups = append(rc.groups, dir)
+				}
+				if err != nil {
+					errs = append(errs, fmt.Errorf("%s node %d: %w", s.System, n.ID, err))
+				}
+			}
+		}
+		if err := errors.Join(errs...); err != nil {
+			rc.release()
+			want = ReadCacheDrop
+			x.logf("memory cgroups not available (%v); dropping the page cache before each read run instead", err)
+		} else {
+			rc.Mode = ReadCacheCgroup
+			rc.Text = fmt.Sprintf("disk: each node's memory limited to its resident size after the load + %s of page cache (%s memory cgroup), page cache dropped once",
+				bytesText(p.ReadCacheBytes), cgroupVersion())
+		}
+	}
+	if want == ReadCacheDrop {
+		rc.Mode = ReadCacheDrop
+		rc.Text = "disk: the page cache is dropped (/proc/sys/vm/drop_caches) before every read run; hot keys are cached again during a run"
+	}
+	if err := dropCaches(); err != nil {
+		rc.release()
+		rc.Mode, rc.Text = ReadCacheWarm, fmt.Sprintf("page cache (warm): dropping the page cache failed (%v); reads are served from memory", err)
+	}
+	x.logf("reads: %s", rc.Text)
+	return rc
+}
+
+// beforeRun prepares one read run: with ReadCacheDrop, drops the cache.
+func (rc *readCache) beforeRun() error {
+	if rc.Mode != ReadCacheDrop {
+		return nil
+	}
+	return dropCaches()
+}
+
+// release removes the cgroups (their processes must have exited or be
+// moved back: the nodes are moved to the root group first).
+func (rc *readCache) release() {
+	for _, dir := range rc.groups {
+		if b, err := os.ReadFile(filepath.Join(dir, "cgroup.procs")); err == nil {
+			parent := filepath.Dir(dir)
+			for _, pid := range strings.Fields(string(b)) {
+				_ = os.WriteFile(filepath.Join(parent, "cgroup.procs"), []byte(pid), 0o644)
+			}
+		}
+		_ = os.Remove(dir)
+	}
+	rc.groups = nil
+}
+
+// cgroupVersion is "v1" if the memory controller is mounted on its own,
+// "v2" for the unified hierarchy, "" if neither.
+func cgroupVersion() string {
+	if _, err := os.Stat(filepath.Join(cgroupRoot, "memory", "memory.limit_in_bytes")); err == nil {
+		return "v1"
+	}
+	if b, err := os.ReadFile(filepath.Join(cgroupRoot, "cgroup.controllers")); err == nil && strings.Contains(string(b), "memory") {
+		return "v2"
+	}
+	return ""
+}
+
+// limitMemory creates cgroup name, limits it to pid's resident size plus
+// cacheBytes, and moves pid (every thread) into it. It returns the group's
+// directory once created (to remove later), and any error.
+func limitMemory(name string, pid int, cacheBytes int64) (string, error) {
+	fs, err := procfs.NewDefaultFS()
+	if err != nil {
+		return "", err
+	}
+	proc, err := fs.Proc(pid)
+	if err != nil {
+		return "", err
+	}
+	st, err := proc.Stat()
+	if err != nil {
+		return "", err
+	}
+	limit := int64(st.ResidentMemory()) + cacheBytes
+	var dir, limitFile string
+	switch cgroupVersion() {
+	case "v1":
+		dir, limitFile = filepath.Join(cgroupRoot, "memory", name), "memory.limit_in_bytes"
+	case "v2":
+		dir, limitFile = filepath.Join(cgroupRoot, name), "memory.max"
+	default:
+		return "", errors.New("no memory cgroup controller is mounted")
+	}
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		return "", err
+	}
+	if err := os.WriteFile(filepath.Join(dir, limitFile), []byte(strconv.FormatInt(limit, 10)), 0o644); err != nil {
+		return dir, fmt.Errorf("set %s: %w", limitFile, err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "cgroup.procs"), []byte(strconv.Itoa(pid)), 0o644); err != nil {
+		return dir, fmt.Errorf("move pid %d: %w", pid, err)
+	}
+	return dir, nil
+}
+
+// dropCaches writes back dirty pages and drops the clean page cache,
+// dentries and inodes (root only).
+func dropCaches() error {
+	unix.Sync()
+	return os.WriteFile("/proc/sys/vm/drop_caches", []byte("3"), 0o200)
+}

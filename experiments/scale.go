@@ -1,0 +1,590 @@
+package experiments
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"math"
+	"path/filepath"
+	"slices"
+	"strings"
+
+	"github.com/nezha-harness/nezha/baseline"
+	"github.com/nezha-harness/nezha/plots"
+	"github.com/nezha-harness/nezha/workloads"
+)
+
+// Geometry of the stores in an experiment (Profile.Geometry).
+const (
+	// GeometryScaled scales RocksDB's size parameters (write buffer,
+	// level-1 target, SST file size, WAL bound, pending-compaction limits,
+	// block cache, blob file size) and nezha's GC threshold by (data per
+	// node / 100 GB), so that a run with less data has the LSM shape of
+	// the paper's 100 GB per node: the same number of levels and the same
+	// compaction work per byte, and the paper's GC-threshold-to-data ratio
+	// (40 GB / 100 GB).
+	GeometryScaled = "scaled"
+	// GeometryNative runs every system with its defaults (RocksDB's own
+	// sizes, nezha's 1 GiB GC threshold).
+	GeometryNative = "native"
+)
+
+// paperGCThresholdRatio is the paper's GC threshold over its data per
+// node: 40 GB / 100 GB.
+const paperGCThresholdRatio = 0.4
+
+// paperPutRatio is the paper's PUT throughput of Nezha over Raft+RocksDB.
+const paperPutRatio = 1 + paperPutGain
+
+// The paper's conditions (Profile.Conditions): each is run alone at
+// ConditionDataBytes, then all together, beside our own conditions at the
+// same point, so that each one's share of the paper's effect shows.
+const (
+	// CondNoFsync: -sync=false on every system (the paper's code never
+	// fsyncs).
+	CondNoFsync = "no-fsync"
+	// CondCacheOff: RocksDB's block cache off and its default compression
+	// (Snappy), as the paper's code opened RocksDB (raft/persister.go of
+	// the authors' repository: default options, no_block_cache).
+	CondCacheOff = "cache-off"
+	// CondLowercase: values of random lowercase letters, as the paper's
+	// benchmark programs write (compressible, unlike our random bytes).
+	CondLowercase = "lowercase"
+	// CondPaperGC: nezha with the paper's GC (merge, threshold 40 % of the
+	// data per node) instead of the default strategy.
+	CondPaperGC = "paper-gc"
+	// CondAll: all of the above at once.
+	CondAll = "all"
+)
+
+// ConditionNames returns the accepted Profile.Conditions values.
+func ConditionNames() []string {
+	return []string{CondNoFsync, CondCacheOff, CondLowercase, CondPaperGC, CondAll}
+}
+
+// conditionText describes a condition for tables.
+func conditionText(c string) string {
+	switch c {
+	case "":
+		return "ours: fsync, random values, block cache on, no compression"
+	case CondNoFsync:
+		return "no fsync (-sync=false)"
+	case CondCacheOff:
+		return "RocksDB block cache off, Snappy"
+	case CondLowercase:
+		return "random lowercase values"
+	case CondPaperGC:
+		return "nezha: paper's GC (merge, 40 % threshold)"
+	case CondAll:
+		return "all of the paper's conditions"
+	}
+	return c
+}
+
+func isBaseline(sys string) bool {
+	switch baseline.Mode(sys) {
+	case baseline.ModeOriginal, baseline.ModePASV, baseline.ModeBlobDB:
+		return true
+	}
+	return false
+}
+
+// geometryArgs are the node flags that give sys the profile's geometry
+// for a store of dataPerNode bytes per node (none for native geometry).
+func (x *Run) geometryArgs(sys string, dataPerNode int64) []string {
+	if x.Profile.Geometry != GeometryScaled || dataPerNode <= 0 {
+		return nil
+	}
+	f := float64(dataPerNode) / baseline.PaperDataBytes
+	switch {
+	case isBaseline(sys):
+		c := baseline.NewConfig(baseline.Mode(sys))
+		c.ScaleGeometry(f)
+		return c.GeometryFlags()
+	case sys == "nezha":
+		return []string{"-gcThresholdBytes", fmt.Sprint(max(int64(paperGCThresholdRatio*float64(dataPerNode)), x.Profile.SegmentSizeBytes))}
+	}
+	return nil
+}
+
+// conditionArgs are the node flags of a paper's condition for sys.
+func conditionArgs(cond, sys string, dataPerNode int64) []string {
+	var args []string
+	has := func(c string) bool { return cond == c || cond == CondAll }
+	if has(CondNoFsync) {
+		args = append(args, "-sync=false")
+	}
+	if has(CondCacheOff) && isBaseline(sys) {
+		args = append(args, "-rocksdb.blockCacheBytes", "0", "-rocksdb.compression", "snappy")
+	}
+	if has(CondPaperGC) && sys == "nezha" {
+		args = append(args, "-gc", "merge", "-gcThresholdBytes", fmt.Sprint(int64(paperGCThresholdRatio*float64(dataPerNode))))
+	}
+	return args
+}
+
+// conditionValueKind is the workload's value kind under cond.
+func conditionValueKind(cond string) string {
+	if cond == CondLowercase || cond == CondAll {
+		return workloads.ValueLowercase
+	}
+	return workloads.ValueRandom
+}
+
+// putRun is one PUT run of put-scale, as saved in runs.json.
+type putRun struct {
+	// Phase is "point" (a data-size point), "headline" (a repetition at
+	// the largest point) or "condition" (a paper's condition row).
+	Phase     string      `json:"phase"`
+	System    string      `json:"system"`
+	Condition string      `json:"condition,omitempty"`
+	DataBytes int64       `json:"data_bytes_per_node"`
+	Geometry  string      `json:"geometry"`
+	GeomBytes int64       `json:"geometry_data_bytes"`
+	Rep       int         `json:"rep"`
+	MBPerSec  float64     `json:"mb_per_sec"`
+	OpsPerSec float64     `json:"ops_per_sec"`
+	P50Ms     float64     `json:"p50_ms"`
+	P99Ms     float64     `json:"p99_ms"`
+	Window    windowStats `json:"window"`
+	// WriteAmp is the window's write amplification per node: bytes the
+	// node wrote / user bytes (keys and values) written.
+	WriteAmp float64 `json:"write_amp"`
+	Error    string  `json:"error,omitempty"`
+}
+
+// putScale: PUT goodput and in-window write amplification vs data per
+// node, the headline PUT ratio (repeated, interleaved runs at the largest
+// point) and the paper's conditions as labelled rows.
+func putScale() Experiment {
+	return Experiment{
+		Name: "put-scale", Title: "PUT vs data per node: the paper's regime",
+		Shows: "how much faster a value persisted once (nezha) is than values applied into RocksDB as the data per node grows " +
+			"and RocksDB's compaction deepens; the headline PUT ratio, and the paper's conditions each on its own",
+		NeedsLocal: true,
+		run: func(ctx context.Context, x *Run) error {
+			p := x.Profile
+			vbytes := p.ScaleValueBytes
+			top := p.ScaleDataBytes[len(p.ScaleDataBytes)-1]
+			x.param("data_bytes_per_node", p.ScaleDataBytes)
+			x.param("value_bytes", vbytes)
+			x.param("clients", p.Clients)
+			x.param("geometry", p.Geometry)
+			x.param("headline_runs", p.HeadlineRuns)
+			x.param("conditions", p.Conditions)
+			x.param("condition_data_bytes_per_node", p.ConditionDataBytes)
+			if p.Geometry == GeometryScaled {
+				x.note("Geometry scaled: every point runs with RocksDB's size parameters and nezha's GC threshold scaled to the largest point, %s per node, by %s / 100 GB = %.4g, "+
+					"so the largest point has the LSM shape of the paper's 100 GB per node and the smaller ones the shape the paper's cluster has with proportionally less data. "+
+					"The conditions rows run at %s per node with the geometry scaled to that size.", bytesText(top), bytesText(top), float64(top)/baseline.PaperDataBytes, bytesText(p.ConditionDataBytes))
+			} else {
+				x.note("Geometry native: every system with its defaults (RocksDB's own sizes, nezha's GC threshold).")
+			}
+			x.note("Write amplification is measured in each run's window: bytes each node caused to be written (/proc/PID/io write_bytes minus cancelled_write_bytes, mean over the nodes) over the user bytes the clients wrote; RocksDB's compaction debt left at the end of the window is not in it. " +
+				"Node CPU is user+system time of the three node processes per GB of user data; machine busy is the share of both CPUs' time not idle (clients included); disk is the data device's write rate (/proc/diskstats).")
+			limit, haveLimit := x.diskLimitOf()
+			var all []putRun
+			ops := func(data int64) int64 { return max(data/int64(vbytes), 1) }
+
+			// The data-size points, once each but the last.
+			for i, data := range p.ScaleDataBytes[:len(p.ScaleDataBytes)-1] {
+				for _, sys := range rotate(x.Systems, i) {
+					all = append(all, x.putScaleRun(ctx, "point", sys, "", data, top, 0, ops(data), nil))
+				}
+			}
+			// The headline point, HeadlineRuns times, interleaved.
+			var raws = map[string]*bytes.Buffer{}
+			for rep := 0; rep < p.HeadlineRuns; rep++ {
+				syss := x.Systems
+				if rep > 0 {
+					syss = intersect(x.Systems, p.HeadlineSystems)
+				}
+				for _, sys := range rotate(syss, rep+len(p.ScaleDataBytes)-1) {
+					var raw *bytes.Buffer
+					if rep == 0 {
+						raw = &bytes.Buffer{}
+						raws[sys] = raw
+					}
+					all = append(all, x.putScaleRun(ctx, "headline", sys, "", top, top, rep, ops(top), raw))
+				}
+			}
+			// The paper's conditions, with our own as the reference row.
+			condSystems := intersect(x.Systems, p.HeadlineSystems)
+			if len(p.Conditions) > 0 && len(condSystems) > 0 {
+				conds := append([]string{""}, p.Conditions...)
+				for ci, cond := range conds {
+					for _, sys := range rotate(condSystems, ci) {
+						all = append(all, x.putScaleRun(ctx, "condition", sys, cond, p.ConditionDataBytes, p.ConditionDataBytes, 0, ops(p.ConditionDataBytes), nil))
+					}
+				}
+			}
+			if err := writeJSON(filepath.Join(x.Dir, "runs.json"), all); err != nil {
+				return err
+			}
+			x.putScaleReport(all, top, limit, haveLimit, raws)
+			return nil
+		},
+	}
+}
+
+// putScaleRun runs one PUT of ops values on a fresh cluster of sys with
+// the geometry of geomData bytes per node, under cond.
+func (x *Run) putScaleRun(ctx context.Context, phase, sys, cond string, data, geomData int64, rep int, ops int64, raw *bytes.Buffer) putRun {
+	p := x.Profile
+	r := putRun{Phase: phase, System: sys, Condition: cond, DataBytes: data, Geometry: p.Geometry, GeomBytes: geomData, Rep: rep}
+	label := fmt.Sprintf("scale-%d-%s-%d", data>>20, strings.ReplaceAll(cond, "-", ""), rep)
+	args := append(x.geometryArgs(sys, geomData), conditionArgs(cond, sys, geomData)...)
+	tb, err := x.start(ctx, sys, label, args...)
+	if err != nil {
+		x.fail(sys, "cluster up "+label, err, nil)
+		r.Error = err.Error()
+		return r
+	}
+	o := workloads.PutOptions{Common: x.benchCommon("p", p.Clients, ops, 1, nil), ValueBytes: p.ScaleValueBytes,
+		MaxValueBytes: max(p.ScaleValueBytes, 64*mib), Order: "random", ValueKind: conditionValueKind(cond)}
+	if raw != nil {
+		o.Raw = raw
+	}
+	what := fmt.Sprintf("%s per node", bytesText(data))
+	if cond != "" {
+		what += ", " + cond
+	}
+	x.logf("%s: PUT %d x %d KiB (%s)", sys, ops, p.ScaleValueBytes/kib, what)
+	before, err := x.sample(tb.spec)
+	if err != nil {
+		x.fail(sys, "sample "+label, err, tb.spec)
+		tb.stop(true)
+		r.Error = err.Error()
+		return r
+	}
+	sum, err := workloads.RunPut(ctx, tb.c, o)
+	if err == nil {
+		err = sum.Failures()
+	}
+	if err == nil {
+		r.Window, err = x.since(ctx, tb.spec, before)
+	}
+	if err != nil {
+		x.fail(sys, "put "+label, err, tb.spec)
+		tb.stop(true)
+		r.Error = err.Error()
+		return r
+	}
+	tb.stop(false)
+	user := float64(sum.Ops) * float64(int64(p.ScaleValueBytes)+int64(len(workloads.Key("p", 0))))
+	r.MBPerSec, r.OpsPerSec = sum.MBPerSec, sum.OpsPerSec
+	r.P50Ms, r.P99Ms = float64(sum.P50Us)/1000, float64(sum.P99Us)/1000
+	if user > 0 {
+		r.WriteAmp = r.Window.WriteBytesPerNode / user
+	}
+	x.logf("%s: %.1f MB/s, write amp %.2f, node CPU %.1f s, machine busy %.0f %%, GC rounds %.1f, shape %s",
+		sys, r.MBPerSec, r.WriteAmp, r.Window.NodeCPUSeconds, 100*r.Window.MachineBusy, r.Window.GCRounds, shapeText(r.Window.Shape))
+	if raw != nil {
+		// The first headline run's per-second series, for the figure.
+		if s, ok := throughputSeries(sys, sum, true); ok {
+			x.mu.Lock()
+			x.headSeries = append(x.headSeries, s)
+			x.mu.Unlock()
+		}
+	}
+	return r
+}
+
+func intersect(a, b []string) []string {
+	var out []string
+	for _, s := range a {
+		if slices.Contains(b, s) {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+// runsOf selects the successful runs matching the filter.
+func runsOf(all []putRun, keep func(putRun) bool) []putRun {
+	var out []putRun
+	for _, r := range all {
+		if r.Error == "" && keep(r) {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+func medianOf(rs []putRun, f func(putRun) float64) float64 {
+	vs := make([]float64, len(rs))
+	for i, r := range rs {
+		vs[i] = f(r)
+	}
+	return median(vs)
+}
+
+// putScaleReport turns the runs into tables, figures and metrics.
+func (x *Run) putScaleReport(all []putRun, top int64, limit float64, haveLimit bool, raws map[string]*bytes.Buffer) {
+	p := x.Profile
+	gbPerRun := func(r putRun) float64 { return float64(r.DataBytes) / 1e9 }
+	diskCol := func(r putRun) string {
+		if !haveLimit || r.Window.DiskWriteMBps == 0 {
+			return "-"
+		}
+		return fmt.Sprintf("%.0f (%.0f %%)", r.Window.DiskWriteMBps, 100*r.Window.DiskWriteMBps/limit)
+	}
+	row := func(r putRun, base float64) []string {
+		ratio := "-"
+		if base > 0 {
+			ratio = f2(r.MBPerSec/base) + "x"
+		}
+		return []string{r.System, bytesText(r.DataBytes), f1(r.MBPerSec), ratio, f2(r.WriteAmp), f1(r.Window.NodeCPUSeconds / gbPerRun(r)),
+			fmt.Sprintf("%.0f %%", 100*r.Window.MachineBusy), diskCol(r), f1(r.Window.GCRounds), shapeText(r.Window.Shape)}
+	}
+	cols := []string{"system", "data/node", "MB/s", "/ original", "write amp", "node CPU s/GB", "machine busy", "disk MB/s (of limit)", "GC rounds/node", "on-disk shape at end (node 1)"}
+
+	// 1. Data-size points (the headline point: its median run).
+	tbl := Table{Title: "PUT vs data per node (the largest point: the run closest to the median of its repetitions)", Columns: cols}
+	ratioFig := plots.Figure{Name: "put-scale-ratio", Title: "PUT goodput over original's vs data per node", Kind: plots.Lines,
+		XLabel: "data per node (MB)", YLabel: "goodput / original's", HLines: []plots.Mark{{At: paperPutRatio, Label: "paper: 5.6x at 100 GB"}, {At: 1, Label: "1x"}}}
+	mbpsFig := plots.Figure{Name: "put-scale-mbps", Title: "PUT goodput vs data per node", Kind: plots.Lines,
+		XLabel: "data per node (MB)", YLabel: "goodput (MB/s)"}
+	waFig := plots.Figure{Name: "put-scale-write-amp", Title: "Write amplification in the window vs data per node", Kind: plots.Lines,
+		XLabel: "data per node (MB)", YLabel: "bytes written per node / user bytes", HLines: []plots.Mark{{At: 1, Label: "1 (written once)"}}}
+	pointRun := func(sys string, data int64) (putRun, bool) {
+		rs := runsOf(all, func(r putRun) bool { return r.System == sys && r.Phase != "condition" && r.DataBytes == data })
+		if len(rs) == 0 {
+			return putRun{}, false
+		}
+		med := medianOf(rs, func(r putRun) float64 { return r.MBPerSec })
+		best := rs[0]
+		for _, r := range rs {
+			if math.Abs(r.MBPerSec-med) < math.Abs(best.MBPerSec-med) {
+				best = r
+			}
+		}
+		return best, true
+	}
+	series := map[string]*[3]plots.Series{}
+	for _, sys := range x.Systems {
+		series[sys] = &[3]plots.Series{{Name: sys}, {Name: sys}, {Name: sys}}
+	}
+	for _, data := range p.ScaleDataBytes {
+		base := 0.0
+		if rs := runsOf(all, func(r putRun) bool { return r.System == "original" && r.Phase != "condition" && r.DataBytes == data }); len(rs) > 0 {
+			base = medianOf(rs, func(r putRun) float64 { return r.MBPerSec })
+		}
+		for _, sys := range x.Systems {
+			rs := runsOf(all, func(r putRun) bool { return r.System == sys && r.Phase != "condition" && r.DataBytes == data })
+			r, ok := pointRun(sys, data)
+			if !ok {
+				continue
+			}
+			med := medianOf(rs, func(r putRun) float64 { return r.MBPerSec })
+			tbl.Rows = append(tbl.Rows, row(r, base))
+			mb := float64(data) / 1e6
+			s := series[sys]
+			s[1].X, s[1].Y = append(s[1].X, mb), append(s[1].Y, med)
+			s[2].X, s[2].Y = append(s[2].X, mb), append(s[2].Y, medianOf(rs, func(r putRun) float64 { return r.WriteAmp }))
+			if base > 0 && sys != "original" {
+				s[0].X, s[0].Y = append(s[0].X, mb), append(s[0].Y, med/base)
+				x.metric(fmt.Sprintf("put_scale_ratio/%s/%d", sys, data), med/base)
+			}
+			x.metric(fmt.Sprintf("put_scale_mb_per_sec/%s/%d", sys, data), med)
+			x.metric(fmt.Sprintf("put_scale_write_amp/%s/%d", sys, data), medianOf(rs, func(r putRun) float64 { return r.WriteAmp }))
+		}
+	}
+	for _, sys := range x.Systems {
+		s := series[sys]
+		if sys != "original" && len(s[0].X) > 0 {
+			ratioFig.Series = append(ratioFig.Series, s[0])
+		}
+		if len(s[1].X) > 0 {
+			mbpsFig.Series = append(mbpsFig.Series, s[1])
+			waFig.Series = append(waFig.Series, s[2])
+		}
+	}
+	x.table(tbl)
+
+	// 2. The headline: median and range at the largest point.
+	size := p.ScaleValueBytes / kib
+	head := Table{Title: fmt.Sprintf("Headline PUT: %d KiB values, %s per node, %d interleaved runs per system", size, bytesText(top), p.HeadlineRuns),
+		Columns: []string{"system", "median MB/s", "min", "max", "runs", "median / original's", "write amp (median)", "node CPU s/GB (median)", "machine busy", "GC rounds/node", "deepest LSM level"}}
+	fig := plots.Figure{Name: "put-headline", Title: fmt.Sprintf("PUT goodput, %d KiB values, %s per node (median of %d runs, range as error bars)", size, bytesText(top), p.HeadlineRuns),
+		Kind: plots.Bars, XLabel: "system", YLabel: "goodput (MB/s)", Categories: []string{fmt.Sprintf("%d KiB", size)}}
+	if haveLimit {
+		fig.HLines = []plots.Mark{{At: limit / 3, Label: "disk limit / 3"}}
+	}
+	headRuns := func(sys string) []putRun {
+		return runsOf(all, func(r putRun) bool { return r.System == sys && r.Phase == "headline" })
+	}
+	baseMed := medianOf(headRuns("original"), func(r putRun) float64 { return r.MBPerSec })
+	var cdfs []plots.Series
+	for _, sys := range x.Systems {
+		rs := headRuns(sys)
+		if len(rs) == 0 {
+			fig.Series = append(fig.Series, plots.Series{Name: sys, Values: []float64{0}, Missing: []int{0}})
+			continue
+		}
+		mb := make([]float64, len(rs))
+		for i, r := range rs {
+			mb[i] = r.MBPerSec
+		}
+		med, lo, hi := median(mb), slices.Min(mb), slices.Max(mb)
+		wa := medianOf(rs, func(r putRun) float64 { return r.WriteAmp })
+		cpu := medianOf(rs, func(r putRun) float64 { return r.Window.NodeCPUSeconds / gbPerRun(r) })
+		busy := medianOf(rs, func(r putRun) float64 { return r.Window.MachineBusy })
+		gcr := medianOf(rs, func(r putRun) float64 { return r.Window.GCRounds })
+		last, _ := pointRun(sys, top)
+		deep := deepestLevel(last.Window.Shape)
+		ratio := "-"
+		if baseMed > 0 {
+			ratio = f2(med/baseMed) + "x"
+		}
+		levels := "-"
+		if deep >= 0 {
+			levels = fmt.Sprintf("L%d", deep)
+		}
+		head.Rows = append(head.Rows, []string{sys, f1(med), f1(lo), f1(hi), fmt.Sprint(len(rs)), ratio, f2(wa), f1(cpu), fmt.Sprintf("%.0f %%", 100*busy), f1(gcr), levels})
+		fig.Series = append(fig.Series, plots.Series{Name: sys, Values: []float64{med}, Errors: []float64{med - lo}, ErrorsUp: []float64{hi - med}})
+		x.metric("put_headline/"+sys, med)
+		x.metric("put_headline_write_amp/"+sys, wa)
+		x.metric("put_headline_machine_busy/"+sys, busy)
+		x.metric("put_headline_gc_rounds/"+sys, gcr)
+		x.metric("put_headline_deepest_level/"+sys, float64(deep))
+		x.metric("put_headline_node_cpu_s_per_gb/"+sys, cpu)
+		if haveLimit {
+			x.metric("put_headline_disk_fraction/"+sys, medianOf(rs, func(r putRun) float64 { return r.Window.DiskWriteMBps / limit }))
+		}
+		if raw := raws[sys]; raw != nil {
+			if c, err := latencyCDF(sys, raw); err == nil {
+				cdfs = append(cdfs, c)
+			}
+		}
+	}
+	x.metric("put_headline_data_bytes", float64(top))
+	x.metric("put_headline_value_bytes", float64(p.ScaleValueBytes))
+	x.table(head)
+	x.figure(fig)
+	x.figure(ratioFig)
+	x.figure(mbpsFig)
+	x.figure(waFig)
+	if len(cdfs) > 0 {
+		x.figure(plots.Figure{Name: "put-latency-cdf", Title: fmt.Sprintf("PUT latency CDF, %d KiB values, %s per node (first headline run)", size, bytesText(top)), Kind: plots.CDF,
+			XLabel: "latency (ms)", YLabel: "fraction of operations", LogX: true, Series: cdfs})
+	}
+	if len(x.headSeries) > 0 {
+		x.figure(plots.Figure{Name: "put-timeseries", Title: fmt.Sprintf("PUT goodput over time, %s per node (first headline run)", bytesText(top)), Kind: plots.Lines,
+			XLabel: "time (s)", YLabel: "goodput (MB/s)", Series: x.headSeries})
+	}
+
+	// 3. The LSM shape: expected from the geometry vs measured.
+	if r, ok := pointRun("original", top); ok && r.Window.Shape != nil {
+		x.table(x.shapeTable(r, top))
+	}
+
+	// 4. The paper's conditions.
+	if len(p.Conditions) == 0 {
+		return
+	}
+	ct := Table{Title: fmt.Sprintf("The paper's conditions, each alone and all together, at %s per node (one run each, interleaved)", bytesText(p.ConditionDataBytes)),
+		Columns: []string{"condition", "system", "MB/s", "/ original (same condition)", "write amp", "machine busy", "GC rounds/node", "on-disk shape at end"}}
+	cf := plots.Figure{Name: "put-conditions", Title: fmt.Sprintf("PUT goodput over original's under the paper's conditions, %s per node", bytesText(p.ConditionDataBytes)),
+		Kind: plots.Bars, XLabel: "condition", YLabel: "goodput / original's", HLines: []plots.Mark{{At: paperPutRatio, Label: "paper: 5.6x"}, {At: 1, Label: "1x"}}}
+	conds := append([]string{""}, p.Conditions...)
+	for _, c := range conds {
+		name := c
+		if name == "" {
+			name = "ours"
+		}
+		cf.Categories = append(cf.Categories, name)
+	}
+	for _, sys := range intersect(x.Systems, p.HeadlineSystems) {
+		s := plots.Series{Name: sys}
+		for ci, c := range conds {
+			rs := runsOf(all, func(r putRun) bool { return r.System == sys && r.Phase == "condition" && r.Condition == c })
+			bs := runsOf(all, func(r putRun) bool { return r.System == "original" && r.Phase == "condition" && r.Condition == c })
+			if len(rs) == 0 {
+				s.Values = append(s.Values, 0)
+				s.Missing = append(s.Missing, ci)
+				continue
+			}
+			r := rs[0]
+			ratio, rv := "-", 0.0
+			if len(bs) > 0 && bs[0].MBPerSec > 0 {
+				rv = r.MBPerSec / bs[0].MBPerSec
+				ratio = f2(rv) + "x"
+			}
+			s.Values = append(s.Values, rv)
+			name := c
+			if name == "" {
+				name = "ours"
+			}
+			ct.Rows = append(ct.Rows, []string{conditionText(c), sys, f1(r.MBPerSec), ratio, f2(r.WriteAmp), fmt.Sprintf("%.0f %%", 100*r.Window.MachineBusy), f1(r.Window.GCRounds), shapeText(r.Window.Shape)})
+			if rv > 0 {
+				x.metric(fmt.Sprintf("put_condition_ratio/%s/%s", name, sys), rv)
+			}
+		}
+		if sys != "original" {
+			cf.Series = append(cf.Series, s)
+		}
+	}
+	x.table(ct)
+	if len(cf.Series) > 0 {
+		x.figure(cf)
+	}
+}
+
+// shapeTable compares original's LSM at the headline point with the shape
+// RocksDB's leveled compaction aims for with the run's geometry, and with
+// the paper's 100 GB per node under RocksDB's defaults.
+func (x *Run) shapeTable(r putRun, data int64) Table {
+	t := Table{Title: "RocksDB's LSM (original, node 1) at the end of a headline run: measured vs the level targets",
+		Columns: []string{"level", "measured files", "measured bytes", "target bytes (this geometry)", "paper: targets at 100 GB, RocksDB defaults"}}
+	levelBase := float64(baseline.DefaultMaxBytesForLevelBase)
+	scale := 1.0
+	if x.Profile.Geometry == GeometryScaled {
+		scale = float64(data) / baseline.PaperDataBytes
+	}
+	ours := expectedLevels(float64(data), levelBase*scale)
+	paper := expectedLevels(baseline.PaperDataBytes, levelBase)
+	n := max(len(ours), len(paper))
+	measured := map[int][2]int64{}
+	for _, l := range r.Window.Shape.Levels {
+		measured[l.Level] = [2]int64{l.Files, l.Bytes}
+	}
+	for l := 0; l < max(n, deepestLevel(r.Window.Shape)+1); l++ {
+		m := measured[l]
+		cell := func(v []float64) string {
+			if l == 0 {
+				return "flushes (4 files trigger a compaction)"
+			}
+			if l < len(v) && v[l] > 0 {
+				return bytesText(int64(v[l]))
+			}
+			return "-"
+		}
+		t.Rows = append(t.Rows, []string{fmt.Sprintf("L%d", l), fmt.Sprint(m[0]), bytesText(m[1]), cell(ours), cell(paper)})
+	}
+	return t
+}
+
+// expectedLevels returns the bytes RocksDB's leveled compaction (static
+// level targets, RocksDB 7.8's default) keeps per level for data bytes:
+// level 1 up to levelBase, each further level up to 10x the previous, the
+// last level the rest. Index 0 (level 0) is 0.
+func expectedLevels(data, levelBase float64) []float64 {
+	out := []float64{0}
+	left, target := data, levelBase
+	for left > 0 {
+		// Levels above the last hold their targets; the last holds the rest.
+		if left <= target*10 || len(out) > 8 {
+			if left <= target {
+				out = append(out, left)
+				break
+			}
+			out = append(out, target, left-target)
+			break
+		}
+		out = append(out, target)
+		left -= target
+		target *= 10
+	}
+	return out
+}

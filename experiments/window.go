@@ -1,0 +1,238 @@
+package experiments
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/prometheus/procfs"
+	"github.com/prometheus/procfs/blockdevice"
+	"golang.org/x/sys/unix"
+
+	"github.com/nezha-harness/nezha/systems"
+	"github.com/nezha-harness/nezha/systems/cluster"
+)
+
+// A measurement window: what the nodes, the machine and the disk did
+// between two samples. Every ratio the harness reports comes with one, so
+// that it can be read in its regime: how many bytes each node wrote per
+// user byte (write amplification in the window, not after it), whether
+// the CPUs or the disk were the limit, how many GC rounds ran, and the LSM
+// shape at the end.
+
+// windowSample is one reading of the counters.
+type windowSample struct {
+	at    time.Time
+	nodes map[uint64]nodeSample
+	// busyTicks and totalTicks are the machine's CPU time (/proc/stat):
+	// non-idle and all, in seconds summed over the CPUs.
+	busySec, totalSec float64
+	// diskWrite/ReadBytes are the data device's bytes (/proc/diskstats);
+	// haveDisk is false if the device was not found.
+	diskWriteBytes, diskReadBytes int64
+	haveDisk                      bool
+}
+
+type nodeSample struct {
+	io     cluster.IOStats
+	cpuSec float64
+}
+
+// windowStats is what happened in a window, per node averages unless
+// named otherwise.
+type windowStats struct {
+	Seconds float64 `json:"seconds"`
+	// WriteBytesPerNode: mean over the nodes of write_bytes minus
+	// cancelled_write_bytes (/proc/PID/io): bytes the node caused to be
+	// written to the device.
+	WriteBytesPerNode float64 `json:"write_bytes_per_node"`
+	// ReadBytesPerNode: mean read_bytes (/proc/PID/io): bytes the node
+	// read from the device (not from the page cache).
+	ReadBytesPerNode float64 `json:"read_bytes_per_node"`
+	// NodeCPUSeconds: user+system CPU time summed over the nodes.
+	NodeCPUSeconds float64 `json:"node_cpu_seconds"`
+	// MachineBusy: fraction of the machine's CPU time that was not idle.
+	MachineBusy float64 `json:"machine_busy"`
+	// DiskWriteMBps and DiskReadMBps: the data device's throughput (10^6
+	// bytes per second, /proc/diskstats); 0 when the device is unknown.
+	DiskWriteMBps float64 `json:"disk_write_mb_per_sec"`
+	DiskReadMBps  float64 `json:"disk_read_mb_per_sec"`
+	// GCRounds and GCBytesWritten: nezha's GC rounds that started in the
+	// window and the bytes they wrote, mean per node.
+	GCRounds       float64 `json:"gc_rounds_per_node"`
+	GCBytesWritten float64 `json:"gc_bytes_written_per_node"`
+	// Shape is the on-disk shape of the first node that reports one, at
+	// the end of the window.
+	Shape *systems.StorageShape `json:"shape,omitempty"`
+}
+
+// sample reads every counter of the window's cluster.
+func (x *Run) sample(spec *cluster.Spec) (windowSample, error) {
+	w := windowSample{at: time.Now(), nodes: map[uint64]nodeSample{}}
+	fs, err := procfs.NewDefaultFS()
+	if err != nil {
+		return w, err
+	}
+	for _, n := range spec.Nodes {
+		io, err := cluster.ReadIOStats(n.PID)
+		if err != nil {
+			return w, fmt.Errorf("node %d: %w", n.ID, err)
+		}
+		p, err := fs.Proc(n.PID)
+		if err != nil {
+			return w, fmt.Errorf("node %d: %w", n.ID, err)
+		}
+		st, err := p.Stat()
+		if err != nil {
+			return w, fmt.Errorf("node %d: %w", n.ID, err)
+		}
+		w.nodes[n.ID] = nodeSample{io: io, cpuSec: st.CPUTime()}
+	}
+	if st, err := fs.Stat(); err == nil {
+		c := st.CPUTotal
+		idle := c.Idle + c.Iowait
+		w.totalSec = c.User + c.Nice + c.System + c.IRQ + c.SoftIRQ + c.Steal + idle
+		w.busySec = w.totalSec - idle
+	}
+	if wb, rb, ok := x.diskBytes(); ok {
+		w.diskWriteBytes, w.diskReadBytes, w.haveDisk = wb, rb, true
+	}
+	return w, nil
+}
+
+// diskBytes returns the cumulative bytes written to and read from the
+// block device that holds the results directory.
+func (x *Run) diskBytes() (written, read int64, ok bool) {
+	var st unix.Stat_t
+	if err := unix.Stat(x.Dir, &st); err != nil {
+		return 0, 0, false
+	}
+	bfs, err := blockdevice.NewDefaultFS()
+	if err != nil {
+		return 0, 0, false
+	}
+	stats, err := bfs.ProcDiskstats()
+	if err != nil {
+		return 0, 0, false
+	}
+	major, minor := unix.Major(uint64(st.Dev)), unix.Minor(uint64(st.Dev))
+	for _, d := range stats {
+		if d.MajorNumber == major && d.MinorNumber == minor {
+			// /proc/diskstats counts 512-byte sectors whatever the device's.
+			return int64(d.WriteSectors) * 512, int64(d.ReadSectors) * 512, true
+		}
+	}
+	return 0, 0, false
+}
+
+// since computes the window from an earlier sample to a new one, with the
+// GC rounds and storage shape read from the nodes' Status.
+func (x *Run) since(ctx context.Context, spec *cluster.Spec, from windowSample) (windowStats, error) {
+	to, err := x.sample(spec)
+	if err != nil {
+		return windowStats{}, err
+	}
+	ws := windowStats{Seconds: to.at.Sub(from.at).Seconds()}
+	n := float64(len(to.nodes))
+	for id, a := range to.nodes {
+		b := from.nodes[id]
+		ws.WriteBytesPerNode += float64((a.io.WriteBytes - a.io.CancelledWriteBytes) - (b.io.WriteBytes - b.io.CancelledWriteBytes))
+		ws.ReadBytesPerNode += float64(a.io.ReadBytes - b.io.ReadBytes)
+		ws.NodeCPUSeconds += a.cpuSec - b.cpuSec
+	}
+	if n > 0 {
+		ws.WriteBytesPerNode /= n
+		ws.ReadBytesPerNode /= n
+	}
+	if d := to.totalSec - from.totalSec; d > 0 {
+		ws.MachineBusy = (to.busySec - from.busySec) / d
+	}
+	if to.haveDisk && from.haveDisk && ws.Seconds > 0 {
+		ws.DiskWriteMBps = float64(to.diskWriteBytes-from.diskWriteBytes) / ws.Seconds / 1e6
+		ws.DiskReadMBps = float64(to.diskReadBytes-from.diskReadBytes) / ws.Seconds / 1e6
+	}
+	sts, err := spec.Status(ctx)
+	if err != nil {
+		return ws, err
+	}
+	for _, st := range sts {
+		resp, err := st.Response()
+		if err != nil {
+			continue
+		}
+		if ws.Shape == nil {
+			ws.Shape = cluster.StorageShapeOf(resp)
+		}
+		if spec.System != "nezha" {
+			continue // the baselines' rounds are log truncations
+		}
+		for _, r := range resp.GcRounds {
+			if r.StartUnixNanos >= from.at.UnixNano() && r.Error == "" {
+				ws.GCRounds++
+				ws.GCBytesWritten += float64(r.BytesWritten)
+			}
+		}
+	}
+	if n > 0 {
+		ws.GCRounds /= n
+		ws.GCBytesWritten /= n
+	}
+	return ws, nil
+}
+
+// shapeText renders a storage shape in one line: the LSM levels that hold
+// files ("L0 2/13MB L1 4/9MB ..."), blob files, and nezha's value log and
+// sorted runs.
+func shapeText(sh *systems.StorageShape) string {
+	if sh == nil {
+		return "-"
+	}
+	var parts []string
+	for _, l := range sh.Levels {
+		if l.Files > 0 {
+			parts = append(parts, fmt.Sprintf("L%d %d/%s", l.Level, l.Files, bytesText(l.Bytes)))
+		}
+	}
+	if sh.BlobFileBytes > 0 {
+		parts = append(parts, "blobs "+bytesText(sh.BlobFileBytes))
+	}
+	if sh.ValueLogBytes > 0 || sh.SortedRunBytes > 0 {
+		parts = append(parts, "log "+bytesText(sh.ValueLogBytes), "runs "+bytesText(sh.SortedRunBytes))
+	}
+	if len(parts) == 0 {
+		return "-"
+	}
+	return strings.Join(parts, " ")
+}
+
+// deepestLevel is the deepest LSM level holding files (-1 if none).
+func deepestLevel(sh *systems.StorageShape) int {
+	d := -1
+	if sh != nil {
+		for _, l := range sh.Levels {
+			if l.Files > 0 {
+				d = max(d, l.Level)
+			}
+		}
+	}
+	return d
+}
+
+// bytesText renders a size in binary units: "512 MiB", "1.5 GiB".
+func bytesText(b int64) string {
+	switch {
+	case b >= 10*gib:
+		return fmt.Sprintf("%.0f GiB", float64(b)/gib)
+	case b >= gib:
+		return fmt.Sprintf("%.1f GiB", float64(b)/gib)
+	case b >= 10*mib:
+		return fmt.Sprintf("%.0f MiB", float64(b)/mib)
+	}
+	return fmt.Sprintf("%.1f MiB", float64(b)/mib)
+}
+
+// isRoot reports whether the harness may use root-only knobs (cgroups,
+// drop_caches).
+func isRoot() bool { return os.Geteuid() == 0 }
