@@ -376,7 +376,7 @@ func (x *Run) readExperiment(ctx context.Context, op string) error {
 	}
 	x.param("geometry", p.Geometry)
 	x.note("Each system: one cluster and one load; all clusters stay up, then %d rounds each run every system once, in rotated order (interleaved, so that slow minutes of a shared machine fall on all systems alike). The table gives the median and range over the rounds, the figure the median with the range as error bars. Device reads per op are the nodes' read_bytes (/proc/PID/io: bytes read from the device, not the page cache) over the operations of the run.", p.ReadRuns)
-	tbl := Table{Title: strings.ToUpper(op), Columns: []string{"system", "median ops/s", "min", "max", "MB/s", "p50 ms", "p99 ms", "p99.9 ms", "errors", "misses", "device KB read per op (median)"}}
+	tbl := Table{Title: strings.ToUpper(op), Columns: []string{"system", "median ops/s", "min", "max", "MB/s", "p50 ms", "p99 ms", "p99.9 ms", "errors", "misses", "device KB read per op (median)", "page cache held (largest)"}}
 	bar := plots.Figure{Name: op + "-throughput", Title: fmt.Sprintf("%s throughput (median of %d interleaved runs, range as error bars)", strings.ToUpper(op), p.ReadRuns), Kind: plots.Bars,
 		XLabel: "system", YLabel: "throughput (ops/s)", Categories: []string{op}}
 	var cdfs, series []plots.Series
@@ -387,6 +387,7 @@ func (x *Run) readExperiment(ctx context.Context, op string) error {
 		tb      *testbed
 		rates   []float64
 		readKBs []float64
+		cache   int64 // largest page cache its nodes held after a run (-1: not limited)
 		first   workloads.Summary
 		raw     bytes.Buffer
 		failed  bool
@@ -398,7 +399,7 @@ func (x *Run) readExperiment(ctx context.Context, op string) error {
 		if err != nil {
 			continue // reported by readBed
 		}
-		beds[sys] = &bed{tb: tb}
+		beds[sys] = &bed{tb: tb, cache: -1}
 		if tb.spec != nil {
 			specs = append(specs, tb.spec)
 		}
@@ -449,6 +450,9 @@ func (x *Run) readExperiment(ctx context.Context, op string) error {
 				continue
 			}
 			b.rates = append(b.rates, sum.OpsPerSec)
+			if b.tb.spec != nil {
+				b.cache = max(b.cache, rc.pageCacheBytes(b.tb.spec))
+			}
 			if b.tb.spec != nil && sum.Ops > 0 {
 				if w, err := x.since(ctx, b.tb.spec, before); err == nil {
 					b.readKBs = append(b.readKBs, w.ReadBytesPerNode*float64(len(b.tb.spec.Nodes))/float64(sum.Ops)/1e3)
@@ -476,7 +480,7 @@ func (x *Run) readExperiment(ctx context.Context, op string) error {
 			x.metric(op+"_ops_per_sec_disk_read_kb_per_op/"+sys, median(b.readKBs))
 		}
 		tbl.Rows = append(tbl.Rows, []string{sys, f0(med), f0(lo), f0(hi), f1(first.MBPerSec * med / first.OpsPerSec),
-			ms(first.P50Us), ms(first.P99Us), ms(first.P999Us), fmt.Sprint(first.Errors), fmt.Sprint(first.Misses), readKB})
+			ms(first.P50Us), ms(first.P99Us), ms(first.P999Us), fmt.Sprint(first.Errors), fmt.Sprint(first.Misses), readKB, cacheText(b.cache)})
 		bar.Series = append(bar.Series, plots.Series{Name: sys, Values: []float64{med}, Errors: []float64{med - lo}, ErrorsUp: []float64{hi - med}})
 		if c, err := latencyCDF(sys, &b.raw); err == nil {
 			cdfs = append(cdfs, c)
@@ -497,4 +501,12 @@ func (x *Run) readExperiment(ctx context.Context, op string) error {
 			XLabel: "time (s)", YLabel: "throughput (ops/s)", Series: series})
 	}
 	return nil
+}
+
+// cacheText renders a page cache size, "-" when it was not limited.
+func cacheText(b int64) string {
+	if b < 0 {
+		return "-"
+	}
+	return bytesText(b)
 }

@@ -8,7 +8,6 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/prometheus/procfs"
 	"golang.org/x/sys/unix"
 
 	"github.com/nezha-harness/nezha/systems/cluster"
@@ -18,27 +17,40 @@ import (
 // 100 GB per node, far more than the page cache: most reads went to the
 // SSD. A small run fits in the page cache, so its reads measure only CPU.
 // readCache makes the nodes' reads reach the disk in one of two ways, both
-// root only: a memory cgroup per node whose limit is the node's resident
-// size plus Profile.ReadCacheBytes (the page cache the node may keep), or
-// dropping the whole page cache before every read run. Without root it
-// falls back to warm reads and says so.
+// root only: a memory cgroup per node, or dropping the whole page cache
+// before every read run. Without root it falls back to warm reads and says
+// so.
+//
+// A process moved into a memory cgroup keeps its earlier pages charged
+// where they were (cgroup v2 never moves charges; v1 stopped in Linux 6.8):
+// only memory it touches afterwards counts against the new group's limit,
+// the page cache of its reads first among it. So the limit is
+// Profile.ReadCacheBytes plus anonHeadroomBytes for heap pages the node
+// faults in later, and the page cache it actually held is read back from
+// the group (memory.stat) and reported.
 
 // cgroupRoot is where the cgroup file systems are mounted.
 const cgroupRoot = "/sys/fs/cgroup"
+
+// anonHeadroomBytes is the memory a node may newly fault in besides its
+// page cache once moved into its group (heap it returned to the OS and
+// takes back); the page cache gives way to it first.
+const anonHeadroomBytes = 32 << 20
 
 // readCache is the arrangement in force for one experiment's read beds.
 type readCache struct {
 	// Mode is the arrangement in force (ReadCacheCgroup, ReadCacheDrop or
 	// ReadCacheWarm); Text says how it was made, or why it fell back.
 	Mode, Text string
-	groups     []string // cgroup directories to remove
+	groups     []string       // cgroup directories to remove
+	byPID      map[int]string // each node's cgroup directory
 }
 
 // arrangeReads applies the profile's read cache arrangement to the nodes
 // of specs (all read beds of one experiment, loaded and quiet).
 func (x *Run) arrangeReads(specs []*cluster.Spec) *readCache {
 	p := x.Profile
-	rc := &readCache{Mode: ReadCacheWarm, Text: "page cache (warm): reads are served from memory"}
+	rc := &readCache{Mode: ReadCacheWarm, Text: "page cache (warm): reads are served from memory", byPID: map[int]string{}}
 	want := p.ReadCache
 	if want == ReadCacheWarm {
 		return rc
@@ -52,9 +64,10 @@ func (x *Run) arrangeReads(specs []*cluster.Spec) *readCache {
 		var errs []error
 		for _, s := range specs {
 			for _, n := range s.Nodes {
-				dir, err := limitMemory(fmt.Sprintf("nezha-harness-%d-%s-%d", os.Getpid(), s.System, n.ID), n.PID, p.ReadCacheBytes)
+				dir, err := limitMemory(fmt.Sprintf("nezha-harness-%d-%s-%d", os.Getpid(), s.System, n.ID), n.PID, p.ReadCacheBytes+anonHeadroomBytes)
 				if dir != "" {
 					rc.groups = append(rc.groups, dir)
+					rc.byPID[n.PID] = dir
 				}
 				if err != nil {
 					errs = append(errs, fmt.Errorf("%s node %d: %w", s.System, n.ID, err))
@@ -67,8 +80,8 @@ func (x *Run) arrangeReads(specs []*cluster.Spec) *readCache {
 			x.logf("memory cgroups not available (%v); dropping the page cache before each read run instead", err)
 		} else {
 			rc.Mode = ReadCacheCgroup
-			rc.Text = fmt.Sprintf("disk: each node's memory limited to its resident size after the load + %s of page cache (%s memory cgroup), page cache dropped once",
-				bytesText(p.ReadCacheBytes), cgroupVersion())
+			rc.Text = fmt.Sprintf("disk: the memory each node touches after the load limited to %s of page cache + %s of heap (%s memory cgroup), page cache dropped once",
+				bytesText(p.ReadCacheBytes), bytesText(anonHeadroomBytes), cgroupVersion())
 		}
 	}
 	if want == ReadCacheDrop {
@@ -118,23 +131,10 @@ func cgroupVersion() string {
 	return ""
 }
 
-// limitMemory creates cgroup name, limits it to pid's resident size plus
-// cacheBytes, and moves pid (every thread) into it. It returns the group's
-// directory once created (to remove later), and any error.
-func limitMemory(name string, pid int, cacheBytes int64) (string, error) {
-	fs, err := procfs.NewDefaultFS()
-	if err != nil {
-		return "", err
-	}
-	proc, err := fs.Proc(pid)
-	if err != nil {
-		return "", err
-	}
-	st, err := proc.Stat()
-	if err != nil {
-		return "", err
-	}
-	limit := int64(st.ResidentMemory()) + cacheBytes
+// limitMemory creates cgroup name with a memory limit of limitBytes and
+// moves pid (every thread) into it. It returns the group's directory once
+// created (to remove later), and any error.
+func limitMemory(name string, pid int, limitBytes int64) (string, error) {
 	var dir, limitFile string
 	switch cgroupVersion() {
 	case "v1":
@@ -147,13 +147,42 @@ func limitMemory(name string, pid int, cacheBytes int64) (string, error) {
 	if err := os.Mkdir(dir, 0o755); err != nil {
 		return "", err
 	}
-	if err := os.WriteFile(filepath.Join(dir, limitFile), []byte(strconv.FormatInt(limit, 10)), 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(dir, limitFile), []byte(strconv.FormatInt(limitBytes, 10)), 0o644); err != nil {
 		return dir, fmt.Errorf("set %s: %w", limitFile, err)
 	}
 	if err := os.WriteFile(filepath.Join(dir, "cgroup.procs"), []byte(strconv.Itoa(pid)), 0o644); err != nil {
 		return dir, fmt.Errorf("move pid %d: %w", pid, err)
 	}
 	return dir, nil
+}
+
+// pageCacheBytes is the page cache charged to the cgroups of the nodes of
+// spec (memory.stat: "cache" in v1, "file" in v2), -1 without cgroups.
+func (rc *readCache) pageCacheBytes(spec *cluster.Spec) int64 {
+	if rc.Mode != ReadCacheCgroup {
+		return -1
+	}
+	var total int64
+	for _, n := range spec.Nodes {
+		dir := rc.byPID[n.PID]
+		if dir == "" {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join(dir, "memory.stat"))
+		if err != nil {
+			continue
+		}
+		for _, line := range strings.Split(string(b), "\n") {
+			k, v, _ := strings.Cut(line, " ")
+			if k == "cache" || k == "file" {
+				if x, err := strconv.ParseInt(v, 10, 64); err == nil {
+					total += x
+				}
+				break
+			}
+		}
+	}
+	return total
 }
 
 // dropCaches writes back dirty pages and drops the clean page cache,

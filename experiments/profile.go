@@ -56,9 +56,9 @@ type Profile struct {
 	ConditionDataBytes int64    `json:"condition_data_bytes"`
 
 	// ReadCache is how GET and SCAN are made to read from the disk, as the
-	// paper's 100 GB per node did: ReadCacheCgroup (each node's memory,
-	// page cache included, limited to its resident size after the load
-	// plus ReadCacheBytes, by a cgroup), ReadCacheDrop (the page cache
+	// paper's 100 GB per node did: ReadCacheCgroup (the memory each node
+	// touches after the load, its page cache first, limited by a cgroup
+	// to ReadCacheBytes plus a heap allowance), ReadCacheDrop (the page cache
 	// dropped before every read run) or ReadCacheWarm (nothing: reads hit
 	// the page cache). Both need root; without it the run falls back to
 	// warm and says so.
@@ -129,8 +129,8 @@ func Quick() Profile {
 		PutTotalBytes: 32 * mib, ValueSizesKiB: []int{1, 4, 16, 64, 256},
 		ScaleDataBytes: []int64{128 * mib, 256 * mib, 512 * mib}, ScaleValueBytes: 256 * kib, HeadlineRuns: 3,
 		Conditions: ConditionNames(), ConditionDataBytes: 256 * mib, HeadlineSystems: []string{"nezha", "nezha-nogc", "original"},
-		ReadCache: ReadCacheCgroup, ReadCacheBytes: 16 * mib,
-		ReadKeys: 3072, ReadRuns: 3, ReadValueBytes: 16 * kib, GetOps: 12000, Zipf: 1.01,
+		ReadCache: ReadCacheCgroup, ReadCacheBytes: 32 * mib,
+		ReadKeys: 16384, ReadRuns: 3, ReadValueBytes: 16 * kib, GetOps: 12000, Zipf: 1.01,
 		ScanOps: 300, ScanSize: 100, ScanClients: 1,
 		YCSBRecords: 2000, YCSBOps: 3000, YCSBValueBytes: 16 * kib, YCSBThreads: 16,
 		YCSBWorkloads: []string{"a", "b", "c", "d", "e", "f"},
@@ -154,7 +154,7 @@ func Standard() Profile {
 	p.ScaleDataBytes = []int64{gib, 2 * gib, 4 * gib, 6 * gib}
 	p.HeadlineRuns = 3
 	p.ConditionDataBytes = 2 * gib
-	p.ReadKeys, p.ReadCacheBytes, p.GetOps, p.ScanOps = 32768, 64*mib, 30000, 500
+	p.ReadKeys, p.ReadCacheBytes, p.GetOps, p.ScanOps = 65536, 64*mib, 30000, 500
 	p.YCSBRecords, p.YCSBOps = 10000, 10000
 	p.AmpKeys, p.AmpValueBytes = 8192, 256*kib
 	p.GCKeys, p.GCDuration = 2048, 60*time.Second
