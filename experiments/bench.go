@@ -406,7 +406,7 @@ func (x *Run) readExperiment(ctx context.Context, op string) error {
 	}
 	rc := x.arrangeReads(specs)
 	defer rc.release()
-	x.param("read_cache", rc.Text)
+	x.param("read_cache", rc.Short)
 	x.note("Reads: %s.", rc.Text)
 	for run := 0; run < p.ReadRuns; run++ {
 		for _, sys := range rotate(x.Systems, run) {

@@ -40,8 +40,9 @@ const anonHeadroomBytes = 32 << 20
 // readCache is the arrangement in force for one experiment's read beds.
 type readCache struct {
 	// Mode is the arrangement in force (ReadCacheCgroup, ReadCacheDrop or
-	// ReadCacheWarm); Text says how it was made, or why it fell back.
-	Mode, Text string
+	// ReadCacheWarm); Text says how it was made, or why it fell back, and
+	// Short says it in a few words for the headline.
+	Mode, Text, Short string
 	groups     []string       // cgroup directories to remove
 	byPID      map[int]string // each node's cgroup directory
 }
@@ -50,7 +51,7 @@ type readCache struct {
 // of specs (all read beds of one experiment, loaded and quiet).
 func (x *Run) arrangeReads(specs []*cluster.Spec) *readCache {
 	p := x.Profile
-	rc := &readCache{Mode: ReadCacheWarm, Text: "page cache (warm): reads are served from memory", byPID: map[int]string{}}
+	rc := &readCache{Mode: ReadCacheWarm, Text: "page cache (warm): reads are served from memory", Short: "page cache (warm)", byPID: map[int]string{}}
 	want := p.ReadCache
 	if want == ReadCacheWarm {
 		return rc
@@ -80,17 +81,19 @@ func (x *Run) arrangeReads(specs []*cluster.Spec) *readCache {
 			x.logf("memory cgroups not available (%v); dropping the page cache before each read run instead", err)
 		} else {
 			rc.Mode = ReadCacheCgroup
+			rc.Short = fmt.Sprintf("disk (%s page cache per node, %s memory cgroup)", bytesText(p.ReadCacheBytes), cgroupVersion())
 			rc.Text = fmt.Sprintf("disk: the memory each node touches after the load limited to %s of page cache + %s of heap (%s memory cgroup), page cache dropped once",
 				bytesText(p.ReadCacheBytes), bytesText(anonHeadroomBytes), cgroupVersion())
 		}
 	}
 	if want == ReadCacheDrop {
 		rc.Mode = ReadCacheDrop
+		rc.Short = "disk (page cache dropped before each run)"
 		rc.Text = "disk: the page cache is dropped (/proc/sys/vm/drop_caches) before every read run; hot keys are cached again during a run"
 	}
 	if err := dropCaches(); err != nil {
 		rc.release()
-		rc.Mode, rc.Text = ReadCacheWarm, fmt.Sprintf("page cache (warm): dropping the page cache failed (%v); reads are served from memory", err)
+		rc.Mode, rc.Short, rc.Text = ReadCacheWarm, "page cache (warm)", fmt.Sprintf("page cache (warm): dropping the page cache failed (%v); reads are served from memory", err)
 	}
 	x.logf("reads: %s", rc.Text)
 	return rc

@@ -206,8 +206,13 @@ func (x *Run) failed(system string) bool {
 }
 
 // systemArgs are the serve flags of a system under the profile.
+//
+// Requests may wait up to a minute inside a node (-requestTimeout): a
+// store that stalls its writes (RocksDB's compaction debt, a full GC) is
+// slow, and the experiments measure that; they do not turn it into
+// ambiguous writes at the nodes' default 5 s.
 func (x *Run) systemArgs(system string, extra ...string) []string {
-	args := []string{"-segmentSizeBytes", fmt.Sprint(x.Profile.SegmentSizeBytes)}
+	args := []string{"-segmentSizeBytes", fmt.Sprint(x.Profile.SegmentSizeBytes), "-requestTimeout", "1m"}
 	if system != "nezha" {
 		// Only nezha has GC flags; drop GC overrides meant for it.
 		var kept []string
