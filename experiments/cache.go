@@ -43,8 +43,8 @@ type readCache struct {
 	// ReadCacheWarm); Text says how it was made, or why it fell back, and
 	// Short says it in a few words for the headline.
 	Mode, Text, Short string
-	groups     []string       // cgroup directories to remove
-	byPID      map[int]string // each node's cgroup directory
+	groups            []string       // cgroup directories to remove
+	byPID             map[int]string // each node's cgroup directory
 }
 
 // arrangeReads applies the profile's read cache arrangement to the nodes
