@@ -10,7 +10,9 @@ import (
 	"github.com/nezha-harness/nezha/workloads"
 )
 
-// ioSnapshot is every node's cumulative write_bytes.
+// ioSnapshot is every node's cumulative write_bytes minus
+// cancelled_write_bytes (/proc/PID/io): bytes it caused to be written to
+// the device, without pages dirtied then truncated away.
 type ioSnapshot map[uint64]int64
 
 func readIO(spec *cluster.Spec) (ioSnapshot, error) {
@@ -20,7 +22,7 @@ func readIO(spec *cluster.Spec) (ioSnapshot, error) {
 		if err != nil {
 			return nil, fmt.Errorf("node %d: %w", n.ID, err)
 		}
-		out[n.ID] = st.WriteBytes
+		out[n.ID] = st.WriteBytes - st.CancelledWriteBytes
 	}
 	return out, nil
 }
@@ -87,7 +89,8 @@ func amplification() Experiment {
 			p := x.Profile
 			x.param("keys", p.AmpKeys)
 			x.param("value_bytes", p.AmpValueBytes)
-			x.note("Write amplification = bytes a node wrote (/proc/<pid>/io write_bytes, averaged over the nodes) / user bytes written (keys and values). Space amplification = bytes on disk under a node's data directory (allocated blocks) / live user bytes. Measured after the nodes went quiet (flushes, compactions, GC done). nezha's figure includes its GC copying live values into sorted runs (its threshold here is half the load, so GC runs during the load; merge rewrites the live data each round); nezha-nogc shows the value path alone. The baselines truncate their Raft log once it holds more than -rocksdb.logRetainBytes (64 MiB), so their space amplification includes at most that much log. RocksDB's last memtable (up to 64 MiB per node) may still be unflushed when measured, so the baselines' write amplification is a lower bound. Allocated blocks include the space RocksDB preallocates for its active WAL file (about 70 MiB per node with 64 MiB write buffers), a fixed cost that weighs on small loads only.")
+			x.param("geometry", p.Geometry)
+			x.note("Write amplification = bytes a node wrote (/proc/<pid>/io write_bytes minus cancelled_write_bytes, averaged over the nodes) / user bytes written (keys and values). Space amplification = bytes on disk under a node's data directory (allocated blocks) / live user bytes. Measured after the nodes went quiet (flushes, compactions, GC done). nezha's figure includes its GC copying live values into sorted runs (its threshold here is half the load, so GC runs during the load; merge rewrites the live data each round); nezha-nogc shows the value path alone. The baselines truncate their Raft log once it holds more than -rocksdb.logRetainBytes (64 MiB), so their space amplification includes at most that much log. RocksDB's last memtable (%s per node) may still be unflushed when measured, so the baselines' write amplification is a lower bound. Allocated blocks include the space RocksDB preallocates for its active WAL file (about 1.1 write buffers per node), a fixed cost that weighs on small loads only.", bytesText(x.writeBufferBytes(p.AmpKeys*int64(p.AmpValueBytes))))
 			cats := []string{"after load", "after overwriting half"}
 			wf := plots.Figure{Name: "write-amplification", Title: "Write amplification", Kind: plots.Bars,
 				XLabel: "phase", YLabel: "bytes written per node / user bytes", Categories: cats, HLines: []plots.Mark{{At: 1, Label: "1 (written once)"}}}
@@ -97,7 +100,8 @@ func amplification() Experiment {
 			keyBytes := int64(len(workloads.Key("a", 0)))
 			for _, sys := range x.Systems {
 				// GC (nezha) runs once the log holds half the loaded bytes.
-				tb, err := x.start(ctx, sys, "amp", "-gcThresholdBytes", fmt.Sprint(max(p.AmpKeys*int64(p.AmpValueBytes)/2, p.SegmentSizeBytes)))
+				tb, err := x.start(ctx, sys, "amp", append(x.geometryArgs(sys, p.AmpKeys*int64(p.AmpValueBytes)),
+					"-gcThresholdBytes", fmt.Sprint(max(p.AmpKeys*int64(p.AmpValueBytes)/2, p.SegmentSizeBytes)))...)
 				if err != nil {
 					x.fail(sys, "cluster up", err, nil)
 					wf.Series = append(wf.Series, plots.Series{Name: sys, Values: []float64{0, 0}, Missing: []int{0, 1}})

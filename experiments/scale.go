@@ -107,6 +107,16 @@ func (x *Run) geometryArgs(sys string, dataPerNode int64) []string {
 	return nil
 }
 
+// writeBufferBytes is RocksDB's write buffer under the profile's geometry
+// for dataPerNode bytes per node.
+func (x *Run) writeBufferBytes(dataPerNode int64) int64 {
+	c := baseline.NewConfig(baseline.ModeOriginal)
+	if x.Profile.Geometry == GeometryScaled && dataPerNode > 0 {
+		c.ScaleGeometry(float64(dataPerNode) / baseline.PaperDataBytes)
+	}
+	return c.WriteBufferBytes
+}
+
 // conditionArgs are the node flags of a paper's condition for sys.
 func conditionArgs(cond, sys string, dataPerNode int64) []string {
 	var args []string

@@ -25,6 +25,7 @@ func ycsbExperiment() Experiment {
 			x.param("fieldlength", p.YCSBValueBytes)
 			x.param("threadcount", p.YCSBThreads)
 			x.param("workloads", p.YCSBWorkloads)
+			x.param("geometry", p.Geometry)
 			x.note("The workloads run in order on one cluster per system after one load (D and E insert records, so later workloads see more). go-ycsb seeds its workers from the clock: runs are not repeatable operation for operation.")
 			phases := append([]string{"load"}, p.YCSBWorkloads...)
 			opsps := map[string]map[string]float64{}
@@ -35,7 +36,7 @@ func ycsbExperiment() Experiment {
 			for _, sys := range x.Systems {
 				opsps[sys] = map[string]float64{}
 				row := []string{sys}
-				tb, err := x.start(ctx, sys, "ycsb")
+				tb, err := x.start(ctx, sys, "ycsb", x.geometryArgs(sys, p.YCSBRecords*int64(p.YCSBValueBytes))...)
 				if err != nil {
 					x.fail(sys, "cluster up", err, nil)
 					continue
