@@ -166,7 +166,7 @@ type putRun struct {
 	// baseline only; SettledWriteAmp counts those bytes too.
 	Settled         *systems.StorageShape `json:"settled_shape,omitempty"`
 	SettledWriteAmp float64               `json:"settled_write_amp,omitempty"`
-	Error    string  `json:"error,omitempty"`
+	Error           string                `json:"error,omitempty"`
 }
 
 // putScale: PUT goodput and in-window write amplification vs data per
