@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"runtime/pprof"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -225,6 +226,7 @@ func Command(args []string, stdout, stderr io.Writer) error {
 	fs.DurationVar(&com.ProgressInterval, "interval", com.ProgressInterval, "progress line interval when stdout is not a terminal")
 	consistency := fs.String("consistency", "linearizable", "read consistency: linearizable or stale")
 	connectTimeout := fs.Duration("connectTimeout", 5*time.Second, "how long to wait for a server to answer before starting")
+	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of this client process during the run to `FILE` (go tool pprof)")
 	if err := systems.ParseFlags(fs, args, stdout); err != nil {
 		return err
 	}
@@ -314,6 +316,13 @@ func Command(args []string, stdout, stderr io.Writer) error {
 
 	fmt.Fprintf(stdout, "bench %s: %d clients, %d operations, seed %d, servers %s%s\n", sub, com.Clients, com.Ops, com.Seed,
 		strings.Join(addrs, ","), map[bool]string{true: " (" + system + ")", false: ""}[system != ""])
+	if *cpuProfile != "" {
+		stop, err := startCPUProfile(*cpuProfile)
+		if err != nil {
+			return err
+		}
+		defer stop()
+	}
 	var s Summary
 	switch sub {
 	case "put":
@@ -334,4 +343,18 @@ func Command(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	return s.Failures()
+}
+
+// startCPUProfile starts Go's CPU profiler writing to path; stop ends it
+// and closes the file.
+func startCPUProfile(path string) (stop func(), err error) {
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, systems.Usagef("-cpuprofile %s: %v", path, err)
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("-cpuprofile: %w", err)
+	}
+	return func() { pprof.StopCPUProfile(); f.Close() }, nil
 }

@@ -27,6 +27,7 @@ import (
 	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/experimental"
 	"google.golang.org/grpc/status"
 
 	"github.com/nezha-harness/nezha/systems"
@@ -131,10 +132,15 @@ func New(cfg Config) (*Client, error) {
 
 // DialOptions are the gRPC options the client uses; exported for tools that
 // talk to the same servers.
+// Each call returns options with a codec and buffer pool of their own
+// (kvpb.Codec: gRPC's proto codec without the zeroing of every buffer).
 func DialOptions(maxMessageBytes int) []grpc.DialOption {
+	codec := kvpb.NewCodec()
 	return []grpc.DialOption{
 		grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(maxMessageBytes), grpc.MaxCallSendMsgSize(maxMessageBytes)),
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(maxMessageBytes), grpc.MaxCallSendMsgSize(maxMessageBytes),
+			grpc.ForceCodecV2(codec)),
+		experimental.WithBufferPool(codec.Pool),
 		// Reconnect quickly after a node restarts (gRPC's default backoff
 		// grows to two minutes).
 		grpc.WithConnectParams(grpc.ConnectParams{

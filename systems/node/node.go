@@ -17,6 +17,7 @@ import (
 	"go.etcd.io/raft/v3"
 	"go.etcd.io/raft/v3/raftpb"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/experimental"
 
 	"github.com/nezha-harness/nezha/systems"
 	"github.com/nezha-harness/nezha/systems/kvpb"
@@ -74,6 +75,7 @@ type Node struct {
 	rn  *raft.RawNode // owned by the Ready loop goroutine
 
 	transport *transport
+	codec     *kvpb.Codec // the gRPC codec and buffer pool of both servers and the peer clients
 	kvServer  *grpc.Server
 	kvLis     net.Listener
 
@@ -153,6 +155,7 @@ func Start(cfg Config) (*Node, error) {
 		appliedWait:  newIndexWait(),
 		pendingReads: map[uint64]*readBatch{},
 		epoch:        time.Now(),
+		codec:        kvpb.NewCodec(),
 	}
 	n.disk = diskGuard{dir: cfg.DataDir, min: cfg.MinFreeDiskBytes}
 	n.minFollowerMatch.Store(math.MaxUint64)
@@ -186,6 +189,7 @@ func (n *Node) open() error {
 	}
 	lo := raftlog.DefaultOptions(n.cfg.logDir())
 	lo.SegmentSizeBytes = n.cfg.SegmentSizeBytes
+	lo.EntryCacheBytes = n.cfg.EntryCacheBytes
 	lo.Sync = n.cfg.Sync
 	lo.Bootstrap = raftpb.ConfState{Voters: voters}
 	lo.Logger = n.logger
@@ -264,6 +268,8 @@ func (n *Node) listen() error {
 	n.transport = newTransport(n, ilis)
 	n.kvLis = klis
 	n.kvServer = grpc.NewServer(
+		grpc.ForceServerCodecV2(n.codec),
+		experimental.BufferPool(n.codec.Pool),
 		grpc.MaxRecvMsgSize(2*n.cfg.MaxValueBytes+systems.MaxKeyBytes+(1<<20)),
 		grpc.MaxSendMsgSize(n.cfg.ScanMaxBytes+n.cfg.MaxValueBytes+(4<<20)),
 	)

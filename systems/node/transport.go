@@ -2,7 +2,9 @@ package node
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
+	"fmt"
 	"net"
 	"strconv"
 	"sync"
@@ -14,7 +16,9 @@ import (
 	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/experimental"
 	"google.golang.org/grpc/keepalive"
+	"google.golang.org/grpc/mem"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
@@ -44,6 +48,7 @@ type transport struct {
 	ctx    context.Context
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
+	codec  *batchCodec
 }
 
 type peer struct {
@@ -57,9 +62,11 @@ type peer struct {
 func maxMsgBytes(n *Node) int { return 2*n.cfg.MaxValueBytes + maxBatchBytes + (1 << 20) }
 
 func newTransport(n *Node, lis net.Listener) *transport {
-	t := &transport{n: n, peers: map[uint64]*peer{}}
+	t := &transport{n: n, peers: map[uint64]*peer{}, codec: &batchCodec{Codec: n.codec}}
 	t.ctx, t.cancel = context.WithCancel(context.Background())
 	t.server = grpc.NewServer(
+		grpc.ForceServerCodecV2(t.codec),
+		experimental.BufferPool(t.codec.Pool),
 		grpc.MaxRecvMsgSize(maxMsgBytes(n)),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 500 * time.Millisecond, PermitWithoutStream: true}),
 	)
@@ -77,7 +84,8 @@ func newTransport(n *Node, lis net.Listener) *transport {
 		addr := n.cfg.dialAddress(id)
 		conn, err := grpc.NewClient(addr,
 			grpc.WithTransportCredentials(insecure.NewCredentials()),
-			grpc.WithDefaultCallOptions(grpc.MaxCallSendMsgSize(maxMsgBytes(n))),
+			grpc.WithDefaultCallOptions(grpc.MaxCallSendMsgSize(maxMsgBytes(n)), grpc.ForceCodecV2(t.codec)),
+			experimental.WithBufferPool(t.codec.Pool),
 			grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: time.Second, Timeout: 2 * time.Second, PermitWithoutStream: true}),
 			// Reconnect within a second of a peer's restart (gRPC's default
 			// backoff grows to two minutes).
@@ -135,12 +143,11 @@ func (t *transport) reportUnreachable(id uint64) {
 // runPeer keeps a stream to p open and writes batches to it.
 func (t *transport) runPeer(p *peer) {
 	defer t.wg.Done()
-	client := kvpb.NewRaftClient(p.conn)
 	md := t.n.outgoingMD()
 	backoff := 50 * time.Millisecond
 	for t.ctx.Err() == nil {
 		ctx, cancel := context.WithCancel(metadata.NewOutgoingContext(t.ctx, md))
-		stream, err := client.Stream(ctx)
+		stream, err := p.conn.NewStream(ctx, &kvpb.Raft_ServiceDesc.Streams[0], kvpb.Raft_Stream_FullMethodName)
 		if err == nil {
 			err = t.pump(p, stream)
 		}
@@ -165,9 +172,11 @@ func (t *transport) runPeer(p *peer) {
 	}
 }
 
-// pump sends queued messages on stream until an error.
-func (t *transport) pump(p *peer, stream grpc.ClientStreamingClient[kvpb.MessageBatch, kvpb.StreamAck]) error {
-	var batch kvpb.MessageBatch
+// pump sends queued messages on stream until an error: whatever is queued
+// (up to maxBatchBytes) goes out as one MessageBatch, marshaled once by
+// batchCodec.
+func (t *transport) pump(p *peer, stream grpc.ClientStream) error {
+	var batch outBatch
 	for {
 		var m raftpb.Message
 		select {
@@ -175,21 +184,18 @@ func (t *transport) pump(p *peer, stream grpc.ClientStreamingClient[kvpb.Message
 		case <-t.ctx.Done():
 			return t.ctx.Err()
 		}
-		batch.Messages = batch.Messages[:0]
+		clear(batch.msgs)
+		batch.msgs = batch.msgs[:0]
 		size := 0
 		for {
-			b, err := m.Marshal()
-			if err != nil {
-				return err
-			}
-			batch.Messages = append(batch.Messages, b)
-			size += len(b)
+			batch.msgs = append(batch.msgs, m)
+			size += m.Size()
 			if size >= maxBatchBytes || len(p.msgc) == 0 {
 				break
 			}
 			m = <-p.msgc
 		}
-		if err := stream.Send(&batch); err != nil {
+		if err := stream.SendMsg(&batch); err != nil {
 			return err
 		}
 	}
@@ -222,17 +228,13 @@ func (s *raftServer) Stream(stream grpc.ClientStreamingServer[kvpb.MessageBatch,
 	if err != nil {
 		return err
 	}
+	var batch inBatch
 	for {
-		batch, err := stream.Recv()
-		if err != nil {
+		batch.msgs = batch.msgs[:0]
+		if err := stream.RecvMsg(&batch); err != nil {
 			return err
 		}
-		for _, b := range batch.Messages {
-			var m raftpb.Message
-			if err := m.Unmarshal(b); err != nil {
-				n.logger.Warn("undecodable raft message dropped", "err", err)
-				continue
-			}
+		for _, m := range batch.msgs {
 			if m.From != from || m.To != n.id {
 				n.logger.Warn("raft message with a wrong address dropped", "from", m.From, "to", m.To, "stream_from", from)
 				continue
@@ -275,4 +277,84 @@ func (n *Node) admitPeer(ctx context.Context) (uint64, error) {
 		n.peerAddrs.Store(id, addr[0])
 	}
 	return id, nil
+}
+
+// batchCodec is the gRPC codec of the peer transport. A MessageBatch is
+// written in its protobuf wire form (field 1, repeated bytes) straight from
+// the raftpb.Messages of an outBatch, each marshaled once into one pooled
+// buffer (instead of into a slice of its own, then again by the proto
+// codec), and an inBatch is decoded from gRPC's receive buffer without an
+// intermediate MessageBatch. The bytes on the wire are those of a
+// MessageBatch. Other messages go through kvpb.Codec.
+type batchCodec struct {
+	*kvpb.Codec
+}
+
+// outBatch is the messages of one MessageBatch to send.
+type outBatch struct{ msgs []raftpb.Message }
+
+// inBatch receives the messages of one MessageBatch. They do not alias
+// gRPC's buffers (gogo's Unmarshal copies entry data).
+type inBatch struct{ msgs []raftpb.Message }
+
+// messageBatchTag is the tag of MessageBatch.messages: field 1, bytes.
+const messageBatchTag = 1<<3 | 2
+
+func (c *batchCodec) Marshal(v any) (mem.BufferSlice, error) {
+	b, ok := v.(*outBatch)
+	if !ok {
+		return c.Codec.Marshal(v)
+	}
+	var scratch [binary.MaxVarintLen64]byte
+	size := 0
+	for i := range b.msgs {
+		n := b.msgs[i].Size()
+		size += 1 + binary.PutUvarint(scratch[:], uint64(n)) + n
+	}
+	buf := c.Pool.Get(size)
+	out := (*buf)[:0]
+	for i := range b.msgs {
+		n := b.msgs[i].Size()
+		out = append(out, messageBatchTag)
+		out = binary.AppendUvarint(out, uint64(n))
+		if _, err := b.msgs[i].MarshalToSizedBuffer(out[len(out) : len(out)+n]); err != nil {
+			c.Pool.Put(buf)
+			return nil, err
+		}
+		out = out[:len(out)+n]
+	}
+	*buf = out
+	return mem.BufferSlice{mem.NewBuffer(buf, c.Pool)}, nil
+}
+
+func (c *batchCodec) Unmarshal(data mem.BufferSlice, v any) error {
+	b, ok := v.(*inBatch)
+	if !ok {
+		return c.Codec.Unmarshal(data, v)
+	}
+	var raw []byte
+	if len(data) == 1 {
+		raw = data[0].ReadOnlyData()
+	} else {
+		buf := data.MaterializeToBuffer(c.Pool)
+		defer buf.Free()
+		raw = buf.ReadOnlyData()
+	}
+	for len(raw) > 0 {
+		if raw[0] != messageBatchTag {
+			return fmt.Errorf("raft message batch: unexpected tag byte %#x", raw[0])
+		}
+		n, k := binary.Uvarint(raw[1:])
+		if k <= 0 || n > uint64(len(raw)-1-k) {
+			return fmt.Errorf("raft message batch: bad message length")
+		}
+		raw = raw[1+k:]
+		var m raftpb.Message
+		if err := m.Unmarshal(raw[:n]); err != nil {
+			return fmt.Errorf("raft message batch: %w", err)
+		}
+		b.msgs = append(b.msgs, m)
+		raw = raw[n:]
+	}
+	return nil
 }
