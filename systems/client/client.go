@@ -317,7 +317,10 @@ func (c *Client) read(ctx context.Context, call func(context.Context, *server) (
 	}
 }
 
-// Put writes key = value and returns the Raft index that applied it.
+// Put writes key = value and returns the Raft index that applied it. A
+// value of kvpb.LargeValueBytes or more is sent without a copy (gRPC's
+// SendMsg contract): do not modify it until Put returns, nor afterwards if
+// Put failed or was ambiguous (gRPC may still be sending it).
 func (c *Client) Put(ctx context.Context, key, value []byte) (uint64, error) {
 	var idx uint64
 	err := c.write(ctx, func(ctx context.Context, s *server) (*kvpb.ResponseHeader, error) {

@@ -6,6 +6,7 @@ import (
 	"sync"
 
 	"google.golang.org/grpc/mem"
+	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 )
 
@@ -29,8 +30,24 @@ func NewCodec() *Codec { return &Codec{Pool: NewBufferPool()} }
 // Name implements encoding.CodecV2.
 func (c *Codec) Name() string { return CodecName }
 
+// LargeValueBytes is the size from which Codec hands the value of a
+// PutRequest or GetResponse to gRPC as a buffer of its own, without copying
+// it (gRPC's SendMsg contract already forbids modifying a message after
+// sending it).
+const LargeValueBytes = 16 << 10
+
 // Marshal implements encoding.CodecV2.
 func (c *Codec) Marshal(v any) (mem.BufferSlice, error) {
+	switch m := v.(type) {
+	case *PutRequest:
+		if len(m.Value) >= LargeValueBytes {
+			return marshalWithTail(&PutRequest{Key: m.Key}, 2, m.Value)
+		}
+	case *GetResponse:
+		if len(m.Value) >= LargeValueBytes {
+			return marshalWithTail(&GetResponse{Header: m.Header, Found: m.Found}, 3, m.Value)
+		}
+	}
 	m, ok := v.(proto.Message)
 	if !ok {
 		return nil, fmt.Errorf("kvpb codec: cannot marshal %T, want a proto.Message", v)
@@ -50,6 +67,19 @@ func (c *Codec) Marshal(v any) (mem.BufferSlice, error) {
 		return nil, err
 	}
 	return mem.BufferSlice{mem.NewBuffer(buf, c.Pool)}, nil
+}
+
+// marshalWithTail encodes head, then the bytes field number field holding
+// tail, which is not copied. Field order does not matter to a protobuf
+// decoder; this is also the canonical order when field is head's last.
+func marshalWithTail(head proto.Message, field protowire.Number, tail []byte) (mem.BufferSlice, error) {
+	b, err := proto.Marshal(head)
+	if err != nil {
+		return nil, err
+	}
+	b = protowire.AppendTag(b, field, protowire.BytesType)
+	b = protowire.AppendVarint(b, uint64(len(tail)))
+	return mem.BufferSlice{mem.SliceBuffer(b), mem.SliceBuffer(tail)}, nil
 }
 
 // Unmarshal implements encoding.CodecV2. The message does not alias data

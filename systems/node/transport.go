@@ -1,11 +1,12 @@
 package node
 
 import (
+	"bytes"
 	"context"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"net"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -21,6 +22,7 @@ import (
 	"google.golang.org/grpc/mem"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/encoding/protowire"
 
 	"github.com/nezha-harness/nezha/systems/kvpb"
 )
@@ -279,13 +281,14 @@ func (n *Node) admitPeer(ctx context.Context) (uint64, error) {
 	return id, nil
 }
 
-// batchCodec is the gRPC codec of the peer transport. A MessageBatch is
-// written in its protobuf wire form (field 1, repeated bytes) straight from
-// the raftpb.Messages of an outBatch, each marshaled once into one pooled
-// buffer (instead of into a slice of its own, then again by the proto
-// codec), and an inBatch is decoded from gRPC's receive buffer without an
-// intermediate MessageBatch. The bytes on the wire are those of a
-// MessageBatch. Other messages go through kvpb.Codec.
+// batchCodec is the gRPC codec of the peer transport. An outBatch is
+// written in the protobuf wire form of a MessageBatch (field 1, repeated
+// bytes) straight from its raftpb.Messages: the payloads of large entries
+// are handed to gRPC as buffers of their own (no copy; entries are never
+// mutated), everything else is marshaled once into a small buffer. An
+// inBatch is decoded from one copy of gRPC's receive buffers that the
+// decoded entries alias (no copy per entry). Other messages go through
+// kvpb.Codec.
 type batchCodec struct {
 	*kvpb.Codec
 }
@@ -293,38 +296,82 @@ type batchCodec struct {
 // outBatch is the messages of one MessageBatch to send.
 type outBatch struct{ msgs []raftpb.Message }
 
-// inBatch receives the messages of one MessageBatch. They do not alias
-// gRPC's buffers (gogo's Unmarshal copies entry data).
+// inBatch receives the messages of one MessageBatch. Their entries' Data
+// alias one buffer owned by the batch.
 type inBatch struct{ msgs []raftpb.Message }
 
-// messageBatchTag is the tag of MessageBatch.messages: field 1, bytes.
-const messageBatchTag = 1<<3 | 2
+const (
+	// messageBatchTag is the tag of MessageBatch.messages: field 1, bytes.
+	messageBatchTag = 1<<3 | 2
+	// messageEntriesField and entryDataField are raftpb.Message.entries
+	// and raftpb.Entry.data.
+	messageEntriesField = 7
+	entryDataField      = 4
+	// inlineEntryBytes: entry payloads below this size are copied into
+	// the batch's buffer; larger ones are sent from their own memory.
+	inlineEntryBytes = 4 << 10
+)
 
 func (c *batchCodec) Marshal(v any) (mem.BufferSlice, error) {
 	b, ok := v.(*outBatch)
 	if !ok {
 		return c.Codec.Marshal(v)
 	}
-	var scratch [binary.MaxVarintLen64]byte
-	size := 0
+	var out mem.BufferSlice
+	var head []byte
 	for i := range b.msgs {
-		n := b.msgs[i].Size()
-		size += 1 + binary.PutUvarint(scratch[:], uint64(n)) + n
-	}
-	buf := c.Pool.Get(size)
-	out := (*buf)[:0]
-	for i := range b.msgs {
-		n := b.msgs[i].Size()
-		out = append(out, messageBatchTag)
-		out = binary.AppendUvarint(out, uint64(n))
-		if _, err := b.msgs[i].MarshalToSizedBuffer(out[len(out) : len(out)+n]); err != nil {
-			c.Pool.Put(buf)
-			return nil, err
+		m := b.msgs[i] // a copy: its Entries are marshaled apart
+		ents := m.Entries
+		m.Entries = nil
+		size := m.Size()
+		for j := range ents {
+			n := ents[j].Size()
+			size += 1 + protowire.SizeVarint(uint64(n)) + n
 		}
-		out = out[:len(out)+n]
+		head = append(head, messageBatchTag)
+		head = protowire.AppendVarint(head, uint64(size))
+		head = appendMarshaled(head, &m)
+		for j := range ents {
+			e := &ents[j]
+			head = protowire.AppendTag(head, messageEntriesField, protowire.BytesType)
+			head = protowire.AppendVarint(head, uint64(e.Size()))
+			if len(e.Data) < inlineEntryBytes {
+				head = appendMarshaled(head, e)
+				continue
+			}
+			noData := raftpb.Entry{Term: e.Term, Index: e.Index, Type: e.Type}
+			head = appendMarshaled(head, &noData)
+			head = protowire.AppendTag(head, entryDataField, protowire.BytesType)
+			head = protowire.AppendVarint(head, uint64(len(e.Data)))
+			out = append(out, mem.SliceBuffer(head), mem.SliceBuffer(e.Data))
+			head = nil
+		}
 	}
-	*buf = out
-	return mem.BufferSlice{mem.NewBuffer(buf, c.Pool)}, nil
+	if len(head) > 0 {
+		out = append(out, mem.SliceBuffer(head))
+	}
+	return out, nil
+}
+
+// bufferBytes returns the bytes of each buffer of data (valid until gRPC
+// frees data, after the codec's Unmarshal returns).
+func bufferBytes(data mem.BufferSlice) [][]byte {
+	parts := make([][]byte, len(data))
+	for i, d := range data {
+		parts[i] = d.ReadOnlyData()
+	}
+	return parts
+}
+
+// appendMarshaled appends the gogo-protobuf encoding of m to dst.
+func appendMarshaled(dst []byte, m interface {
+	Size() int
+	MarshalToSizedBuffer([]byte) (int, error)
+}) []byte {
+	n := m.Size()
+	dst = slices.Grow(dst, n)
+	_, _ = m.MarshalToSizedBuffer(dst[len(dst) : len(dst)+n]) // cannot fail with an exact buffer
+	return dst[:len(dst)+n]
 }
 
 func (c *batchCodec) Unmarshal(data mem.BufferSlice, v any) error {
@@ -332,29 +379,101 @@ func (c *batchCodec) Unmarshal(data mem.BufferSlice, v any) error {
 	if !ok {
 		return c.Codec.Unmarshal(data, v)
 	}
-	var raw []byte
-	if len(data) == 1 {
-		raw = data[0].ReadOnlyData()
-	} else {
-		buf := data.MaterializeToBuffer(c.Pool)
-		defer buf.Free()
-		raw = buf.ReadOnlyData()
-	}
+	// One copy out of gRPC's pooled buffers, without zeroing (bytes.Join);
+	// the entries alias it.
+	raw := bytes.Join(bufferBytes(data), nil)
+	var rest []byte // the fields of one message other than its entries
 	for len(raw) > 0 {
 		if raw[0] != messageBatchTag {
 			return fmt.Errorf("raft message batch: unexpected tag byte %#x", raw[0])
 		}
-		n, k := binary.Uvarint(raw[1:])
-		if k <= 0 || n > uint64(len(raw)-1-k) {
-			return fmt.Errorf("raft message batch: bad message length")
+		mb, n := protowire.ConsumeBytes(raw[1:])
+		if n < 0 {
+			return fmt.Errorf("raft message batch: %w", protowire.ParseError(n))
 		}
-		raw = raw[1+k:]
-		var m raftpb.Message
-		if err := m.Unmarshal(raw[:n]); err != nil {
+		raw = raw[1+n:]
+		m, err := decodeMessage(mb, rest[:0])
+		if err != nil {
 			return fmt.Errorf("raft message batch: %w", err)
 		}
 		b.msgs = append(b.msgs, m)
-		raw = raw[n:]
 	}
 	return nil
+}
+
+// decodeMessage decodes a raftpb.Message whose entries' Data alias b;
+// scratch collects the other fields for gogo's Unmarshal.
+func decodeMessage(b, scratch []byte) (raftpb.Message, error) {
+	var ents []raftpb.Entry
+	for len(b) > 0 {
+		num, typ, n := protowire.ConsumeTag(b)
+		if n < 0 {
+			return raftpb.Message{}, protowire.ParseError(n)
+		}
+		vn := protowire.ConsumeFieldValue(num, typ, b[n:])
+		if vn < 0 {
+			return raftpb.Message{}, protowire.ParseError(vn)
+		}
+		if num == messageEntriesField && typ == protowire.BytesType {
+			eb, _ := protowire.ConsumeBytes(b[n:])
+			e, err := decodeEntry(eb)
+			if err != nil {
+				return raftpb.Message{}, err
+			}
+			ents = append(ents, e)
+		} else {
+			scratch = append(scratch, b[:n+vn]...)
+		}
+		b = b[n+vn:]
+	}
+	var m raftpb.Message
+	if err := m.Unmarshal(scratch); err != nil {
+		return raftpb.Message{}, err
+	}
+	m.Entries = ents
+	return m, nil
+}
+
+// decodeEntry decodes a raftpb.Entry whose Data aliases b (capped, so that
+// an append to it cannot overwrite what follows).
+func decodeEntry(b []byte) (raftpb.Entry, error) {
+	var e raftpb.Entry
+	for len(b) > 0 {
+		num, typ, n := protowire.ConsumeTag(b)
+		if n < 0 {
+			return e, protowire.ParseError(n)
+		}
+		b = b[n:]
+		switch {
+		case num == entryDataField && typ == protowire.BytesType:
+			v, n := protowire.ConsumeBytes(b)
+			if n < 0 {
+				return e, protowire.ParseError(n)
+			}
+			e.Data = v[:len(v):len(v)]
+			b = b[n:]
+			continue
+		case num <= 3 && typ == protowire.VarintType:
+			v, n := protowire.ConsumeVarint(b)
+			if n < 0 {
+				return e, protowire.ParseError(n)
+			}
+			switch num {
+			case 1:
+				e.Type = raftpb.EntryType(v)
+			case 2:
+				e.Term = v
+			case 3:
+				e.Index = v
+			}
+			b = b[n:]
+			continue
+		}
+		n = protowire.ConsumeFieldValue(num, typ, b)
+		if n < 0 {
+			return e, protowire.ParseError(n)
+		}
+		b = b[n:]
+	}
+	return e, nil
 }
