@@ -67,6 +67,29 @@ func AppendCommand(dst []byte, c *Command) []byte {
 	return append(dst, c.Value...)
 }
 
+// PrependCommandHeader encodes c in place as the tail of buf, where
+// buf[valueStart:] is c.Value and c.Key lies anywhere in buf before
+// valueStart (or elsewhere): the key is moved to just before the value and
+// the op, request id and key length are written before it. It returns the
+// wire form (a suffix of buf, no copy of the value) and true, or false if
+// there is not enough room before valueStart. Bytes of buf before the
+// result are overwritten.
+func PrependCommandHeader(buf []byte, valueStart int, c *Command) ([]byte, bool) {
+	need := 1 + uvarintLen(c.RequestID) + uvarintLen(uint64(len(c.Key))) + len(c.Key)
+	if valueStart < need || valueStart > len(buf) {
+		return nil, false
+	}
+	start := valueStart - need
+	i := valueStart - len(c.Key)
+	copy(buf[i:], c.Key) // memmove: the key may overlap its new place
+	i -= uvarintLen(uint64(len(c.Key)))
+	binary.PutUvarint(buf[i:], uint64(len(c.Key)))
+	i -= uvarintLen(c.RequestID)
+	binary.PutUvarint(buf[i:], c.RequestID)
+	buf[start] = byte(c.Op)
+	return buf[start:], true
+}
+
 // DecodeCommand parses data without copying: Key and Value alias data.
 // An empty data decodes to OpNone. Errors wrap ErrMalformedCommand.
 func DecodeCommand(data []byte) (Command, error) {

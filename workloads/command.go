@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"runtime/pprof"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -226,6 +227,8 @@ func Command(args []string, stdout, stderr io.Writer) error {
 	fs.DurationVar(&com.ProgressInterval, "interval", com.ProgressInterval, "progress line interval when stdout is not a terminal")
 	consistency := fs.String("consistency", "linearizable", "read consistency: linearizable or stale")
 	connectTimeout := fs.Duration("connectTimeout", 5*time.Second, "how long to wait for a server to answer before starting")
+	benchfmt := fs.Bool("benchfmt", false, "also print the result as a Go benchmark line (benchstat compares runs), with the nodes' CPU time when they run on this machine")
+	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of this client process during the run to `FILE` (go tool pprof)")
 	if err := systems.ParseFlags(fs, args, stdout); err != nil {
 		return err
 	}
@@ -315,6 +318,15 @@ func Command(args []string, stdout, stderr io.Writer) error {
 
 	fmt.Fprintf(stdout, "bench %s: %d clients, %d operations, seed %d, servers %s%s\n", sub, com.Clients, com.Ops, com.Seed,
 		strings.Join(addrs, ","), map[bool]string{true: " (" + system + ")", false: ""}[system != ""])
+	if *cpuProfile != "" {
+		stop, err := startCPUProfile(*cpuProfile)
+		if err != nil {
+			return err
+		}
+		defer stop()
+	}
+	nodeCPU := NewNodeCPU(sts)
+	cpu0, cpuOK := nodeCPU.Seconds()
 	var s Summary
 	switch sub {
 	case "put":
@@ -331,8 +343,39 @@ func Command(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	PrintTable(stdout, s)
+	if *benchfmt {
+		cpu := -1.0
+		if cpu1, ok := nodeCPU.Seconds(); ok && cpuOK {
+			cpu = cpu1 - cpu0
+		}
+		var parts []string
+		switch sub {
+		case "put":
+			parts = append(parts, fmt.Sprintf("vsize=%d", put.ValueBytes))
+		case "get":
+			parts = append(parts, "consistency="+strings.ToLower(*consistency))
+		case "scan":
+			parts = append(parts, fmt.Sprintf("scansize=%d", scan.ScanSize))
+		}
+		parts = append(parts, fmt.Sprintf("cnums=%d", com.Clients))
+		WriteBenchfmt(stdout, BenchName(sub, system, parts...), s, cpu)
+	}
 	if err := outs.Save(Result{Summary: s, Run: info}, s.WriteSeriesCSV); err != nil {
 		return err
 	}
 	return s.Failures()
+}
+
+// startCPUProfile starts Go's CPU profiler writing to path; stop ends it
+// and closes the file.
+func startCPUProfile(path string) (stop func(), err error) {
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, systems.Usagef("-cpuprofile %s: %v", path, err)
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("-cpuprofile: %w", err)
+	}
+	return func() { pprof.StopCPUProfile(); f.Close() }, nil
 }

@@ -27,6 +27,7 @@ import (
 	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/experimental"
 	"google.golang.org/grpc/status"
 
 	"github.com/nezha-harness/nezha/systems"
@@ -131,10 +132,15 @@ func New(cfg Config) (*Client, error) {
 
 // DialOptions are the gRPC options the client uses; exported for tools that
 // talk to the same servers.
+// Each call returns options with a codec and buffer pool of their own
+// (kvpb.Codec: gRPC's proto codec without the zeroing of every buffer).
 func DialOptions(maxMessageBytes int) []grpc.DialOption {
+	codec := kvpb.NewCodec()
 	return []grpc.DialOption{
 		grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(maxMessageBytes), grpc.MaxCallSendMsgSize(maxMessageBytes)),
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(maxMessageBytes), grpc.MaxCallSendMsgSize(maxMessageBytes),
+			grpc.ForceCodecV2(codec)),
+		experimental.WithBufferPool(codec.Pool),
 		// Reconnect quickly after a node restarts (gRPC's default backoff
 		// grows to two minutes).
 		grpc.WithConnectParams(grpc.ConnectParams{
@@ -311,7 +317,10 @@ func (c *Client) read(ctx context.Context, call func(context.Context, *server) (
 	}
 }
 
-// Put writes key = value and returns the Raft index that applied it.
+// Put writes key = value and returns the Raft index that applied it. A
+// value of kvpb.LargeValueBytes or more is sent without a copy (gRPC's
+// SendMsg contract): do not modify it until Put returns, nor afterwards if
+// Put failed or was ambiguous (gRPC may still be sending it).
 func (c *Client) Put(ctx context.Context, key, value []byte) (uint64, error) {
 	var idx uint64
 	err := c.write(ctx, func(ctx context.Context, s *server) (*kvpb.ResponseHeader, error) {

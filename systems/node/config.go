@@ -53,6 +53,11 @@ type Config struct {
 	Sync bool
 	// SegmentSizeBytes of Raft log segments. Default 64 MiB.
 	SegmentSizeBytes int64
+	// EntryCacheBytes bounds the payload bytes of the newest Raft entries
+	// kept in memory (raftlog.Options.EntryCacheBytes), so that committed
+	// entries and MsgApps to followers that trail by little are not read
+	// back from the log. 0 disables it. Default 32 MiB.
+	EntryCacheBytes int64
 	// MaxValueBytes is the largest value a Put accepts. Default 64 MiB.
 	MaxValueBytes int
 	// TickInterval is one Raft tick. Default 100ms.
@@ -85,6 +90,7 @@ func Default() Config {
 	return Config{
 		Sync:             true,
 		SegmentSizeBytes: raftlog.DefaultSegmentSizeBytes,
+		EntryCacheBytes:  raftlog.DefaultEntryCacheBytes,
 		MaxValueBytes:    systems.DefaultMaxValueBytes,
 		TickInterval:     100 * time.Millisecond,
 		ElectionTicks:    10,
@@ -160,6 +166,9 @@ func (c *Config) Validate() error {
 	}
 	if c.SegmentSizeBytes < 4096 {
 		bad("segment size %d bytes is below 4096", c.SegmentSizeBytes)
+	}
+	if c.EntryCacheBytes < 0 {
+		bad("entry cache size %d bytes must not be negative", c.EntryCacheBytes)
 	}
 	if c.MaxValueBytes <= 0 || c.MaxValueBytes > 1<<30 {
 		bad("max value size %d bytes is outside (0, 1 GiB]", c.MaxValueBytes)

@@ -1,15 +1,20 @@
 package node
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 	"sort"
 
 	"go.etcd.io/raft/v3"
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/mem"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/encoding/protowire"
 
 	"github.com/nezha-harness/nezha/systems"
 	"github.com/nezha-harness/nezha/systems/kvpb"
@@ -64,22 +69,124 @@ func readError(err error) error {
 }
 
 func (s *kvServer) Put(ctx context.Context, req *kvpb.PutRequest) (*kvpb.PutResponse, error) {
-	if err := systems.CheckKey(req.Key); err != nil {
+	return s.put(ctx, req.Key, req.Value, nil)
+}
+
+// put validates and proposes a put. frame, if not nil, holds key and
+// value, and the entry data is built in it around the value.
+func (s *kvServer) put(ctx context.Context, key, value []byte, frame *putFrame) (*kvpb.PutResponse, error) {
+	if err := systems.CheckKey(key); err != nil {
 		return nil, status.Errorf(codes.InvalidArgument, "put: %v", err)
 	}
-	if err := systems.CheckValue(req.Value, s.n.cfg.MaxValueBytes); err != nil {
+	if err := systems.CheckValue(value, s.n.cfg.MaxValueBytes); err != nil {
 		return nil, status.Errorf(codes.InvalidArgument, "put: %v", err)
 	}
-	if err := s.n.disk.check(len(req.Key) + len(req.Value)); err != nil {
+	if err := s.n.disk.check(len(key) + len(value)); err != nil {
 		return nil, status.Errorf(codes.ResourceExhausted, "put: %v", err)
 	}
 	ctx, cancel := s.withTimeout(ctx)
 	defer cancel()
-	idx, err := s.n.proposeAndWait(ctx, &systems.Command{Op: systems.OpPut, Key: req.Key, Value: req.Value})
+	c := &systems.Command{Op: systems.OpPut, Key: key, Value: value, RequestID: s.n.nextRequestID()}
+	var data []byte
+	if frame != nil && frame.valueLast {
+		data, _ = systems.PrependCommandHeader(frame.buf, frame.valueStart, c)
+	}
+	if data == nil {
+		data = systems.AppendCommand(make([]byte, 0, c.EncodedSize()), c)
+	}
+	idx, err := s.n.proposeDataAndWait(ctx, c.RequestID, data)
 	if err != nil {
 		return nil, writeError(err)
 	}
 	return &kvpb.PutResponse{Header: s.header(), Index: idx}, nil
+}
+
+// putFrame is a PutRequest as kvCodec decodes it: one buffer holding
+// putHeadroomBytes, then the request's bytes, with key and value aliasing
+// it. When the value is the buffer's tail (as every protobuf encoder writes
+// a PutRequest), the command's entry data is built around it in place
+// (systems.PrependCommandHeader): the value is copied once, out of gRPC's
+// buffers, between the client's request and the Raft log.
+type putFrame struct {
+	buf        []byte
+	key, value []byte
+	valueStart int
+	valueLast  bool
+}
+
+// putHeadroomBytes is room for the op, request id and key length of a
+// command (1 + 10 + 10 bytes, at most) beyond what the request's own field
+// headers leave.
+const putHeadroomBytes = 32
+
+// decode fills f from the bytes of a PutRequest in parts.
+func (f *putFrame) decode(parts [][]byte) error {
+	var pad [putHeadroomBytes]byte
+	f.buf = bytes.Join(append([][]byte{pad[:]}, parts...), nil)
+	b := f.buf[putHeadroomBytes:]
+	for off := putHeadroomBytes; len(b) > 0; {
+		num, typ, n := protowire.ConsumeTag(b)
+		if n < 0 {
+			return protowire.ParseError(n)
+		}
+		vn := protowire.ConsumeFieldValue(num, typ, b[n:])
+		if vn < 0 {
+			return protowire.ParseError(vn)
+		}
+		if typ == protowire.BytesType && (num == 1 || num == 2) {
+			v, _ := protowire.ConsumeBytes(b[n:])
+			start := off + n + vn - len(v)
+			if num == 1 {
+				f.key = f.buf[start : start+len(v) : start+len(v)]
+			} else {
+				f.value = f.buf[start : start+len(v) : start+len(v)]
+				f.valueStart = start
+				f.valueLast = start+len(v) == len(f.buf)
+			}
+		}
+		off += n + vn
+		b = b[n+vn:]
+	}
+	return nil
+}
+
+// kvServiceDesc is kvpb.KV with a Put handler that decodes into a putFrame.
+func kvServiceDesc() *grpc.ServiceDesc {
+	desc := kvpb.KV_ServiceDesc
+	desc.Methods = slices.Clone(desc.Methods)
+	for i := range desc.Methods {
+		if desc.Methods[i].MethodName == "Put" {
+			desc.Methods[i].Handler = putFrameHandler
+		}
+	}
+	return &desc
+}
+
+func putFrameHandler(srv any, ctx context.Context, dec func(any) error, interceptor grpc.UnaryServerInterceptor) (any, error) {
+	f := new(putFrame)
+	if err := dec(f); err != nil {
+		return nil, err
+	}
+	s := srv.(*kvServer)
+	if interceptor == nil {
+		return s.put(ctx, f.key, f.value, f)
+	}
+	info := &grpc.UnaryServerInfo{Server: srv, FullMethod: kvpb.KV_Put_FullMethodName}
+	return interceptor(ctx, f, info, func(ctx context.Context, req any) (any, error) {
+		f := req.(*putFrame)
+		return s.put(ctx, f.key, f.value, f)
+	})
+}
+
+// kvCodec is the client API's codec: kvpb.Codec, and putFrame.
+type kvCodec struct{ *kvpb.Codec }
+
+func (c kvCodec) Unmarshal(data mem.BufferSlice, v any) error {
+	f, ok := v.(*putFrame)
+	if !ok {
+		return c.Codec.Unmarshal(data, v)
+	}
+	return f.decode(bufferBytes(data))
 }
 
 func (s *kvServer) Delete(ctx context.Context, req *kvpb.DeleteRequest) (*kvpb.DeleteResponse, error) {

@@ -17,6 +17,7 @@ import (
 	"go.etcd.io/raft/v3"
 	"go.etcd.io/raft/v3/raftpb"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/experimental"
 
 	"github.com/nezha-harness/nezha/systems"
 	"github.com/nezha-harness/nezha/systems/kvpb"
@@ -74,6 +75,7 @@ type Node struct {
 	rn  *raft.RawNode // owned by the Ready loop goroutine
 
 	transport *transport
+	codec     *kvpb.Codec // the gRPC codec and buffer pool of both servers and the peer clients
 	kvServer  *grpc.Server
 	kvLis     net.Listener
 
@@ -153,6 +155,7 @@ func Start(cfg Config) (*Node, error) {
 		appliedWait:  newIndexWait(),
 		pendingReads: map[uint64]*readBatch{},
 		epoch:        time.Now(),
+		codec:        kvpb.NewCodec(),
 	}
 	n.disk = diskGuard{dir: cfg.DataDir, min: cfg.MinFreeDiskBytes}
 	n.minFollowerMatch.Store(math.MaxUint64)
@@ -186,6 +189,7 @@ func (n *Node) open() error {
 	}
 	lo := raftlog.DefaultOptions(n.cfg.logDir())
 	lo.SegmentSizeBytes = n.cfg.SegmentSizeBytes
+	lo.EntryCacheBytes = n.cfg.EntryCacheBytes
 	lo.Sync = n.cfg.Sync
 	lo.Bootstrap = raftpb.ConfState{Voters: voters}
 	lo.Logger = n.logger
@@ -264,10 +268,12 @@ func (n *Node) listen() error {
 	n.transport = newTransport(n, ilis)
 	n.kvLis = klis
 	n.kvServer = grpc.NewServer(
+		grpc.ForceServerCodecV2(kvCodec{n.codec}),
+		experimental.BufferPool(n.codec.Pool),
 		grpc.MaxRecvMsgSize(2*n.cfg.MaxValueBytes+systems.MaxKeyBytes+(1<<20)),
 		grpc.MaxSendMsgSize(n.cfg.ScanMaxBytes+n.cfg.MaxValueBytes+(4<<20)),
 	)
-	kvpb.RegisterKVServer(n.kvServer, &kvServer{n: n})
+	n.kvServer.RegisterService(kvServiceDesc(), &kvServer{n: n})
 	go func() {
 		if err := n.kvServer.Serve(klis); err != nil && !errors.Is(err, grpc.ErrServerStopped) {
 			n.fail(fmt.Errorf("client API server: %w", err))
@@ -638,28 +644,33 @@ func (n *Node) nextRequestID() uint64 { return n.reqNonce | (n.reqSeq.Add(1) & 0
 // proposeAndWait proposes a command and waits until it is applied.
 func (n *Node) proposeAndWait(ctx context.Context, c *systems.Command) (uint64, error) {
 	c.RequestID = n.nextRequestID()
-	data := systems.AppendCommand(make([]byte, 0, c.EncodedSize()), c)
-	ch := n.proposals.register(c.RequestID)
+	return n.proposeDataAndWait(ctx, c.RequestID, systems.AppendCommand(make([]byte, 0, c.EncodedSize()), c))
+}
+
+// proposeDataAndWait proposes the encoded command data of request id and
+// waits until it is applied.
+func (n *Node) proposeDataAndWait(ctx context.Context, id uint64, data []byte) (uint64, error) {
+	ch := n.proposals.register(id)
 	select {
-	case n.propc <- proposal{id: c.RequestID, data: data}:
+	case n.propc <- proposal{id: id, data: data}:
 	case <-ctx.Done():
-		n.proposals.cancel(c.RequestID)
+		n.proposals.cancel(id)
 		return 0, errDropped // never handed to raft
 	case <-n.stopc:
-		n.proposals.cancel(c.RequestID)
+		n.proposals.cancel(id)
 		return 0, errDropped
 	case <-n.failed:
-		n.proposals.cancel(c.RequestID)
+		n.proposals.cancel(id)
 		return 0, errDropped
 	}
 	select {
 	case r := <-ch:
 		return r.index, r.err
 	case <-ctx.Done():
-		n.proposals.cancel(c.RequestID)
+		n.proposals.cancel(id)
 		return 0, ctx.Err()
 	case <-n.failed:
-		n.proposals.cancel(c.RequestID)
+		n.proposals.cancel(id)
 		return 0, errStopping
 	}
 }

@@ -327,6 +327,10 @@ func TestStartErrors(t *testing.T) {
 	if err := bad.Validate(); !errors.As(err, &ue) || !strings.Contains(err.Error(), `-address "x" is not host:port`) {
 		t.Fatalf("malformed -address: %v", err)
 	}
+	bad.EntryCacheBytes = -1
+	if err := bad.Validate(); err == nil || !strings.Contains(err.Error(), "entry cache size -1") || !strings.Contains(err.Error(), "-address") {
+		t.Fatalf("negative entry cache with a bad -address: %v, want both reported", err)
+	}
 	// A port in use is named.
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

@@ -55,6 +55,7 @@ func Serve(args []string, reg *systems.Registry, stdout, stderr io.Writer) error
 	fs.StringVar(&cfg.ClusterID, "clusterID", "", "cluster name; peers of another cluster are refused (default: derived from -peers)")
 	fs.BoolVar(&cfg.Sync, "sync", cfg.Sync, "fdatasync the Raft log once per Ready; false is for comparison only")
 	fs.Int64Var(&cfg.SegmentSizeBytes, "segmentSizeBytes", cfg.SegmentSizeBytes, "Raft log segment size in bytes")
+	fs.Int64Var(&cfg.EntryCacheBytes, "entryCacheBytes", cfg.EntryCacheBytes, "bytes of the newest Raft entries kept in memory so they are not read back from the log (0: off)")
 	fs.IntVar(&cfg.MaxValueBytes, "maxValueBytes", cfg.MaxValueBytes, "largest value a Put accepts, in bytes")
 	fs.DurationVar(&cfg.TickInterval, "tick", cfg.TickInterval, "Raft tick interval")
 	fs.IntVar(&cfg.ElectionTicks, "electionTicks", cfg.ElectionTicks, "election timeout in ticks")

@@ -1,9 +1,12 @@
 package node
 
 import (
+	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"net"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -14,9 +17,12 @@ import (
 	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/experimental"
 	"google.golang.org/grpc/keepalive"
+	"google.golang.org/grpc/mem"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/encoding/protowire"
 
 	"github.com/nezha-harness/nezha/systems/kvpb"
 )
@@ -44,6 +50,7 @@ type transport struct {
 	ctx    context.Context
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
+	codec  *batchCodec
 }
 
 type peer struct {
@@ -57,9 +64,11 @@ type peer struct {
 func maxMsgBytes(n *Node) int { return 2*n.cfg.MaxValueBytes + maxBatchBytes + (1 << 20) }
 
 func newTransport(n *Node, lis net.Listener) *transport {
-	t := &transport{n: n, peers: map[uint64]*peer{}}
+	t := &transport{n: n, peers: map[uint64]*peer{}, codec: &batchCodec{Codec: n.codec}}
 	t.ctx, t.cancel = context.WithCancel(context.Background())
 	t.server = grpc.NewServer(
+		grpc.ForceServerCodecV2(t.codec),
+		experimental.BufferPool(t.codec.Pool),
 		grpc.MaxRecvMsgSize(maxMsgBytes(n)),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 500 * time.Millisecond, PermitWithoutStream: true}),
 	)
@@ -77,7 +86,8 @@ func newTransport(n *Node, lis net.Listener) *transport {
 		addr := n.cfg.dialAddress(id)
 		conn, err := grpc.NewClient(addr,
 			grpc.WithTransportCredentials(insecure.NewCredentials()),
-			grpc.WithDefaultCallOptions(grpc.MaxCallSendMsgSize(maxMsgBytes(n))),
+			grpc.WithDefaultCallOptions(grpc.MaxCallSendMsgSize(maxMsgBytes(n)), grpc.ForceCodecV2(t.codec)),
+			experimental.WithBufferPool(t.codec.Pool),
 			grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: time.Second, Timeout: 2 * time.Second, PermitWithoutStream: true}),
 			// Reconnect within a second of a peer's restart (gRPC's default
 			// backoff grows to two minutes).
@@ -135,12 +145,11 @@ func (t *transport) reportUnreachable(id uint64) {
 // runPeer keeps a stream to p open and writes batches to it.
 func (t *transport) runPeer(p *peer) {
 	defer t.wg.Done()
-	client := kvpb.NewRaftClient(p.conn)
 	md := t.n.outgoingMD()
 	backoff := 50 * time.Millisecond
 	for t.ctx.Err() == nil {
 		ctx, cancel := context.WithCancel(metadata.NewOutgoingContext(t.ctx, md))
-		stream, err := client.Stream(ctx)
+		stream, err := p.conn.NewStream(ctx, &kvpb.Raft_ServiceDesc.Streams[0], kvpb.Raft_Stream_FullMethodName)
 		if err == nil {
 			err = t.pump(p, stream)
 		}
@@ -165,9 +174,11 @@ func (t *transport) runPeer(p *peer) {
 	}
 }
 
-// pump sends queued messages on stream until an error.
-func (t *transport) pump(p *peer, stream grpc.ClientStreamingClient[kvpb.MessageBatch, kvpb.StreamAck]) error {
-	var batch kvpb.MessageBatch
+// pump sends queued messages on stream until an error: whatever is queued
+// (up to maxBatchBytes) goes out as one MessageBatch, marshaled once by
+// batchCodec.
+func (t *transport) pump(p *peer, stream grpc.ClientStream) error {
+	var batch outBatch
 	for {
 		var m raftpb.Message
 		select {
@@ -175,21 +186,18 @@ func (t *transport) pump(p *peer, stream grpc.ClientStreamingClient[kvpb.Message
 		case <-t.ctx.Done():
 			return t.ctx.Err()
 		}
-		batch.Messages = batch.Messages[:0]
+		clear(batch.msgs)
+		batch.msgs = batch.msgs[:0]
 		size := 0
 		for {
-			b, err := m.Marshal()
-			if err != nil {
-				return err
-			}
-			batch.Messages = append(batch.Messages, b)
-			size += len(b)
+			batch.msgs = append(batch.msgs, m)
+			size += m.Size()
 			if size >= maxBatchBytes || len(p.msgc) == 0 {
 				break
 			}
 			m = <-p.msgc
 		}
-		if err := stream.Send(&batch); err != nil {
+		if err := stream.SendMsg(&batch); err != nil {
 			return err
 		}
 	}
@@ -222,17 +230,13 @@ func (s *raftServer) Stream(stream grpc.ClientStreamingServer[kvpb.MessageBatch,
 	if err != nil {
 		return err
 	}
+	var batch inBatch
 	for {
-		batch, err := stream.Recv()
-		if err != nil {
+		batch.msgs = batch.msgs[:0]
+		if err := stream.RecvMsg(&batch); err != nil {
 			return err
 		}
-		for _, b := range batch.Messages {
-			var m raftpb.Message
-			if err := m.Unmarshal(b); err != nil {
-				n.logger.Warn("undecodable raft message dropped", "err", err)
-				continue
-			}
+		for _, m := range batch.msgs {
 			if m.From != from || m.To != n.id {
 				n.logger.Warn("raft message with a wrong address dropped", "from", m.From, "to", m.To, "stream_from", from)
 				continue
@@ -275,4 +279,201 @@ func (n *Node) admitPeer(ctx context.Context) (uint64, error) {
 		n.peerAddrs.Store(id, addr[0])
 	}
 	return id, nil
+}
+
+// batchCodec is the gRPC codec of the peer transport. An outBatch is
+// written in the protobuf wire form of a MessageBatch (field 1, repeated
+// bytes) straight from its raftpb.Messages: the payloads of large entries
+// are handed to gRPC as buffers of their own (no copy; entries are never
+// mutated), everything else is marshaled once into a small buffer. An
+// inBatch is decoded from one copy of gRPC's receive buffers that the
+// decoded entries alias (no copy per entry). Other messages go through
+// kvpb.Codec.
+type batchCodec struct {
+	*kvpb.Codec
+}
+
+// outBatch is the messages of one MessageBatch to send.
+type outBatch struct{ msgs []raftpb.Message }
+
+// inBatch receives the messages of one MessageBatch. Their entries' Data
+// alias one buffer owned by the batch.
+type inBatch struct{ msgs []raftpb.Message }
+
+const (
+	// messageBatchTag is the tag of MessageBatch.messages: field 1, bytes.
+	messageBatchTag = 1<<3 | 2
+	// messageEntriesField and entryDataField are raftpb.Message.entries
+	// and raftpb.Entry.data.
+	messageEntriesField = 7
+	entryDataField      = 4
+	// inlineEntryBytes: entry payloads below this size are copied into
+	// the batch's buffer; larger ones are sent from their own memory.
+	inlineEntryBytes = 4 << 10
+)
+
+func (c *batchCodec) Marshal(v any) (mem.BufferSlice, error) {
+	b, ok := v.(*outBatch)
+	if !ok {
+		return c.Codec.Marshal(v)
+	}
+	var out mem.BufferSlice
+	var head []byte
+	for i := range b.msgs {
+		m := b.msgs[i] // a copy: its Entries are marshaled apart
+		ents := m.Entries
+		m.Entries = nil
+		size := m.Size()
+		for j := range ents {
+			n := ents[j].Size()
+			size += 1 + protowire.SizeVarint(uint64(n)) + n
+		}
+		head = append(head, messageBatchTag)
+		head = protowire.AppendVarint(head, uint64(size))
+		head = appendMarshaled(head, &m)
+		for j := range ents {
+			e := &ents[j]
+			head = protowire.AppendTag(head, messageEntriesField, protowire.BytesType)
+			head = protowire.AppendVarint(head, uint64(e.Size()))
+			if len(e.Data) < inlineEntryBytes {
+				head = appendMarshaled(head, e)
+				continue
+			}
+			noData := raftpb.Entry{Term: e.Term, Index: e.Index, Type: e.Type}
+			head = appendMarshaled(head, &noData)
+			head = protowire.AppendTag(head, entryDataField, protowire.BytesType)
+			head = protowire.AppendVarint(head, uint64(len(e.Data)))
+			out = append(out, mem.SliceBuffer(head), mem.SliceBuffer(e.Data))
+			head = nil
+		}
+	}
+	if len(head) > 0 {
+		out = append(out, mem.SliceBuffer(head))
+	}
+	return out, nil
+}
+
+// bufferBytes returns the bytes of each buffer of data (valid until gRPC
+// frees data, after the codec's Unmarshal returns).
+func bufferBytes(data mem.BufferSlice) [][]byte {
+	parts := make([][]byte, len(data))
+	for i, d := range data {
+		parts[i] = d.ReadOnlyData()
+	}
+	return parts
+}
+
+// appendMarshaled appends the gogo-protobuf encoding of m to dst.
+func appendMarshaled(dst []byte, m interface {
+	Size() int
+	MarshalToSizedBuffer([]byte) (int, error)
+}) []byte {
+	n := m.Size()
+	dst = slices.Grow(dst, n)
+	_, _ = m.MarshalToSizedBuffer(dst[len(dst) : len(dst)+n]) // cannot fail with an exact buffer
+	return dst[:len(dst)+n]
+}
+
+func (c *batchCodec) Unmarshal(data mem.BufferSlice, v any) error {
+	b, ok := v.(*inBatch)
+	if !ok {
+		return c.Codec.Unmarshal(data, v)
+	}
+	// One copy out of gRPC's pooled buffers, without zeroing (bytes.Join);
+	// the entries alias it.
+	raw := bytes.Join(bufferBytes(data), nil)
+	var rest []byte // the fields of one message other than its entries
+	for len(raw) > 0 {
+		if raw[0] != messageBatchTag {
+			return fmt.Errorf("raft message batch: unexpected tag byte %#x", raw[0])
+		}
+		mb, n := protowire.ConsumeBytes(raw[1:])
+		if n < 0 {
+			return fmt.Errorf("raft message batch: %w", protowire.ParseError(n))
+		}
+		raw = raw[1+n:]
+		m, err := decodeMessage(mb, rest[:0])
+		if err != nil {
+			return fmt.Errorf("raft message batch: %w", err)
+		}
+		b.msgs = append(b.msgs, m)
+	}
+	return nil
+}
+
+// decodeMessage decodes a raftpb.Message whose entries' Data alias b;
+// scratch collects the other fields for gogo's Unmarshal.
+func decodeMessage(b, scratch []byte) (raftpb.Message, error) {
+	var ents []raftpb.Entry
+	for len(b) > 0 {
+		num, typ, n := protowire.ConsumeTag(b)
+		if n < 0 {
+			return raftpb.Message{}, protowire.ParseError(n)
+		}
+		vn := protowire.ConsumeFieldValue(num, typ, b[n:])
+		if vn < 0 {
+			return raftpb.Message{}, protowire.ParseError(vn)
+		}
+		if num == messageEntriesField && typ == protowire.BytesType {
+			eb, _ := protowire.ConsumeBytes(b[n:])
+			e, err := decodeEntry(eb)
+			if err != nil {
+				return raftpb.Message{}, err
+			}
+			ents = append(ents, e)
+		} else {
+			scratch = append(scratch, b[:n+vn]...)
+		}
+		b = b[n+vn:]
+	}
+	var m raftpb.Message
+	if err := m.Unmarshal(scratch); err != nil {
+		return raftpb.Message{}, err
+	}
+	m.Entries = ents
+	return m, nil
+}
+
+// decodeEntry decodes a raftpb.Entry whose Data aliases b (capped, so that
+// an append to it cannot overwrite what follows).
+func decodeEntry(b []byte) (raftpb.Entry, error) {
+	var e raftpb.Entry
+	for len(b) > 0 {
+		num, typ, n := protowire.ConsumeTag(b)
+		if n < 0 {
+			return e, protowire.ParseError(n)
+		}
+		b = b[n:]
+		switch {
+		case num == entryDataField && typ == protowire.BytesType:
+			v, n := protowire.ConsumeBytes(b)
+			if n < 0 {
+				return e, protowire.ParseError(n)
+			}
+			e.Data = v[:len(v):len(v)]
+			b = b[n:]
+			continue
+		case num <= 3 && typ == protowire.VarintType:
+			v, n := protowire.ConsumeVarint(b)
+			if n < 0 {
+				return e, protowire.ParseError(n)
+			}
+			switch num {
+			case 1:
+				e.Type = raftpb.EntryType(v)
+			case 2:
+				e.Term = v
+			case 3:
+				e.Index = v
+			}
+			b = b[n:]
+			continue
+		}
+		n = protowire.ConsumeFieldValue(num, typ, b)
+		if n < 0 {
+			return e, protowire.ParseError(n)
+		}
+		b = b[n:]
+	}
+	return e, nil
 }

@@ -1,17 +1,20 @@
 // Package raftlog is the persistent Raft log shared by every system: a
 // directory of append-only segment files (000001.log, 000002.log, ...) of
 // CRC-checked records holding Raft entries, HardState and compaction markers.
-// It implements raft.Storage (go.etcd.io/raft/v3) without keeping entries in
-// memory: only a small per-entry location is kept, and entries are read back
-// with positioned reads.
+// It implements raft.Storage (go.etcd.io/raft/v3) keeping only a small
+// per-entry location in memory, plus a bounded cache of the most recently
+// appended entries (Options.EntryCacheBytes): committed entries and the
+// MsgApps of followers that trail by little are served from it; older entries
+// are read back with positioned reads.
 //
 // For KV-separated systems (nezha) this log is also the value store: a value
 // is persisted once, in its entry's record, and the state machine keeps only
 // its systems.Location (ReadCommand reads it back).
 //
 // Durability: Append writes the records of one Ready (entries and HardState)
-// with one write and at most one fdatasync (group commit). Options.Sync=false
-// skips every fsync; it exists for comparison only.
+// with one vectored write (large payloads are not copied into a buffer) and at
+// most one fdatasync (group commit). Options.Sync=false skips every fsync; it
+// exists for comparison only.
 //
 // Recovery: Open scans every segment and checks every CRC. A bad or short
 // record at the end of the last segment is a torn write and is truncated with
@@ -43,6 +46,10 @@ import (
 // DefaultSegmentSizeBytes is the default of Options.SegmentSizeBytes (64 MiB).
 const DefaultSegmentSizeBytes = 64 << 20
 
+// DefaultEntryCacheBytes is the default of Options.EntryCacheBytes (32 MiB:
+// at 256 KiB values, 128 entries, several Readies of commit lag).
+const DefaultEntryCacheBytes = 32 << 20
+
 // Options configures a Log.
 type Options struct {
 	// Dir holds the segment files. Created if missing.
@@ -56,13 +63,19 @@ type Options struct {
 	// Bootstrap is the membership written into a new, empty log. It is
 	// ignored when the log already exists.
 	Bootstrap raftpb.ConfState
+	// EntryCacheBytes bounds the payload bytes of the most recently appended
+	// entries that Entries serves from memory instead of re-reading their
+	// records (committed entries are usually still there when raft hands
+	// them to apply). 0 disables the cache. Default 32 MiB
+	// (DefaultEntryCacheBytes).
+	EntryCacheBytes int64
 	// Logger receives warnings (torn tails). Default slog.Default().
 	Logger *slog.Logger
 }
 
 // DefaultOptions returns Options with the documented defaults for dir.
 func DefaultOptions(dir string) Options {
-	return Options{Dir: dir, SegmentSizeBytes: DefaultSegmentSizeBytes, Sync: true}
+	return Options{Dir: dir, SegmentSizeBytes: DefaultSegmentSizeBytes, Sync: true, EntryCacheBytes: DefaultEntryCacheBytes}
 }
 
 // Validate reports every problem with o at once.
@@ -73,6 +86,9 @@ func (o *Options) Validate() error {
 	}
 	if o.SegmentSizeBytes < 4096 {
 		errs = append(errs, fmt.Errorf("raftlog: SegmentSizeBytes %d is below the minimum of 4096", o.SegmentSizeBytes))
+	}
+	if o.EntryCacheBytes < 0 {
+		errs = append(errs, fmt.Errorf("raftlog: EntryCacheBytes %d must not be negative", o.EntryCacheBytes))
 	}
 	return errors.Join(errs...)
 }
@@ -94,6 +110,9 @@ type Stats struct {
 	Fsyncs int64
 	// Appends counts Append calls that wrote something.
 	Appends int64
+	// CacheHits and CacheMisses count Entries calls served from the entry
+	// cache and from the segment files.
+	CacheHits, CacheMisses int64
 }
 
 // Log is a segmented Raft log. Append, ApplySnapshot and Compact must be
@@ -112,13 +131,17 @@ type Log struct {
 	first     uint64      // = snap.Index + 1
 	snap      raftpb.SnapshotMetadata
 	hs        raftpb.HardState
+	cache     entryCache // the newest entries, under mu
 
-	buf []byte // encoding buffer, owned by the writer goroutine
-	gap gap    // the last index gap seen by recovery
+	buf  []byte   // encoding buffer, owned by the writer goroutine
+	iovs [][]byte // the vectored write of one Append, owned by the writer
+	gap  gap      // the last index gap seen by recovery
 
 	bytesWritten atomic.Int64
 	fsyncs       atomic.Int64
 	appends      atomic.Int64
+	cacheHits    atomic.Int64
+	cacheMisses  atomic.Int64
 }
 
 var _ raft.Storage = (*Log)(nil)
@@ -135,7 +158,8 @@ func Open(opts Options) (*Log, error) {
 	if err := os.MkdirAll(opts.Dir, 0o755); err != nil {
 		return nil, fmt.Errorf("raftlog: %w", err)
 	}
-	l := &Log{opts: opts, logger: opts.Logger, byID: map[uint64]*segment{}, first: 1}
+	l := &Log{opts: opts, logger: opts.Logger, byID: map[uint64]*segment{}, first: 1,
+		cache: entryCache{maxBytes: opts.EntryCacheBytes}}
 	ids, err := listSegments(opts.Dir)
 	if err != nil {
 		return nil, err
@@ -364,6 +388,7 @@ func (l *Log) replay(seg *segment, off int64, h header, payload []byte) error {
 func (l *Log) resetTo(md raftpb.SnapshotMetadata) {
 	l.snap = md
 	l.metas = nil
+	l.cache.reset()
 	l.first = md.Index + 1
 	for _, s := range l.segs {
 		s.lastIndex = min(s.lastIndex, md.Index)
@@ -384,6 +409,7 @@ func (l *Log) compactTo(md raftpb.SnapshotMetadata) {
 	l.metas = append([]entryMeta(nil), l.metas[md.Index+1-l.first:]...)
 	l.snap = md
 	l.first = md.Index + 1
+	l.cache.dropThrough(md.Index)
 }
 
 func (l *Log) lastIndex() uint64 { return l.first + uint64(len(l.metas)) - 1 }
@@ -451,6 +477,12 @@ func (l *Log) Entries(lo, hi, maxSize uint64) ([]raftpb.Entry, error) {
 		l.mu.RUnlock()
 		return nil, fmt.Errorf("raftlog: entries [%d, %d) requested, last index is %d", lo, hi, l.lastIndex())
 	}
+	if ents, ok := l.cache.slice(lo, hi, maxSize); ok {
+		l.mu.RUnlock()
+		l.cacheHits.Add(1)
+		return ents, nil
+	}
+	l.cacheMisses.Add(1)
 	var size uint64
 	metas := make([]entryMeta, 0, hi-lo)
 	for i := lo; i < hi; i++ {
@@ -620,28 +652,60 @@ func (l *Log) Append(hs raftpb.HardState, ents []raftpb.Entry, mustSync bool) er
 	}
 	seg := l.active()
 	base := seg.size.Load()
-	buf := l.buf[:0]
-	newMetas := make([]entryMeta, 0, len(ents))
-	for i := range ents {
-		e := &ents[i]
-		off := base + int64(len(buf))
-		k := kindEntryNormal + kind(e.Type)
-		buf = appendRecord(buf, k, e.Term, e.Index, e.Data)
-		newMetas = append(newMetas, entryMeta{seg: seg, off: off, length: uint32(headerSize + len(e.Data)), term: e.Term, kind: k})
-	}
 	hsChanged := !raft.IsEmptyHardState(hs) && !isHardStateEqual(hs, prevHS)
+	var hsData []byte
 	if hsChanged {
 		md, err := hs.Marshal()
 		if err != nil {
 			return err
 		}
-		buf = appendRecord(buf, kindHardState, 0, 0, md)
+		hsData = md
 	}
-	l.buf = buf
-	if len(buf) == 0 {
+	// One buffer holds every header, the small payloads and the HardState
+	// record; it is sized up front so that the iovecs into it stay valid.
+	inline := headerSize + len(hsData)
+	for i := range ents {
+		inline += headerSize
+		if len(ents[i].Data) < vectorMinBytes {
+			inline += len(ents[i].Data)
+		}
+	}
+	if cap(l.buf) < inline {
+		l.buf = make([]byte, 0, inline)
+	}
+	buf := l.buf[:0]
+	iovs := l.iovs[:0]
+	mark := 0 // start of the part of buf not yet in iovs
+	size := int64(0)
+	newMetas := make([]entryMeta, 0, len(ents))
+	for i := range ents {
+		e := &ents[i]
+		k := kindEntryNormal + kind(e.Type)
+		n := int64(headerSize + len(e.Data))
+		newMetas = append(newMetas, entryMeta{seg: seg, off: base + size, length: uint32(n), term: e.Term, kind: k})
+		size += n
+		if len(e.Data) < vectorMinBytes {
+			buf = appendRecord(buf, k, e.Term, e.Index, e.Data)
+			continue
+		}
+		buf = appendRecordHeader(buf, k, e.Term, e.Index, e.Data)
+		iovs = append(iovs, buf[mark:], e.Data)
+		mark = len(buf)
+	}
+	if hsChanged {
+		buf = appendRecord(buf, kindHardState, 0, 0, hsData)
+		size += int64(headerSize + len(hsData))
+	}
+	if len(buf) > mark {
+		iovs = append(iovs, buf[mark:])
+	}
+	l.buf, l.iovs = buf, iovs
+	if size == 0 {
 		return nil
 	}
-	if err := l.write(seg, buf, mustSync); err != nil {
+	err := l.writev(seg, iovs, size, mustSync)
+	clear(l.iovs) // drop the references to the payloads
+	if err != nil {
 		return err
 	}
 	l.mu.Lock()
@@ -650,6 +714,7 @@ func (l *Log) Append(hs raftpb.HardState, ents []raftpb.Entry, mustSync bool) er
 		for i := range ents {
 			seg.noteIndex(ents[i].Index)
 		}
+		l.cache.append(ents)
 	}
 	if hsChanged {
 		l.hs = hs
@@ -668,16 +733,22 @@ func isHardStateEqual(a, b raftpb.HardState) bool {
 
 // write appends buf to seg and optionally fdatasyncs it.
 func (l *Log) write(seg *segment, buf []byte, mustSync bool) error {
+	return l.writev(seg, [][]byte{buf}, int64(len(buf)), mustSync)
+}
+
+// writev appends the concatenation of bufs (size bytes in all) to seg with
+// positioned vectored writes, and optionally fdatasyncs it.
+func (l *Log) writev(seg *segment, bufs [][]byte, size int64, mustSync bool) error {
 	off := seg.size.Load()
-	if _, err := seg.f.WriteAt(buf, off); err != nil {
+	if err := pwritev(seg.f, bufs, off); err != nil {
 		// Leave the in-memory state as it was; a partial write is a torn
 		// tail for the next recovery. Cut it now so that a retry appends at
 		// a clean offset.
 		_ = seg.f.Truncate(off)
 		return fmt.Errorf("raftlog: write %s at %d: %w", seg.path, off, err)
 	}
-	seg.size.Store(off + int64(len(buf)))
-	l.bytesWritten.Add(int64(len(buf)))
+	seg.size.Store(off + size)
+	l.bytesWritten.Add(size)
 	if mustSync && l.opts.Sync {
 		if err := unix.Fdatasync(int(seg.f.Fd())); err != nil {
 			return fmt.Errorf("raftlog: fdatasync %s: %w", seg.path, err)
@@ -820,7 +891,8 @@ func (l *Log) RemoveSegment(id uint64) error {
 
 // Stats returns cumulative counters.
 func (l *Log) Stats() Stats {
-	return Stats{BytesWritten: l.bytesWritten.Load(), Fsyncs: l.fsyncs.Load(), Appends: l.appends.Load()}
+	return Stats{BytesWritten: l.bytesWritten.Load(), Fsyncs: l.fsyncs.Load(), Appends: l.appends.Load(),
+		CacheHits: l.cacheHits.Load(), CacheMisses: l.cacheMisses.Load()}
 }
 
 // Sync forces an fdatasync of the active segment (used on clean shutdown
@@ -968,4 +1040,123 @@ func syncDir(dir string) error {
 		return fmt.Errorf("raftlog: fsync %s: %w", dir, err)
 	}
 	return nil
+}
+
+// vectorMinBytes: an entry payload at least this large is written from its
+// own buffer (an iovec of the vectored write) instead of being copied into
+// the Append buffer.
+const vectorMinBytes = 4 << 10
+
+// maxIovecs bounds the iovecs of one pwritev call (Linux's IOV_MAX).
+const maxIovecs = 1024
+
+// pwritev writes the concatenation of bufs at off, looping over short
+// writes and IOV_MAX.
+func pwritev(f *os.File, bufs [][]byte, off int64) error {
+	fd := int(f.Fd())
+	for len(bufs) > 0 {
+		if len(bufs[0]) == 0 {
+			bufs = bufs[1:]
+			continue
+		}
+		n, err := unix.Pwritev(fd, bufs[:min(len(bufs), maxIovecs)], off)
+		if err != nil {
+			if errors.Is(err, unix.EINTR) {
+				continue
+			}
+			return err
+		}
+		if n == 0 {
+			return io.ErrShortWrite
+		}
+		off += int64(n)
+		for n > 0 {
+			if n < len(bufs[0]) {
+				bufs[0] = bufs[0][n:]
+				break
+			}
+			n -= len(bufs[0])
+			bufs = bufs[1:]
+		}
+	}
+	return nil
+}
+
+// entryCache keeps the most recently appended entries, contiguous from
+// index first, within maxBytes of payload. It aliases the entries' Data,
+// which nobody mutates (raft's contract for Ready entries). Guarded by
+// Log.mu.
+type entryCache struct {
+	maxBytes int64
+	first    uint64
+	ents     []raftpb.Entry
+	bytes    int64
+}
+
+// append adds ents (contiguous, ascending), replacing any cached entries at
+// or above ents[0].Index (a new leader overwrote a suffix), then evicts the
+// oldest entries beyond maxBytes.
+func (c *entryCache) append(ents []raftpb.Entry) {
+	if c.maxBytes <= 0 || len(ents) == 0 {
+		return
+	}
+	start := ents[0].Index
+	switch {
+	case len(c.ents) == 0 || start < c.first || start > c.first+uint64(len(c.ents)):
+		c.reset()
+		c.first = start
+	default:
+		keep := int(start - c.first)
+		for i := keep; i < len(c.ents); i++ {
+			c.bytes -= int64(len(c.ents[i].Data))
+			c.ents[i] = raftpb.Entry{}
+		}
+		c.ents = c.ents[:keep]
+	}
+	for i := range ents {
+		c.ents = append(c.ents, ents[i])
+		c.bytes += int64(len(ents[i].Data))
+	}
+	for len(c.ents) > 0 && c.bytes > c.maxBytes {
+		c.bytes -= int64(len(c.ents[0].Data))
+		c.ents[0] = raftpb.Entry{}
+		c.ents = c.ents[1:]
+		c.first++
+	}
+}
+
+// dropThrough evicts the entries at or below index (log compaction).
+func (c *entryCache) dropThrough(index uint64) {
+	for len(c.ents) > 0 && c.first <= index {
+		c.bytes -= int64(len(c.ents[0].Data))
+		c.ents[0] = raftpb.Entry{}
+		c.ents = c.ents[1:]
+		c.first++
+	}
+}
+
+func (c *entryCache) reset() {
+	clear(c.ents)
+	c.ents, c.bytes, c.first = c.ents[:0], 0, 0
+}
+
+// slice returns the entries [lo, hi) if all are cached, limited to maxSize
+// bytes of records as Log.Entries does (at least one entry). The result's
+// capacity is its length: raft may append to it.
+func (c *entryCache) slice(lo, hi, maxSize uint64) ([]raftpb.Entry, bool) {
+	if len(c.ents) == 0 || lo < c.first || hi > c.first+uint64(len(c.ents)) || lo >= hi {
+		return nil, false
+	}
+	a, b := int(lo-c.first), int(hi-c.first)
+	var size uint64
+	for i := a; i < b; i++ {
+		size += uint64(headerSize + len(c.ents[i].Data))
+		if i > a && size > maxSize {
+			b = i
+			break
+		}
+	}
+	out := make([]raftpb.Entry, b-a)
+	copy(out, c.ents[a:b])
+	return out, true
 }

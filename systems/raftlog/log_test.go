@@ -415,9 +415,10 @@ func TestAppendRejectsGap(t *testing.T) {
 }
 
 func TestOptionsValidateReportsEverything(t *testing.T) {
-	o := Options{SegmentSizeBytes: 10}
+	o := Options{SegmentSizeBytes: 10, EntryCacheBytes: -1}
 	err := o.Validate()
-	if err == nil || !strings.Contains(err.Error(), "Dir") || !strings.Contains(err.Error(), "SegmentSizeBytes") {
+	if err == nil || !strings.Contains(err.Error(), "Dir") || !strings.Contains(err.Error(), "SegmentSizeBytes") ||
+		!strings.Contains(err.Error(), "EntryCacheBytes") {
 		t.Fatalf("Validate = %v, want both problems", err)
 	}
 }

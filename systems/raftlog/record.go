@@ -70,6 +70,12 @@ type header struct {
 
 // appendRecord appends one record to dst.
 func appendRecord(dst []byte, k kind, term, index uint64, payload []byte) []byte {
+	return append(appendRecordHeader(dst, k, term, index, payload), payload...)
+}
+
+// appendRecordHeader appends the header of a record whose payload the
+// caller writes right after it (a vectored write); the CRC covers payload.
+func appendRecordHeader(dst []byte, k kind, term, index uint64, payload []byte) []byte {
 	start := len(dst)
 	dst = append(dst, make([]byte, headerSize)...)
 	h := dst[start : start+headerSize]
@@ -77,9 +83,8 @@ func appendRecord(dst []byte, k kind, term, index uint64, payload []byte) []byte
 	h[8] = byte(k)
 	binary.LittleEndian.PutUint64(h[9:], term)
 	binary.LittleEndian.PutUint64(h[17:], index)
-	dst = append(dst, payload...)
-	crc := crc32.Update(0, castagnoli, dst[start+4:])
-	binary.LittleEndian.PutUint32(dst[start:], crc)
+	crc := crc32.Update(crc32.Update(0, castagnoli, h[4:]), castagnoli, payload)
+	binary.LittleEndian.PutUint32(h, crc)
 	return dst
 }
 
