@@ -157,6 +157,8 @@ type run struct {
 	dataBytes int64 // bytes of records (the block index starts here)
 	records   uint64
 	blocks    []runBlock
+	// tier of the run (its size class; see tierFor), from the manifest.
+	tier int
 
 	mu      sync.RWMutex
 	removed bool
