@@ -430,7 +430,6 @@ func (c *collector) stats(segs []systems.SegmentInfo, bound uint64, trigger stri
 type planned struct {
 	ids                []uint64
 	reclaim, copyBytes int64
-	runs               int
 }
 
 func (c *collector) planFor(segs []systems.SegmentInfo, bound uint64, trigger string) planned {
@@ -447,11 +446,25 @@ func (c *collector) planFor(segs []systems.SegmentInfo, bound uint64, trigger st
 		f := byID[id]
 		p.reclaim += f.reclaimable()
 		p.copyBytes += f.live
-		if id&runFlag != 0 {
-			p.runs++
-		}
 	}
 	return p
+}
+
+// selectable returns the garbage of the files the strategy's Select picks
+// among the sealed segments at or below bound and the runs.
+func (c *collector) selectable(segs []systems.SegmentInfo, bound uint64) int64 {
+	c.s.applyMu.Lock()
+	frozen, runs := c.stats(segs, bound, TriggerGarbage)
+	c.s.applyMu.Unlock()
+	byID := map[uint64]fileStat{}
+	for _, f := range append(append([]fileStat(nil), frozen...), runs...) {
+		byID[f.id] = f
+	}
+	var g int64
+	for _, id := range c.strategy.Select(frozen, runs, c.cfg.GCGarbageRatio) {
+		g += byID[id].reclaimable()
+	}
+	return g
 }
 
 // due returns the trigger of the round that should run now, or "".
@@ -489,8 +502,9 @@ func (c *collector) due() string {
 		if sized >= c.strategy.LogThreshold(c.cfg.GCThresholdBytes, runBytes) {
 			return TriggerSize
 		}
-		if p := c.planFor(segs, bound, TriggerGarbage); p.reclaim >= minReclaim &&
-			float64(p.reclaim) >= c.cfg.GCGarbageRatio*float64(logBytes+runBytes) {
+		// The garbage the strategy's selection would reclaim (tiered's
+		// rounds then take the most profitable part of it).
+		if g := c.selectable(segs, bound); g >= minReclaim && float64(g) >= c.cfg.GCGarbageRatio*float64(logBytes+runBytes) {
 			return TriggerGarbage
 		}
 	}
@@ -503,8 +517,17 @@ func (c *collector) due() string {
 	}
 	last := c.lastWrite.Load()
 	quiet := c.cfg.GCIdleAfter > 0 && c.now().UnixNano()-last >= int64(c.cfg.GCIdleAfter)
-	if c.strategy.Name() == StrategyTiered {
-		if p := c.planFor(segs, bound, TriggerTier); p.runs >= 2 && (quiet || p.reclaim >= minReclaim) {
+	if t, ok := c.strategy.(tiered); ok {
+		// A full tier is merged when idle; while writes flow only once it
+		// holds twice the fan-out (bounding the runs a scan meets).
+		need := 2 * t.fanout
+		if quiet {
+			need = t.fanout
+		}
+		c.s.applyMu.Lock()
+		_, runs := c.stats(segs, bound, TriggerTier)
+		c.s.applyMu.Unlock()
+		if len(t.fullTier(runs, need)) > 0 {
 			return TriggerTier
 		}
 	}

@@ -2,6 +2,7 @@ package nezha
 
 import (
 	"slices"
+	"sort"
 
 	"github.com/nezha-harness/nezha/systems"
 )
@@ -225,14 +226,60 @@ func (tiered) Select(frozen, runs []fileStat, ratio float64) []uint64 {
 	return ids
 }
 
-// fullTier returns the runs of the lowest tier that holds at least fanout
+// reclaimSelect is tiered's selection while writes flow: nothing but the
+// files with no live byte unless the garbage of these files is at least
+// ratio of their bytes; then the files worth a rewrite, most garbage
+// first, until the garbage left is at most reclaimDownTo x ratio
+// (hysteresis: the next such round is due only after more garbage comes;
+// taking fewer, emptier files per round copies less). Deferring
+// and picking the emptiest files first copies the least per byte
+// reclaimed (LFS's cost-benefit cleaning, Badger's discard statistics).
+func (t tiered) reclaimSelect(frozen, runs []fileStat, ratio float64) []uint64 {
+	var total, garbage int64
+	var ids []uint64
+	var cands []fileStat
+	for _, fs := range [][]fileStat{frozen, runs} {
+		for _, f := range fs {
+			total += f.size
+			garbage += f.reclaimable()
+			if f.live == 0 {
+				ids = append(ids, f.id)
+				garbage -= f.size
+				total -= f.size
+			} else if f.worthRewrite(ratio) {
+				cands = append(cands, f)
+			}
+		}
+	}
+	if float64(garbage) < ratio*float64(total) {
+		return ids
+	}
+	sort.SliceStable(cands, func(i, j int) bool {
+		return float64(cands[i].reclaimable())/float64(cands[i].size) > float64(cands[j].reclaimable())/float64(cands[j].size)
+	})
+	for _, f := range cands {
+		if float64(garbage) <= reclaimDownTo*ratio*float64(total) {
+			break
+		}
+		ids = append(ids, f.id)
+		garbage -= f.reclaimable()
+		total -= f.reclaimable()
+	}
+	return ids
+}
+
+// reclaimDownTo: a tiered garbage round stops once the garbage left is at
+// most this fraction of -gcGarbageRatio.
+const reclaimDownTo = 0.8
+
+// fullTier returns the runs of the lowest tier that holds at least need
 // runs (nil if none does).
-func (t tiered) fullTier(runs []fileStat) []uint64 {
+func (t tiered) fullTier(runs []fileStat, need int) []uint64 {
 	byTier := map[int][]uint64{}
 	lowest := -1
 	for _, r := range runs {
 		byTier[r.tier] = append(byTier[r.tier], r.id)
-		if len(byTier[r.tier]) >= t.fanout && (lowest < 0 || r.tier < lowest) {
+		if len(byTier[r.tier]) >= need && (lowest < 0 || r.tier < lowest) {
 			lowest = r.tier
 		}
 	}
@@ -285,12 +332,12 @@ func (t tiered) Plan(in planInput) []uint64 {
 	case TriggerCheckpoint:
 		dead()
 	case TriggerSize, TriggerGarbage:
-		for _, id := range t.Select(in.frozen, in.runs, in.ratio) {
+		for _, id := range t.reclaimSelect(in.frozen, in.runs, in.ratio) {
 			add(id)
 		}
 	case TriggerTier:
 		dead()
-		for _, id := range t.fullTier(in.runs) {
+		for _, id := range t.fullTier(in.runs, t.fanout) {
 			add(id)
 		}
 	case TriggerIdle, TriggerScan, TriggerContinuous:
@@ -306,7 +353,7 @@ func (t tiered) Plan(in planInput) []uint64 {
 		for _, id := range t.Select(nil, in.runs, in.ratio) {
 			add(id)
 		}
-		for _, id := range t.fullTier(in.runs) {
+		for _, id := range t.fullTier(in.runs, t.fanout) {
 			add(id)
 		}
 	}

@@ -391,3 +391,23 @@ func TestGCRateLimitThrottles(t *testing.T) {
 	}
 	f.check()
 }
+
+// While writes flow, tiered rewrites nothing until the garbage reaches the
+// ratio, then the emptiest files first, down to 0.8 x the ratio.
+func TestTieredReclaimSelect(t *testing.T) {
+	tr := tiered{fanout: 4}
+	seg := func(id uint64, deadPct int64) fileStat {
+		return fileStat{id: id, size: 100 << 10, live: (100 - deadPct) << 10, dead: deadPct << 10}
+	}
+	// 40% garbage in all: below the ratio, only the dead file goes.
+	low := []fileStat{seg(1, 60), seg(2, 55), seg(3, 5), {id: 4, size: 1 << 10}}
+	if got := tr.reclaimSelect(low, nil, 0.5); fmt.Sprint(got) != "[4]" {
+		t.Fatalf("below the ratio: selected %v, want only the dead file [4]", got)
+	}
+	// 62% garbage: the 95%, 90%, 80% and a 60% dead file bring it to 37%
+	// (< 0.8 x 50%); after the first three it is still 44%.
+	high := []fileStat{seg(1, 80), seg(2, 95), seg(3, 10), seg(4, 90), seg(5, 60), seg(6, 55), seg(7, 60), seg(8, 50)}
+	if got := tr.reclaimSelect(high, nil, 0.5); fmt.Sprint(got) != "[2 4 1 5]" {
+		t.Fatalf("above the ratio: selected %v, want the emptiest files [2 4 1 5]", got)
+	}
+}
