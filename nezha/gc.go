@@ -27,14 +27,18 @@ import (
 //
 // A round:
 //
-//  1. freeze: roll the active segment; bound = LogControl.CompactBound()
-//     (the applied index, and on the leader the lowest match index of the
-//     live followers: entries a live follower still needs are not touched);
+//  0. trigger: due (see the Trigger* constants) says why a round runs;
+//     non-urgent rounds wait for the node's stagger slot;
+//  1. freeze: roll the active segment if the strategy does for the
+//     trigger; bound = LogControl.CompactBound() (the applied index, and
+//     on the leader the lowest match index of the live followers: entries
+//     a live follower still needs are not touched);
 //  2. plan: the strategy picks input files (frozen segments, runs) from
-//     their live bytes;
+//     their live and dead bytes (strategy.go); a plan may copy nothing;
 //  3. copy: iterate the index in key order; every key whose location is in
-//     an input file has its value read (CRC-checked) and appended to a new
-//     run, which is then fsynced and registered in the manifest;
+//     an input file has its value read (CRC-checked) and appended, paced
+//     by the rate limiter, to a new run, which is then fsynced and
+//     registered in the manifest with its tier;
 //  4. switch: under the apply lock, chunk by chunk, a key is pointed at its
 //     new location only if the index still holds the value the round
 //     copied (same Raft index, still in an input file): a write or delete
