@@ -568,7 +568,14 @@ func (c *collector) round(ctx context.Context, trigger string) (r roundResult, e
 	defer func() { r.End = time.Now() }()
 	switch trigger {
 	case TriggerIdle:
-		c.idleDoneFor = c.lastWrite.Load()
+		// Done for this quiet period once it succeeded (a failed one is
+		// tried again after the back-off).
+		quietSince := c.lastWrite.Load()
+		defer func() {
+			if err == nil {
+				c.idleDoneFor = quietSince
+			}
+		}()
 	case TriggerScan:
 		c.scanLogAt, c.scanRunAt = s.scanLogBytes.Load(), s.scanRunBytes.Load()
 	}
