@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/nezha-harness/nezha/nezha"
 	"github.com/nezha-harness/nezha/plots"
 	"github.com/nezha-harness/nezha/systems/kvpb"
 	"github.com/nezha-harness/nezha/workloads"
@@ -28,7 +29,7 @@ func gcConfigs(systems []string) []gcConfig {
 		has[s] = true
 	}
 	if has["nezha"] {
-		for _, st := range []string{"merge", "sort-once", "greedy"} {
+		for _, st := range nezha.Strategies() {
 			out = append(out, gcConfig{name: "nezha/" + st, system: "nezha", strategy: st})
 		}
 	}
@@ -61,10 +62,18 @@ func gcExperiment() Experiment {
 			x.param("scan_ops", p.ScanOps)
 			x.param("scan_runs", p.ReadRuns)
 			x.param("scan_size", p.ScanSize)
-			x.note("After a load of %d keys, %d writers overwrite uniformly drawn keys and %d readers GET Zipf-drawn keys for %v. GC runs once a node's log holds %d bytes. 'PUT during GC / without' compares the mean PUT ops/s of the seconds that overlap a GC round on node 1 with the other seconds of the same run (the number of seconds of each kind in brackets: few seconds make it noisy). 'PUT / nezha-nogc' compares the whole phase with nezha-nogc's, which never runs GC (measured minutes apart). GC write amplification = bytes GC wrote / user bytes written in the phase. Space amplification counts allocated blocks, including the about 70 MiB per node that RocksDB preallocates for its active WAL file: most of original's figure before the phase.",
+			knobs, err := nezha.DefaultConfig(nezha.Name)
+			if err != nil {
+				return err
+			}
+			for _, k := range []string{"gc_fanout", "gc_idle_after", "gc_rate_bytes_per_sec", "gc_stagger", "gc_min_bytes", "gc_garbage_ratio", "gc_scan_log_bytes"} {
+				x.param("nezha_"+k, knobs.Describe()[k])
+			}
+			x.note("After a load of %d keys, %d writers overwrite uniformly drawn keys and %d readers GET Zipf-drawn keys for %v. GC runs once a node's log holds %d bytes. 'PUT during GC / without' compares the mean PUT ops/s of the seconds that overlap a GC round on node 1 with the other seconds of the same run (the number of seconds of each kind in brackets: few seconds make it noisy). 'PUT / nezha-nogc' compares the whole phase with nezha-nogc's, which never runs GC (measured minutes apart). GC write amplification = bytes GC wrote on node 1 from the start of the phase until GC is done after it (idle rounds included) / user bytes written in the phase. After the phase, nezha's rounds are waited for until a node has been quiet for -gcIdleAfter and its idle round (if any) has run, as a read bed would. Every strategy runs with the nodes' default GC knobs (fan-out, idle, rate limit, stagger: see the parameters) and the threshold above. 'x / nezha-nogc' and 'x / original' compare with those systems in the same run (mean ops/s of the phase; SCAN: median of the read runs). Space amplification counts allocated blocks, including the about 70 MiB per node that RocksDB preallocates for its active WAL file: most of original's figure before the phase.",
 				p.GCKeys, p.GCWriters, p.GCReaders, p.GCDuration, threshold)
 			tbl := Table{Title: "GC per strategy", Columns: []string{"config", "GC rounds", "GC MB written", "GC write amp",
-				"space amp before", "space amp after", "PUT ops/s", "PUT during GC / without", "PUT / nezha-nogc", "GET ops/s", "SCAN ops/s after (median)"}}
+				"space amp before", "space amp after", "PUT ops/s", "PUT during GC / without", "PUT / nezha-nogc", "GET ops/s",
+				"GET / nezha-nogc", "SCAN ops/s after (median)", "SCAN / nezha-nogc", "SCAN / original"}}
 			outcomes := map[string]gcOutcome{}
 			cfgs := gcConfigs(x.Systems)
 			var cats []string
@@ -99,7 +108,7 @@ func gcExperiment() Experiment {
 					x.metric("gc_during_ratio/"+c.name, r.duringRatio)
 				}
 				tbl.Rows = append(tbl.Rows, []string{c.name, fmt.Sprint(r.rounds), f1(r.gcBytes / 1e6), f2(r.gcWriteAmp),
-					f2(r.spaceBefore), f2(r.spaceAfter), f0(r.putOps), ratio, "", f0(r.getOps), f1(r.scanOps)})
+					f2(r.spaceBefore), f2(r.spaceAfter), f0(r.putOps), ratio, "", f0(r.getOps), "", f1(r.scanOps), "", ""})
 				x.metric("gc_space_before/"+c.name, r.spaceBefore)
 				x.metric("gc_space_after/"+c.name, r.spaceAfter)
 				x.metric("gc_scan_ops_per_sec/"+c.name, r.scanOps)
@@ -108,17 +117,26 @@ func gcExperiment() Experiment {
 					Kind: plots.Lines, XLabel: "time (s)", YLabel: "throughput (ops/s)", Series: r.series, Marks: r.marks})
 			}
 			space.Series = []plots.Series{before, after}
-			if nogc, ok := outcomes["nezha-nogc"]; ok && nogc.putOps > 0 {
-				for i, row := range tbl.Rows {
-					if r, ok := outcomes[row[0]]; ok {
-						tbl.Rows[i][8] = f2(r.putOps / nogc.putOps)
-						x.metric("gc_put_vs_nogc/"+row[0], r.putOps/nogc.putOps)
+			// Ratios to the baselines of the same run; "-" where one is missing.
+			for i, row := range tbl.Rows {
+				r := outcomes[row[0]]
+				for _, rc := range []struct {
+					col    int
+					base   string
+					metric string
+					of     func(gcOutcome) float64
+				}{
+					{8, "nezha-nogc", "gc_put_vs_nogc", func(o gcOutcome) float64 { return o.putOps }},
+					{10, "nezha-nogc", "gc_get_vs_nogc", func(o gcOutcome) float64 { return o.getOps }},
+					{12, "nezha-nogc", "gc_scan_vs_nogc", func(o gcOutcome) float64 { return o.scanOps }},
+					{13, "original", "gc_scan_vs_original", func(o gcOutcome) float64 { return o.scanOps }},
+				} {
+					tbl.Rows[i][rc.col] = "-"
+					if b, ok := outcomes[rc.base]; ok && rc.of(b) > 0 {
+						v := rc.of(r) / rc.of(b)
+						tbl.Rows[i][rc.col] = f2(v)
+						x.metric(rc.metric+"/"+row[0], v)
 					}
-				}
-			}
-			for i := range tbl.Rows {
-				if tbl.Rows[i][8] == "" {
-					tbl.Rows[i][8] = "-"
 				}
 			}
 			x.table(tbl)
@@ -209,7 +227,7 @@ func (x *Run) gcRun(ctx context.Context, c gcConfig, threshold int64) (gcOutcome
 		return fail("overwrite phase", err)
 	}
 	if c.system == "nezha" {
-		if err := x.waitGC(ctx, tb); err != nil {
+		if err := x.waitIdleGC(ctx, tb, time.Now()); err != nil {
 			return fail("GC after the phase", err)
 		}
 	}
@@ -283,6 +301,24 @@ func (x *Run) gcRun(ctx context.Context, c gcConfig, threshold int64) (gcOutcome
 		c.name, out.putOps, out.getOps, out.rounds, out.spaceBefore, out.spaceAfter, out.scanOps)
 	tb.stop(false)
 	return out, nil
+}
+
+// waitIdleGC waits, after a write phase that ended at end, until the
+// nodes' idle rounds have started (the default -gcIdleAfter plus one
+// stagger slot per node) and then until GC is quiet (waitGC).
+func (x *Run) waitIdleGC(ctx context.Context, tb *testbed, end time.Time) error {
+	cfg, err := nezha.DefaultConfig(nezha.Name)
+	if err != nil {
+		return err
+	}
+	if tb.spec != nil {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(time.Until(end.Add(cfg.GCIdleAfter + time.Duration(len(tb.spec.Nodes))*cfg.GCStagger))):
+		}
+	}
+	return x.waitGC(ctx, tb)
 }
 
 // gcRounds returns node 1's GC rounds.

@@ -7,8 +7,11 @@ import (
 	"fmt"
 	"os"
 	"sort"
+	"sync/atomic"
 	"syscall"
 	"time"
+
+	"golang.org/x/time/rate"
 
 	"github.com/nezha-harness/nezha/systems"
 )
@@ -24,14 +27,18 @@ import (
 //
 // A round:
 //
-//  1. freeze: roll the active segment; bound = LogControl.CompactBound()
-//     (the applied index, and on the leader the lowest match index of the
-//     live followers: entries a live follower still needs are not touched);
+//  0. trigger: due (see the Trigger* constants) says why a round runs;
+//     non-urgent rounds wait for the node's stagger slot;
+//  1. freeze: roll the active segment if the strategy does for the
+//     trigger; bound = LogControl.CompactBound() (the applied index, and
+//     on the leader the lowest match index of the live followers: entries
+//     a live follower still needs are not touched);
 //  2. plan: the strategy picks input files (frozen segments, runs) from
-//     their live bytes;
+//     their live and dead bytes (strategy.go); a plan may copy nothing;
 //  3. copy: iterate the index in key order; every key whose location is in
-//     an input file has its value read (CRC-checked) and appended to a new
-//     run, which is then fsynced and registered in the manifest;
+//     an input file has its value read (CRC-checked) and appended, paced
+//     by the rate limiter, to a new run, which is then fsynced and
+//     registered in the manifest with its tier;
 //  4. switch: under the apply lock, chunk by chunk, a key is pointed at its
 //     new location only if the index still holds the value the round
 //     copied (same Raft index, still in an input file): a write or delete
@@ -56,25 +63,6 @@ import (
 // it. Named crash points (Config.GCCrashPoint) let tests kill the node at
 // each step.
 
-// Strategy names (-gc).
-const (
-	// StrategySortOnce is the paper's first round: freeze the log and write
-	// its live values in key order into a new run. Runs accumulate.
-	StrategySortOnce = "sort-once"
-	// StrategyMerge is the paper's later rounds: merge the frozen log with
-	// the previous runs into one run, newest value wins (it is sort-once
-	// when there is no run yet). A round is due once the log holds as much
-	// as the runs (and at least -gcThresholdBytes).
-	StrategyMerge = "merge"
-	// StrategyGreedy is garbage-ratio-driven selection (WiscKey, Badger's
-	// value log GC): rewrite only the frozen segments and runs whose
-	// garbage ratio is at least -gcGarbageRatio.
-	StrategyGreedy = "greedy"
-)
-
-// Strategies returns the accepted -gc values.
-func Strategies() []string { return []string{StrategyMerge, StrategySortOnce, StrategyGreedy} }
-
 // Crash points, the values of -gcCrashPoint (testing): the node kills
 // itself (SIGKILL) when a GC round reaches the point.
 const (
@@ -83,105 +71,63 @@ const (
 	CrashDuringSwitch = "gc-during-switch"
 	CrashAfterSwitch  = "gc-after-switch"
 	CrashBeforeDelete = "gc-before-delete"
+	// CrashAfterManifest: the manifest no longer lists the input runs,
+	// whose files still exist (open deletes them).
+	CrashAfterManifest = "gc-after-manifest"
+	// CrashTierMergeDuringSwitch: a round merging two or more runs, after
+	// the first switch chunk (the index points into old and new runs).
+	CrashTierMergeDuringSwitch = "gc-tier-merge-during-switch"
+	// CrashIdleAfterFreeze: an idle round, right after it froze the log.
+	CrashIdleAfterFreeze = "gc-idle-after-freeze"
+	// CrashCheckpointAfterCompact: a round that copied nothing, after it
+	// compacted the log and before it removed any file.
+	CrashCheckpointAfterCompact = "gc-checkpoint-after-compact"
 )
 
 // CrashPoints returns every named GC crash point, in round order.
 func CrashPoints() []string {
-	return []string{CrashDuringCopy, CrashBeforeSwitch, CrashDuringSwitch, CrashAfterSwitch, CrashBeforeDelete}
+	return []string{CrashDuringCopy, CrashBeforeSwitch, CrashDuringSwitch, CrashAfterSwitch, CrashBeforeDelete,
+		CrashAfterManifest, CrashTierMergeDuringSwitch, CrashIdleAfterFreeze, CrashCheckpointAfterCompact}
 }
 
-// fileStat is what a strategy knows about one file.
-type fileStat struct {
-	// id is a segment id, or runFlag|run id.
-	id   uint64
-	size int64
-	live int64
-}
+// Triggers, the values of systems.GCRound.Trigger: why a round ran.
+//
+// Rounds on the size and checkpoint triggers and -gcContinuous rounds start
+// at once; the others are not urgent and start only in the node's time
+// slot (-gcStagger), so that the nodes of a cluster do not all rewrite at
+// the same moment. Every round's copy is paced by -gcRateBytesPerSec.
+const (
+	// TriggerSize: the log holds -gcThresholdBytes (tiered: above its
+	// compaction point; merge: and as much as the runs). Tiered rewrites
+	// only the files worth it by -gcGarbageRatio; a size round that copies
+	// nothing is recorded as TriggerCheckpoint.
+	TriggerSize = "size"
+	// TriggerCheckpoint: a size round that copied nothing: it made the
+	// index durable (memory index: a checkpoint), compacted the Raft log
+	// and removed the files that held no live byte.
+	TriggerCheckpoint = "checkpoint"
+	// TriggerGarbage: the garbage a round would reclaim is at least
+	// -gcGarbageRatio of log and runs, and at least -gcMinBytes.
+	TriggerGarbage = "garbage"
+	// TriggerTier (tiered): a tier holds -gcFanout runs, and the node is
+	// idle or the merge reclaims at least -gcMinBytes.
+	TriggerTier = "tier"
+	// TriggerIdle: no write was applied for -gcIdleAfter and the log holds
+	// live values or reclaimable garbage (at least -gcMinBytes): the round
+	// sorts the whole log into a run (tiered: also merges every run into
+	// one when that costs at most fanout x what changed; see
+	// tiered.fullMergeWorth). Once per quiet period.
+	TriggerIdle = "idle"
+	// TriggerScan: scans read -gcScanLogBytes from log segments since the
+	// last round, more than from runs: the round sorts the whole log.
+	TriggerScan = "scan"
+	// TriggerContinuous: -gcContinuous (tests, stress).
+	TriggerContinuous = "continuous"
+)
 
-func (f fileStat) garbageRatio() float64 {
-	if f.size <= 0 {
-		return 0
-	}
-	return 1 - float64(f.live)/float64(f.size)
-}
-
-// Strategy chooses the input of a GC round.
-type Strategy interface {
-	Name() string
-	// Select returns the ids of the files to rewrite, given the frozen
-	// segments and the runs.
-	Select(frozen, runs []fileStat, garbageRatio float64) []uint64
-	// LogThreshold is how many bytes the log may hold before a round is due,
-	// given -gcThresholdBytes and the bytes in sorted runs.
-	LogThreshold(threshold, runBytes int64) int64
-}
-
-// NewStrategy returns the named strategy.
-func NewStrategy(name string) (Strategy, error) {
-	switch name {
-	case StrategySortOnce:
-		return sortOnce{}, nil
-	case StrategyMerge:
-		return merge{}, nil
-	case StrategyGreedy:
-		return greedy{}, nil
-	}
-	return nil, systems.Usagef("-gc %q: want one of %v", name, Strategies())
-}
-
-type sortOnce struct{}
-
-func (sortOnce) Name() string                                 { return StrategySortOnce }
-func (sortOnce) LogThreshold(threshold, runBytes int64) int64 { return threshold }
-func (sortOnce) Select(frozen, runs []fileStat, _ float64) []uint64 {
-	ids := idsOf(frozen)
-	for _, r := range runs {
-		if r.live == 0 {
-			ids = append(ids, r.id)
-		}
-	}
-	return ids
-}
-
-type merge struct{}
-
-func (merge) Name() string { return StrategyMerge }
-
-// LogThreshold of merge grows with the runs: a round rewrites every run, so
-// waiting until the log holds as much as the runs keeps GC's writes within
-// about twice the user's (the size-ratio rule of LSM compaction); a fixed
-// threshold would make them grow with the data, quadratically under inserts.
-func (merge) LogThreshold(threshold, runBytes int64) int64 { return max(threshold, runBytes) }
-func (merge) Select(frozen, runs []fileStat, _ float64) []uint64 {
-	if len(frozen) == 0 {
-		return nil
-	}
-	return append(idsOf(frozen), idsOf(runs)...)
-}
-
-type greedy struct{}
-
-func (greedy) Name() string                                 { return StrategyGreedy }
-func (greedy) LogThreshold(threshold, runBytes int64) int64 { return threshold }
-func (greedy) Select(frozen, runs []fileStat, ratio float64) []uint64 {
-	var ids []uint64
-	for _, f := range append(append([]fileStat(nil), frozen...), runs...) {
-		if f.live == 0 || (f.garbageRatio() >= ratio && f.size-f.live >= greedyMinGarbageBytes) {
-			ids = append(ids, f.id)
-		}
-	}
-	return ids
-}
-
-// greedyMinGarbageBytes: greedy does not rewrite a file to reclaim less.
-const greedyMinGarbageBytes = 4 << 10
-
-func idsOf(fs []fileStat) []uint64 {
-	ids := make([]uint64, len(fs))
-	for i, f := range fs {
-		ids[i] = f.id
-	}
-	return ids
+// staggered reports whether rounds on trigger wait for the node's slot.
+func staggered(trigger string) bool {
+	return trigger != TriggerSize && trigger != TriggerCheckpoint && trigger != TriggerContinuous
 }
 
 // collector runs GC rounds for a Store, one at a time, in the background.
@@ -192,10 +138,28 @@ type collector struct {
 	create   fileCreator
 	// afterCopy, if set, runs between the copy and the switch (tests).
 	afterCopy func()
+	// now is the clock of the triggers (tests set their own).
+	now func() time.Time
+	// limiter paces GC's writes (nil: unlimited).
+	limiter *rate.Limiter
+	// nodeID and nodes place this node's stagger slot (0: no slot).
+	nodeID uint64
+	nodes  int
 
-	// live bytes per file (segment id or runFlag|run id); guarded by
-	// s.applyMu.
+	// live bytes per file (segment id or runFlag|run id), and dead bytes
+	// (discard statistics: superseded and deleted values, delete records);
+	// guarded by s.applyMu.
 	live map[uint64]int64
+	dead map[uint64]int64
+
+	// lastWrite is the clock (UnixNano) of the last applied put or delete
+	// (or of the start); idleDoneFor is the lastWrite an idle round was
+	// run or found nothing for: one idle round per quiet period.
+	lastWrite   atomic.Int64
+	idleDoneFor int64 // loop-owned
+	// scanLogAt and scanRunAt are the store's scan counters at the last
+	// round. Loop-owned.
+	scanLogAt, scanRunAt int64
 
 	hist systems.GCHistory
 
@@ -204,20 +168,50 @@ type collector struct {
 	done   chan struct{}
 
 	// idleLogBytes is the log size when the last round found nothing to
-	// do; no round is due again until the log grows past it. Loop-owned.
+	// do; no size or garbage round is due again until the log grows past
+	// it. Loop-owned.
 	idleLogBytes int64
 }
 
-func newCollector(s *Store, cfg *Config) (*collector, error) {
-	st, err := NewStrategy(cfg.GC)
+func newCollector(s *Store, cfg *Config, env systems.Env) (*collector, error) {
+	st, err := NewStrategy(cfg.GC, cfg.GCFanout)
 	if err != nil {
 		return nil, err
 	}
-	return &collector{s: s, strategy: st, cfg: cfg, create: osCreate, live: map[uint64]int64{},
-		kick: make(chan struct{}, 1)}, nil
+	c := &collector{s: s, strategy: st, cfg: cfg, create: osCreate, now: time.Now,
+		nodeID: env.NodeID, nodes: env.Nodes,
+		live: map[uint64]int64{}, dead: map[uint64]int64{}, kick: make(chan struct{}, 1)}
+	if cfg.GCRateBytesPerSec > 0 {
+		c.limiter = rate.NewLimiter(rate.Limit(cfg.GCRateBytesPerSec), gcRateBurstBytes)
+	}
+	c.lastWrite.Store(c.now().UnixNano())
+	return c, nil
 }
 
-// rebuildLive recomputes the live bytes of every file from the index.
+// gcRateBurstBytes is the token bucket's depth: one run write buffer.
+const gcRateBurstBytes = runWriteBufSize
+
+// throttle waits until n more bytes of GC I/O fit the rate limit and
+// returns how long it waited.
+func (c *collector) throttle(ctx context.Context, n int) (time.Duration, error) {
+	if c.limiter == nil {
+		return 0, nil
+	}
+	start := time.Now()
+	for n > 0 {
+		k := min(n, c.limiter.Burst())
+		if err := c.limiter.WaitN(ctx, k); err != nil {
+			return time.Since(start), err
+		}
+		n -= k
+	}
+	return time.Since(start), nil
+}
+
+// rebuildLive recomputes the live bytes of every file from the index, and
+// estimates the dead bytes: a run's size - live (exact), a segment's size -
+// live (Raft's own records counted as garbage until a round rewrites it:
+// discard statistics are not persisted).
 func (c *collector) rebuildLive() error {
 	live := map[uint64]int64{}
 	err := c.s.iterateChunks(4096, func(_ [][]byte, locs []systems.Location) error {
@@ -229,8 +223,19 @@ func (c *collector) rebuildLive() error {
 	if err != nil {
 		return err
 	}
+	dead := map[uint64]int64{}
+	if c.s.ctl != nil {
+		for _, sg := range c.s.ctl.Segments() {
+			dead[sg.ID] = max(0, sg.SizeBytes-live[sg.ID])
+		}
+	}
+	for _, id := range c.s.runs.ids() {
+		if rn := c.s.runs.get(id); rn != nil {
+			dead[runFlag|id] = max(0, rn.dataBytes-live[runFlag|id])
+		}
+	}
 	c.s.applyMu.Lock()
-	c.live = live
+	c.live, c.dead = live, dead
 	c.s.applyMu.Unlock()
 	return nil
 }
@@ -240,14 +245,18 @@ type liveAccount struct {
 	c     *collector
 	seen  map[string]*systems.Location // key -> location set earlier in the batch (nil: deleted)
 	delta map[uint64]int64
+	dead  map[uint64]int64
+	wrote bool
 }
 
 func (c *collector) newAccount() *liveAccount {
-	return &liveAccount{c: c, seen: map[string]*systems.Location{}, delta: map[uint64]int64{}}
+	return &liveAccount{c: c, seen: map[string]*systems.Location{}, delta: map[uint64]int64{}, dead: map[uint64]int64{}}
 }
 
-// set records that key now has loc (nil: deleted). Caller holds applyMu.
-func (a *liveAccount) set(key []byte, loc *systems.Location) error {
+// set records that key now has loc (nil: deleted by the record at del).
+// Caller holds applyMu.
+func (a *liveAccount) set(key []byte, loc *systems.Location, del systems.Location) error {
+	a.wrote = true
 	old, inBatch := a.seen[string(key)]
 	if !inBatch {
 		l, found, err := a.c.s.index.Get(key)
@@ -260,6 +269,7 @@ func (a *liveAccount) set(key []byte, loc *systems.Location) error {
 	}
 	if old != nil {
 		a.delta[old.Segment] -= int64(old.Length)
+		a.dead[old.Segment] += int64(old.Length)
 	}
 	if loc != nil {
 		a.delta[loc.Segment] += int64(loc.Length)
@@ -267,6 +277,9 @@ func (a *liveAccount) set(key []byte, loc *systems.Location) error {
 		a.seen[string(key)] = &l
 	} else {
 		a.seen[string(key)] = nil
+		if del.Length > 0 && !isRun(del) {
+			a.dead[del.Segment] += int64(del.Length)
+		}
 	}
 	return nil
 }
@@ -275,6 +288,12 @@ func (a *liveAccount) set(key []byte, loc *systems.Location) error {
 func (a *liveAccount) commit() {
 	for f, d := range a.delta {
 		a.c.live[f] += d
+	}
+	for f, d := range a.dead {
+		a.c.dead[f] += d
+	}
+	if a.wrote {
+		a.c.lastWrite.Store(a.c.now().UnixNano())
 	}
 }
 
@@ -306,6 +325,8 @@ func (c *collector) loop(ctx context.Context, done chan struct{}) {
 	defer close(done)
 	t := time.NewTicker(c.cfg.GCInterval)
 	defer t.Stop()
+	slot := time.NewTimer(time.Hour)
+	defer slot.Stop()
 	failures := 0
 	for {
 		select {
@@ -313,15 +334,24 @@ func (c *collector) loop(ctx context.Context, done chan struct{}) {
 			return
 		case <-t.C:
 		case <-c.kick:
+		case <-slot.C:
 		}
-		for ctx.Err() == nil && c.due() {
-			r, err := c.round(ctx)
+		for ctx.Err() == nil {
+			trigger := c.due()
+			if trigger == "" {
+				break
+			}
+			if wait := c.untilSlot(); staggered(trigger) && wait > 0 {
+				slot.Reset(wait)
+				break
+			}
+			r, err := c.round(ctx, trigger)
 			if err != nil {
 				if ctx.Err() != nil {
 					return
 				}
 				r.Error = err.Error()
-				c.hist.Record(r)
+				c.hist.Record(r.GCRound)
 				failures++
 				c.s.logger.Error("nezha: GC round failed; the node keeps serving", "err", err, "failures", failures)
 				// Back off before the next attempt (bounded).
@@ -333,13 +363,14 @@ func (c *collector) loop(ctx context.Context, done chan struct{}) {
 				break
 			}
 			failures = 0
-			if r.SegmentsRemoved == 0 && r.RunsRemoved == 0 && r.KeysMoved == 0 {
+			if r.SegmentsRemoved == 0 && r.RunsRemoved == 0 && r.KeysMoved == 0 && !r.compacted {
 				c.idleLogBytes = c.logBytes()
 				break // nothing to do until the log grows
 			}
 			c.idleLogBytes = 0
-			c.hist.Record(r)
-			c.s.logger.Info("nezha: GC round", "strategy", r.Strategy, "duration", r.End.Sub(r.Start).Round(time.Millisecond),
+			c.hist.Record(r.GCRound)
+			c.s.logger.Info("nezha: GC round", "strategy", r.Strategy, "trigger", r.Trigger,
+				"duration", r.End.Sub(r.Start).Round(time.Millisecond), "throttled", r.Throttled.Round(time.Millisecond),
 				"bytes_read", r.BytesRead, "bytes_written", r.BytesWritten, "live_bytes", r.LiveBytes,
 				"reclaimed_bytes", r.ReclaimedBytes, "segments_removed", r.SegmentsRemoved, "runs_removed", r.RunsRemoved,
 				"keys_moved", r.KeysMoved, "compacted_index", r.CompactedIndex)
@@ -350,6 +381,25 @@ func (c *collector) loop(ctx context.Context, done chan struct{}) {
 	}
 }
 
+// untilSlot returns how long until this node's stagger slot starts (0 when
+// in it, or when there are no slots). Slot i (node id i+1) is every
+// [k x nodes + i] x -gcStagger of the wall clock: nodes on one clock (or
+// NTP) take turns without talking.
+func (c *collector) untilSlot() time.Duration {
+	st := c.cfg.GCStagger
+	if st <= 0 || c.nodes <= 1 || c.nodeID == 0 {
+		return 0
+	}
+	now := c.now().UnixNano()
+	period := int64(st) * int64(c.nodes)
+	pos := now % period
+	start := int64(st) * int64((c.nodeID-1)%uint64(c.nodes))
+	if pos >= start && pos < start+int64(st) {
+		return 0
+	}
+	return time.Duration((start - pos + period) % period)
+}
+
 func (c *collector) logBytes() int64 {
 	var n int64
 	for _, sg := range c.s.ctl.Segments() {
@@ -358,74 +408,140 @@ func (c *collector) logBytes() int64 {
 	return n
 }
 
-// due reports whether a round should run now.
-func (c *collector) due() bool {
-	segs := c.s.ctl.Segments()
-	var logBytes int64
+// stats returns what the strategy knows of the segments a round with
+// trigger would take (sealed ones at or below bound, and the active one
+// if the round rolls it) and of the runs. Caller holds applyMu.
+func (c *collector) stats(segs []systems.SegmentInfo, bound uint64, trigger string) (frozen, runs []fileStat) {
+	rolls := c.strategy.Rolls(trigger)
 	for _, sg := range segs {
-		logBytes += sg.SizeBytes
+		if sg.LastIndex == 0 || sg.FirstIndex > bound || (sg.Active && !rolls) || (!sg.Active && sg.LastIndex > bound) {
+			continue
+		}
+		frozen = append(frozen, fileStat{id: sg.ID, size: sg.SizeBytes, live: c.live[sg.ID], dead: c.dead[sg.ID]})
 	}
-	if c.idleLogBytes > 0 && logBytes <= c.idleLogBytes {
-		return false
+	for _, id := range c.s.runs.ids() {
+		if rn := c.s.runs.get(id); rn != nil {
+			// A run's records only: its block index and footer are not garbage.
+			f := fileStat{id: runFlag | id, size: rn.dataBytes, live: c.live[runFlag|id], tier: rn.tier}
+			f.dead = max(0, f.size-f.live)
+			runs = append(runs, f)
+		}
 	}
+	return frozen, runs
+}
+
+// planned is what a plan would do: the bytes it reclaims and copies.
+type planned struct {
+	ids                []uint64
+	reclaim, copyBytes int64
+}
+
+func (c *collector) planFor(segs []systems.SegmentInfo, bound uint64, trigger string) planned {
+	c.s.applyMu.Lock()
+	frozen, runs := c.stats(segs, bound, trigger)
+	c.s.applyMu.Unlock()
+	byID := map[uint64]fileStat{}
+	for _, f := range append(append([]fileStat(nil), frozen...), runs...) {
+		byID[f.id] = f
+	}
+	p := planned{ids: c.strategy.Plan(planInput{frozen: frozen, runs: runs, trigger: trigger,
+		ratio: c.cfg.GCGarbageRatio, fanout: c.cfg.GCFanout})}
+	for _, id := range p.ids {
+		f := byID[id]
+		p.reclaim += f.reclaimable()
+		p.copyBytes += f.live
+	}
+	return p
+}
+
+// selectable returns the garbage of the files the strategy's Select picks
+// among the sealed segments at or below bound and the runs.
+func (c *collector) selectable(segs []systems.SegmentInfo, bound uint64) int64 {
+	c.s.applyMu.Lock()
+	frozen, runs := c.stats(segs, bound, TriggerGarbage)
+	c.s.applyMu.Unlock()
+	byID := map[uint64]fileStat{}
+	for _, f := range append(append([]fileStat(nil), frozen...), runs...) {
+		byID[f.id] = f
+	}
+	var g int64
+	for _, id := range c.strategy.Select(frozen, runs, c.cfg.GCGarbageRatio) {
+		g += byID[id].reclaimable()
+	}
+	return g
+}
+
+// due returns the trigger of the round that should run now, or "".
+func (c *collector) due() string {
+	segs := c.s.ctl.Segments()
+	bound := c.s.ctl.CompactBound()
 	if c.cfg.GCContinuous {
-		bound := c.s.ctl.CompactBound()
 		for _, sg := range segs {
 			if sg.LastIndex > 0 && sg.FirstIndex <= bound {
-				return true
+				return TriggerContinuous
 			}
 		}
-		return false
+		return ""
 	}
-	var runBytes int64
+	var logBytes, uncompacted, runBytes int64
+	compacted := c.s.ctl.CompactedIndex()
+	for _, sg := range segs {
+		logBytes += sg.SizeBytes
+		if sg.LastIndex > compacted {
+			uncompacted += sg.SizeBytes
+		}
+	}
 	for _, id := range c.s.runs.ids() {
 		if r := c.s.runs.get(id); r != nil {
 			runBytes += r.size
 		}
 	}
-	if logBytes >= c.strategy.LogThreshold(c.cfg.GCThresholdBytes, runBytes) {
-		return true
-	}
-	total := logBytes + runBytes
-	if total < c.cfg.GCMinBytes {
-		return false
-	}
-	return float64(c.reclaimableBytes(segs))/float64(total) >= c.cfg.GCGarbageRatio
-}
-
-// reclaimableBytes is the garbage a round would reclaim now: the dead bytes
-// of the files the strategy would select among the segments a round would
-// freeze and the runs. Garbage a strategy never reclaims (sort-once leaves
-// superseded values in its runs) must not make rounds due: they would run
-// back to back, each freezing a sliver of the log.
-func (c *collector) reclaimableBytes(segs []systems.SegmentInfo) int64 {
-	bound := c.s.ctl.CompactBound()
-	c.s.applyMu.Lock()
-	defer c.s.applyMu.Unlock()
-	stats := map[uint64]fileStat{}
-	var frozen, runs []fileStat
-	for _, sg := range segs {
-		if sg.LastIndex == 0 || sg.FirstIndex > bound {
-			continue
+	minReclaim := max(c.cfg.GCMinBytes, minGarbageBytes)
+	grown := c.idleLogBytes == 0 || logBytes > c.idleLogBytes
+	if grown {
+		sized := logBytes
+		if c.strategy.Name() == StrategyTiered {
+			sized = uncompacted
 		}
-		f := fileStat{id: sg.ID, size: sg.SizeBytes, live: c.live[sg.ID]}
-		frozen = append(frozen, f)
-		stats[f.id] = f
-	}
-	for _, id := range c.s.runs.ids() {
-		if rn := c.s.runs.get(id); rn != nil {
-			f := fileStat{id: runFlag | id, size: rn.dataBytes, live: c.live[runFlag|id]}
-			runs = append(runs, f)
-			stats[f.id] = f
+		if sized >= c.strategy.LogThreshold(c.cfg.GCThresholdBytes, runBytes) {
+			return TriggerSize
+		}
+		// The garbage the strategy's selection would reclaim (tiered's
+		// rounds then take the most profitable part of it).
+		if g := c.selectable(segs, bound); g >= minReclaim && float64(g) >= c.cfg.GCGarbageRatio*float64(logBytes+runBytes) {
+			return TriggerGarbage
 		}
 	}
-	var garbage int64
-	for _, id := range c.strategy.Select(frozen, runs, c.cfg.GCGarbageRatio) {
-		if f := stats[id]; f.size > f.live {
-			garbage += f.size - f.live
+	logScan, runScan := c.s.scanLogBytes.Load()-c.scanLogAt, c.s.scanRunBytes.Load()-c.scanRunAt
+	if c.cfg.GCScanLogBytes > 0 && logScan >= c.cfg.GCScanLogBytes && logScan > runScan {
+		if p := c.planFor(segs, bound, TriggerScan); p.copyBytes > 0 {
+			return TriggerScan
+		}
+		c.scanLogAt, c.scanRunAt = c.s.scanLogBytes.Load(), c.s.scanRunBytes.Load()
+	}
+	last := c.lastWrite.Load()
+	quiet := c.cfg.GCIdleAfter > 0 && c.now().UnixNano()-last >= int64(c.cfg.GCIdleAfter)
+	if t, ok := c.strategy.(tiered); ok {
+		// A full tier is merged when idle; while writes flow only once it
+		// holds twice the fan-out (bounding the runs a scan meets).
+		need := 2 * t.fanout
+		if quiet {
+			need = t.fanout
+		}
+		c.s.applyMu.Lock()
+		_, runs := c.stats(segs, bound, TriggerTier)
+		c.s.applyMu.Unlock()
+		if len(t.fullTier(runs, need)) > 0 {
+			return TriggerTier
 		}
 	}
-	return garbage
+	if quiet && last != c.idleDoneFor {
+		if p := c.planFor(segs, bound, TriggerIdle); p.copyBytes > 0 || p.reclaim >= minReclaim {
+			return TriggerIdle
+		}
+		c.idleDoneFor = last
+	}
+	return ""
 }
 
 // crashPoint kills the process if the configured crash point is name.
@@ -438,52 +554,57 @@ func (c *collector) crashPoint(name string) {
 	select {} // wait for the signal
 }
 
-// round runs one GC round (see the package comment above).
-func (c *collector) round(ctx context.Context) (r systems.GCRound, err error) {
+// roundResult is a round's record and whether it advanced the log's
+// compaction point.
+type roundResult struct {
+	systems.GCRound
+	compacted bool
+}
+
+// round runs one GC round (see the package comment above) for trigger.
+func (c *collector) round(ctx context.Context, trigger string) (r roundResult, err error) {
 	s := c.s
-	r = systems.GCRound{Strategy: c.strategy.Name(), Start: time.Now()}
+	r.GCRound = systems.GCRound{Strategy: c.strategy.Name(), Trigger: trigger, Start: time.Now()}
 	defer func() { r.End = time.Now() }()
+	switch trigger {
+	case TriggerIdle:
+		// Done for this quiet period once it succeeded (a failed one is
+		// tried again after the back-off).
+		quietSince := c.lastWrite.Load()
+		defer func() {
+			if err == nil {
+				c.idleDoneFor = quietSince
+			}
+		}()
+	case TriggerScan:
+		c.scanLogAt, c.scanRunAt = s.scanLogBytes.Load(), s.scanRunBytes.Load()
+	}
 
 	// 1. Freeze.
 	bound := s.ctl.CompactBound()
 	segs := s.ctl.Segments()
-	if act := segs[len(segs)-1]; act.LastIndex > 0 && act.FirstIndex <= bound {
+	if act := segs[len(segs)-1]; c.strategy.Rolls(trigger) && act.LastIndex > 0 && act.FirstIndex <= bound {
 		if err := s.ctl.Roll(ctx); err != nil {
 			return r, fmt.Errorf("freeze the active segment: %w", err)
 		}
 		segs = s.ctl.Segments()
 	}
-	var frozenSegs []systems.SegmentInfo
 	compactTo := uint64(0)
 	for _, sg := range segs {
 		if !sg.Active && sg.LastIndex <= bound {
-			frozenSegs = append(frozenSegs, sg)
 			compactTo = max(compactTo, sg.LastIndex)
 		}
 	}
+	if trigger == TriggerIdle {
+		c.crashPoint(CrashIdleAfterFreeze)
+	}
 
 	// 2. Plan.
-	s.applyMu.Lock()
-	var frozen, runs []fileStat
-	for _, sg := range frozenSegs {
-		frozen = append(frozen, fileStat{id: sg.ID, size: sg.SizeBytes, live: c.live[sg.ID]})
-	}
-	for _, id := range s.runs.ids() {
-		if rn := s.runs.get(id); rn != nil {
-			// A run's records only: its block index and footer are not garbage.
-			runs = append(runs, fileStat{id: runFlag | id, size: rn.dataBytes, live: c.live[runFlag|id]})
-		}
-	}
-	s.applyMu.Unlock()
+	p := c.planFor(segs, bound, trigger)
 	inputs := map[uint64]bool{}
-	for _, id := range c.strategy.Select(frozen, runs, c.cfg.GCGarbageRatio) {
-		inputs[id] = true
-	}
-	if len(inputs) == 0 {
-		return r, nil
-	}
 	var inputSegs, inputRuns []uint64
-	for id := range inputs {
+	for _, id := range p.ids {
+		inputs[id] = true
 		if id&runFlag != 0 {
 			inputRuns = append(inputRuns, id&^runFlag)
 		} else {
@@ -493,23 +614,29 @@ func (c *collector) round(ctx context.Context) (r systems.GCRound, err error) {
 	sort.Slice(inputSegs, func(i, j int) bool { return inputSegs[i] < inputSegs[j] })
 	sort.Slice(inputRuns, func(i, j int) bool { return inputRuns[i] < inputRuns[j] })
 
-	// 3. Copy the live values of the inputs, in key order, into a new run.
-	newRun, err := c.copyLive(ctx, inputs, &r)
-	if err != nil {
-		return r, err
-	}
-	c.crashPoint(CrashBeforeSwitch)
-	if c.afterCopy != nil {
-		c.afterCopy()
-	}
-
-	// 4. Switch, re-validating every key.
-	if newRun != nil {
-		if err := c.switchTo(newRun, inputs, &r); err != nil {
+	// 3. Copy the live values of the inputs, in key order, into a new run
+	// (nothing to copy when no input holds a live byte).
+	if p.copyBytes > 0 {
+		newRun, err := c.copyLive(ctx, inputs, &r.GCRound)
+		if err != nil {
 			return r, err
 		}
+		c.crashPoint(CrashBeforeSwitch)
+		if c.afterCopy != nil {
+			c.afterCopy()
+		}
+		// 4. Switch, re-validating every key.
+		if newRun != nil {
+			if err := c.switchTo(newRun, inputs, len(inputRuns) >= 2, &r.GCRound); err != nil {
+				return r, err
+			}
+		}
 	}
-	// 5. Durable index, then log compaction.
+	if trigger == TriggerSize && r.KeysMoved == 0 {
+		r.Trigger = TriggerCheckpoint
+	}
+	// 5. Durable index, then log compaction: also when the round copied
+	// nothing (a memory-index node must not replay the whole log).
 	if err := s.syncIndex(); err != nil {
 		return r, err
 	}
@@ -517,6 +644,10 @@ func (c *collector) round(ctx context.Context) (r systems.GCRound, err error) {
 	if compactTo > s.ctl.CompactedIndex() {
 		if err := s.ctl.Compact(ctx, compactTo); err != nil {
 			return r, fmt.Errorf("compact the log to %d: %w", compactTo, err)
+		}
+		r.compacted = true
+		if r.Trigger == TriggerCheckpoint {
+			c.crashPoint(CrashCheckpointAfterCompact)
 		}
 	}
 	r.CompactedIndex = s.ctl.CompactedIndex()
@@ -546,13 +677,7 @@ func (c *collector) round(ctx context.Context) (r systems.GCRound, err error) {
 	}
 	if len(delRuns) > 0 {
 		s.manMu.Lock()
-		m := s.man
-		m.Runs = nil
-		for _, id := range s.man.Runs {
-			if !containsID(delRuns, id) {
-				m.Runs = append(m.Runs, id)
-			}
-		}
+		m := s.man.withoutRuns(delRuns)
 		err := m.write(s.sortedDir)
 		if err == nil {
 			s.man = m
@@ -561,6 +686,7 @@ func (c *collector) round(ctx context.Context) (r systems.GCRound, err error) {
 		if err != nil {
 			return r, err
 		}
+		c.crashPoint(CrashAfterManifest)
 	}
 	s.gate.Lock()
 	var errs []error
@@ -586,21 +712,14 @@ func (c *collector) round(ctx context.Context) (r systems.GCRound, err error) {
 	s.applyMu.Lock()
 	for _, id := range delSegs {
 		delete(c.live, id)
+		delete(c.dead, id)
 	}
 	for _, id := range delRuns {
 		delete(c.live, runFlag|id)
+		delete(c.dead, runFlag|id)
 	}
 	s.applyMu.Unlock()
 	return r, errors.Join(errs...)
-}
-
-func containsID(ids []uint64, id uint64) bool {
-	for _, x := range ids {
-		if x == id {
-			return true
-		}
-	}
-	return false
 }
 
 // copyLive writes the live values of the input files into a new run and
@@ -628,6 +747,15 @@ func (c *collector) copyLive(ctx context.Context, inputs map[uint64]bool, r *sys
 			return nil
 		}
 		vals, err := s.readValues(ks, ls)
+		if err != nil {
+			return err
+		}
+		n := 0
+		for _, l := range ls {
+			n += int(l.Length)
+		}
+		waited, err := c.throttle(ctx, n)
+		r.Throttled += waited
 		if err != nil {
 			return err
 		}
@@ -670,9 +798,9 @@ func (c *collector) copyLive(ctx context.Context, inputs map[uint64]bool, r *sys
 		os.Remove(w.path)
 		return nil, err
 	}
+	rn.tier = tierFor(rn.dataBytes, c.cfg.GCFanout)
 	s.manMu.Lock()
-	m := s.man
-	m.Runs = append(append([]uint64(nil), s.man.Runs...), id)
+	m := s.man.withRun(id, rn.tier)
 	err = m.write(s.sortedDir)
 	if err == nil {
 		s.man = m
@@ -689,7 +817,8 @@ func (c *collector) copyLive(ctx context.Context, inputs map[uint64]bool, r *sys
 
 // switchTo points every key of the new run at it, if the index still holds
 // the copied value (same Raft index, in an input file).
-func (c *collector) switchTo(rn *run, inputs map[uint64]bool, r *systems.GCRound) error {
+// A merge of runs (merging) may crash at CrashTierMergeDuringSwitch.
+func (c *collector) switchTo(rn *run, inputs map[uint64]bool, merging bool, r *systems.GCRound) error {
 	s := c.s
 	type move struct {
 		key []byte
@@ -711,6 +840,7 @@ func (c *collector) switchTo(rn *run, inputs map[uint64]bool, r *systems.GCRound
 			}
 			b.Put(m.key, m.loc)
 			c.live[cur.Segment] -= int64(cur.Length)
+			c.dead[cur.Segment] += int64(cur.Length)
 			c.live[m.loc.Segment] += int64(m.loc.Length)
 		}
 		chunk = chunk[:0]
@@ -731,6 +861,9 @@ func (c *collector) switchTo(rn *run, inputs map[uint64]bool, r *systems.GCRound
 		chunks++
 		if chunks == 1 {
 			c.crashPoint(CrashDuringSwitch)
+			if merging {
+				c.crashPoint(CrashTierMergeDuringSwitch)
+			}
 		}
 		return true, nil
 	})
@@ -738,6 +871,9 @@ func (c *collector) switchTo(rn *run, inputs map[uint64]bool, r *systems.GCRound
 		err = flush()
 		if chunks == 0 {
 			c.crashPoint(CrashDuringSwitch)
+			if merging {
+				c.crashPoint(CrashTierMergeDuringSwitch)
+			}
 		}
 	}
 	if err != nil {

@@ -11,6 +11,7 @@ import (
 	"sync"
 	"syscall"
 	"testing"
+	"time"
 
 	"go.etcd.io/raft/v3/raftpb"
 
@@ -53,12 +54,33 @@ type gcFixture struct {
 	mu  sync.Mutex // log writers
 	m   model
 	rng *rand.Rand
+	// clock of the GC triggers: it stands still unless a test moves it.
+	clock *manualClock
+}
+
+// manualClock is a clock that tests move by hand.
+type manualClock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func (c *manualClock) now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.t
+}
+
+func (c *manualClock) advance(d time.Duration) {
+	c.mu.Lock()
+	c.t = c.t.Add(d)
+	c.mu.Unlock()
 }
 
 func newGCFixture(t *testing.T, kind, strategy string, seed int64) *gcFixture {
 	t.Helper()
 	t.Logf("index %s, strategy %s, seed %d", kind, strategy, seed)
-	f := &gcFixture{t: t, dir: t.TempDir(), m: model{}, rng: rand.New(rand.NewSource(seed))}
+	f := &gcFixture{t: t, dir: t.TempDir(), m: model{}, rng: rand.New(rand.NewSource(seed)),
+		clock: &manualClock{t: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}}
 	f.l = openLogSegments(t, f.dir, 4096)
 	f.open(kind, strategy)
 	return f
@@ -75,6 +97,7 @@ func (f *gcFixture) open(kind, strategy string) {
 		f.t.Fatalf("OpenStore: %v", err)
 	}
 	s.gc.stop() // rounds run by hand
+	s.gc.now = f.clock.now
 	f.ctl.s = s
 	f.s = s
 	f.t.Cleanup(func() { s.Close() })
@@ -99,13 +122,19 @@ func (f *gcFixture) write(n, keys int) {
 	f.m.apply(cmds...)
 }
 
+// round runs a round that freezes and sorts the log (-gcContinuous's).
 func (f *gcFixture) round() systems.GCRound {
 	f.t.Helper()
-	r, err := f.s.gc.round(context.Background())
+	return f.roundOn(TriggerContinuous)
+}
+
+func (f *gcFixture) roundOn(trigger string) systems.GCRound {
+	f.t.Helper()
+	r, err := f.s.gc.round(context.Background(), trigger)
 	if err != nil {
-		f.t.Fatalf("GC round: %v", err)
+		f.t.Fatalf("GC round (%s): %v", trigger, err)
 	}
-	return r
+	return r.GCRound
 }
 
 func (f *gcFixture) check() {
@@ -193,7 +222,7 @@ func TestGCNewerWriteWins(t *testing.T) {
 					f.m.apply(cmds...)
 				})
 			}
-			if _, err := f.s.gc.round(ctx); err != nil {
+			if _, err := f.s.gc.round(ctx, TriggerContinuous); err != nil {
 				t.Fatal(err)
 			}
 			f.check()
@@ -267,7 +296,7 @@ func TestGCDiskFullAbortsCleanly(t *testing.T) {
 		return &fullDisk{f: fl, left: 2000}, nil
 	}
 	segsBefore := len(f.l.Segments())
-	_, err := f.s.gc.round(context.Background())
+	_, err := f.s.gc.round(context.Background(), TriggerContinuous)
 	if !errors.Is(err, syscall.ENOSPC) {
 		t.Fatalf("round on a full disk: %v, want ENOSPC", err)
 	}
@@ -303,9 +332,10 @@ func (d *fullDisk) Sync() error  { return d.f.Sync() }
 func (d *fullDisk) Close() error { return d.f.Close() }
 
 func TestGCStrategiesSelect(t *testing.T) {
-	frozen := []fileStat{{id: 1, size: 100 << 10, live: 90 << 10}, {id: 2, size: 100 << 10, live: 10 << 10}, {id: 3, size: 100, live: 0},
-		{id: 4, size: 100, live: 10}} // mostly garbage, but too little to be worth a rewrite
-	runs := []fileStat{{id: runFlag | 1, size: 1000 << 10, live: 900 << 10}, {id: runFlag | 2, size: 100, live: 0}}
+	frozen := []fileStat{{id: 1, size: 100 << 10, live: 90 << 10, dead: 10 << 10}, {id: 2, size: 100 << 10, live: 10 << 10, dead: 90 << 10},
+		{id: 3, size: 100, live: 0},
+		{id: 4, size: 100, live: 10, dead: 90}} // mostly garbage, but too little to be worth a rewrite
+	runs := []fileStat{{id: runFlag | 1, size: 1000 << 10, live: 900 << 10, dead: 100 << 10}, {id: runFlag | 2, size: 100, live: 0}}
 	for _, tc := range []struct {
 		strategy string
 		want     []uint64
@@ -313,8 +343,11 @@ func TestGCStrategiesSelect(t *testing.T) {
 		{StrategySortOnce, []uint64{1, 2, 3, 4, runFlag | 2}},
 		{StrategyMerge, []uint64{1, 2, 3, 4, runFlag | 1, runFlag | 2}},
 		{StrategyGreedy, []uint64{2, 3, runFlag | 2}},
+		// Tiered: by discard statistics (dead), not size - live: segment 1
+		// is 10% dead, 2 is 90% dead, 4's garbage is too little.
+		{StrategyTiered, []uint64{2, 3, runFlag | 2}},
 	} {
-		st, err := NewStrategy(tc.strategy)
+		st, err := NewStrategy(tc.strategy, 4)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -326,7 +359,7 @@ func TestGCStrategiesSelect(t *testing.T) {
 	if got := (merge{}).Select(nil, runs, 0.5); len(got) != 0 {
 		t.Fatalf("merge without frozen segments selected %v", got)
 	}
-	if _, err := NewStrategy("lru"); err == nil || !strings.Contains(err.Error(), "sort-once") {
+	if _, err := NewStrategy("lru", 4); err == nil || !strings.Contains(err.Error(), "sort-once") {
 		t.Fatalf("unknown strategy: %v", err)
 	}
 }
@@ -450,12 +483,12 @@ func TestGCDueCountsReclaimableGarbageOnly(t *testing.T) {
 	f.round() // run 2: k000..k079; run 1 is 80% garbage but holds k080..k099
 	f.check()
 	due := func(strategy string) bool {
-		st, err := NewStrategy(strategy)
+		st, err := NewStrategy(strategy, 4)
 		if err != nil {
 			t.Fatal(err)
 		}
 		f.s.gc.strategy = st
-		return f.s.gc.due()
+		return f.s.gc.due() != ""
 	}
 	if due(StrategySortOnce) {
 		t.Fatalf("sort-once: a round is due for garbage it cannot reclaim")

@@ -15,6 +15,8 @@ import (
 	"strings"
 	"sync"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/nezha-harness/nezha/systems"
 )
 
@@ -38,6 +40,11 @@ const (
 	runFlag         = uint64(1) << 63
 	runFileSuffix   = ".run"
 	runWriteBufSize = 1 << 20
+	// runBytesPerSync: a run being written has its dirty pages pushed to
+	// the disk every this many bytes (sync_file_range, asynchronous;
+	// RocksDB's bytes_per_sync), so that the final fsync does not flush
+	// the whole run in one burst in front of the Raft log's fsyncs.
+	runBytesPerSync = 1 << 20
 )
 
 func isRun(loc systems.Location) bool { return loc.Segment&runFlag != 0 }
@@ -70,6 +77,7 @@ type runWriter struct {
 	nextMark int64  // offset at which the next block starts
 	lastKey  []byte
 	hdr      [runHeaderSize]byte
+	synced   int64 // bytes handed to sync_file_range
 }
 
 func newRunWriter(create fileCreator, dir string, id uint64) (*runWriter, error) {
@@ -108,9 +116,24 @@ func (rw *runWriter) Add(key, value []byte, raftIndex uint64) (systems.Location,
 	n := runHeaderSize + len(key) + len(value)
 	loc := systems.Location{Segment: runFlag | rw.id, Offset: rw.off, Length: uint32(n), Index: raftIndex}
 	rw.off += int64(n)
+	rw.startWriteback()
 	rw.records++
 	rw.lastKey = append(rw.lastKey[:0], key...)
 	return loc, nil
+}
+
+// startWriteback starts the writeback of the bytes already written past
+// the last runBytesPerSync mark (files without a descriptor: never).
+func (rw *runWriter) startWriteback() {
+	written := rw.off - int64(rw.w.Buffered())
+	if written-rw.synced < runBytesPerSync {
+		return
+	}
+	if fd, ok := rw.f.(interface{ Fd() uintptr }); ok {
+		// Best effort: the final fsync is what makes the run durable.
+		_ = unix.SyncFileRange(int(fd.Fd()), rw.synced, written-rw.synced, unix.SYNC_FILE_RANGE_WRITE)
+	}
+	rw.synced = written
 }
 
 // Finish writes the block index and footer, fsyncs and closes the file,
@@ -157,6 +180,8 @@ type run struct {
 	dataBytes int64 // bytes of records (the block index starts here)
 	records   uint64
 	blocks    []runBlock
+	// tier of the run (its size class; see tierFor), from the manifest.
+	tier int
 
 	mu      sync.RWMutex
 	removed bool

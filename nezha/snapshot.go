@@ -125,6 +125,7 @@ func (s *Store) finishRestore(p pendingRestore) error {
 		}
 		s.runs.add(rn)
 	}
+	rn.tier = tierFor(rn.dataBytes, s.cfg.GCFanout)
 	var b IndexBatch
 	live := map[uint64]int64{}
 	err = rn.iterate(nil, func(key, _ []byte, loc systems.Location) (bool, error) {
@@ -152,7 +153,7 @@ func (s *Store) finishRestore(p pendingRestore) error {
 	s.manMu.Lock()
 	old := s.man.Runs
 	m := s.man
-	m.Runs, m.Restore = []uint64{p.Run}, nil
+	m.Runs, m.Tiers, m.Restore = []uint64{p.Run}, map[uint64]int{p.Run: rn.tier}, nil
 	err = m.write(s.sortedDir)
 	if err == nil {
 		s.man = m
@@ -169,7 +170,12 @@ func (s *Store) finishRestore(p pendingRestore) error {
 		}
 	}
 	if s.gc != nil {
-		s.gc.live = live
+		s.gc.live, s.gc.dead = live, map[uint64]int64{}
+		if s.ctl != nil {
+			for _, sg := range s.ctl.Segments() {
+				s.gc.dead[sg.ID] = sg.SizeBytes // the log before the snapshot holds no live value
+			}
+		}
 	}
 	s.logger.Info("nezha: snapshot restored", "index", p.Index, "run", runName(p.Run), "records", rn.records)
 	return nil

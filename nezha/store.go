@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 
 	"github.com/nezha-harness/nezha/systems"
 )
@@ -46,13 +47,18 @@ type Store struct {
 	man   manifest
 
 	gc *collector // nil without GC (nezha-nogc)
+
+	// scanLogBytes and scanRunBytes count the record bytes scans read from
+	// log segments and from sorted runs (GC's scan trigger).
+	scanLogBytes, scanRunBytes atomic.Int64
 }
 
 var (
-	_ systems.StateMachine = (*Store)(nil)
-	_ systems.StateHasher  = (*Store)(nil)
-	_ systems.Snapshotter  = (*Store)(nil)
-	_ systems.GCReporter   = (*Store)(nil)
+	_ systems.StateMachine    = (*Store)(nil)
+	_ systems.StateHasher     = (*Store)(nil)
+	_ systems.Snapshotter     = (*Store)(nil)
+	_ systems.GCReporter      = (*Store)(nil)
+	_ systems.StorageReporter = (*Store)(nil)
 )
 
 // IndexKind is the kind of the store's index (IndexLevelDB or IndexMemory).
@@ -92,14 +98,14 @@ func (s *Store) Apply(entries []systems.AppliedEntry) error {
 			}
 			b.Put(e.Command.Key, e.Location)
 			if acct != nil {
-				if err := acct.set(e.Command.Key, &e.Location); err != nil {
+				if err := acct.set(e.Command.Key, &e.Location, systems.Location{}); err != nil {
 					return err
 				}
 			}
 		case systems.OpDelete:
 			b.Delete(e.Command.Key)
 			if acct != nil {
-				if err := acct.set(e.Command.Key, nil); err != nil {
+				if err := acct.set(e.Command.Key, nil, e.Location); err != nil {
 					return err
 				}
 			}
@@ -259,6 +265,16 @@ func (s *Store) Scan(start, end []byte, limit int, maxBytes int) ([]systems.KeyV
 	if err != nil {
 		return nil, false, err
 	}
+	var fromLog, fromRuns int64
+	for _, l := range locs {
+		if isRun(l) {
+			fromRuns += int64(l.Length)
+		} else {
+			fromLog += int64(l.Length)
+		}
+	}
+	s.scanLogBytes.Add(fromLog)
+	s.scanRunBytes.Add(fromRuns)
 	kvs := make([]systems.KeyValue, 0, len(keys))
 	total := 0
 	for i := range keys {
@@ -361,6 +377,41 @@ func (s *Store) GCRounds() []systems.GCRound {
 	return s.gc.hist.Rounds()
 }
 
+// StorageShape implements systems.StorageReporter from in-memory counts:
+// Levels are the tiers of the sorted runs (tier 0 first, every tier up to
+// the highest: runs and file bytes), ValueLogBytes the bytes of the Raft
+// log's segments, SortedRunBytes those of the runs, and LiveBytes the
+// record bytes the index points at (with GC only: nezha-nogc does not
+// count them).
+func (s *Store) StorageShape() systems.StorageShape {
+	var sh systems.StorageShape
+	if s.ctl != nil {
+		for _, sg := range s.ctl.Segments() {
+			sh.ValueLogBytes += sg.SizeBytes
+		}
+	}
+	for _, id := range s.runs.ids() {
+		r := s.runs.get(id)
+		if r == nil {
+			continue
+		}
+		for len(sh.Levels) <= r.tier {
+			sh.Levels = append(sh.Levels, systems.LevelShape{Level: len(sh.Levels)})
+		}
+		sh.Levels[r.tier].Files++
+		sh.Levels[r.tier].Bytes += r.size
+		sh.SortedRunBytes += r.size
+	}
+	if s.gc != nil {
+		s.applyMu.Lock()
+		for _, n := range s.gc.live {
+			sh.LiveBytes += n
+		}
+		s.applyMu.Unlock()
+	}
+	return sh
+}
+
 // Close implements systems.StateMachine: it stops GC and closes the index
 // and the runs (the value log belongs to the node). Unsynced LevelDB writes
 // are recovered by replay.
@@ -429,6 +480,11 @@ func (s *Store) recoverRuns() error {
 		if err != nil {
 			return err
 		}
+		t, ok := m.Tiers[id]
+		if !ok { // a version-1 manifest
+			t = tierFor(r.dataBytes, s.cfg.GCFanout)
+		}
+		r.tier = t
 		s.runs.add(r)
 	}
 	return nil

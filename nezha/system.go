@@ -64,21 +64,48 @@ type Config struct {
 
 	// GC settings, for Name only (nezha-nogc has no GC).
 	//
-	// GC is the strategy (-gc): StrategyMerge (default), StrategySortOnce
-	// or StrategyGreedy.
+	// GC is the strategy (-gc): StrategyTiered (default), StrategyMerge,
+	// StrategySortOnce or StrategyGreedy. See strategy.go.
 	GC string
 	// GCThresholdBytes: a round is due once the Raft log holds this many
-	// bytes (-gcThresholdBytes; merge waits until the log also holds as
-	// much as the sorted runs). Default 1 GiB.
+	// bytes (-gcThresholdBytes; tiered: above its compaction point, and the
+	// round copies only files worth it by GCGarbageRatio, else it only
+	// compacts the log: a checkpoint; merge waits until the log also holds
+	// as much as the sorted runs). Default 1 GiB.
 	GCThresholdBytes int64
 	// GCGarbageRatio: a round is also due once the garbage a round of the
 	// strategy would reclaim / (log + runs) is at least this
-	// (-gcGarbageRatio), and greedy rewrites the files at least this
+	// (-gcGarbageRatio); greedy and tiered rewrite the files at least this
 	// garbage. Default 0.5.
 	GCGarbageRatio float64
-	// GCMinBytes: no garbage-ratio round while log and runs hold less
-	// (-gcMinBytes). Default 64 MiB.
+	// GCMinBytes: no garbage, tier or idle round runs to reclaim fewer
+	// bytes than this (-gcMinBytes; at least 4 KiB apply). Default 1 MiB:
+	// a mass delete on a small store comes back.
 	GCMinBytes int64
+	// GCFanout: tiered merges the runs of a tier once it holds this many
+	// (-gcFanout, at least 2); tier t holds runs of about
+	// 1 MiB x fanout^(t+1). Default 4 (RocksDB's universal compaction and
+	// Cassandra's size-tiered compaction also merge 4).
+	GCFanout int
+	// GCIdleAfter: once no write has been applied for this long, one round
+	// sorts what remains of the log (and tiered merges the runs when that
+	// is worth it): SCAN then reads runs (-gcIdleAfter; 0: never).
+	// Default 2s: shorter than the harness's GC-settle window (3s), so a
+	// loaded read bed is sorted before it is read.
+	GCIdleAfter time.Duration
+	// GCScanLogBytes: a round sorts the log once scans have read this many
+	// record bytes from log segments since the last round, more than from
+	// runs (-gcScanLogBytes; 0: never). Default 64 MiB.
+	GCScanLogBytes int64
+	// GCRateBytesPerSec caps the bytes GC writes per second on the node, a
+	// token bucket (golang.org/x/time/rate) 1 MiB deep (-gcRateBytesPerSec;
+	// 0: unlimited). Default 64 MiB/s.
+	GCRateBytesPerSec int64
+	// GCStagger is the length of a node's GC time slot: rounds other than
+	// size, checkpoint and continuous ones start only in slot (id-1) of
+	// every nodes x GCStagger of the wall clock, so the nodes take turns
+	// (-gcStagger; 0: no slots). Default 1s.
+	GCStagger time.Duration
 	// GCInterval is how often the trigger is checked besides after applies
 	// (-gcInterval). Default 1s.
 	GCInterval time.Duration
@@ -96,13 +123,18 @@ var _ systems.SystemConfig = (*Config)(nil)
 
 func newConfig(system string) *Config {
 	return &Config{
-		Index:            IndexLevelDB,
-		GC:               StrategyMerge,
-		GCThresholdBytes: 1 << 30,
-		GCGarbageRatio:   0.5,
-		GCMinBytes:       64 << 20,
-		GCInterval:       time.Second,
-		system:           system,
+		Index:             IndexLevelDB,
+		GC:                StrategyTiered,
+		GCThresholdBytes:  1 << 30,
+		GCGarbageRatio:    0.5,
+		GCMinBytes:        1 << 20,
+		GCFanout:          4,
+		GCIdleAfter:       2 * time.Second,
+		GCScanLogBytes:    64 << 20,
+		GCRateBytesPerSec: 64 << 20,
+		GCStagger:         time.Second,
+		GCInterval:        time.Second,
+		system:            system,
 	}
 }
 
@@ -126,9 +158,14 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 		return
 	}
 	fs.StringVar(&c.GC, "gc", c.GC, "GC strategy: "+strings.Join(Strategies(), ", "))
-	fs.Int64Var(&c.GCThresholdBytes, "gcThresholdBytes", c.GCThresholdBytes, "run GC once the Raft log holds this many bytes")
-	fs.Float64Var(&c.GCGarbageRatio, "gcGarbageRatio", c.GCGarbageRatio, "run GC once garbage/(log+runs) reaches this; greedy rewrites files at least this garbage")
-	fs.Int64Var(&c.GCMinBytes, "gcMinBytes", c.GCMinBytes, "no garbage-ratio GC while log and runs hold fewer bytes")
+	fs.Int64Var(&c.GCThresholdBytes, "gcThresholdBytes", c.GCThresholdBytes, "run GC once the Raft log holds this many bytes (tiered: above its compaction point)")
+	fs.Float64Var(&c.GCGarbageRatio, "gcGarbageRatio", c.GCGarbageRatio, "run GC once garbage/(log+runs) reaches this; greedy and tiered rewrite files at least this garbage")
+	fs.Int64Var(&c.GCMinBytes, "gcMinBytes", c.GCMinBytes, "no garbage, tier or idle GC round to reclaim fewer bytes")
+	fs.IntVar(&c.GCFanout, "gcFanout", c.GCFanout, "tiered: merge a tier's runs once it holds this many")
+	fs.DurationVar(&c.GCIdleAfter, "gcIdleAfter", c.GCIdleAfter, "sort the rest of the log once no write was applied for this long (0: never)")
+	fs.Int64Var(&c.GCScanLogBytes, "gcScanLogBytes", c.GCScanLogBytes, "sort the log once scans read this many bytes from it since the last round, more than from runs (0: never)")
+	fs.Int64Var(&c.GCRateBytesPerSec, "gcRateBytesPerSec", c.GCRateBytesPerSec, "cap GC writes at this many bytes per second (0: unlimited)")
+	fs.DurationVar(&c.GCStagger, "gcStagger", c.GCStagger, "GC time slot per node: non-urgent rounds start only in the node's slot (0: no slots)")
 	fs.DurationVar(&c.GCInterval, "gcInterval", c.GCInterval, "how often the GC trigger is checked")
 	fs.BoolVar(&c.GCContinuous, "gcContinuous", c.GCContinuous, "run GC rounds back to back (tests, stress)")
 	fs.StringVar(&c.GCCrashPoint, "gcCrashPoint", c.GCCrashPoint, "TESTING: kill the node at this GC point: "+strings.Join(CrashPoints(), ", "))
@@ -145,7 +182,7 @@ func (c *Config) Validate() error {
 		errs = append(errs, systems.Usagef("nezha: unknown system %q (use NezhaNoGC or Nezha)", c.system))
 	}
 	if c.gcEnabled() {
-		if _, err := NewStrategy(c.GC); err != nil {
+		if _, err := NewStrategy(c.GC, c.GCFanout); err != nil {
 			errs = append(errs, err)
 		}
 		if c.GCThresholdBytes <= 0 {
@@ -159,6 +196,21 @@ func (c *Config) Validate() error {
 		}
 		if c.GCInterval <= 0 {
 			errs = append(errs, systems.Usagef("-gcInterval %v must be positive", c.GCInterval))
+		}
+		if c.GCFanout < 2 {
+			errs = append(errs, systems.Usagef("-gcFanout %d must be at least 2", c.GCFanout))
+		}
+		if c.GCIdleAfter < 0 {
+			errs = append(errs, systems.Usagef("-gcIdleAfter %v must not be negative", c.GCIdleAfter))
+		}
+		if c.GCScanLogBytes < 0 {
+			errs = append(errs, systems.Usagef("-gcScanLogBytes %d must not be negative", c.GCScanLogBytes))
+		}
+		if c.GCRateBytesPerSec < 0 {
+			errs = append(errs, systems.Usagef("-gcRateBytesPerSec %d must not be negative", c.GCRateBytesPerSec))
+		}
+		if c.GCStagger < 0 {
+			errs = append(errs, systems.Usagef("-gcStagger %v must not be negative", c.GCStagger))
 		}
 		if c.GCCrashPoint != "" && !slices.Contains(CrashPoints(), c.GCCrashPoint) {
 			errs = append(errs, systems.Usagef("-gcCrashPoint %q: want one of %s", c.GCCrashPoint, strings.Join(CrashPoints(), ", ")))
@@ -185,6 +237,11 @@ func (c *Config) Describe() map[string]any {
 		d["gc_threshold_bytes"] = c.GCThresholdBytes
 		d["gc_garbage_ratio"] = c.GCGarbageRatio
 		d["gc_min_bytes"] = c.GCMinBytes
+		d["gc_fanout"] = c.GCFanout
+		d["gc_idle_after"] = c.GCIdleAfter.String()
+		d["gc_scan_log_bytes"] = c.GCScanLogBytes
+		d["gc_rate_bytes_per_sec"] = c.GCRateBytesPerSec
+		d["gc_stagger"] = c.GCStagger.String()
 		d["gc_interval"] = c.GCInterval.String()
 		d["gc_continuous"] = c.GCContinuous
 	}
@@ -228,7 +285,7 @@ func (c *Config) OpenStore(env systems.Env) (*Store, error) {
 	s := &Store{name: c.system, cfg: *c, dir: env.Dir, sortedDir: sortedDir, vlog: env.Log, ctl: env.Control,
 		logger: logger, runs: newRunSet(sortedDir)}
 	if c.gcEnabled() {
-		gc, err := newCollector(s, &s.cfg)
+		gc, err := newCollector(s, &s.cfg, env)
 		if err != nil {
 			return nil, err
 		}

@@ -41,10 +41,11 @@ var configurations = []struct {
 	{"nezha", "nezha", nil, false},
 	// GC forced to run continuously during the whole suite, per strategy,
 	// over small segments so that every test spans many rounds.
+	{"nezha-gc-tiered", "nezha", append(gcArgs("tiered"), "-gcFanout", "2"), true},
 	{"nezha-gc-merge", "nezha", gcArgs("merge"), true},
 	{"nezha-gc-sort-once", "nezha", gcArgs("sort-once"), true},
 	{"nezha-gc-greedy", "nezha", gcArgs("greedy"), true},
-	{"nezha-gc-merge-memory-index", "nezha", append(gcArgs("merge"), "-index", "memory"), true},
+	{"nezha-gc-tiered-memory-index", "nezha", append(gcArgs("tiered"), "-index", "memory"), true},
 }
 
 func gcArgs(strategy string) []string {

@@ -13,9 +13,26 @@ import (
 	"github.com/nezha-harness/nezha/systems/cluster"
 )
 
-// The GC crash points of the nezha package (nezha.CrashPoints); named here
-// so that this package stays free of concrete systems.
-var gcCrashPoints = []string{"gc-during-copy", "gc-before-switch", "gc-during-switch", "gc-after-switch", "gc-before-delete"}
+// The GC crash points of the nezha package (nezha.CrashPoints), named here
+// so that this package stays free of concrete systems, with the node flags
+// that make a round reach each: with the default (tiered) strategy, the
+// writes below only make checkpoint rounds, and the idle round after them
+// copies; runs are merged (a tier merge, input runs removed from the
+// manifest) under -gcContinuous with a fan-out of 2.
+var gcCrashPoints = []struct {
+	point string
+	args  []string
+}{
+	{"gc-during-copy", nil},
+	{"gc-before-switch", nil},
+	{"gc-during-switch", nil},
+	{"gc-after-switch", nil},
+	{"gc-before-delete", nil},
+	{"gc-after-manifest", []string{"-gcContinuous", "-gcFanout", "2"}},
+	{"gc-tier-merge-during-switch", []string{"-gcContinuous", "-gcFanout", "2"}},
+	{"gc-idle-after-freeze", nil},
+	{"gc-checkpoint-after-compact", nil},
+}
 
 // writeMany puts n keys (prefix%05d) with 200-byte values from 16 writers
 // and returns the acknowledged ones. A write whose outcome is unknown (the
@@ -105,11 +122,12 @@ func waitDead(t *testing.T, spec *cluster.Spec, id uint64, timeout time.Duration
 // Kill a node at each named point of a GC round, restart it, and check
 // that no acknowledged write is lost and no deleted key resurrected.
 func TestGCCrashPoints(t *testing.T) {
-	for i, point := range gcCrashPoints {
+	for i, cp := range gcCrashPoints {
+		point := cp.point
 		t.Run(point, func(t *testing.T) {
 			const victim = uint64(2)
 			h := startWith(t, Options{System: "nezha", Binary: binary, Seed: int64(100 + i),
-				ExtraArgs: []string{"-segmentSizeBytes", "65536", "-gcThresholdBytes", "300000", "-gcInterval", "50ms"}},
+				ExtraArgs: append([]string{"-segmentSizeBytes", "65536", "-gcThresholdBytes", "300000", "-gcInterval", "50ms"}, cp.args...)},
 				func(self cluster.Node, _ []cluster.Node) []string {
 					if self.ID == victim {
 						return []string{"-gcCrashPoint", point}
