@@ -306,12 +306,10 @@ func throughputSeries(name string, sum workloads.Summary, bytes bool) (plots.Ser
 // readBed loads ReadKeys keys on a fresh cluster of sys and, for nezha,
 // waits until GC has compacted the load (the paper's SCAN gain comes from
 // the sorted runs).
-func (x *Run) readBed(ctx context.Context, sys, label string) (*testbed, error) {
+func (x *Run) readBed(ctx context.Context, sys string) (*testbed, error) {
 	p := x.Profile
-	// GC during the load: a threshold of a quarter of the loaded bytes.
 	data := p.ReadKeys * int64(p.ReadValueBytes)
-	threshold := max(data/4, p.SegmentSizeBytes)
-	tb, err := x.start(ctx, sys, label, append(x.geometryArgs(sys, data), "-gcThresholdBytes", fmt.Sprint(threshold))...)
+	tb, err := x.startIn(ctx, filepath.Join(x.beds.dir, sys), sys, x.geometryArgs(sys, data)...)
 	if err != nil {
 		x.fail(sys, "cluster up", err, nil)
 		return nil, err
@@ -329,7 +327,8 @@ func (x *Run) readBed(ctx context.Context, sys, label string) (*testbed, error) 
 		return nil, err
 	}
 	if sys == "nezha" && tb.spec != nil {
-		if err := x.waitGC(ctx, tb); err != nil {
+		// The idle round sorts what the load left in the log.
+		if err := x.waitIdleGC(ctx, tb, time.Now()); err != nil {
 			x.fail(sys, "GC after load", err, tb.spec)
 			tb.stop(true)
 			return nil, err
@@ -338,11 +337,79 @@ func (x *Run) readBed(ctx context.Context, sys, label string) (*testbed, error) 
 	return tb, nil
 }
 
+// bedPool keeps the read beds (one loaded cluster per system) and their
+// read arrangement from get-zipf for scan when both run in one Execute:
+// the same keys serve both, and loading them twice would double the
+// experiments' time. The last experiment that uses the beds stops them.
+type bedPool struct {
+	dir   string
+	beds  map[string]*testbed
+	rc    *readCache
+	users int // experiments of this Execute that still use the beds
+}
+
+// readBeds returns the loaded beds of every system (loading the missing
+// ones) and the read arrangement, arranging it on first use.
+func (x *Run) readBeds(ctx context.Context) (map[string]*testbed, *readCache) {
+	pool := x.beds
+	for _, sys := range x.Systems {
+		if pool.beds[sys] != nil {
+			continue
+		}
+		if tb, err := x.readBed(ctx, sys); err == nil {
+			pool.beds[sys] = tb
+		}
+	}
+	if pool.rc == nil {
+		var specs []*cluster.Spec
+		for _, sys := range x.Systems {
+			if tb := pool.beds[sys]; tb != nil && tb.spec != nil {
+				specs = append(specs, tb.spec)
+			}
+		}
+		pool.rc = x.arrangeReads(specs)
+	} else if err := pool.rc.again(); err != nil {
+		x.logf("reads: dropping the page cache before this experiment failed: %v", err)
+	}
+	return pool.beds, pool.rc
+}
+
+// done is called by each experiment that used the beds; the last one
+// stops them.
+func (p *bedPool) done() {
+	p.users--
+	if p.users > 0 {
+		return
+	}
+	p.close()
+}
+
+// drop stops a bed that failed (keeping its node logs for the report) and
+// forgets it.
+func (p *bedPool) drop(sys string, tb *testbed) {
+	tb.stop(true)
+	delete(p.beds, sys)
+}
+
+// close stops every bed and releases the read arrangement.
+func (p *bedPool) close() {
+	for sys, tb := range p.beds {
+		tb.stop(false)
+		delete(p.beds, sys)
+	}
+	if p.rc != nil {
+		p.rc.release()
+		p.rc = nil
+	}
+	os.RemoveAll(p.dir)
+}
+
 // getZipf: Zipf GETs over the keys that were written.
 func getZipf() Experiment {
 	return Experiment{
 		Name: "get-zipf", Title: "GET throughput and latency, Zipf",
-		Shows: "point reads of values read back from the log or sorted runs (nezha) vs RocksDB",
+		Shows:        "point reads of values read back from the log or sorted runs (nezha) vs RocksDB",
+		UsesReadBeds: true,
 		run: func(ctx context.Context, x *Run) error {
 			return x.readExperiment(ctx, "get")
 		},
@@ -353,7 +420,8 @@ func getZipf() Experiment {
 func scan() Experiment {
 	return Experiment{
 		Name: "scan", Title: "SCAN throughput and latency",
-		Shows: "range scans, where nezha reads GC's key-sorted runs sequentially",
+		Shows:        "range scans, where nezha reads GC's key-sorted runs sequentially",
+		UsesReadBeds: true,
 		run: func(ctx context.Context, x *Run) error {
 			return x.readExperiment(ctx, "scan")
 		},
@@ -375,7 +443,7 @@ func (x *Run) readExperiment(ctx context.Context, op string) error {
 		x.param("clients", p.ScanClients)
 	}
 	x.param("geometry", p.Geometry)
-	x.note("Each system: one cluster and one load; all clusters stay up, then %d rounds each run every system once, in rotated order (interleaved, so that slow minutes of a shared machine fall on all systems alike). The table gives the median and range over the rounds, the figure the median with the range as error bars. Device reads per op are the nodes' read_bytes (/proc/PID/io: bytes read from the device, not the page cache) over the operations of the run.", p.ReadRuns)
+	x.note("Each system: one cluster and one load (shared by get-zipf and scan when both run; nezha's idle GC round has sorted the load); all clusters stay up, then %d rounds each run every system once, in rotated order (interleaved, so that slow minutes of a shared machine fall on all systems alike). The table gives the median and range over the rounds, the figure the median with the range as error bars. Device reads per op are the nodes' read_bytes (/proc/PID/io: bytes read from the device, not the page cache) over the operations of the run.", p.ReadRuns)
 	tbl := Table{Title: strings.ToUpper(op), Columns: []string{"system", "median ops/s", "min", "max", "MB/s", "p50 ms", "p99 ms", "p99.9 ms", "errors", "misses", "device KB read per op (median)", "page cache held (largest)"}}
 	bar := plots.Figure{Name: op + "-throughput", Title: fmt.Sprintf("%s throughput (median of %d interleaved runs, range as error bars)", strings.ToUpper(op), p.ReadRuns), Kind: plots.Bars,
 		XLabel: "system", YLabel: "throughput (ops/s)", Categories: []string{op}}
@@ -393,19 +461,11 @@ func (x *Run) readExperiment(ctx context.Context, op string) error {
 		failed  bool
 	}
 	beds := map[string]*bed{}
-	var specs []*cluster.Spec
-	for _, sys := range x.Systems {
-		tb, err := x.readBed(ctx, sys, op)
-		if err != nil {
-			continue // reported by readBed
-		}
+	loaded, rc := x.readBeds(ctx)
+	defer x.beds.done()
+	for sys, tb := range loaded {
 		beds[sys] = &bed{tb: tb, cache: -1}
-		if tb.spec != nil {
-			specs = append(specs, tb.spec)
-		}
 	}
-	rc := x.arrangeReads(specs)
-	defer rc.release()
 	x.param("read_cache", rc.Short)
 	x.note("Reads: %s.", rc.Text)
 	for run := 0; run < p.ReadRuns; run++ {
@@ -416,7 +476,7 @@ func (x *Run) readExperiment(ctx context.Context, op string) error {
 			}
 			if err := rc.beforeRun(); err != nil {
 				x.fail(sys, op, err, b.tb.spec)
-				b.tb.stop(true)
+				x.beds.drop(sys, b.tb)
 				b.failed = true
 				continue
 			}
@@ -445,7 +505,7 @@ func (x *Run) readExperiment(ctx context.Context, op string) error {
 			}
 			if err != nil {
 				x.fail(sys, op, err, b.tb.spec)
-				b.tb.stop(true)
+				x.beds.drop(sys, b.tb)
 				b.failed = true
 				continue
 			}
@@ -469,7 +529,6 @@ func (x *Run) readExperiment(ctx context.Context, op string) error {
 			bar.Series = append(bar.Series, plots.Series{Name: sys, Values: []float64{0}, Missing: []int{0}})
 			continue
 		}
-		b.tb.stop(false)
 		rates, first := b.rates, b.first
 		med, lo, hi := median(rates), slices.Min(rates), slices.Max(rates)
 		x.logf("%s: %s median %.0f ops/s over %d runs (%.0f..%.0f)", sys, op, med, len(rates), lo, hi)

@@ -99,6 +99,16 @@ func (x *Run) arrangeReads(specs []*cluster.Spec) *readCache {
 	return rc
 }
 
+// again prepares a further experiment on the same beds: the page cache
+// is dropped again (the cgroups stay), so that it starts as cold as the
+// first.
+func (rc *readCache) again() error {
+	if rc.Mode == ReadCacheWarm {
+		return nil
+	}
+	return dropCaches()
+}
+
 // beforeRun prepares one read run: with ReadCacheDrop, drops the cache.
 func (rc *readCache) beforeRun() error {
 	if rc.Mode != ReadCacheDrop {

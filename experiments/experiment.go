@@ -40,7 +40,10 @@ type Experiment struct {
 	// profile's MinFreeDiskBytes is not required when only such
 	// experiments run.
 	SmallDisk bool
-	run       func(ctx context.Context, x *Run) error
+	// UsesReadBeds: the experiment reads the shared read beds (one loaded
+	// cluster per system, kept from one such experiment to the next).
+	UsesReadBeds bool
+	run          func(ctx context.Context, x *Run) error
 }
 
 // All returns every experiment in the order `run all` runs them.
@@ -151,6 +154,8 @@ type Run struct {
 	// headSeries are put-scale's per-second series of its first headline
 	// runs.
 	headSeries []plots.Series
+	// beds are the read beds shared by get-zipf and scan.
+	beds *bedPool
 }
 
 // logf prints a progress line prefixed with the experiment name.
@@ -278,9 +283,14 @@ type testbed struct {
 	c      *client.Client
 }
 
-// start brings up a fresh cluster of system (or connects to -servers). The
-// caller must call stop.
+// start brings up a fresh cluster of system (or connects to -servers) in
+// the experiment's clusters/ directory. The caller must call stop.
 func (x *Run) start(ctx context.Context, system, label string, extra ...string) (*testbed, error) {
+	return x.startIn(ctx, filepath.Join(x.Dir, "clusters", system+"-"+label), system, extra...)
+}
+
+// startIn is start with the cluster in dir.
+func (x *Run) startIn(ctx context.Context, dir, system string, extra ...string) (*testbed, error) {
 	if len(x.Servers) > 0 {
 		c, err := client.New(client.DefaultConfig(x.Servers...))
 		if err != nil {
@@ -289,7 +299,6 @@ func (x *Run) start(ctx context.Context, system, label string, extra ...string) 
 		c.Discover(ctx)
 		return &testbed{system: system, c: c}, nil
 	}
-	dir := filepath.Join(x.Dir, "clusters", system+"-"+label)
 	if err := os.RemoveAll(dir); err != nil {
 		return nil, err
 	}
@@ -345,6 +354,13 @@ type RunOptions struct {
 func Execute(ctx context.Context, o RunOptions) ([]*Result, error) {
 	var results []*Result
 	prior := map[string]*Result{}
+	beds := &bedPool{dir: filepath.Join(o.OutDir, "read-beds"), beds: map[string]*testbed{}}
+	for _, e := range o.Experiments {
+		if e.UsesReadBeds {
+			beds.users++
+		}
+	}
+	defer beds.close()
 	for i, e := range o.Experiments {
 		if ctx.Err() != nil {
 			break
@@ -356,7 +372,7 @@ func Execute(ctx context.Context, o RunOptions) ([]*Result, error) {
 		res := &Result{Name: e.Name, Title: e.Title, Shows: e.Shows, Params: map[string]any{},
 			Metrics: map[string]float64{}, Start: time.Now()}
 		x := &Run{Profile: o.Profile, Systems: o.Systems, Dir: dir, Binary: o.Binary, Servers: o.Servers,
-			Out: o.Out, Prior: prior, res: res}
+			Out: o.Out, Prior: prior, res: res, beds: beds}
 		fmt.Fprintf(o.Out, "\n=== [%d/%d] %s: %s\n", i+1, len(o.Experiments), e.Name, e.Shows)
 		var err error
 		if e.NeedsLocal && len(o.Servers) > 0 {

@@ -271,7 +271,7 @@ func TestGeometry(t *testing.T) {
 	if got := strings.Join(conditionArgs(CondAll, "original", 1<<30), " "); got != "-sync=false -rocksdb.blockCacheBytes 0 -rocksdb.compression snappy" {
 		t.Fatalf("all conditions on original: %s", got)
 	}
-	if got := strings.Join(conditionArgs(CondPaperGC, "nezha", 1<<30), " "); got != "-gc merge -gcThresholdBytes 429496729" {
+	if got := strings.Join(conditionArgs(CondPaperGC, "nezha", 1<<30), " "); got != "-gc merge -gcThresholdBytes 429496729 -gcRateBytesPerSec 0 -gcStagger 0 -gcIdleAfter 0" {
 		t.Fatalf("paper GC on nezha: %s", got)
 	}
 	if conditionValueKind(CondLowercase) != "lowercase" || conditionValueKind("") != "random" {

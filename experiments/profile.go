@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/nezha-harness/nezha/faults"
+	"github.com/nezha-harness/nezha/nezha"
 	"github.com/nezha-harness/nezha/systems"
 )
 
@@ -99,6 +100,9 @@ type Profile struct {
 	GCWriters    int           `json:"gc_writers"`
 	GCReaders    int           `json:"gc_readers"`
 	GCDuration   time.Duration `json:"gc_duration_ns"`
+	// GCStrategies are the nezha GC strategies the gc experiment compares
+	// (nezha.Strategies; the first should be the default).
+	GCStrategies []string `json:"gc_strategies"`
 
 	// Linearizability: every system under every nemesis in LinNemeses
 	// for LinDuration each, LinClients clients, once per seed in LinSeeds.
@@ -126,17 +130,18 @@ func Quick() Profile {
 		Name: "quick", Nodes: 3, Clients: 32, Geometry: GeometryScaled,
 		SegmentSizeBytes: 8 * mib, GCThresholdBytes: 48 * mib,
 		DiskLimitBytes: 128 * mib, DiskLimitWriteBytes: mib,
-		PutTotalBytes: 32 * mib, ValueSizesKiB: []int{1, 4, 16, 64, 256},
+		PutTotalBytes: 16 * mib, ValueSizesKiB: []int{1, 4, 16, 64, 256},
 		ScaleDataBytes: []int64{128 * mib, 256 * mib, 512 * mib}, ScaleValueBytes: 256 * kib, HeadlineRuns: 3,
-		Conditions: ConditionNames(), ConditionDataBytes: 256 * mib, HeadlineSystems: []string{"nezha", "nezha-nogc", "original"},
+		Conditions: ConditionNames(), ConditionDataBytes: 128 * mib, HeadlineSystems: []string{"nezha", "nezha-nogc", "original"},
 		ReadCache: ReadCacheCgroup, ReadCacheBytes: 32 * mib,
 		ReadKeys: 16384, ReadRuns: 3, ReadValueBytes: 16 * kib, GetOps: 12000, Zipf: 1.01,
 		ScanOps: 300, ScanSize: 100, ScanClients: 1,
-		YCSBRecords: 2000, YCSBOps: 3000, YCSBValueBytes: 16 * kib, YCSBThreads: 16,
+		YCSBRecords: 2000, YCSBOps: 2000, YCSBValueBytes: 16 * kib, YCSBThreads: 16,
 		YCSBWorkloads: []string{"a", "b", "c", "d", "e", "f"},
-		AmpKeys:       2048, AmpValueBytes: 128 * kib,
-		GCKeys: 512, GCValueBytes: 32 * kib, GCWriters: 8, GCReaders: 4, GCDuration: 15 * time.Second,
-		LinNemeses: []string{"partition-leader"}, LinDuration: 8 * time.Second, LinClients: 4, LinSeeds: []int64{1},
+		AmpKeys:       1024, AmpValueBytes: 128 * kib,
+		GCKeys: 2048, GCValueBytes: 32 * kib, GCWriters: 8, GCReaders: 4, GCDuration: 15 * time.Second,
+		GCStrategies: []string{nezha.StrategyTiered, nezha.StrategyMerge},
+		LinNemeses:   []string{"partition-leader"}, LinDuration: 8 * time.Second, LinClients: 4, LinSeeds: []int64{1},
 		MinFreeDiskBytes: 4 * gib,
 	}
 }
@@ -157,7 +162,7 @@ func Standard() Profile {
 	p.ReadKeys, p.ReadCacheBytes, p.GetOps, p.ScanOps = 65536, 64*mib, 30000, 500
 	p.YCSBRecords, p.YCSBOps = 10000, 10000
 	p.AmpKeys, p.AmpValueBytes = 8192, 256*kib
-	p.GCKeys, p.GCDuration = 2048, 60*time.Second
+	p.GCKeys, p.GCDuration, p.GCStrategies = 16384, 60*time.Second, nezha.Strategies()
 	p.LinNemeses, p.LinDuration, p.LinSeeds = faults.Names(), 30*time.Second, []int64{1}
 	p.MinFreeDiskBytes = 40 * gib
 	return p
@@ -183,7 +188,8 @@ func Paper() Profile {
 		YCSBWorkloads: []string{"a", "b", "c", "d", "e", "f"},
 		AmpKeys:       100 * gib / (256 * kib), AmpValueBytes: 256 * kib,
 		GCKeys: 40_000, GCValueBytes: 256 * kib, GCWriters: 64, GCReaders: 32, GCDuration: 10 * time.Minute,
-		LinNemeses: faults.Names(), LinDuration: 30 * time.Second, LinClients: 5, LinSeeds: []int64{1, 2, 3, 4, 5},
+		GCStrategies: nezha.Strategies(),
+		LinNemeses:   faults.Names(), LinDuration: 30 * time.Second, LinClients: 5, LinSeeds: []int64{1, 2, 3, 4, 5},
 		MinFreeDiskBytes: 1000 * gib,
 	}
 }
@@ -278,6 +284,11 @@ func (p *Profile) Validate() error {
 	}
 	if _, err := faults.ParseNemeses(strings.Join(p.LinNemeses, ",")); err != nil {
 		bad("profile %s: lin_nemeses: %v", p.Name, err)
+	}
+	for _, st := range p.GCStrategies {
+		if !slices.Contains(nezha.Strategies(), st) {
+			bad("profile %s: gc strategy %q: want one of %v", p.Name, st, nezha.Strategies())
+		}
 	}
 	if p.GCDuration <= 0 || p.LinDuration <= 0 {
 		bad("profile %s: durations must be positive", p.Name)

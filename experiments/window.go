@@ -60,7 +60,8 @@ type windowStats struct {
 	DiskWriteMBps float64 `json:"disk_write_mb_per_sec"`
 	DiskReadMBps  float64 `json:"disk_read_mb_per_sec"`
 	// GCRounds and GCBytesWritten: nezha's GC rounds that started in the
-	// window and the bytes they wrote, mean per node.
+	// window, finished, and copied values (not checkpoint rounds), and
+	// the bytes they wrote, mean per node.
 	GCRounds       float64 `json:"gc_rounds_per_node"`
 	GCBytesWritten float64 `json:"gc_bytes_written_per_node"`
 	// Shape is the on-disk shape of the first node that reports one, at
@@ -169,7 +170,9 @@ func (x *Run) since(ctx context.Context, spec *cluster.Spec, from windowSample) 
 			continue // the baselines' rounds are log truncations
 		}
 		for _, r := range resp.GcRounds {
-			if r.StartUnixNanos >= from.at.UnixNano() && r.Error == "" {
+			// Rounds that copied values; checkpoint rounds (index synced,
+			// log compacted, nothing copied) do not count.
+			if r.StartUnixNanos >= from.at.UnixNano() && r.Error == "" && r.BytesWritten > 0 {
 				ws.GCRounds++
 				ws.GCBytesWritten += float64(r.BytesWritten)
 			}
