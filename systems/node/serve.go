@@ -96,9 +96,13 @@ func Serve(args []string, reg *systems.Registry, stdout, stderr io.Writer) error
 		return systems.OneLine("serve", err)
 	}
 	if *pprofAddr != "" {
-		if err := servePprof(*pprofAddr); err != nil {
+		addr, err := servePprof(*pprofAddr)
+		if err != nil {
 			return err
 		}
+		// With port 0 (every node of `cluster up` gets its own port), the
+		// log says which.
+		cfg.Logger.Info("serving the Go profiler", "pprof_address", addr)
 	}
 	n, err := Start(cfg)
 	if err != nil {
@@ -118,18 +122,19 @@ func Serve(args []string, reg *systems.Registry, stdout, stderr io.Writer) error
 	}
 }
 
-// servePprof serves the Go profiler on a loopback address.
-func servePprof(addr string) error {
+// servePprof serves the Go profiler on a loopback address (port 0: any
+// free port) and returns the address it listens on.
+func servePprof(addr string) (string, error) {
 	host, _, err := net.SplitHostPort(addr)
 	if err != nil {
-		return systems.Usagef("serve: -pprofAddress %q: %v", addr, err)
+		return "", systems.Usagef("serve: -pprofAddress %q: %v", addr, err)
 	}
 	if ip := net.ParseIP(host); host != "localhost" && (ip == nil || !ip.IsLoopback()) {
-		return systems.Usagef("serve: -pprofAddress %q is not a loopback address", addr)
+		return "", systems.Usagef("serve: -pprofAddress %q is not a loopback address", addr)
 	}
 	lis, err := net.Listen("tcp", addr)
 	if err != nil {
-		return systems.Usagef("serve: -pprofAddress %s: %v", addr, unwrapListenErr(err))
+		return "", systems.Usagef("serve: -pprofAddress %s: %v", addr, unwrapListenErr(err))
 	}
 	mux := http.NewServeMux()
 	mux.HandleFunc("/debug/pprof/", pprof.Index)
@@ -137,5 +142,5 @@ func servePprof(addr string) error {
 	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
 	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
 	go http.Serve(lis, mux)
-	return nil
+	return lis.Addr().String(), nil
 }
