@@ -79,7 +79,7 @@ func gcExperiment() Experiment {
 			for _, k := range []string{"gc_fanout", "gc_idle_after", "gc_rate_bytes_per_sec", "gc_stagger", "gc_min_bytes", "gc_garbage_ratio", "gc_scan_log_bytes"} {
 				x.param("nezha_"+k, knobs.Describe()[k])
 			}
-			x.note("After a load of %d keys, %d writers overwrite uniformly drawn keys and %d readers GET Zipf-drawn keys for %v. GC runs once a node's log holds %d bytes. 'PUT during GC / without' compares the mean PUT ops/s of the seconds that overlap a GC round on node 1 with the other seconds of the same run (the number of seconds of each kind in brackets: few seconds make it noisy). 'PUT / nezha-nogc' compares the whole phase with nezha-nogc's, which never runs GC (measured minutes apart). GC write amplification = bytes GC wrote on node 1 from the start of the phase until GC is done after it (idle rounds included) / user bytes written in the phase. After the phase, nezha's rounds are waited for until a node has been quiet for -gcIdleAfter and its idle round (if any) has run, as a read bed would. Every strategy runs with the nodes' default GC knobs (fan-out, idle, rate limit, stagger: see the parameters) and the threshold above. 'x / nezha-nogc' and 'x / original' compare with those systems in the same run (mean ops/s of the phase; SCAN: median of the read runs). Space amplification counts allocated blocks, including the space RocksDB preallocates for its active WAL file (about 1.1 write buffers per node). SCANs read from the disk as in the read experiments (see read_cache). nezha-nogc runs first and again last; the ratios to it use the mean of both runs.",
+			x.note("After a load of %d keys, %d writers overwrite uniformly drawn keys and %d readers GET Zipf-drawn keys for %v. GC runs once a node's log holds %d bytes. 'PUT during GC / without' compares the mean PUT ops/s of the seconds that overlap a GC round on node 1 with the other seconds of the same run (the number of seconds of each kind in brackets: few seconds make it noisy). 'PUT / nezha-nogc' compares the whole phase with nezha-nogc's, which never runs GC (the mean of a run before the strategies and one after them). GC write amplification = bytes GC wrote on node 1 from the start of the phase until GC is done after it (idle rounds included) / user bytes written in the phase. After the phase, nezha's rounds are waited for until a node has been quiet for -gcIdleAfter and its idle round (if any) has run, as a read bed would. Every strategy runs with the nodes' default GC knobs (fan-out, idle, rate limit, stagger: see the parameters) and the threshold above. 'x / nezha-nogc' and 'x / original' compare with those systems in the same run (mean ops/s of the phase; SCAN: median of the read runs). Space amplification counts allocated blocks, including the space RocksDB preallocates for its active WAL file (about 1.1 write buffers per node). SCANs read from the disk as in the read experiments (see read_cache). nezha-nogc runs first and again last; the ratios to it use the mean of both runs.",
 				p.GCKeys, p.GCWriters, p.GCReaders, p.GCDuration, threshold)
 			tbl := Table{Title: "GC per strategy", Columns: []string{"config", "GC rounds", "GC MB written", "GC write amp",
 				"space amp before", "space amp after", "PUT ops/s", "PUT during GC / without", "PUT / nezha-nogc", "GET ops/s",
@@ -117,6 +117,7 @@ func gcExperiment() Experiment {
 					x.note("nezha-nogc ran first and again last: PUT %.0f then %.0f ops/s, GET %.0f then %.0f ops/s; the ratios to nezha-nogc use the means.",
 						prev.putOps, (2*r.putOps - prev.putOps), prev.getOps, (2*r.getOps - prev.getOps))
 					outcomes[c.name] = r
+					x.metric("gc_scan_ops_per_sec/"+c.name, r.scanOps)
 					continue
 				}
 				outcomes[c.name] = r
@@ -167,6 +168,9 @@ func gcExperiment() Experiment {
 			if v, ok := x.res.Metrics["gc_scan_ops_per_sec/original"]; ok && v > 0 {
 				rt := Table{Title: "SCAN after GC relative to original", Columns: []string{"config", "SCAN ops/s / original's"}}
 				for _, c := range cfgs {
+					if c.again {
+						continue
+					}
 					if s, ok := x.res.Metrics["gc_scan_ops_per_sec/"+c.name]; ok {
 						rt.Rows = append(rt.Rows, []string{c.name, f2(s / v)})
 						x.metric("gc_scan_ratio/"+c.name, s/v)

@@ -48,6 +48,10 @@ type Profile struct {
 	ScaleDataBytes  []int64 `json:"scale_data_bytes"`
 	ScaleValueBytes int     `json:"scale_value_bytes"`
 	HeadlineRuns    int     `json:"headline_runs"`
+	// HeadlineMinSeconds: a headline system also runs until its runs at
+	// the headline point add up to this much measured time (at most
+	// 3 x HeadlineRuns runs).
+	HeadlineMinSeconds time.Duration `json:"headline_min_seconds_ns"`
 	// HeadlineSystems run HeadlineRuns times at the headline point (the
 	// other systems once) and under each of Conditions, the paper's
 	// conditions (ConditionNames), which put-scale runs at
@@ -131,15 +135,15 @@ func Quick() Profile {
 		SegmentSizeBytes: 8 * mib, GCThresholdBytes: 48 * mib,
 		DiskLimitBytes: 128 * mib, DiskLimitWriteBytes: mib,
 		PutTotalBytes: 16 * mib, ValueSizesKiB: []int{1, 4, 16, 64, 256},
-		ScaleDataBytes: []int64{128 * mib, 256 * mib, 512 * mib}, ScaleValueBytes: 256 * kib, HeadlineRuns: 3,
+		ScaleDataBytes: []int64{128 * mib, 256 * mib, 512 * mib}, ScaleValueBytes: 256 * kib, HeadlineRuns: 3, HeadlineMinSeconds: 20 * time.Second,
 		Conditions: ConditionNames(), ConditionDataBytes: 128 * mib, HeadlineSystems: []string{"nezha", "nezha-nogc", "original"},
-		ReadCache: ReadCacheCgroup, ReadCacheBytes: 32 * mib,
-		ReadKeys: 16384, ReadRuns: 3, ReadValueBytes: 16 * kib, GetOps: 12000, Zipf: 1.01,
+		ReadCache: ReadCacheCgroup, ReadCacheBytes: 16 * mib,
+		ReadKeys: 8192, ReadRuns: 3, ReadValueBytes: 16 * kib, GetOps: 12000, Zipf: 1.01,
 		ScanOps: 300, ScanSize: 100, ScanClients: 1,
 		YCSBRecords: 2000, YCSBOps: 2000, YCSBValueBytes: 16 * kib, YCSBThreads: 16,
 		YCSBWorkloads: []string{"a", "b", "c", "d", "e", "f"},
 		AmpKeys:       1024, AmpValueBytes: 128 * kib,
-		GCKeys: 2048, GCValueBytes: 32 * kib, GCWriters: 8, GCReaders: 4, GCDuration: 15 * time.Second,
+		GCKeys: 2048, GCValueBytes: 32 * kib, GCWriters: 8, GCReaders: 4, GCDuration: 10 * time.Second,
 		GCStrategies: []string{nezha.StrategyTiered, nezha.StrategyMerge},
 		LinNemeses:   []string{"partition-leader"}, LinDuration: 8 * time.Second, LinClients: 4, LinSeeds: []int64{1},
 		MinFreeDiskBytes: 4 * gib,
@@ -157,7 +161,7 @@ func Standard() Profile {
 	p.DiskLimitBytes = 512 * mib
 	p.PutTotalBytes = 64 * mib
 	p.ScaleDataBytes = []int64{gib, 2 * gib, 4 * gib, 6 * gib}
-	p.HeadlineRuns = 3
+	p.HeadlineRuns, p.HeadlineMinSeconds = 3, time.Minute
 	p.ConditionDataBytes = 2 * gib
 	p.ReadKeys, p.ReadCacheBytes, p.GetOps, p.ScanOps = 65536, 64*mib, 30000, 500
 	p.YCSBRecords, p.YCSBOps = 10000, 10000
@@ -179,7 +183,7 @@ func Paper() Profile {
 		DiskLimitBytes: gib, DiskLimitWriteBytes: mib,
 		Geometry:      GeometryNative,
 		PutTotalBytes: 100 * gib / 5, ValueSizesKiB: []int{1, 4, 16, 64, 256},
-		ScaleDataBytes: []int64{25 * gib, 50 * gib, 100 * gib}, ScaleValueBytes: 256 * kib, HeadlineRuns: 3,
+		ScaleDataBytes: []int64{25 * gib, 50 * gib, 100 * gib}, ScaleValueBytes: 256 * kib, HeadlineRuns: 3, HeadlineMinSeconds: time.Minute,
 		Conditions: ConditionNames(), ConditionDataBytes: 25 * gib, HeadlineSystems: []string{"nezha", "nezha-nogc", "original"},
 		ReadCache: ReadCacheWarm, ReadCacheBytes: 0,
 		ReadKeys: 100 * gib / (256 * kib), ReadRuns: 3, ReadValueBytes: 256 * kib, GetOps: 1_000_000, Zipf: 1.01,
