@@ -372,7 +372,7 @@ func (c *Config) Describe() map[string]any {
 		"system":                               string(c.mode),
 		"dir":                                  dbDirName,
 		"column_families":                      []string{"default", metaCFName},
-		"applied_index":                        "column family " + metaCFName + ", key " + string(appliedKey) + ", 8-byte big-endian, written in the same WriteBatch as the entries",
+		"applied_index":                        appliedIndexDescription(c.mode),
 		"create_if_missing":                    true,
 		"create_missing_cfs":                   true,
 		"max_background_jobs":                  MaxBackgroundJobs,
@@ -390,7 +390,7 @@ func (c *Config) Describe() map[string]any {
 		"compression":                          c.Compression,
 		"write_options.sync":                   false,
 		"write_options.disable_wal":            c.mode == ModePASV,
-		"atomic_flush":                         c.mode == ModePASV,
+		"atomic_flush":                         false, // set explicitly in every mode; see OpenStore
 		"enable_blob_files":                    c.mode == ModeBlobDB,
 		"other_options":                        "RocksDB defaults",
 		// Raft log truncation (not a RocksDB option; recorded because it
@@ -407,6 +407,18 @@ func (c *Config) Describe() map[string]any {
 		d["blob_garbage_collection_age_cutoff"] = 0.25 // RocksDB's default, not set
 	}
 	return d
+}
+
+// appliedIndexDescription says where and when m stores the applied index,
+// for Describe.
+func appliedIndexDescription(m Mode) string {
+	where := "column family " + metaCFName + ", key " + string(appliedKey) + ", 8-byte big-endian, "
+	if m == ModePASV {
+		return where + "written only after a flush of the user data column family it covers, then flushed " +
+			"(truncation rounds and Close; no atomic flush: RocksDB 7.8.3 aborts when a manual flush overlaps " +
+			"a background atomic flush, facebook/rocksdb #5126, #7340, fixed after 7.8 by #11111)"
+	}
+	return where + "written in the same WriteBatch as the entries (recovered from the WAL with them)"
 }
 
 // Open validates the configuration and opens (creating if needed) the

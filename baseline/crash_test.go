@@ -6,8 +6,11 @@ import (
 	"math/rand/v2"
 	"os"
 	"os/exec"
+	"slices"
 	"strconv"
 	"testing"
+
+	"github.com/linxGnu/grocksdb"
 
 	"github.com/nezha-harness/nezha/systems"
 )
@@ -18,11 +21,12 @@ import (
 // kill -9. The parent then reopens the directory.
 
 const (
-	crashModeEnv  = "BASELINE_CRASH_MODE"
-	crashDirEnv   = "BASELINE_CRASH_DIR"
-	crashExitCode = 3
-	crashEntries  = 200 // entries the child applies
-	crashFlushAt  = 120 // the child flushes after this many entries
+	crashModeEnv     = "BASELINE_CRASH_MODE"
+	crashDirEnv      = "BASELINE_CRASH_DIR"
+	crashExitCode    = 3
+	crashEntries     = 200 // entries the child applies
+	crashFlushAt     = 120 // the child flushes (Store.Flush) after this many entries
+	crashDataFlushAt = 160 // the child flushes the user data column family alone after this many
 )
 
 func crashEntriesFor(seed uint64) []systems.AppliedEntry {
@@ -43,7 +47,21 @@ func TestCrashChild(t *testing.T) {
 	if err := s.Flush(); err != nil {
 		t.Fatal(err)
 	}
-	applyInBatches(t, r, s, ents[crashFlushAt:], 7)
+	// Then the flushes RocksDB may run on its own at any time: the user
+	// data column family alone (its write buffer filled), later the meta
+	// column family alone. Without atomic_flush neither may leave the
+	// applied index on disk ahead of the user data on disk.
+	fo := grocksdb.NewDefaultFlushOptions()
+	defer fo.Destroy()
+	fo.SetWait(true)
+	applyInBatches(t, r, s, ents[crashFlushAt:crashDataFlushAt], 7)
+	if err := s.db.FlushCF(s.data, fo); err != nil {
+		t.Fatal(err)
+	}
+	applyInBatches(t, r, s, ents[crashDataFlushAt:], 7)
+	if err := s.db.FlushCF(s.meta, fo); err != nil {
+		t.Fatal(err)
+	}
 	os.Exit(crashExitCode) // no Close, no flush: a crash
 }
 
@@ -61,28 +79,92 @@ func runCrashChild(t *testing.T, m Mode, dir string, seed uint64) {
 	}
 }
 
-// checkRecovered checks that s holds exactly the effect of ents[:applied],
-// replays the entries above the applied index as the node does, checks the
-// full state, and checks that replaying everything again changes nothing.
-func checkRecovered(t *testing.T, s *Store, ents []systems.AppliedEntry) {
+// matchingPrefixes returns every k in 0..len(ents) for which the user data
+// of s is exactly the effect of ents[:k], in increasing order.
+func matchingPrefixes(t testing.TB, s *Store, ents []systems.AppliedEntry) []uint64 {
+	t.Helper()
+	kvs, more, err := s.Scan(nil, nil, 0, 0)
+	if err != nil || more {
+		t.Fatalf("full scan: more=%v err=%v", more, err)
+	}
+	disk := model{}
+	for _, kv := range kvs {
+		disk[string(kv.Key)] = kv.Value
+	}
+	// differ holds the keys whose value differs between disk and ref,
+	// the effect of the entries so far; only the key of the entry just
+	// applied can change.
+	ref := model{}
+	differ := map[string]bool{}
+	for k := range disk {
+		differ[k] = true
+	}
+	var ks []uint64
+	if len(differ) == 0 {
+		ks = append(ks, 0)
+	}
+	for i := range ents {
+		ref.apply(ents[i : i+1])
+		if ents[i].Command.Op != systems.OpNone {
+			k := string(ents[i].Command.Key)
+			v, ok := ref[k]
+			d, dok := disk[k]
+			if ok == dok && bytes.Equal(v, d) {
+				delete(differ, k)
+			} else {
+				differ[k] = true
+			}
+		}
+		if len(differ) == 0 {
+			ks = append(ks, uint64(i+1))
+		}
+	}
+	return ks
+}
+
+// recoveredPrefix checks the crash guarantee of a reopened store: its user
+// data is exactly the effect of ents[:k] for some k at or above its applied
+// index (so replaying from the applied index loses nothing), and returns
+// the largest such k. In original and blobdb mode (applied index and data
+// in one WAL record) the applied index is such a k; pasv's data may be
+// ahead of it.
+func recoveredPrefix(t testing.TB, s *Store, ents []systems.AppliedEntry) uint64 {
 	t.Helper()
 	applied := s.AppliedIndex()
-	ref := model{}
-	ref.apply(ents[:applied])
-	checkState(t, s, ref)
+	ks := matchingPrefixes(t, s, ents)
+	if len(ks) == 0 || ks[len(ks)-1] < applied {
+		t.Fatalf("%s: the user data is no prefix of the entries at or above the applied index %d (prefixes it matches: %v): entries were lost",
+			s.Mode(), applied, ks)
+	}
+	if s.Mode() != ModePASV && !slices.Contains(ks, applied) {
+		t.Fatalf("%s: the user data is the effect of entries 1..k for k in %v, not of 1..%d, the applied index", s.Mode(), ks, applied)
+	}
+	return ks[len(ks)-1]
+}
+
+// checkRecovered checks the crash guarantee (recoveredPrefix), replays the
+// entries above the applied index as the node does, checks the full state,
+// and checks that replaying everything again changes nothing. It returns
+// the entries the user data held before the replay.
+func checkRecovered(t *testing.T, s *Store, ents []systems.AppliedEntry) uint64 {
+	t.Helper()
+	applied := s.AppliedIndex()
+	k := recoveredPrefix(t, s, ents)
 	if _, idx, err := s.StateHash(); err != nil || idx != applied {
 		t.Fatalf("StateHash applied %d, %v; want %d", idx, err, applied)
 	}
 	if applied < uint64(len(ents)) {
 		mustApply(t, s, ents[applied:]...)
 	}
-	ref.apply(ents[applied:])
+	ref := model{}
+	ref.apply(ents)
 	if got := s.AppliedIndex(); got != uint64(len(ents)) {
 		t.Fatalf("applied index after replay %d, want %d", got, len(ents))
 	}
 	checkState(t, s, ref)
 	mustApply(t, s, ents...)
 	checkState(t, s, ref)
+	return k
 }
 
 func TestCrash(t *testing.T) {
@@ -94,12 +176,19 @@ func TestCrash(t *testing.T) {
 		c := testConfig(m)
 		s := openTest(t, c, dir)
 		applied := s.AppliedIndex()
-		t.Logf("%s: applied index after the crash: %d (child applied %d, flushed at %d)", m, applied, crashEntries, crashFlushAt)
+		k := checkRecovered(t, s, ents)
+		t.Logf("%s: after the crash: applied index %d, user data of entries 1..%d (child applied %d, flushed at %d, the user data alone at %d)",
+			m, applied, k, crashEntries, crashFlushAt, crashDataFlushAt)
 		switch m {
 		case ModePASV:
-			// What reached SST files survives; the memtable does not.
-			if applied < crashFlushAt || applied > crashEntries {
-				t.Fatalf("applied index %d after a crash, want %d..%d", applied, crashFlushAt, crashEntries)
+			// The applied index is what Flush wrote (a flush of the
+			// meta column family alone adds nothing: Apply does not
+			// write it); the user data is what reached SST files, at
+			// least the flush of the data column family alone; the
+			// memtable is lost.
+			if applied != crashFlushAt || k < crashDataFlushAt {
+				t.Fatalf("applied index %d, user data up to entry %d after a crash; want %d and at least %d",
+					applied, k, crashFlushAt, crashDataFlushAt)
 			}
 		default:
 			// The WAL was written (not fsynced) before each Apply
@@ -108,7 +197,6 @@ func TestCrash(t *testing.T) {
 				t.Fatalf("applied index %d after a process crash with the WAL on, want %d", applied, crashEntries)
 			}
 		}
-		checkRecovered(t, s, ents)
 		if err := s.Close(); err != nil {
 			t.Fatal(err)
 		}
@@ -120,32 +208,39 @@ func TestCrash(t *testing.T) {
 	})
 }
 
-// TestPASVCloseWithoutFlush releases the RocksDB handles without the Flush
-// that Close does in pasv mode. RocksDB itself flushes memtables holding
-// unpersisted (WAL-less) data when the DB is closed, unless
-// avoid_flush_during_shutdown is set (rocksdb/options.h, default false), so
-// nothing is lost; the test also checks the weaker guarantee (the state at
-// the applied index is exact and replay completes it).
+// TestPASVCloseWithoutFlush releases the RocksDB handles without the
+// flushApplied that Close does in pasv mode, after a Flush part way.
+// RocksDB itself flushes memtables holding unpersisted (WAL-less) data when
+// the DB is closed, unless avoid_flush_during_shutdown is set
+// (rocksdb/options.h, default false), so the user data is all there; the
+// applied index is the one Flush wrote (Apply does not write it in pasv
+// mode), and replaying the log from it converges.
 func TestPASVCloseWithoutFlush(t *testing.T) {
 	seed := testSeed(t)
 	ents := randomEntries(rand.New(rand.NewPCG(seed, 31)), 0, 150, 30, 2<<10)
 	dir := t.TempDir()
 	c := testConfig(ModePASV)
 	s := openTest(t, c, dir)
-	applyInBatches(t, rand.New(rand.NewPCG(seed, 32)), s, ents, 9)
+	r := rand.New(rand.NewPCG(seed, 32))
+	applyInBatches(t, r, s, ents[:100], 9)
+	if err := s.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	applyInBatches(t, r, s, ents[100:], 9)
 	s.mu.Lock()
 	s.closed = true
-	s.release() // rocksdb_close without our FlushCF calls
+	s.release() // rocksdb_close without flushApplied
 	s.mu.Unlock()
 
 	s = openTest(t, c, dir)
 	defer s.Close()
 	applied := s.AppliedIndex()
-	t.Logf("applied index after closing without an explicit flush: %d of %d", applied, len(ents))
-	if applied != uint64(len(ents)) {
-		t.Errorf("applied index %d, want %d (RocksDB flushes WAL-less memtables on close)", applied, len(ents))
+	k := checkRecovered(t, s, ents)
+	t.Logf("after closing without an explicit flush: applied index %d, user data of entries 1..%d of %d", applied, k, len(ents))
+	if applied != 100 || k != uint64(len(ents)) {
+		t.Errorf("applied index %d, user data up to entry %d; want 100 (the Flush) and %d (RocksDB flushes WAL-less memtables on close)",
+			applied, k, len(ents))
 	}
-	checkRecovered(t, s, ents)
 }
 
 // TestPASVCleanClose: after Close a pasv store restarts at its last applied

@@ -9,8 +9,9 @@
 //   - original: the paper's "Raft + RocksDB". Every committed Put/Delete is
 //     written into RocksDB with its write-ahead log on.
 //   - pasv: as original with the RocksDB WAL off (WriteOptions.disableWAL).
-//     The memtable is lost on a crash; AppliedIndex after a restart is what
-//     reached SST files, and the node replays the Raft log above it.
+//     The memtable is lost on a crash; AppliedIndex after a restart is the
+//     last applied index made durable by a flush, and the node replays the
+//     Raft log above it.
 //   - blobdb: as original with RocksDB's integrated BlobDB on
 //     (enable_blob_files): values of at least MinBlobBytes go to blob files,
 //     which RocksDB garbage-collects during compaction. KV separation that is
@@ -26,15 +27,25 @@
 //	rocksdb.restore.pending  marker: the staged restore is complete (its index)
 //	rocksdb.old/      the replaced database during the swap (transient)
 //
-// Each Apply call writes its entries and the new applied index in one
-// WriteBatch, so the applied index read from any RocksDB snapshot (or after
-// any restart) matches the user data in it.
+// The applied index on disk is never ahead of the user data on disk, so a
+// restart never skips a lost write. In original and blobdb mode each Apply
+// call writes its entries and the new applied index in one WriteBatch,
+// which the WAL recovers together. In pasv mode (no WAL) Apply writes the
+// entries only; the applied index is written into the meta column family
+// only after a flush of the user data it covers (Store.flushApplied: each
+// truncation round, Flush, Close), so RocksDB may flush either column
+// family on its own at any time. The user data on disk may then be ahead
+// of the applied index; replaying the log from there converges. pasv does
+// not use RocksDB's atomic_flush for this: RocksDB 7.8.3 aborts when a
+// manual flush overlaps a background atomic flush (facebook/rocksdb
+// issues #5126, #7340; fixed after 7.8 by pull request #11111).
 //
 // Raft log truncation (truncate.go): as etcd and TiKV do, a background
 // goroutine truncates the Raft log once it holds more than
 // -rocksdb.logRetainBytes (default 64 MiB; 0 never truncates), checked every
 // -rocksdb.logTruncateInterval (default 1s): it makes the applied state
-// durable (a synced RocksDB WAL write; a memtable flush in pasv mode),
+// durable (a synced RocksDB WAL write; in pasv mode a flush of the user
+// data, then of the applied index),
 // compacts the log to the highest sealed segment at or below both that
 // durable applied index and the Raft-aware compact bound, and deletes those
 // segments. Each round is reported through systems.GCReporter. A follower

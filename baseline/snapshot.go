@@ -1,7 +1,6 @@
 package baseline
 
 import (
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"os"
@@ -27,8 +26,9 @@ import (
 //
 //   - PrepareRestore builds the new state as a complete database in
 //     <data>/rocksdb.restore/ (same options and column families, writes
-//     without WAL, then a flush of both column families, the applied index
-//     = the snapshot index in the meta column family), then writes the
+//     without WAL, a flush of the user data, then the applied index = the
+//     snapshot index written into the meta column family and flushed, the
+//     order flushApplied keeps), then writes the
 //     marker <data>/rocksdb.restore.pending holding the index (temp file,
 //     fsync, rename, directory fsync). The live database is untouched.
 //   - CommitRestore, with the store locked exclusively, closes the live
@@ -150,19 +150,22 @@ func (s *Store) buildStaged(dir string, index uint64, r *systems.SnapshotReader)
 	if err := r.Err(); err != nil {
 		return n, bytes, err
 	}
-	var idx [8]byte
-	binary.BigEndian.PutUint64(idx[:], index)
-	wb.PutCF(meta, []byte(appliedKey), idx[:])
 	if err := db.Write(wo, wb); err != nil {
 		return n, bytes, fmt.Errorf("rocksdb write: %w", err)
 	}
+	// The user data first, then the applied index (as flushApplied does;
+	// the marker, written after both, is what makes the restore count).
 	fo := grocksdb.NewDefaultFlushOptions()
 	defer fo.Destroy()
 	fo.SetWait(true)
-	for _, cf := range []*grocksdb.ColumnFamilyHandle{data, meta} {
-		if err := db.FlushCF(cf, fo); err != nil {
-			return n, bytes, fmt.Errorf("rocksdb flush: %w", err)
-		}
+	if err := db.FlushCF(data, fo); err != nil {
+		return n, bytes, fmt.Errorf("rocksdb flush of column family default: %w", err)
+	}
+	if err := db.PutCF(wo, meta, []byte(appliedKey), appliedValue(index)); err != nil {
+		return n, bytes, fmt.Errorf("rocksdb write of the applied index: %w", err)
+	}
+	if err := db.FlushCF(meta, fo); err != nil {
+		return n, bytes, fmt.Errorf("rocksdb flush of column family %s: %w", metaCFName, err)
 	}
 	return n, bytes, nil
 }

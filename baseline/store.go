@@ -41,6 +41,15 @@ var ErrClosed = errors.New("baseline: store is closed")
 // RocksDB WAL is written but not fsynced, in pasv mode it is not written at
 // all: the Raft log, fsynced by the node, is the durable copy, and on a
 // restart the node replays it from AppliedIndex (DESIGN.md section 1).
+//
+// The applied index on disk is never ahead of the user data on disk, so
+// that a restart never skips an entry whose write was lost. In original
+// and blobdb mode each Apply writes it in the same WriteBatch as the
+// entries, and the WAL recovers both together. In pasv mode (no WAL, no
+// atomic flush: see OpenStore) Apply writes user data only, and
+// flushApplied writes the applied index after flushing the user data it
+// covers; the user data on disk may then be ahead of the applied index,
+// which replaying the log from there corrects.
 type Store struct {
 	mode   Mode
 	dir    string // <data>/rocksdb
@@ -56,9 +65,14 @@ type Store struct {
 	// (which swaps the database) hold it exclusively.
 	mu     sync.RWMutex
 	closed bool
-	// applyMu serializes Apply with Flush, so that a flush sees no batch
-	// between flushing the data and the meta column family.
+	// applyMu serializes Apply (its RocksDB write and the update of
+	// applied) with StateHash, which pairs a RocksDB snapshot with the
+	// applied index.
 	applyMu sync.Mutex
+	// durableMu serializes flushApplied, so that the applied index a pasv
+	// store writes into the meta column family moves in the order the
+	// callers read it.
+	durableMu sync.Mutex
 
 	db         *grocksdb.DB
 	data, meta *grocksdb.ColumnFamilyHandle
@@ -131,13 +145,20 @@ func (c *Config) OpenStore(env systems.Env) (*Store, error) {
 	// delete obsolete WAL files once they exceed two write buffers (the
 	// remedy of RocksDB's wiki, "Column Families" and "Write Ahead Log").
 	s.dbOpts.SetMaxTotalWalSize(uint64(c.maxTotalWALBytes()))
-	if c.mode == ModePASV {
-		// Without a WAL the two column families would otherwise be
-		// flushed independently, and a crash could leave a meta column
-		// family on disk that is ahead of the user data. Atomic flush
-		// persists both at one cut of the write sequence.
-		s.dbOpts.SetAtomicFlush(true)
-	}
+	// atomic_flush stays off in every mode (RocksDB's default, set so
+	// that it is explicit). pasv used it to keep the applied index on disk
+	// from running ahead of the user data, but RocksDB 7.8.3 aborts
+	// (assertion "cfd->GetFlushReason() == cfds[0]->GetFlushReason()" in
+	// DBImpl::AtomicFlushMemTablesToOutputFiles) when a manual flush
+	// overlaps a background atomic flush: the flush reason is kept per
+	// column family, so a second flush request overwrites it and the
+	// column families of one atomic flush carry different reasons
+	// (kManualFlush, kWriteBufferFull). The family of flush races of
+	// facebook/rocksdb issues #5126 and #7340; fixed upstream after 7.8 by
+	// facebook/rocksdb pull request #11111, which moves the reason into
+	// the flush request. pasv keeps the guarantee atomic flush gave it by
+	// ordering instead (flushApplied).
+	s.dbOpts.SetAtomicFlush(false)
 	s.ro = grocksdb.NewDefaultReadOptions()
 	s.wo = grocksdb.NewDefaultWriteOptions()
 	s.wo.SetSync(false)
@@ -258,13 +279,19 @@ func (s *Store) Dir() string { return s.dir }
 // moves back when the node replays from an older index). After
 // opening it is the index stored in the meta column family: in original and
 // blobdb mode the last index applied before the previous shutdown or crash
-// whose WAL record reached the disk; in pasv mode the last index whose batch
-// reached an SST file (all of them after a clean Close).
+// whose WAL record reached the disk; in pasv mode the index of the last
+// flushApplied (a truncation round, Flush, or a clean Close, which makes
+// it the last index applied). In pasv mode the user data on disk reflects
+// at least that index and possibly later entries (memtables that RocksDB
+// flushed on its own); replaying the log from AppliedIndex converges to
+// the same state.
 func (s *Store) AppliedIndex() uint64 { return s.applied.Load() }
 
-// Apply writes the Puts and Deletes of entries, and the index of the last
-// one into the meta column family, in one RocksDB WriteBatch. Entries with
-// OpNone only advance the applied index. As the systems.StateMachine
+// Apply writes the Puts and Deletes of entries in one RocksDB WriteBatch;
+// in original and blobdb mode the batch also holds the index of the last
+// entry (meta column family), in pasv mode the applied index is only
+// advanced in memory (flushApplied persists it). Entries with OpNone only
+// advance the applied index. As the systems.StateMachine
 // contract requires, every entry given is applied, also one at or below
 // AppliedIndex: the node replays from the log's commit index after its log
 // lost a tail, and replaying the same puts and deletes in order converges
@@ -303,14 +330,26 @@ func (s *Store) Apply(entries []systems.AppliedEntry) error {
 		}
 		last = e.Index
 	}
-	var idx [8]byte
-	binary.BigEndian.PutUint64(idx[:], last)
-	wb.PutCF(s.meta, []byte(appliedKey), idx[:])
-	if err := s.db.Write(s.wo, wb); err != nil {
-		return fmt.Errorf("%s: rocksdb write of entries %d..%d: %w", s.mode, first, last, err)
+	if s.mode != ModePASV {
+		// The WAL recovers the applied index with the entries.
+		wb.PutCF(s.meta, []byte(appliedKey), appliedValue(last))
 	}
+	if wb.Count() > 0 {
+		if err := s.db.Write(s.wo, wb); err != nil {
+			return fmt.Errorf("%s: rocksdb write of entries %d..%d: %w", s.mode, first, last, err)
+		}
+	}
+	// Only now: flushApplied relies on every entry at or below applied
+	// being in RocksDB.
 	s.applied.Store(last)
 	return nil
+}
+
+// appliedValue encodes an applied index as stored in the meta column family.
+func appliedValue(index uint64) []byte {
+	var v [8]byte
+	binary.BigEndian.PutUint64(v[:], index)
+	return v[:]
 }
 
 // Get returns a copy of key's value, which the caller owns (non-nil when
@@ -381,8 +420,9 @@ func (s *Store) Scan(start, end []byte, limit int, maxBytes int) ([]systems.KeyV
 }
 
 // StateHash returns SHA-256 over every user key and value in key order,
-// taken from one RocksDB snapshot, and the applied index read from the same
-// snapshot. Each pair contributes
+// taken from one RocksDB snapshot, and the applied index at that snapshot
+// (taken with Apply held off, so the two match in every mode). Each pair
+// contributes
 //
 //	len(key) (8 bytes, big-endian) | key | len(value) (8 bytes, big-endian) | value
 //
@@ -394,12 +434,11 @@ func (s *Store) StateHash() ([]byte, uint64, error) {
 	if s.closed {
 		return nil, 0, ErrClosed
 	}
+	s.applyMu.Lock()
 	ro, release := s.snapshotReads()
+	applied := s.applied.Load()
+	s.applyMu.Unlock()
 	defer release()
-	applied, err := s.readApplied(ro)
-	if err != nil {
-		return nil, 0, fmt.Errorf("%s: state hash: %w", s.mode, err)
-	}
 	it := s.db.NewIteratorCF(ro, s.data)
 	defer it.Close()
 	h := sha256.New()
@@ -420,32 +459,52 @@ func (s *Store) StateHash() ([]byte, uint64, error) {
 }
 
 // Flush writes the memtables of both column families to SST files and
-// waits for it: first the user data, then the meta column family, with
-// Apply held off, so that the applied index on disk never runs ahead of the
-// data on disk. After Flush a pasv store restarts at the current
-// AppliedIndex.
+// waits for it (flushApplied): after Flush a store of any mode restarts at
+// an applied index at least the AppliedIndex read when Flush started, with
+// the user data of every entry up to it. Apply may run meanwhile.
 func (s *Store) Flush() error {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	if s.closed {
 		return ErrClosed
 	}
-	s.applyMu.Lock()
-	defer s.applyMu.Unlock()
-	return s.flush()
+	_, err := s.flushApplied()
+	return err
 }
 
-func (s *Store) flush() error {
+// flushApplied makes the applied state durable by flushing memtables and
+// returns an applied index A whose entries are all on SST files. It reads A,
+// flushes the user data column family and waits (a flush with wait=true
+// persists every write made before it started, and every entry at or below
+// A was written before: Apply stores the applied index after its write),
+// then, in pasv mode, writes A into the meta column family, and flushes
+// that. Either column family may also be flushed by RocksDB on its own at
+// any time, but the meta column family only ever holds an index whose user
+// data was flushed before it was written, so the applied index on disk is
+// never ahead of the user data on disk, without atomic_flush (see
+// OpenStore for why pasv cannot use it). In original and blobdb mode the
+// meta column family already holds the index in the WAL; the flush only
+// moves both to SST files. Apply may run meanwhile. The caller holds mu
+// (shared or exclusively).
+func (s *Store) flushApplied() (uint64, error) {
+	s.durableMu.Lock()
+	defer s.durableMu.Unlock()
+	a := s.applied.Load()
 	fo := grocksdb.NewDefaultFlushOptions()
 	defer fo.Destroy()
 	fo.SetWait(true)
 	if err := s.db.FlushCF(s.data, fo); err != nil {
-		return fmt.Errorf("%s: rocksdb flush of column family default: %w", s.mode, err)
+		return 0, fmt.Errorf("%s: rocksdb flush of column family default: %w", s.mode, err)
+	}
+	if s.mode == ModePASV {
+		if err := s.db.PutCF(s.wo, s.meta, []byte(appliedKey), appliedValue(a)); err != nil {
+			return 0, fmt.Errorf("%s: rocksdb write of the applied index %d: %w", s.mode, a, err)
+		}
 	}
 	if err := s.db.FlushCF(s.meta, fo); err != nil {
-		return fmt.Errorf("%s: rocksdb flush of column family %s: %w", s.mode, metaCFName, err)
+		return 0, fmt.Errorf("%s: rocksdb flush of column family %s: %w", s.mode, metaCFName, err)
 	}
-	return nil
+	return a, nil
 }
 
 // Property returns the RocksDB property name (e.g. "rocksdb.stats",
@@ -483,10 +542,11 @@ func (s *Store) StorageShape() systems.StorageShape {
 }
 
 // Close stops the Raft log truncation goroutine and releases the store;
-// later calls return nil. In pasv mode it first flushes the memtables
-// (Flush), so that a clean restart replays nothing; the other modes do not
-// flush (their WAL covers the memtable). The RocksDB objects are released
-// even if the flush fails, and the flush error is returned.
+// later calls return nil. In pasv mode it first flushes the memtables and
+// the applied index (flushApplied), so that a clean restart replays
+// nothing; the other modes do not flush (their WAL covers the memtable).
+// The RocksDB objects are released even if the flush fails, and the flush
+// error is returned.
 func (s *Store) Close() error {
 	if s.trunc != nil {
 		// Before taking mu: a round may be waiting for it.
@@ -500,7 +560,7 @@ func (s *Store) Close() error {
 	s.closed = true
 	var err error
 	if s.mode == ModePASV {
-		err = s.flush()
+		_, err = s.flushApplied()
 	}
 	s.release()
 	return err

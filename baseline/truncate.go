@@ -7,8 +7,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/linxGnu/grocksdb"
-
 	"github.com/nezha-harness/nezha/systems"
 )
 
@@ -38,10 +36,12 @@ import (
 //     does not change the LSM tree's shape or write amplification. A is
 //     read before the sync: every batch Apply reported (user data and the
 //     applied index, one WriteBatch) is in the WAL by then.
-//     pasv: no WAL, so the memtables are flushed: first the user data
-//     column family without holding Apply off (the bulk of the work), then
-//     both column families, data first and meta second, with Apply held off
-//     (Store.Flush); A is read under that hold.
+//     pasv: no WAL, so the memtables are flushed (Store.flushApplied): A
+//     is read, the user data column family is flushed (which persists
+//     every entry at or below A), then A is written into the meta column
+//     family and that is flushed. Apply is never held off, and no atomic
+//     flush is needed for the applied index on disk to stay at or below
+//     the user data on disk (see flushApplied and OpenStore).
 //  5. Compact the log to C = the highest sealed LastIndex at or below
 //     min(A, CompactBound()), and remove every sealed segment whose
 //     LastIndex is at or below the log's compaction point (this also
@@ -97,7 +97,7 @@ func truncationDescription(m Mode, retain int64) string {
 	}
 	how := "a synced RocksDB WAL write (no memtable flush)"
 	if m == ModePASV {
-		how = "a flush of both column families (no WAL)"
+		how = "a flush of the user data column family, then of the applied index written into the meta column family (no WAL)"
 	}
 	return "whole sealed segments up to min(durable applied index, Raft-aware compact bound), after " + how
 }
@@ -246,8 +246,8 @@ func (t *truncator) round(ctx context.Context) (r systems.GCRound, did bool, err
 
 // durableApplied makes every entry applied so far durable in RocksDB and
 // returns an applied index whose state is durable (step 4 of the policy):
-// a synced WAL write in original and blobdb mode, a memtable flush in pasv
-// mode (which has no WAL).
+// a synced WAL write in original and blobdb mode, a memtable flush
+// (flushApplied) in pasv mode, which has no WAL.
 func (s *Store) durableApplied() (uint64, error) {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
@@ -263,20 +263,5 @@ func (s *Store) durableApplied() (uint64, error) {
 		}
 		return a, nil
 	}
-	// The bulk first, with Apply running.
-	fo := grocksdb.NewDefaultFlushOptions()
-	defer fo.Destroy()
-	fo.SetWait(true)
-	if err := s.db.FlushCF(s.data, fo); err != nil {
-		return 0, fmt.Errorf("%s: rocksdb flush of column family default: %w", s.mode, err)
-	}
-	// Then the rest with Apply held off, so that the meta column family
-	// on disk is not ahead of the user data on disk.
-	s.applyMu.Lock()
-	defer s.applyMu.Unlock()
-	a := s.applied.Load()
-	if err := s.flush(); err != nil {
-		return 0, err
-	}
-	return a, nil
+	return s.flushApplied()
 }
