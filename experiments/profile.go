@@ -162,12 +162,12 @@ func Standard() Profile {
 	p.PutTotalBytes = 64 * mib
 	p.ScaleDataBytes = []int64{gib, 2 * gib, 4 * gib, 6 * gib}
 	p.HeadlineRuns, p.HeadlineMinSeconds = 3, time.Minute
-	p.ConditionDataBytes = 2 * gib
-	p.ReadKeys, p.ReadCacheBytes, p.GetOps, p.ScanOps = 65536, 64*mib, 30000, 500
+	p.ConditionDataBytes = gib
+	p.ReadKeys, p.ReadCacheBytes, p.GetOps, p.ScanOps = 32768, 64*mib, 30000, 500
 	p.YCSBRecords, p.YCSBOps = 10000, 10000
-	p.AmpKeys, p.AmpValueBytes = 8192, 256*kib
-	p.GCKeys, p.GCDuration, p.GCStrategies = 16384, 60*time.Second, nezha.Strategies()
-	p.LinNemeses, p.LinDuration, p.LinSeeds = faults.Names(), 30*time.Second, []int64{1}
+	p.AmpKeys, p.AmpValueBytes = 4096, 256*kib
+	p.GCKeys, p.GCDuration, p.GCStrategies = 8192, 30*time.Second, nezha.Strategies()
+	p.LinNemeses, p.LinDuration = []string{"partition-leader", "kill-leader"}, 10*time.Second
 	p.MinFreeDiskBytes = 40 * gib
 	return p
 }
