@@ -81,6 +81,13 @@ type Config struct {
 	// MinFreeDiskBytes: Puts are refused with ResourceExhausted while the
 	// data directory's file system has less free space. Default 256 MiB.
 	MinFreeDiskBytes int64
+	// CampaignOnBoot: a node whose Raft log is fresh (term 0, no entry)
+	// starts an election as soon as its Ready loop runs, instead of after an
+	// election timeout (1-2 s by default). The local launcher sets it on
+	// the first node of a new cluster so that experiments do not wait a
+	// timeout per cluster; campaigning early is always safe in Raft (a
+	// failed election falls back to the timeouts). Default false.
+	CampaignOnBoot bool
 	// Logger defaults to slog.Default().
 	Logger *slog.Logger
 }

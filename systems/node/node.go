@@ -355,15 +355,39 @@ func (n *Node) closeStorage() {
 	}
 }
 
+// campaign starts an election (Ready loop only).
+func (n *Node) campaign() {
+	if err := n.rn.Campaign(); err != nil {
+		n.logger.Warn("campaign", "err", err)
+	}
+}
+
 // runLoop is the Ready loop: the only goroutine that touches n.rn and
 // appends to n.log.
 func (n *Node) runLoop() {
 	defer close(n.loopDone)
 	ticker := time.NewTicker(n.cfg.TickInterval)
 	defer ticker.Stop()
+	// -campaign: on a fresh log (term 0), campaign now and again at every
+	// tick until an election moved the term (a pre-vote sent before the
+	// peers' streams are up is lost); the first election timeout bounds it.
+	campaignTicks := 0
+	if n.cfg.CampaignOnBoot && n.rn.Status().Term == 0 {
+		n.logger.Info("fresh log: campaigning at once (-campaign)")
+		campaignTicks = n.cfg.ElectionTicks
+		n.campaign()
+	}
 	for {
 		select {
 		case <-ticker.C:
+			if campaignTicks > 0 {
+				campaignTicks--
+				if n.rn.Status().Term == 0 {
+					n.campaign()
+				} else {
+					campaignTicks = 0
+				}
+			}
 			n.rn.Tick()
 			n.ticks++
 			n.expireReads()

@@ -119,6 +119,16 @@ func startCluster(t testing.TB, n int) *testCluster { return startClusterWith(t,
 
 func startClusterWith(t testing.TB, n int, edit func(*Config)) *testCluster {
 	t.Helper()
+	return startClusterEach(t, n, func(_ int, c *Config) {
+		if edit != nil {
+			edit(c)
+		}
+	})
+}
+
+// startClusterEach is startClusterWith with the node's index (0-based).
+func startClusterEach(t testing.TB, n int, edit func(i int, c *Config)) *testCluster {
+	t.Helper()
 	addrs := freeAddrs(t, 2*n)
 	tc := &testCluster{t: t}
 	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
@@ -131,9 +141,7 @@ func startClusterWith(t testing.TB, n int, edit func(*Config)) *testCluster {
 		c.TickInterval = 20 * time.Millisecond
 		c.MinFreeDiskBytes = 0
 		c.Logger = logger
-		if edit != nil {
-			edit(&c)
-		}
+		edit(i, &c)
 		tc.cfgs = append(tc.cfgs, c)
 	}
 	tc.nodes = make([]*Node, n)
@@ -521,5 +529,18 @@ func TestConcurrentReadsOnEveryNode(t *testing.T) {
 	close(errs)
 	for err := range errs {
 		t.Fatal(err)
+	}
+}
+
+// TestCampaignOnBoot: with an election timeout far beyond the test's
+// deadline, a cluster only gets a leader because node 1 campaigns on its
+// fresh log (-campaign), retrying at each tick until its peers answer.
+func TestCampaignOnBoot(t *testing.T) {
+	tc := startClusterEach(t, 3, func(i int, c *Config) {
+		c.ElectionTicks = 100_000 // 2000 s at 20 ms ticks: no timeout fires in this test
+		c.CampaignOnBoot = i == 0
+	})
+	if l := tc.waitLeader(30 * time.Second); l != 0 {
+		t.Fatalf("leader is node %d, want node 1 (the one that campaigned)", l+1)
 	}
 }

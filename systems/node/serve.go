@@ -62,6 +62,7 @@ func Serve(args []string, reg *systems.Registry, stdout, stderr io.Writer) error
 	fs.IntVar(&cfg.HeartbeatTicks, "heartbeatTicks", cfg.HeartbeatTicks, "heartbeat interval in ticks")
 	fs.BoolVar(&cfg.LeaseRead, "leaseRead", cfg.LeaseRead, "serve linearizable reads from the leader lease instead of a ReadIndex round")
 	fs.DurationVar(&cfg.RequestTimeout, "requestTimeout", cfg.RequestTimeout, "longest a request waits inside the node")
+	fs.BoolVar(&cfg.CampaignOnBoot, "campaign", cfg.CampaignOnBoot, "on a fresh log, start an election at once instead of after an election timeout (the local launcher sets it on node 1)")
 	fs.Int64Var(&cfg.MinFreeDiskBytes, "minFreeDiskBytes", cfg.MinFreeDiskBytes, "refuse writes below this much free disk space, in bytes")
 	logLevel := fs.String("logLevel", "info", "log level: debug, info, warn, error")
 	pprofAddr := fs.String("pprofAddress", "", "serve net/http/pprof on this loopback host:port (profiling; off by default)")
