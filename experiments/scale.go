@@ -171,7 +171,10 @@ type putRun struct {
 	// SettledWriteAmp counts those bytes too.
 	Settled         *systems.StorageShape `json:"settled_shape,omitempty"`
 	SettledWriteAmp float64               `json:"settled_write_amp,omitempty"`
-	Error           string                `json:"error,omitempty"`
+	// CPUProfile summarizes the nodes' CPU profiles taken during the run
+	// (the second headline run of each headline system).
+	CPUProfile *cpuProfileSummary `json:"cpu_profile,omitempty"`
+	Error      string             `json:"error,omitempty"`
 }
 
 // putScale: PUT goodput and in-window write amplification vs data per
@@ -211,7 +214,7 @@ func putScale() Experiment {
 			// The data-size points, once each but the last.
 			for i, data := range p.ScaleDataBytes[:len(p.ScaleDataBytes)-1] {
 				for _, sys := range rotate(x.Systems, i) {
-					all = append(all, x.putScaleRun(ctx, "point", sys, "", data, top, 0, ops(data), nil))
+					all = append(all, x.putScaleRun(ctx, "point", sys, "", data, top, 0, ops(data), nil, 0))
 				}
 			}
 			// The headline point, interleaved rounds: every system once,
@@ -221,6 +224,7 @@ func putScale() Experiment {
 			var raws = map[string]*bytes.Buffer{}
 			measured := map[string]float64{}
 			runs := map[string]int{}
+			first := map[string]float64{} // seconds of each system's first headline run
 			for rep := 0; rep < 3*p.HeadlineRuns; rep++ {
 				var syss []string
 				for _, sys := range x.Systems {
@@ -238,8 +242,17 @@ func putScale() Experiment {
 						raw = &bytes.Buffer{}
 						raws[sys] = raw
 					}
-					r := x.putScaleRun(ctx, "headline", sys, "", top, top, rep, ops(top), raw)
+					// The second run of a headline system is profiled
+					// for most of the first's duration.
+					var prof time.Duration
+					if rep == 1 && first[sys] > 0 {
+						prof = time.Duration(0.8 * first[sys] * float64(time.Second))
+					}
+					r := x.putScaleRun(ctx, "headline", sys, "", top, top, rep, ops(top), raw, prof)
 					all = append(all, r)
+					if rep == 0 {
+						first[sys] = r.Window.Seconds
+					}
 					runs[sys]++
 					if r.Error == "" {
 						measured[sys] += r.Window.Seconds
@@ -255,7 +268,7 @@ func putScale() Experiment {
 				conds := append([]string{""}, p.Conditions...)
 				for ci, cond := range conds {
 					for _, sys := range rotate(condSystems, ci) {
-						all = append(all, x.putScaleRun(ctx, "condition", sys, cond, p.ConditionDataBytes, p.ConditionDataBytes, 0, ops(p.ConditionDataBytes), nil))
+						all = append(all, x.putScaleRun(ctx, "condition", sys, cond, p.ConditionDataBytes, p.ConditionDataBytes, 0, ops(p.ConditionDataBytes), nil, 0))
 					}
 				}
 			}
@@ -269,12 +282,20 @@ func putScale() Experiment {
 }
 
 // putScaleRun runs one PUT of ops values on a fresh cluster of sys with
-// the geometry of geomData bytes per node, under cond.
-func (x *Run) putScaleRun(ctx context.Context, phase, sys, cond string, data, geomData int64, rep int, ops int64, raw *bytes.Buffer) putRun {
+// the geometry of geomData bytes per node, under cond. With profile > 0
+// (local clusters only) it takes a CPU profile of the nodes for that long
+// from the start of the load.
+func (x *Run) putScaleRun(ctx context.Context, phase, sys, cond string, data, geomData int64, rep int, ops int64, raw *bytes.Buffer, profile time.Duration) putRun {
 	p := x.Profile
 	r := putRun{Phase: phase, System: sys, Condition: cond, DataBytes: data, Geometry: p.Geometry, GeomBytes: geomData, Rep: rep}
 	label := fmt.Sprintf("scale-%d-%s-%d", data>>20, strings.ReplaceAll(cond, "-", ""), rep)
 	args := append(x.geometryArgs(sys, geomData), conditionArgs(cond, sys, geomData)...)
+	if len(x.Servers) > 0 {
+		profile = 0
+	}
+	if profile > 0 {
+		args = append(args, pprofArgs()...)
+	}
 	tb, err := x.start(ctx, sys, label, args...)
 	if err != nil {
 		x.fail(sys, "cluster up "+label, err, nil)
@@ -298,12 +319,32 @@ func (x *Run) putScaleRun(ctx context.Context, phase, sys, cond string, data, ge
 		r.Error = err.Error()
 		return r
 	}
+	var profDone chan []string
+	if profile > 0 {
+		profDone = make(chan []string, 1)
+		go func() {
+			files, err := profileNodes(ctx, tb.spec, profile, filepath.Join(x.Dir, "cpu-profiles"), fmt.Sprintf("%s-%s", sys, label))
+			if err != nil {
+				x.logf("%s: %v", sys, err)
+			}
+			profDone <- files
+		}()
+	}
 	sum, err := workloads.RunPut(ctx, tb.c, o)
 	if err == nil {
 		err = sum.Failures()
 	}
 	if err == nil {
 		r.Window, err = x.since(ctx, tb.spec, before)
+	}
+	if profDone != nil {
+		if files := <-profDone; len(files) > 0 {
+			if s, perr := summarizeProfiles(files, 12); perr != nil {
+				x.logf("%s: cpu profile: %v", sys, perr)
+			} else {
+				r.CPUProfile = s
+			}
+		}
 	}
 	if err != nil {
 		x.fail(sys, "put "+label, err, tb.spec)
@@ -531,6 +572,8 @@ func (x *Run) putScaleReport(all []putRun, top int64, limit float64, haveLimit b
 			XLabel: "time (s)", YLabel: "goodput (MB/s)", Series: x.headSeries})
 	}
 
+	x.cpuTables(all)
+
 	for _, r := range runsOf(all, func(r putRun) bool { return r.Phase == "headline" && r.Rep == 0 && r.Settled != nil }) {
 		x.metric("put_headline_settled_write_amp/"+r.System, r.SettledWriteAmp)
 	}
@@ -656,4 +699,72 @@ func expectedLevels(data, levelBase float64) []float64 {
 		target *= 10
 	}
 	return out
+}
+
+// cpuTables shows where the nodes' CPU went in each headline system's
+// profiled run: by thread (procfs), by part of the path and by function
+// (the Go profiles), all as shares of the nodes' CPU time.
+func (x *Run) cpuTables(all []putRun) {
+	prof := runsOf(all, func(r putRun) bool { return r.Phase == "headline" && r.CPUProfile != nil })
+	if len(prof) == 0 {
+		return
+	}
+	pct := func(v float64) string { return fmt.Sprintf("%.0f %%", 100*v) }
+	threads := Table{Title: "Node CPU in the profiled headline run (the second of each headline system), by thread (procfs): RocksDB's compactions run on rocksdb:low threads and its flushes on rocksdb:high",
+		Columns: []string{"system", "MB/s", "node CPU s/GB", "machine busy", "Go threads", "rocksdb:low (compaction)", "rocksdb:high (flush)", "exited threads", "profile (CPU s sampled)", "profile files"}}
+	parts := Table{Title: "Where the nodes spend it, from the CPU profiles (share of the sampled CPU with the part anywhere on the stack; parts overlap; RocksDB's own threads are sampled without stacks)", Columns: []string{"part of the path"}}
+	top := Table{Title: "The functions with the most CPU of their own (flat, share of the sampled CPU; [file] is code without symbols; `go tool pprof -top bin/nezha FILE` shows the rest)", Columns: []string{"rank"}}
+	var syss []putRun
+	for _, sys := range x.Systems {
+		if rs := runsOf(prof, func(r putRun) bool { return r.System == sys }); len(rs) > 0 {
+			syss = append(syss, rs[0])
+		}
+	}
+	const topN = 8
+	for i := range cpuCategories {
+		parts.Rows = append(parts.Rows, []string{cpuCategories[i].name})
+	}
+	for i := range topN {
+		top.Rows = append(top.Rows, []string{fmt.Sprint(i + 1)})
+	}
+	for _, r := range syss {
+		w := r.Window
+		total := w.NodeCPUSeconds
+		share := func(g string) string {
+			if total <= 0 {
+				return "-"
+			}
+			return pct(w.NodeCPUByThread[g] / total)
+		}
+		var files []string
+		for _, f := range r.CPUProfile.Files {
+			if rel, err := filepath.Rel(x.Dir, f); err == nil {
+				f = rel
+			}
+			files = append(files, f)
+		}
+		threads.Rows = append(threads.Rows, []string{r.System, f1(r.MBPerSec), f1(total / (float64(r.DataBytes) / 1e9)), pct(w.MachineBusy),
+			share(threadGo), share("rocksdb:low"), share("rocksdb:high"), share(threadExited), f1(r.CPUProfile.SampledSeconds), strings.Join(files, " ")})
+		parts.Columns = append(parts.Columns, r.System)
+		for i, c := range r.CPUProfile.Categories {
+			parts.Rows[i] = append(parts.Rows[i], pct(c.Share))
+			x.metric(fmt.Sprintf("put_headline_cpu_share/%s/%s", r.System, c.Key), c.Share)
+		}
+		top.Columns = append(top.Columns, r.System)
+		for i := range topN {
+			cell := "-"
+			if i < len(r.CPUProfile.Top) {
+				t := r.CPUProfile.Top[i]
+				cell = fmt.Sprintf("%s %s", shortFunc(t.Name), pct(t.Share))
+			}
+			top.Rows[i] = append(top.Rows[i], cell)
+		}
+		if total > 0 {
+			x.metric("put_headline_cpu_share/"+r.System+"/rocksdb_low_threads", w.NodeCPUByThread["rocksdb:low"]/total)
+			x.metric("put_headline_cpu_share/"+r.System+"/rocksdb_high_threads", w.NodeCPUByThread["rocksdb:high"]/total)
+		}
+	}
+	x.table(threads)
+	x.table(parts)
+	x.table(top)
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"strconv"
 	"strings"
 	"time"
 
@@ -38,6 +39,53 @@ type windowSample struct {
 type nodeSample struct {
 	io     cluster.IOStats
 	cpuSec float64
+	// threadCPUSec is the CPU time of the node's live threads by thread
+	// name (/proc/PID/task/TID/stat), keyed as threadGroup names them.
+	threadCPUSec map[string]float64
+}
+
+// threadGroup names the group a node thread's CPU time counts in: RocksDB
+// names its background threads after their pool ("rocksdb:low" runs
+// compactions, "rocksdb:high" flushes); every other thread is the Go
+// runtime's, which also runs RocksDB's foreground writes (cgo calls).
+func threadGroup(comm string) string {
+	if strings.HasPrefix(comm, "rocksdb:") {
+		return comm
+	}
+	return threadGo
+}
+
+// Thread groups of windowStats.NodeCPUByThread besides RocksDB's pools.
+const (
+	threadGo = "go"
+	// threadExited is CPU time of threads that exited in the window: the
+	// process's total less its live threads'.
+	threadExited = "exited"
+)
+
+// threadCPU sums the CPU time of pid's live threads by threadGroup.
+func threadCPU(fs procfs.FS, pid int) map[string]float64 {
+	out := map[string]float64{}
+	tids, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
+	if err != nil {
+		return out
+	}
+	for _, e := range tids {
+		tid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		t, err := fs.Proc(tid) // /proc/TID is every thread's own entry
+		if err != nil {
+			continue
+		}
+		st, err := t.Stat()
+		if err != nil {
+			continue // exited since the listing
+		}
+		out[threadGroup(st.Comm)] += st.CPUTime()
+	}
+	return out
 }
 
 // windowStats is what happened in a window, per node averages unless
@@ -53,6 +101,11 @@ type windowStats struct {
 	ReadBytesPerNode float64 `json:"read_bytes_per_node"`
 	// NodeCPUSeconds: user+system CPU time summed over the nodes.
 	NodeCPUSeconds float64 `json:"node_cpu_seconds"`
+	// NodeCPUByThread splits NodeCPUSeconds by thread group: "go" (the Go
+	// runtime's threads, RocksDB's foreground writes included),
+	// "rocksdb:low" (compactions), "rocksdb:high" (flushes) and "exited"
+	// (threads gone before the window's end).
+	NodeCPUByThread map[string]float64 `json:"node_cpu_seconds_by_thread,omitempty"`
 	// MachineBusy: fraction of the machine's CPU time that was not idle.
 	MachineBusy float64 `json:"machine_busy"`
 	// DiskWriteMBps and DiskReadMBps: the data device's throughput (10^6
@@ -89,7 +142,7 @@ func (x *Run) sample(spec *cluster.Spec) (windowSample, error) {
 		if err != nil {
 			return w, fmt.Errorf("node %d: %w", n.ID, err)
 		}
-		w.nodes[n.ID] = nodeSample{io: io, cpuSec: st.CPUTime()}
+		w.nodes[n.ID] = nodeSample{io: io, cpuSec: st.CPUTime(), threadCPUSec: threadCPU(fs, n.PID)}
 	}
 	if st, err := fs.Stat(); err == nil {
 		c := st.CPUTotal
@@ -142,6 +195,18 @@ func (x *Run) since(ctx context.Context, spec *cluster.Spec, from windowSample) 
 		ws.WriteBytesPerNode += float64((a.io.WriteBytes - a.io.CancelledWriteBytes) - (b.io.WriteBytes - b.io.CancelledWriteBytes))
 		ws.ReadBytesPerNode += float64(a.io.ReadBytes - b.io.ReadBytes)
 		ws.NodeCPUSeconds += a.cpuSec - b.cpuSec
+		if ws.NodeCPUByThread == nil {
+			ws.NodeCPUByThread = map[string]float64{}
+		}
+		live := 0.0
+		for g, sec := range a.threadCPUSec {
+			d := max(sec-b.threadCPUSec[g], 0) // a thread that exited takes its past time with it
+			ws.NodeCPUByThread[g] += d
+			live += d
+		}
+		if e := (a.cpuSec - b.cpuSec) - live; e > 0.005 {
+			ws.NodeCPUByThread[threadExited] += e
+		}
 	}
 	if n > 0 {
 		ws.WriteBytesPerNode /= n

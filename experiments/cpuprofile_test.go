@@ -1,0 +1,121 @@
+package experiments
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/google/pprof/profile"
+	"github.com/prometheus/procfs"
+
+	"github.com/nezha-harness/nezha/systems/cluster"
+)
+
+// writeCPUProfile writes a CPU profile whose samples are the given stacks
+// (innermost function first) with the given CPU nanoseconds.
+func writeCPUProfile(t *testing.T, file string, stacks [][]string, nanos []int64) {
+	t.Helper()
+	p := &profile.Profile{
+		SampleType: []*profile.ValueType{{Type: "samples", Unit: "count"}, {Type: "cpu", Unit: "nanoseconds"}},
+		PeriodType: &profile.ValueType{Type: "cpu", Unit: "nanoseconds"}, Period: 10_000_000,
+	}
+	fns := map[string]*profile.Location{}
+	for i, st := range stacks {
+		var locs []*profile.Location
+		for _, name := range st {
+			l, ok := fns[name]
+			if !ok {
+				f := &profile.Function{ID: uint64(len(p.Function) + 1), Name: name}
+				p.Function = append(p.Function, f)
+				l = &profile.Location{ID: uint64(len(p.Location) + 1), Line: []profile.Line{{Function: f}}}
+				p.Location = append(p.Location, l)
+				fns[name] = l
+			}
+			locs = append(locs, l)
+		}
+		p.Sample = append(p.Sample, &profile.Sample{Location: locs, Value: []int64{nanos[i] / 1e7, nanos[i]}})
+	}
+	f, err := os.Create(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Write(f); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+}
+
+func TestSummarizeProfiles(t *testing.T) {
+	dir := t.TempDir()
+	a, b := filepath.Join(dir, "a.pprof"), filepath.Join(dir, "b.pprof")
+	writeCPUProfile(t, a, [][]string{
+		{"hash/crc32.ieeeCLMUL", "github.com/nezha-harness/nezha/systems/raftlog.(*Log).Append", "go.etcd.io/raft.(*node).run"},
+		{"runtime.memmove", "google.golang.org/grpc.(*Server).handleStream"},
+	}, []int64{6e8, 2e8})
+	writeCPUProfile(t, b, [][]string{
+		{"syscall.Fsync", "github.com/linxGnu/grocksdb._Cfunc_rocksdb_write"},
+		{"runtime.memmove", "github.com/nezha-harness/nezha/systems/raftlog.(*Log).Append"},
+	}, []int64{1e8, 1e8})
+	s, err := summarizeProfiles([]string{a, b}, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.SampledSeconds != 1.0 {
+		t.Errorf("sampled %.3f s, want 1.0 (the two profiles merged)", s.SampledSeconds)
+	}
+	if len(s.Top) != 2 || s.Top[0].Name != "hash/crc32.ieeeCLMUL" || s.Top[0].Share != 0.6 ||
+		s.Top[1].Name != "runtime.memmove" || s.Top[1].Share != 0.3 {
+		t.Errorf("top = %+v, want crc32 0.6 then memmove 0.3", s.Top)
+	}
+	want := map[string]float64{"Raft log": 0.7, "CRC": 0.6, "etcd raft": 0.6, "gRPC and sockets": 0.2,
+		"RocksDB foreground (cgo)": 0.1, "memmove/memclr": 0.3, "nezha store": 0, "fsync": 0.1, "system calls (socket and file I/O)": 0.1}
+	for _, c := range s.Categories {
+		if w, ok := want[c.Name]; ok && (c.Share < w-1e-9 || c.Share > w+1e-9) {
+			t.Errorf("category %q = %.3f, want %.3f", c.Name, c.Share, w)
+		}
+	}
+	if len(s.Categories) != len(cpuCategories) {
+		t.Errorf("%d categories, want %d", len(s.Categories), len(cpuCategories))
+	}
+	if _, err := summarizeProfiles([]string{filepath.Join(dir, "missing")}, 2); err == nil {
+		t.Error("a missing file summarized without error")
+	}
+}
+
+func TestPprofAddressFromLog(t *testing.T) {
+	dir := t.TempDir()
+	log := filepath.Join(dir, "node.log")
+	if err := os.WriteFile(log, []byte("time=x level=INFO msg=\"serving the Go profiler\" pprof_address=127.0.0.1:40123\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	got, err := pprofAddress(context.Background(), cluster.Node{ID: 1, Log: log})
+	if err != nil || got != "127.0.0.1:40123" {
+		t.Fatalf("pprofAddress = %q, %v", got, err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	empty := filepath.Join(dir, "empty.log")
+	os.WriteFile(empty, nil, 0o644)
+	if _, err := pprofAddress(ctx, cluster.Node{ID: 2, Log: empty}); err == nil {
+		t.Fatal("an address found in an empty log")
+	}
+}
+
+func TestThreadGroup(t *testing.T) {
+	for comm, want := range map[string]string{"rocksdb:low": "rocksdb:low", "rocksdb:high": "rocksdb:high", "nezha": threadGo, "": threadGo} {
+		if got := threadGroup(comm); got != want {
+			t.Errorf("threadGroup(%q) = %q, want %q", comm, got, want)
+		}
+	}
+	// This process's own threads are all Go's.
+	fs, err := procfs.NewDefaultFS()
+	if err != nil {
+		t.Skipf("no procfs: %v", err)
+	}
+	cpu := threadCPU(fs, os.Getpid())
+	if len(cpu) != 1 || cpu[threadGo] < 0 {
+		t.Errorf("threadCPU(self) = %v, want only %q", cpu, threadGo)
+	}
+}
