@@ -109,13 +109,25 @@ func TestThreadGroup(t *testing.T) {
 			t.Errorf("threadGroup(%q) = %q, want %q", comm, got, want)
 		}
 	}
-	// This process's own threads are all Go's.
+	// This process's own threads are all Go's, and their CPU time is at
+	// most the process's (threads that exited took theirs with them).
+	for i := 0; i < 2e7; i++ { // some CPU time to count
+		_ = i * i
+	}
 	fs, err := procfs.NewDefaultFS()
 	if err != nil {
 		t.Skipf("no procfs: %v", err)
 	}
-	cpu := threadCPU(fs, os.Getpid())
-	if len(cpu) != 1 || cpu[threadGo] < 0 {
-		t.Errorf("threadCPU(self) = %v, want only %q", cpu, threadGo)
+	cpu := threadCPU(os.Getpid())
+	p, err := fs.Proc(os.Getpid())
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := p.Stat()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(cpu) != 1 || cpu[threadGo] <= 0 || cpu[threadGo] > st.CPUTime()+0.02 {
+		t.Errorf("threadCPU(self) = %v, process CPU %.2f s: want only %q, more than 0 and at most the process's", cpu, st.CPUTime(), threadGo)
 	}
 }

@@ -64,9 +64,16 @@ const (
 )
 
 // threadCPU sums the CPU time of pid's live threads by threadGroup.
-func threadCPU(fs procfs.FS, pid int) map[string]float64 {
+func threadCPU(pid int) map[string]float64 {
 	out := map[string]float64{}
-	tids, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
+	dir := fmt.Sprintf("/proc/%d/task", pid)
+	tids, err := os.ReadDir(dir)
+	if err != nil {
+		return out
+	}
+	// /proc/PID/task/TID/stat is the thread's own (/proc/PID/stat, which
+	// /proc/TID would give for the first thread, is the whole process's).
+	fs, err := procfs.NewFS(dir)
 	if err != nil {
 		return out
 	}
@@ -75,7 +82,7 @@ func threadCPU(fs procfs.FS, pid int) map[string]float64 {
 		if err != nil {
 			continue
 		}
-		t, err := fs.Proc(tid) // /proc/TID is every thread's own entry
+		t, err := fs.Proc(tid)
 		if err != nil {
 			continue
 		}
@@ -142,7 +149,7 @@ func (x *Run) sample(spec *cluster.Spec) (windowSample, error) {
 		if err != nil {
 			return w, fmt.Errorf("node %d: %w", n.ID, err)
 		}
-		w.nodes[n.ID] = nodeSample{io: io, cpuSec: st.CPUTime(), threadCPUSec: threadCPU(fs, n.PID)}
+		w.nodes[n.ID] = nodeSample{io: io, cpuSec: st.CPUTime(), threadCPUSec: threadCPU(n.PID)}
 	}
 	if st, err := fs.Stat(); err == nil {
 		c := st.CPUTotal
