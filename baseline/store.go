@@ -342,7 +342,7 @@ func (s *Store) Apply(entries []systems.AppliedEntry) error {
 		wb.PutCF(s.meta, []byte(appliedKey), appliedValue(last))
 	}
 	if wb.Count() > 0 {
-		if err := s.rocksIO(vfs.OpWrite); err != nil {
+		if err := s.rocksIO(vfs.OpWrite, rocksWAL, int64(len(wb.Data()))); err != nil {
 			return fmt.Errorf("%s: rocksdb write of entries %d..%d: %w", s.mode, first, last, err)
 		}
 		if err := s.db.Write(s.wo, wb); err != nil {
@@ -510,7 +510,7 @@ func (s *Store) flushApplied() (uint64, error) {
 	defer fo.Destroy()
 	fo.SetWait(true)
 	// A flush writes an SST file and fsyncs it.
-	if err := errors.Join(s.rocksIO(vfs.OpWrite), s.rocksIO(vfs.OpSync)); err != nil {
+	if err := errors.Join(s.rocksIO(vfs.OpWrite, rocksSST, rocksFlushBytes), s.rocksIO(vfs.OpSync, rocksSST, 0)); err != nil {
 		return 0, fmt.Errorf("%s: rocksdb flush of column family default: %w", s.mode, err)
 	}
 	if err := s.db.FlushCF(s.data, fo); err != nil {
@@ -623,13 +623,26 @@ func (s *Store) snapshotReads() (ro *grocksdb.ReadOptions, release func()) {
 	}
 }
 
+// The paths of the operations at the RocksDB boundary (rocksIO), under
+// <data>/rocksdb: a write batch (WAL and memtable; the WAL's sync in a
+// truncation round) and a flush or a read (SST files). A fault's
+// PathContains can tell them apart ("rocksdb/sst": only flushes and
+// reads).
+const (
+	rocksWAL = "wal"
+	rocksSST = "sst"
+	// rocksFlushBytes is what a flush is taken to add to a full disk.
+	rocksFlushBytes = 1 << 20
+)
+
 // rocksIO injects the disk faults of s.fs at a call into RocksDB that does
-// an operation of kind on its files (RocksDB's own file I/O is C++ and does
-// not pass through the FS): ENOSPC or EIO before a write, EIO or a slow
-// disk's latency before a sync. An injected sync failure fails the FS, as
-// a real one would.
-func (s *Store) rocksIO(kind vfs.OpKind) error {
-	op := vfs.Op{Kind: kind, Path: s.dir}
+// an operation of kind, adding size bytes, on its files under what
+// (rocksWAL, rocksSST; RocksDB's own file I/O is C++ and does not pass
+// through the FS): ENOSPC or EIO before a write, EIO or a slow disk's
+// latency before a sync. An injected sync failure fails the FS, as a real
+// one would.
+func (s *Store) rocksIO(kind vfs.OpKind, what string, size int64) error {
+	op := vfs.Op{Kind: kind, Path: filepath.Join(s.dir, what), SizeBytes: size}
 	if err := s.fs.MaybeError(op); err != nil {
 		return s.fs.Observe(op, err)
 	}
@@ -640,10 +653,10 @@ func (s *Store) rocksIO(kind vfs.OpKind) error {
 // read, reported as RocksDB reports a block that fails its checksum (an
 // error, never the bytes).
 func (s *Store) rocksRead() error {
-	if err := s.rocksIO(vfs.OpRead); err != nil {
+	if err := s.rocksIO(vfs.OpRead, rocksSST, 0); err != nil {
 		return err
 	}
-	if s.fs.CorruptRead(s.dir) {
+	if s.fs.CorruptRead(filepath.Join(s.dir, rocksSST)) {
 		return fmt.Errorf("%w: %w", systems.ErrCorrupt, vfs.ErrCorruptRead)
 	}
 	return nil

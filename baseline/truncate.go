@@ -259,7 +259,7 @@ func (s *Store) durableApplied() (uint64, error) {
 		// Apply stores the applied index after its WriteBatch (data and
 		// meta) reached the WAL file; the sync covers every such write.
 		a := s.applied.Load()
-		if err := s.rocksIO(vfs.OpSync); err != nil {
+		if err := s.rocksIO(vfs.OpSync, rocksWAL, 0); err != nil {
 			return 0, fmt.Errorf("%s: rocksdb WAL sync: %w", s.mode, err)
 		}
 		if err := s.db.FlushWAL(true); err != nil {

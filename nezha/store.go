@@ -119,7 +119,7 @@ func (s *Store) Apply(entries []systems.AppliedEntry) error {
 		}
 	}
 	b.SetApplied(entries[len(entries)-1].Index)
-	if err := s.indexIO(vfs.OpWrite); err != nil {
+	if err := s.indexIO(vfs.OpWrite, b.SizeBytes()); err != nil {
 		return err
 	}
 	if err := s.index.Write(b); err != nil {
@@ -454,7 +454,7 @@ func (s *Store) syncIndex() error {
 	if m, ok := s.index.(*MemoryIndex); ok {
 		return writeCheckpoint(s.fs, m, filepath.Join(s.dir, checkpointName))
 	}
-	if err := s.indexIO(vfs.OpSync); err != nil {
+	if err := s.indexIO(vfs.OpSync, 0); err != nil {
 		return err
 	}
 	return s.index.Sync()
@@ -503,11 +503,11 @@ func (s *Store) recoverRuns() error {
 // indexIO injects the disk faults of s.fs at the calls into the LevelDB
 // index (its files are LevelDB's own, not opened through the FS); a memory
 // index writes nothing there.
-func (s *Store) indexIO(kind vfs.OpKind) error {
+func (s *Store) indexIO(kind vfs.OpKind, size int64) error {
 	if s.index.Kind() != IndexLevelDB {
 		return nil
 	}
-	op := vfs.Op{Kind: kind, Path: filepath.Join(s.dir, IndexDir)}
+	op := vfs.Op{Kind: kind, Path: filepath.Join(s.dir, IndexDir), SizeBytes: size}
 	if err := s.fs.MaybeError(op); err != nil {
 		return fmt.Errorf("nezha: index: %w", s.fs.Observe(op, err))
 	}

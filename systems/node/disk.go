@@ -120,6 +120,7 @@ func (g *diskGuard) releaseBallast() {
 		g.logger.Warn("cannot delete the disk ballast", "err", err)
 		return
 	}
+	g.fs.Free(g.ballastBytes)
 	g.ballast = false
 	g.logger.Warn("disk ballast released", "bytes", g.ballastBytes)
 }

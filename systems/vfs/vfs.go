@@ -72,10 +72,13 @@ func (k OpKind) String() string {
 	return fmt.Sprintf("op(%d)", int(k))
 }
 
-// Op is one file operation: its kind and the path of its file.
+// Op is one file operation: its kind, the path of its file, and for
+// OpWrite and OpPreallocate the bytes it adds (a full disk refuses what
+// does not fit).
 type Op struct {
-	Kind OpKind
-	Path string
+	Kind      OpKind
+	Path      string
+	SizeBytes int64
 }
 
 // Fault kinds (the values of Fault.Kind, the -nemesis vocabulary of the
@@ -85,8 +88,10 @@ const (
 	FaultFsyncError = "fsync-error"
 	// FaultWriteError: writes return EIO.
 	FaultWriteError = "write-error"
-	// FaultDiskFull: creating a file, writing and preallocating return
-	// ENOSPC.
+	// FaultDiskFull: the file system has no free space: writes and
+	// preallocations return ENOSPC, except within the room that files
+	// deleted since made (FS.Free: the node's ballast), which they use up.
+	// Creating an empty file still works, as on a real full disk.
 	FaultDiskFull = "disk-full"
 	// FaultReadError: reads return EIO.
 	FaultReadError = "read-error"
@@ -181,6 +186,9 @@ type FS struct {
 	mu     sync.Mutex
 	faults []Fault
 	active atomic.Bool // len(faults) > 0, read without mu
+	// room is the free space of a full disk (FaultDiskFull): 0 when the
+	// fault is set, grown by Free, used up by writes. Under mu.
+	room int64
 
 	failOnce sync.Once
 	failed   chan struct{}
@@ -208,7 +216,19 @@ func (fs *FS) SetFaults(faults ...Fault) error {
 	defer fs.mu.Unlock()
 	fs.faults = append([]Fault(nil), faults...)
 	fs.active.Store(len(faults) > 0)
+	fs.room = 0
 	return nil
+}
+
+// Free tells the FS that n bytes were freed (a deleted file): under an
+// injected full disk, writes may use them.
+func (fs *FS) Free(n int64) {
+	if fs == nil || !fs.active.Load() {
+		return
+	}
+	fs.mu.Lock()
+	defer fs.mu.Unlock()
+	fs.room += n
 }
 
 // Faults returns the active faults.
@@ -283,8 +303,12 @@ func (fs *FS) MaybeError(op Op) error {
 			f.Kind == FaultWriteError && op.Kind == OpWrite,
 			f.Kind == FaultReadError && op.Kind == OpRead:
 			errno = syscall.EIO
-		case f.Kind == FaultDiskFull && (op.Kind == OpCreate || op.Kind == OpWrite || op.Kind == OpPreallocate):
-			errno = syscall.ENOSPC
+		case f.Kind == FaultDiskFull && (op.Kind == OpWrite || op.Kind == OpPreallocate):
+			if op.SizeBytes > fs.room {
+				errno = syscall.ENOSPC
+			} else {
+				fs.room -= op.SizeBytes
+			}
 		}
 	}
 	fs.mu.Unlock()
@@ -406,8 +430,8 @@ func (f *File) Close() error { return f.f.Close() }
 // Truncate changes the file's size.
 func (f *File) Truncate(size int64) error { return f.f.Truncate(size) }
 
-func (f *File) beforeWrite() error {
-	op := Op{Kind: OpWrite, Path: f.path}
+func (f *File) beforeWrite(size int) error {
+	op := Op{Kind: OpWrite, Path: f.path, SizeBytes: int64(size)}
 	if err := f.fs.MaybeError(op); err != nil {
 		return f.fs.Observe(op, err)
 	}
@@ -420,7 +444,7 @@ func (f *File) afterWrite(err error) error {
 
 // Write writes b at the file offset.
 func (f *File) Write(b []byte) (int, error) {
-	if err := f.beforeWrite(); err != nil {
+	if err := f.beforeWrite(len(b)); err != nil {
 		return 0, &os.PathError{Op: "write", Path: f.path, Err: err}
 	}
 	n, err := f.f.Write(b)
@@ -429,7 +453,7 @@ func (f *File) Write(b []byte) (int, error) {
 
 // WriteAt writes b at off.
 func (f *File) WriteAt(b []byte, off int64) (int, error) {
-	if err := f.beforeWrite(); err != nil {
+	if err := f.beforeWrite(len(b)); err != nil {
 		return 0, &os.PathError{Op: "write", Path: f.path, Err: err}
 	}
 	n, err := f.f.WriteAt(b, off)
@@ -442,7 +466,11 @@ const maxIovecs = 1024
 // Pwritev writes the concatenation of bufs at off with vectored positioned
 // writes, looping over short writes and IOV_MAX. It may modify bufs.
 func (f *File) Pwritev(bufs [][]byte, off int64) error {
-	if err := f.beforeWrite(); err != nil {
+	size := 0
+	for _, b := range bufs {
+		size += len(b)
+	}
+	if err := f.beforeWrite(size); err != nil {
 		return err
 	}
 	return f.afterWrite(pwritev(int(f.f.Fd()), bufs, off))
@@ -480,7 +508,7 @@ func pwritev(fd int, bufs [][]byte, off int64) error {
 // Preallocate reserves size bytes for the file (fallocate, mode 0: the
 // file's size becomes at least size, the new bytes read as zeros).
 func (f *File) Preallocate(size int64) error {
-	op := Op{Kind: OpPreallocate, Path: f.path}
+	op := Op{Kind: OpPreallocate, Path: f.path, SizeBytes: size}
 	if err := f.fs.MaybeError(op); err != nil {
 		return f.fs.Observe(op, err)
 	}
