@@ -148,7 +148,7 @@ func injectDiskFull(ctx context.Context, e *Env, s Step) (fault, error) {
 	ids := e.ids()
 	id := ids[s.Pick%uint64(len(ids))]
 	return e.diskFault(ctx, []uint64{id},
-		fmt.Sprintf("node %d's disk is full: creating, writing and preallocating its files return ENOSPC", id),
+		fmt.Sprintf("node %d's disk is full: its writes return ENOSPC (beyond the room its ballast frees)", id),
 		vfs.Fault{Kind: vfs.FaultDiskFull})
 }
 

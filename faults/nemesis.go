@@ -67,7 +67,7 @@ var nemeses = []nemesis{
 	{PauseLeader, "SIGSTOP the leader; SIGCONT when healing", 1, false, injectPauseLeader, false, false},
 	{RestartAll, "SIGKILL every node; restart them all when healing", 1, false, injectRestartAll, false, false},
 	{TornTail, "SIGKILL a random node, leave its last Raft log segment ending in a torn record (cut short, or whole with a flipped byte: an unsynced write interrupted by the crash), restart it when healing", 1, false, injectTornTail, false, false},
-	{DiskFull, "fill a random node's disk (injected in the node: creating, writing and preallocating its files return ENOSPC); it refuses writes and serves reads; cleared when healing", 1, false, injectDiskFull, false, true},
+	{DiskFull, "fill a random node's disk (injected in the node: its writes return ENOSPC beyond the room its ballast frees); it refuses writes and serves reads; cleared when healing", 1, false, injectDiskFull, false, true},
 	{FsyncError, "make a random node's fsyncs return EIO (injected in the node); it stops at its next fsync without acknowledging what that fsync covered; restarted when healing", 1, false, injectFsyncError, false, true},
 	{SlowDisk, "add 20-200 ms to every fsync of a random node or of every node (injected in the nodes); cleared when healing", 1, false, injectSlowDisk, false, true},
 	{LoseTail, "opt-in, not in all: SIGKILL a follower, cut or flip its last fsynced log bytes in place (a disk that lied about fsync; Raft does not tolerate it), restart it when healing", 1, false, injectLoseTail, true, false},

@@ -504,7 +504,7 @@ func (s *Store) recoverRuns() error {
 // index (its files are LevelDB's own, not opened through the FS); a memory
 // index writes nothing there.
 func (s *Store) indexIO(kind vfs.OpKind, size int64) error {
-	if s.index.Kind() != IndexLevelDB {
+	if !s.fs.Injecting() || s.index.Kind() != IndexLevelDB {
 		return nil
 	}
 	op := vfs.Op{Kind: kind, Path: filepath.Join(s.dir, IndexDir), SizeBytes: size}

@@ -130,6 +130,22 @@ func (h *harness) putWhenSpaceReturns(k, v string) {
 	}
 }
 
+// afterSpaceReturns heals the disk, checks that writes resume with no
+// restart (then runs check, if not nil), and that nothing acknowledged is
+// lost across a restart of every node.
+func (h *harness) afterSpaceReturns(acked map[string]string, heal, check func()) {
+	h.t.Helper()
+	heal()
+	h.putWhenSpaceReturns("resumed", "yes")
+	acked["resumed"] = "yes"
+	after := h.writeMany("after", 40, "b")
+	if check != nil {
+		check()
+	}
+	h.restartAll()
+	h.checkAll(merge(acked, after))
+}
+
 // readsServed checks linearizable reads of acknowledged keys on every node.
 func (h *harness) readsServed(acked map[string]string) {
 	h.t.Helper()
@@ -211,12 +227,7 @@ func TestDiskFullDuringWrites(t *testing.T) {
 			}
 			t.Logf("refused: %v", err)
 			h.readsServed(acked)
-			h.setAllDiskFaults()
-			h.putWhenSpaceReturns("resumed", "yes")
-			acked["resumed"] = "yes"
-			after := h.writeMany("after", 30, "b")
-			h.restartAll()
-			h.checkAll(merge(acked, after))
+			h.afterSpaceReturns(acked, func() { h.setAllDiskFaults() }, nil)
 		})
 	}
 }
@@ -252,75 +263,137 @@ func liveRuns(t *testing.T, data string) (map[uint64]bool, map[string]int64) {
 	return live, files
 }
 
-// A full disk during nezha's GC rounds (ENOSPC on the sorted runs only)
-// fails the rounds cleanly: no partial run is left behind, the node keeps
-// serving, and once the disk has space writes and GC go on; nothing
-// acknowledged is lost across a restart.
-func TestDiskFullDuringGC(t *testing.T) {
-	args := append([]string{"-diskFaults"}, gcArgs("tiered")...)
-	h := start(t, Options{System: "nezha", Binary: binary, ExtraArgs: args, Seed: 300})
-	acked := h.writeMany("before", 100, "a")
-	h.setAllDiskFaults(&kvpb.DiskFault{Kind: "disk-full", PathContains: "/sorted/"})
-	// Overwrites make garbage, so that rounds copy (and fail).
-	deadline := time.Now().Add(30 * time.Second)
+// failedRounds returns the nodes that report a GC (or log truncation)
+// round failed with ENOSPC.
+func (h *harness) failedRounds() map[uint64]bool {
+	h.t.Helper()
 	failed := map[uint64]bool{}
-	for round := 0; len(failed) < len(h.spec.Nodes); round++ {
-		if time.Now().After(deadline) {
-			t.Fatalf("only nodes %v reported a GC round failed on the full disk within 30 s", failed)
+	for _, n := range h.spec.Nodes {
+		ctx, cancel := ctxFor(5 * time.Second)
+		st, err := h.c.Status(ctx, n.Address, false)
+		cancel()
+		if err != nil {
+			h.t.Fatal(err)
 		}
-		for j := 0; j < 20; j++ {
-			k, v := fmt.Sprintf("before%05d", j), fmt.Sprintf("over-%d-%d", round, j)
-			ctx, cancel := ctxFor(10 * time.Second)
-			if _, err := h.c.Put(ctx, []byte(k), []byte(v)); err == nil {
-				acked[k] = v
-			}
-			cancel()
-		}
-		for _, n := range h.spec.Nodes {
-			ctx, cancel := ctxFor(5 * time.Second)
-			st, err := h.c.Status(ctx, n.Address, false)
-			cancel()
-			if err != nil {
-				t.Fatal(err)
-			}
-			for _, r := range st.GcRounds {
-				if strings.Contains(r.Error, "no space left on device") {
-					failed[n.ID] = true
-				}
+		for _, r := range st.GcRounds {
+			if strings.Contains(r.Error, "no space left on device") {
+				failed[n.ID] = true
 			}
 		}
 	}
-	// No partial run stays: a run file the manifest does not list is a
-	// round in progress; one still there, unchanged, a second later is
-	// partial output left behind.
+	return failed
+}
+
+// A full disk during a GC round fails the round cleanly, the node keeps
+// serving, and once the disk has space writes and GC go on; nothing
+// acknowledged is lost across a restart. nezha: ENOSPC on its sorted runs
+// (no partial run stays). original: its GC is the Raft log truncation
+// round (RocksDB's own compactions cannot be injected into): ENOSPC on the
+// Raft log when the round rolls or compacts it.
+func TestDiskFullDuringGC(t *testing.T) {
+	t.Run("nezha", func(t *testing.T) {
+		args := append([]string{"-diskFaults"}, gcArgs("tiered")...)
+		h := start(t, Options{System: "nezha", Binary: binary, ExtraArgs: args, Seed: 300})
+		acked := h.writeMany("before", 100, "a")
+		h.setAllDiskFaults(&kvpb.DiskFault{Kind: "disk-full", PathContains: "/sorted/"})
+		// Overwrites make garbage, so that rounds copy (and fail).
+		deadline := time.Now().Add(30 * time.Second)
+		for round := 0; len(h.failedRounds()) < len(h.spec.Nodes); round++ {
+			if time.Now().After(deadline) {
+				t.Fatalf("only nodes %v reported a GC round failed on the full disk within 30 s", h.failedRounds())
+			}
+			for j := 0; j < 20; j++ {
+				k, v := fmt.Sprintf("before%05d", j), fmt.Sprintf("over-%d-%d", round, j)
+				ctx, cancel := ctxFor(10 * time.Second)
+				if _, err := h.c.Put(ctx, []byte(k), []byte(v)); err == nil {
+					acked[k] = v
+				}
+				cancel()
+			}
+		}
+		h.noPartialRuns()
+		h.readsServed(acked)
+		h.afterSpaceReturns(acked, func() { h.setAllDiskFaults() }, h.expectGC)
+	})
+	t.Run("original", func(t *testing.T) {
+		const retain = 256 << 10
+		args := []string{"-diskFaults", "-segmentSizeBytes", "65536", "-rocksdb.logRetainBytes", fmt.Sprint(retain),
+			"-rocksdb.logTruncateInterval", "500ms"}
+		h := start(t, Options{System: "original", Binary: binary, ExtraArgs: args, Seed: 301})
+		acked := map[string]string{}
+		// Fill the log past the retained bytes on every node, then fill
+		// the disk: the next round fails. A round that ran just before the
+		// disk filled leaves too little to truncate; then go again.
+		value := strings.Repeat("v", 16<<10)
+		for cycle := 0; len(h.failedRounds()) < len(h.spec.Nodes); cycle++ {
+			if cycle == 5 {
+				t.Fatalf("5 cycles and only nodes %v reported a truncation round failed on the full disk", h.failedRounds())
+			}
+			h.setAllDiskFaults()
+			for i := 0; !h.logsAbove(retain); i++ {
+				if i == 100 {
+					t.Fatal("the Raft logs never grew past the retained bytes")
+				}
+				for j := 0; j < 8; j++ {
+					k := fmt.Sprintf("c%d-%03d-%d", cycle, i, j)
+					h.putWhenSpaceReturns(k, value)
+					acked[k] = value
+				}
+			}
+			h.setAllDiskFaults(&kvpb.DiskFault{Kind: "disk-full", PathContains: "/raftlog/"})
+			deadline := time.Now().Add(3 * time.Second)
+			for len(h.failedRounds()) < len(h.spec.Nodes) && time.Now().Before(deadline) {
+				time.Sleep(100 * time.Millisecond)
+			}
+		}
+		h.readsServed(acked)
+		h.afterSpaceReturns(acked, func() { h.setAllDiskFaults() }, nil)
+	})
+}
+
+// logsAbove reports whether every node's Raft log holds more than n bytes.
+func (h *harness) logsAbove(n int64) bool {
+	h.t.Helper()
+	for _, node := range h.spec.Nodes {
+		ctx, cancel := ctxFor(5 * time.Second)
+		st, err := h.c.Status(ctx, node.Address, false)
+		cancel()
+		if err != nil {
+			h.t.Fatal(err)
+		}
+		if st.LogBytes <= n {
+			return false
+		}
+	}
+	return true
+}
+
+// noPartialRuns fails if a nezha node keeps a run file its manifest does
+// not list: one there, unchanged, a second apart is partial output a
+// failed round left behind (a round in progress writes or removes its
+// run in that time).
+func (h *harness) noPartialRuns() {
+	h.t.Helper()
 	type snap struct {
 		live  map[uint64]bool
 		files map[string]int64
 	}
 	first := map[uint64]snap{}
 	for _, n := range h.spec.Nodes {
-		live, files := liveRuns(t, n.Data)
+		live, files := liveRuns(h.t, n.Data)
 		first[n.ID] = snap{live, files}
 	}
-	h.readsServed(acked)
 	time.Sleep(time.Second) // the interval defines "left behind", not synchronization
 	for _, n := range h.spec.Nodes {
-		live, files := liveRuns(t, n.Data)
+		live, files := liveRuns(h.t, n.Data)
 		for name, size := range files {
 			var id uint64
 			fmt.Sscanf(name, "%d.run", &id)
 			if !live[id] && !first[n.ID].live[id] && first[n.ID].files[name] == size {
-				t.Fatalf("node %d: run %s (%d bytes) is not in the manifest and stayed: partial output of a failed round", n.ID, name, size)
+				h.t.Fatalf("node %d: run %s (%d bytes) is not in the manifest and stayed: partial output of a failed round", n.ID, name, size)
 			}
 		}
 	}
-	h.setAllDiskFaults()
-	h.putWhenSpaceReturns("resumed", "yes")
-	acked["resumed"] = "yes"
-	after := h.writeMany("after", 50, "b")
-	h.expectGC()
-	h.restartAll()
-	h.checkAll(merge(acked, after))
 }
 
 // mountTmpfs mounts a tmpfs of size bytes at dir (root only).
@@ -386,14 +459,11 @@ func TestDiskFullTmpfs(t *testing.T) {
 			err := h.putUntilRefused("full", acked)
 			t.Logf("refused: %v", err)
 			h.readsServed(acked)
-			if err := os.Remove(filler); err != nil {
-				t.Fatal(err)
-			}
-			h.putWhenSpaceReturns("resumed", "yes")
-			acked["resumed"] = "yes"
-			after := h.writeMany("after", 30, "b")
-			h.restartAll()
-			h.checkAll(merge(acked, after))
+			h.afterSpaceReturns(acked, func() {
+				if err := os.Remove(filler); err != nil {
+					t.Fatal(err)
+				}
+			}, nil)
 		})
 	}
 }

@@ -281,6 +281,10 @@ func (fs *FS) ClearFull() {
 	}
 }
 
+// Injecting reports whether any fault is set (a cheap check before
+// building an Op on a hot path).
+func (fs *FS) Injecting() bool { return fs != nil && fs.active.Load() }
+
 // MaybeError returns the injected error for op, or nil. For OpSync it
 // first sleeps the latency of a slow disk. Callers that do the operation
 // themselves (a library boundary) report its outcome with Observe.
