@@ -146,6 +146,39 @@ func (h *harness) afterSpaceReturns(acked map[string]string, heal, check func())
 	h.checkAll(merge(acked, after))
 }
 
+// readFaults injects read errors, then corrupt reads, on every node: a
+// read of a value fails (Internal, or DataLoss for a corrupt one), never
+// returns a wrong value, and no node stops; healed, reads work again.
+func (h *harness) readFaults(acked map[string]string) {
+	h.t.Helper()
+	var key string
+	for k := range acked {
+		key = k
+		break
+	}
+	for _, kind := range []string{"read-error", "read-corrupt"} {
+		h.setAllDiskFaults(&kvpb.DiskFault{Kind: kind})
+		for _, n := range h.spec.Nodes {
+			v, ok, err := h.staleGet(n, key)
+			if err == nil {
+				h.t.Fatalf("node %d under %s: get %s = %q (found %v), want an error", n.ID, kind, key, trunc(v), ok)
+			}
+			if kind == "read-corrupt" && status.Code(err) != codes.DataLoss {
+				h.t.Fatalf("node %d under %s: get %s: %v, want DataLoss", n.ID, kind, key, err)
+			}
+		}
+		h.setAllDiskFaults()
+		for _, n := range h.spec.Nodes {
+			if !cluster.Alive(n.PID) {
+				h.t.Fatalf("node %d stopped on a %s", n.ID, kind)
+			}
+			if v, ok, err := h.staleGet(n, key); err != nil || !ok || v != acked[key] {
+				h.t.Fatalf("node %d after %s healed: get %s = %q (found %v), %v", n.ID, kind, key, trunc(v), ok, err)
+			}
+		}
+	}
+}
+
 // readsServed checks linearizable reads of acknowledged keys on every node.
 func (h *harness) readsServed(acked map[string]string) {
 	h.t.Helper()
@@ -178,6 +211,8 @@ func (h *harness) readsServed(acked map[string]string) {
 //   - a full disk (injected on every node) refuses writes with a clear
 //     error, keeps serving reads, and accepts writes again once it has
 //     space, with no restart;
+//   - a read error or a corrupt read of a value fails that read, never
+//     returns a wrong value and never stops a node;
 //   - a failed fsync stops the node, with the error in its log, and the
 //     node acknowledges no write after it: puts sent to it fail. The
 //     cluster goes on and the node restarts.
@@ -200,6 +235,8 @@ func TestDiskFaults(t *testing.T) {
 			h.setAllDiskFaults()
 			h.putWhenSpaceReturns("resumed", "yes")
 			acked["resumed"] = "yes"
+
+			h.readFaults(acked)
 
 			l := h.leader()
 			h.setDiskFaults(l, &kvpb.DiskFault{Kind: "fsync-error"})
