@@ -124,8 +124,9 @@ type Node struct {
 
 	peerAddrs sync.Map // uint64 id -> string client address
 
-	// fs is the file layer of the log and the state machine: injected
-	// disk faults, a failed fsync stops the node, ENOSPC fills disk.
+	// fs is the file layer of the log and the state machine (injected
+	// disk faults; a failed fsync stops the node, ENOSPC makes disk
+	// refuse writes).
 	fs   *vfs.FS
 	disk *diskGuard
 }
