@@ -9,12 +9,15 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 
 	"github.com/linxGnu/grocksdb"
 
 	"github.com/nezha-harness/nezha/systems"
+	"github.com/nezha-harness/nezha/systems/vfs"
 )
 
 const (
@@ -59,6 +62,10 @@ type Store struct {
 	ctl systems.LogControl
 	// trunc truncates the Raft log in the background; nil when off.
 	trunc *truncator
+	// fs is the node's file layer. RocksDB writes its files itself (cgo),
+	// so disk faults are injected, and outcomes watched, at the calls into
+	// it (rocksIO, observe); nil in unit tests.
+	fs *vfs.FS
 
 	// mu guards closed and the lifetime of the RocksDB handles below: every
 	// method holds it shared while it uses them; Close and CommitRestore
@@ -105,7 +112,7 @@ func (c *Config) OpenStore(env systems.Env) (*Store, error) {
 	}
 	comp, _ := compressionType(c.Compression) // checked by Validate
 
-	s := &Store{mode: c.mode, dir: dir, root: env.Dir, logger: logger, ctl: env.Control}
+	s := &Store{mode: c.mode, dir: dir, root: env.Dir, logger: logger, ctl: env.Control, fs: env.FS}
 	s.bbto = grocksdb.NewDefaultBlockBasedTableOptions()
 	if c.BlockCacheBytes > 0 {
 		s.cache = grocksdb.NewLRUCache(uint64(c.BlockCacheBytes))
@@ -335,8 +342,13 @@ func (s *Store) Apply(entries []systems.AppliedEntry) error {
 		wb.PutCF(s.meta, []byte(appliedKey), appliedValue(last))
 	}
 	if wb.Count() > 0 {
+		if s.fs.Injecting() {
+			if err := s.rocksIO(vfs.OpWrite, rocksWAL, int64(len(wb.Data()))); err != nil {
+				return fmt.Errorf("%s: rocksdb write of entries %d..%d: %w", s.mode, first, last, err)
+			}
+		}
 		if err := s.db.Write(s.wo, wb); err != nil {
-			return fmt.Errorf("%s: rocksdb write of entries %d..%d: %w", s.mode, first, last, err)
+			return fmt.Errorf("%s: rocksdb write of entries %d..%d: %w", s.mode, first, last, s.observe(vfs.OpWrite, err))
 		}
 	}
 	// Only now: flushApplied relies on every entry at or below applied
@@ -359,6 +371,9 @@ func (s *Store) Get(key []byte) ([]byte, bool, error) {
 	defer s.mu.RUnlock()
 	if s.closed {
 		return nil, false, ErrClosed
+	}
+	if err := s.rocksRead(); err != nil {
+		return nil, false, fmt.Errorf("%s: rocksdb get: %w", s.mode, err)
 	}
 	h, err := s.db.GetPinnedCF(s.ro, s.data, key)
 	if err != nil {
@@ -386,6 +401,9 @@ func (s *Store) Scan(start, end []byte, limit int, maxBytes int) ([]systems.KeyV
 	defer s.mu.RUnlock()
 	if s.closed {
 		return nil, false, ErrClosed
+	}
+	if err := s.rocksRead(); err != nil {
+		return nil, false, fmt.Errorf("%s: rocksdb scan: %w", s.mode, err)
 	}
 	ro := grocksdb.NewDefaultReadOptions()
 	defer ro.Destroy()
@@ -493,8 +511,12 @@ func (s *Store) flushApplied() (uint64, error) {
 	fo := grocksdb.NewDefaultFlushOptions()
 	defer fo.Destroy()
 	fo.SetWait(true)
-	if err := s.db.FlushCF(s.data, fo); err != nil {
+	// A flush writes an SST file and fsyncs it.
+	if err := errors.Join(s.rocksIO(vfs.OpWrite, rocksSST, rocksFlushBytes), s.rocksIO(vfs.OpSync, rocksSST, 0)); err != nil {
 		return 0, fmt.Errorf("%s: rocksdb flush of column family default: %w", s.mode, err)
+	}
+	if err := s.db.FlushCF(s.data, fo); err != nil {
+		return 0, fmt.Errorf("%s: rocksdb flush of column family default: %w", s.mode, s.observe(vfs.OpWrite, err))
 	}
 	if s.mode == ModePASV {
 		if err := s.db.PutCF(s.wo, s.meta, []byte(appliedKey), appliedValue(a)); err != nil {
@@ -601,4 +623,63 @@ func (s *Store) snapshotReads() (ro *grocksdb.ReadOptions, release func()) {
 		ro.Destroy()
 		s.db.ReleaseSnapshot(snap)
 	}
+}
+
+// The paths of the operations at the RocksDB boundary (rocksIO), under
+// <data>/rocksdb: a write batch (WAL and memtable; the WAL's sync in a
+// truncation round) and a flush or a read (SST files). A fault's
+// PathContains can tell them apart ("rocksdb/sst": only flushes and
+// reads).
+const (
+	rocksWAL = "wal"
+	rocksSST = "sst"
+	// rocksFlushBytes is what a flush is taken to add to a full disk.
+	rocksFlushBytes = 1 << 20
+)
+
+// rocksIO injects the disk faults of s.fs at a call into RocksDB that does
+// an operation of kind, adding size bytes, on its files under what
+// (rocksWAL, rocksSST; RocksDB's own file I/O is C++ and does not pass
+// through the FS): ENOSPC or EIO before a write, EIO or a slow disk's
+// latency before a sync. An injected sync failure fails the FS, as a real
+// one would.
+func (s *Store) rocksIO(kind vfs.OpKind, what string, size int64) error {
+	if !s.fs.Injecting() {
+		return nil
+	}
+	op := vfs.Op{Kind: kind, Path: filepath.Join(s.dir, what), SizeBytes: size}
+	if err := s.fs.MaybeError(op); err != nil {
+		return s.fs.Observe(op, err)
+	}
+	return nil
+}
+
+// rocksRead injects read faults before a RocksDB read: EIO, or a corrupt
+// read, reported as RocksDB reports a block that fails its checksum (an
+// error, never the bytes).
+func (s *Store) rocksRead() error {
+	if !s.fs.Injecting() {
+		return nil
+	}
+	if err := s.rocksIO(vfs.OpRead, rocksSST, 0); err != nil {
+		return err
+	}
+	if s.fs.CorruptRead(filepath.Join(s.dir, rocksSST)) {
+		return fmt.Errorf("%w: %w", systems.ErrCorrupt, vfs.ErrCorruptRead)
+	}
+	return nil
+}
+
+// observe reports the outcome of a RocksDB call to the FS. RocksDB's
+// errors are strings; a full disk ("No space left on device", RocksDB's
+// IOError NoSpace) is wrapped as syscall.ENOSPC so that the node refuses
+// writes until space returns.
+func (s *Store) observe(kind vfs.OpKind, err error) error {
+	if err == nil {
+		return nil
+	}
+	if strings.Contains(err.Error(), "No space left on device") {
+		err = fmt.Errorf("%w (%w)", err, syscall.ENOSPC)
+	}
+	return s.fs.Observe(vfs.Op{Kind: kind, Path: s.dir}, err)
 }

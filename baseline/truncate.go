@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/nezha-harness/nezha/systems"
+	"github.com/nezha-harness/nezha/systems/vfs"
 )
 
 // Raft log truncation. A baseline node keeps every value twice: in the Raft
@@ -258,8 +259,11 @@ func (s *Store) durableApplied() (uint64, error) {
 		// Apply stores the applied index after its WriteBatch (data and
 		// meta) reached the WAL file; the sync covers every such write.
 		a := s.applied.Load()
-		if err := s.db.FlushWAL(true); err != nil {
+		if err := s.rocksIO(vfs.OpSync, rocksWAL, 0); err != nil {
 			return 0, fmt.Errorf("%s: rocksdb WAL sync: %w", s.mode, err)
+		}
+		if err := s.db.FlushWAL(true); err != nil {
+			return 0, fmt.Errorf("%s: rocksdb WAL sync: %w", s.mode, s.observe(vfs.OpSync, err))
 		}
 		return a, nil
 	}

@@ -9,7 +9,12 @@
 //   - process: SIGKILL and restart (kill, kill-leader, restart-all),
 //     SIGSTOP and SIGCONT (pause, pause-leader);
 //   - disk: torn-tail kills a follower, cuts or corrupts the last bytes of
-//     its last Raft log segment, and restarts it.
+//     its last Raft log segment, and restarts it;
+//   - disk, inside the nodes (the one exception to black-box: Go's file I/O
+//     bypasses libc, so no outside tool reaches it): disk-full, fsync-error
+//     and slow-disk set faults in a node's file layer (systems/vfs) through
+//     its DiskFaults RPC, served by nodes started with DiskNodeArgs; healing
+//     clears them and restarts a node that stopped on a failed fsync.
 //
 // A Schedule is a seeded plan: one fault at a time, injected and healed at
 // intervals after a warm-up, everything healed before a cool-down. Run

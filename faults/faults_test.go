@@ -2,6 +2,7 @@ package faults
 
 import (
 	"bufio"
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -27,7 +28,7 @@ func isUsage(err error) bool {
 
 func TestParseNemeses(t *testing.T) {
 	all, err := ParseNemeses("all")
-	if err != nil || !reflect.DeepEqual(all, Names()) || len(all) != 11 {
+	if err != nil || !reflect.DeepEqual(all, Names()) || len(all) != 14 {
 		t.Fatalf("all = %v, %v", all, err)
 	}
 	for _, n := range all {
@@ -390,5 +391,20 @@ func TestLoseSyncedTail(t *testing.T) {
 	os.WriteFile(filepath.Join(data, "index", "999999.log"), []byte("leveldb"), 0o644)
 	if seg, _ := LastSegment(data); !strings.Contains(seg, "raftlog") {
 		t.Fatalf("last segment %s", seg)
+	}
+}
+
+// The disk nemeses ask for -diskFaults on the nodes, and refuse to inject
+// into nodes started without it.
+func TestDiskNemesesNeedDiskFaults(t *testing.T) {
+	if !NeedsDiskFaults([]string{Kill, SlowDisk}) || NeedsDiskFaults([]string{Kill, TornTail}) {
+		t.Fatal("NeedsDiskFaults is wrong")
+	}
+	e := &Env{Cluster: &cluster.Spec{Nodes: []cluster.Node{{ID: 1, Address: "127.0.0.1:1"}}}}
+	for _, name := range []string{DiskFull, FsyncError, SlowDisk} {
+		n, _ := lookup(name)
+		if _, err := n.inject(context.Background(), e, Step{Nemesis: name}); err == nil || !strings.Contains(err.Error(), "-diskFaults") {
+			t.Fatalf("%s without -diskFaults: %v", name, err)
+		}
 	}
 }

@@ -44,6 +44,8 @@ type nemesis struct {
 	// optIn nemeses are left out of "all": they break an assumption of
 	// Raft itself, so a failure under them says nothing about a system.
 	optIn bool
+	// disk nemeses inject faults inside the nodes (Env.DiskFaults).
+	disk bool
 }
 
 // fault is an injected nemesis: what it did and how to undo it.
@@ -54,18 +56,21 @@ type fault struct {
 }
 
 var nemeses = []nemesis{
-	{PartitionLeader, "isolate the leader from every peer, both ways (clients still reach it)", 2, true, injectPartitionLeader, false},
-	{PartitionHalves, "split the nodes into two halves (1|2 of 3) that cannot talk, chosen by the seed", 2, true, injectPartitionHalves, false},
-	{PartitionOneway, "drop one node's outgoing or incoming peer messages only (the leader or a random node, by the seed)", 2, true, injectPartitionOneway, false},
-	{Bridge, "two halves that cannot talk, joined by one bridge node that talks to both (non-transitive)", 3, true, injectBridge, false},
-	{Delay, "add 50-200 ms (+-25%) latency to every peer message", 2, true, injectDelay, false},
-	{Kill, "SIGKILL a random node; restart it when healing", 1, false, injectKill, false},
-	{KillLeader, "SIGKILL the leader; restart it when healing", 1, false, injectKillLeader, false},
-	{Pause, "SIGSTOP a random node; SIGCONT when healing", 1, false, injectPause, false},
-	{PauseLeader, "SIGSTOP the leader; SIGCONT when healing", 1, false, injectPauseLeader, false},
-	{RestartAll, "SIGKILL every node; restart them all when healing", 1, false, injectRestartAll, false},
-	{TornTail, "SIGKILL a random node, leave its last Raft log segment ending in a torn record (cut short, or whole with a flipped byte: an unsynced write interrupted by the crash), restart it when healing", 1, false, injectTornTail, false},
-	{LoseTail, "opt-in, not in all: SIGKILL a follower, cut or flip its last fsynced log bytes in place (a disk that lied about fsync; Raft does not tolerate it), restart it when healing", 1, false, injectLoseTail, true},
+	{PartitionLeader, "isolate the leader from every peer, both ways (clients still reach it)", 2, true, injectPartitionLeader, false, false},
+	{PartitionHalves, "split the nodes into two halves (1|2 of 3) that cannot talk, chosen by the seed", 2, true, injectPartitionHalves, false, false},
+	{PartitionOneway, "drop one node's outgoing or incoming peer messages only (the leader or a random node, by the seed)", 2, true, injectPartitionOneway, false, false},
+	{Bridge, "two halves that cannot talk, joined by one bridge node that talks to both (non-transitive)", 3, true, injectBridge, false, false},
+	{Delay, "add 50-200 ms (+-25%) latency to every peer message", 2, true, injectDelay, false, false},
+	{Kill, "SIGKILL a random node; restart it when healing", 1, false, injectKill, false, false},
+	{KillLeader, "SIGKILL the leader; restart it when healing", 1, false, injectKillLeader, false, false},
+	{Pause, "SIGSTOP a random node; SIGCONT when healing", 1, false, injectPause, false, false},
+	{PauseLeader, "SIGSTOP the leader; SIGCONT when healing", 1, false, injectPauseLeader, false, false},
+	{RestartAll, "SIGKILL every node; restart them all when healing", 1, false, injectRestartAll, false, false},
+	{TornTail, "SIGKILL a random node, leave its last Raft log segment ending in a torn record (cut short, or whole with a flipped byte: an unsynced write interrupted by the crash), restart it when healing", 1, false, injectTornTail, false, false},
+	{DiskFull, "fill a random node's disk (injected in the node: its writes return ENOSPC beyond the room its ballast frees); it refuses writes and serves reads; cleared when healing", 1, false, injectDiskFull, false, true},
+	{FsyncError, "make a random node's fsyncs return EIO (injected in the node); it stops at its next fsync without acknowledging what that fsync covered; restarted when healing", 1, false, injectFsyncError, false, true},
+	{SlowDisk, "add 20-200 ms to every fsync of a random node or of every node (injected in the nodes); cleared when healing", 1, false, injectSlowDisk, false, true},
+	{LoseTail, "opt-in, not in all: SIGKILL a follower, cut or flip its last fsynced log bytes in place (a disk that lied about fsync; Raft does not tolerate it), restart it when healing", 1, false, injectLoseTail, true, false},
 }
 
 func lookup(name string) (nemesis, bool) {
@@ -164,6 +169,8 @@ type Env struct {
 	// Net is nil if the cluster's peer links are not proxied; network
 	// nemeses then fail.
 	Net *Net
+	// DiskFaults: the nodes run with DiskNodeArgs (disk nemeses need it).
+	DiskFaults bool
 	// Start is the origin of event times (the history's clock).
 	Start time.Time
 	// Logf, if set, receives one line per injection and heal.

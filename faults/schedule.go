@@ -336,13 +336,15 @@ func sleepUntil(ctx context.Context, t time.Time) bool {
 }
 
 // HealAll undoes every fault a nemesis can leave behind, whatever the
-// schedule knows: it restores every link, removes the delay, SIGCONTs every
-// running node and restarts every node that is not running.
+// schedule knows: it restores every link, removes the delay, clears the
+// disk faults of every running node, SIGCONTs every running node and
+// restarts every node that is not running.
 func HealAll(env *Env) error {
 	var errs []error
 	if env.Net != nil {
 		errs = append(errs, env.Net.HealAll())
 	}
+	errs = append(errs, env.healAllDisks())
 	for i := range env.Cluster.Nodes {
 		n := &env.Cluster.Nodes[i]
 		if n.PID != 0 && cluster.Alive(n.PID) {

@@ -211,6 +211,9 @@ func (o *Options) NodeArgs() []string {
 	if o.ReadMode == ReadLease {
 		args = append(args, "-leaseRead")
 	}
+	if faults.NeedsDiskFaults(o.Nemeses) {
+		args = append(args, faults.DiskNodeArgs()...)
+	}
 	return append(args, o.ExtraArgs...)
 }
 
@@ -392,7 +395,7 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 
 	start := time.Now()
 	rec := NewRecorder(start)
-	env := &faults.Env{Cluster: spec, Net: network, Start: start, Logf: logf}
+	env := &faults.Env{Cluster: spec, Net: network, Start: start, Logf: logf, DiskFaults: faults.NeedsDiskFaults(o.Nemeses)}
 	scheduleDone := make(chan []faults.Event, 1)
 	go func() { scheduleDone <- sched.Run(ctx, env) }()
 	wl := &workload{o: o, rec: rec, keys: Keys(o.Keys), groups: ScanGroups(Keys(o.Keys), o.ScanGroup), until: start.Add(o.Duration)}

@@ -7,6 +7,7 @@ import (
 	"os"
 
 	"github.com/nezha-harness/nezha/systems"
+	"github.com/nezha-harness/nezha/systems/vfs"
 )
 
 // A memory index checkpoint (<data>/index.ckpt) lets a node with
@@ -18,9 +19,9 @@ import (
 const checkpointName = "index.ckpt"
 
 // writeCheckpoint writes a consistent checkpoint of x to path atomically.
-func writeCheckpoint(x *MemoryIndex, path string) error {
+func writeCheckpoint(fs *vfs.FS, x *MemoryIndex, path string) error {
 	tmp := path + ".tmp"
-	f, err := os.Create(tmp)
+	f, err := fs.OpenFile(tmp, os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o644)
 	if err != nil {
 		return fmt.Errorf("nezha: checkpoint: %w", err)
 	}

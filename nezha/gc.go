@@ -178,7 +178,7 @@ func newCollector(s *Store, cfg *Config, env systems.Env) (*collector, error) {
 	if err != nil {
 		return nil, err
 	}
-	c := &collector{s: s, strategy: st, cfg: cfg, create: osCreate, now: time.Now,
+	c := &collector{s: s, strategy: st, cfg: cfg, create: fsCreate(s.fs), now: time.Now,
 		nodeID: env.NodeID, nodes: env.Nodes,
 		live: map[uint64]int64{}, dead: map[uint64]int64{}, kick: make(chan struct{}, 1)}
 	if cfg.GCRateBytesPerSec > 0 {
@@ -678,7 +678,7 @@ func (c *collector) round(ctx context.Context, trigger string) (r roundResult, e
 	if len(delRuns) > 0 {
 		s.manMu.Lock()
 		m := s.man.withoutRuns(delRuns)
-		err := m.write(s.sortedDir)
+		err := m.write(s.fs, s.sortedDir)
 		if err == nil {
 			s.man = m
 		}
@@ -793,7 +793,7 @@ func (c *collector) copyLive(ctx context.Context, inputs map[uint64]bool, r *sys
 	}
 	r.BytesWritten += size
 	r.LiveBytes += size
-	rn, err := openRun(s.sortedDir, id)
+	rn, err := openRun(s.fs, s.sortedDir, id)
 	if err != nil {
 		os.Remove(w.path)
 		return nil, err
@@ -801,7 +801,7 @@ func (c *collector) copyLive(ctx context.Context, inputs map[uint64]bool, r *sys
 	rn.tier = tierFor(rn.dataBytes, c.cfg.GCFanout)
 	s.manMu.Lock()
 	m := s.man.withRun(id, rn.tier)
-	err = m.write(s.sortedDir)
+	err = m.write(s.fs, s.sortedDir)
 	if err == nil {
 		s.man = m
 	}

@@ -96,6 +96,9 @@ func (b *IndexBatch) SetApplied(index uint64) { b.applied = index }
 // Len is the number of puts and deletes in b.
 func (b *IndexBatch) Len() int { return len(b.ops) }
 
+// SizeBytes is about what writing the batch adds to the index's files.
+func (b *IndexBatch) SizeBytes() int64 { return int64(b.bytes) + 16 }
+
 // Reset empties b for reuse.
 func (b *IndexBatch) Reset() {
 	clear(b.ops)

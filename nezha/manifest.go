@@ -7,6 +7,8 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+
+	"github.com/nezha-harness/nezha/systems/vfs"
 )
 
 // manifestName is the file under sorted/ that says which runs are live.
@@ -84,14 +86,14 @@ func (m manifest) withoutRuns(ids []uint64) manifest {
 	return m
 }
 
-func (m manifest) write(dir string) error {
+func (m manifest) write(fs *vfs.FS, dir string) error {
 	m.Version = manifestVersion
 	b, err := json.Marshal(m)
 	if err != nil {
 		return err
 	}
 	tmp := filepath.Join(dir, manifestName+".tmp")
-	f, err := os.Create(tmp)
+	f, err := fs.OpenFile(tmp, os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o644)
 	if err != nil {
 		return fmt.Errorf("nezha: write manifest: %w", err)
 	}
@@ -105,19 +107,10 @@ func (m manifest) write(dir string) error {
 	if err := os.Rename(tmp, filepath.Join(dir, manifestName)); err != nil {
 		return fmt.Errorf("nezha: write manifest: %w", err)
 	}
-	return syncDir(dir)
-}
-
-func (m manifest) hasRun(id uint64) bool { return slices.Contains(m.Runs, id) }
-
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
+	if err := fs.SyncDir(dir); err != nil {
 		return fmt.Errorf("nezha: %w", err)
-	}
-	defer d.Close()
-	if err := d.Sync(); err != nil {
-		return fmt.Errorf("nezha: fsync %s: %w", dir, err)
 	}
 	return nil
 }
+
+func (m manifest) hasRun(id uint64) bool { return slices.Contains(m.Runs, id) }

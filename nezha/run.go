@@ -18,6 +18,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/nezha-harness/nezha/systems"
+	"github.com/nezha-harness/nezha/systems/vfs"
 )
 
 // Sorted runs: the Final Compacted Storage of the paper (DESIGN.md section
@@ -63,6 +64,13 @@ type writableFile interface {
 
 func osCreate(path string) (writableFile, error) {
 	return os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
+}
+
+// fsCreate returns the fileCreator of fs (injected faults, watched fsyncs).
+func fsCreate(fs *vfs.FS) fileCreator {
+	return func(path string) (writableFile, error) {
+		return fs.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
+	}
 }
 
 // runWriter writes one run.
@@ -175,7 +183,7 @@ func (rw *runWriter) Abort() {
 type run struct {
 	id        uint64
 	path      string
-	f         *os.File
+	f         *vfs.File
 	size      int64
 	dataBytes int64 // bytes of records (the block index starts here)
 	records   uint64
@@ -193,9 +201,9 @@ type runBlock struct {
 }
 
 // openRun opens a run and checks its footer and block index.
-func openRun(dir string, id uint64) (*run, error) {
+func openRun(fs *vfs.FS, dir string, id uint64) (*run, error) {
 	p := filepath.Join(dir, runName(id))
-	f, err := os.Open(p)
+	f, err := fs.Open(p)
 	if err != nil {
 		return nil, fmt.Errorf("nezha: open run: %w", err)
 	}
@@ -207,7 +215,9 @@ func openRun(dir string, id uint64) (*run, error) {
 	return r, nil
 }
 
-func readRunFooter(f *os.File, id uint64, p string) (*run, error) {
+// readRunFooter reads the footer and block index without injected read
+// faults (they would keep the store from opening; value reads take them).
+func readRunFooter(f *vfs.File, id uint64, p string) (*run, error) {
 	st, err := f.Stat()
 	if err != nil {
 		return nil, err
@@ -220,7 +230,7 @@ func readRunFooter(f *os.File, id uint64, p string) (*run, error) {
 		return nil, bad("shorter than its footer")
 	}
 	var footer [runFooterSize]byte
-	if _, err := f.ReadAt(footer[:], size-runFooterSize); err != nil {
+	if _, err := f.ReadAtUnfaulted(footer[:], size-runFooterSize); err != nil {
 		return nil, err
 	}
 	if binary.LittleEndian.Uint64(footer[24:]) != runMagic {
@@ -232,7 +242,7 @@ func readRunFooter(f *os.File, id uint64, p string) (*run, error) {
 		return nil, bad("footer offsets do not match the file size")
 	}
 	index := make([]byte, idxLen)
-	if _, err := f.ReadAt(index, idxOff); err != nil {
+	if _, err := f.ReadAtUnfaulted(index, idxOff); err != nil {
 		return nil, err
 	}
 	crc := crc32.Update(crc32.Update(0, castagnoli, footer[:32]), castagnoli, index)

@@ -47,7 +47,7 @@ func (s *Store) PrepareRestore(index uint64, r *systems.SnapshotReader) error {
 	id := s.man.NextRun
 	s.man.NextRun++
 	s.manMu.Unlock()
-	create := osCreate
+	create := fsCreate(s.fs)
 	if s.gc != nil {
 		create = s.gc.create
 	}
@@ -73,7 +73,7 @@ func (s *Store) PrepareRestore(index uint64, r *systems.SnapshotReader) error {
 	defer s.manMu.Unlock()
 	m := s.man
 	m.Restore = &pendingRestore{Index: index, Run: id}
-	if err := m.write(s.sortedDir); err != nil {
+	if err := m.write(s.fs, s.sortedDir); err != nil {
 		os.Remove(w.path)
 		return err
 	}
@@ -120,7 +120,7 @@ func (s *Store) finishRestore(p pendingRestore) error {
 	s.index = x
 	rn := s.runs.get(p.Run)
 	if rn == nil {
-		if rn, err = openRun(s.sortedDir, p.Run); err != nil {
+		if rn, err = openRun(s.fs, s.sortedDir, p.Run); err != nil {
 			return err
 		}
 		s.runs.add(rn)
@@ -154,7 +154,7 @@ func (s *Store) finishRestore(p pendingRestore) error {
 	old := s.man.Runs
 	m := s.man
 	m.Runs, m.Tiers, m.Restore = []uint64{p.Run}, map[uint64]int{p.Run: rn.tier}, nil
-	err = m.write(s.sortedDir)
+	err = m.write(s.fs, s.sortedDir)
 	if err == nil {
 		s.man = m
 	}

@@ -13,6 +13,7 @@ import (
 	"sync/atomic"
 
 	"github.com/nezha-harness/nezha/systems"
+	"github.com/nezha-harness/nezha/systems/vfs"
 )
 
 // Store is the Nezha state machine of one node: an Index of key -> Location
@@ -32,6 +33,9 @@ type Store struct {
 	ctl       systems.LogControl
 	logger    *slog.Logger
 	runs      *runSet
+	// fs opens the runs, the manifest and the checkpoint (nil: plain
+	// files; see systems/vfs).
+	fs *vfs.FS
 
 	// applyMu serializes the writers of the index: Apply and GC's switch.
 	applyMu sync.Mutex
@@ -115,6 +119,9 @@ func (s *Store) Apply(entries []systems.AppliedEntry) error {
 		}
 	}
 	b.SetApplied(entries[len(entries)-1].Index)
+	if err := s.indexIO(vfs.OpWrite, b.SizeBytes()); err != nil {
+		return err
+	}
 	if err := s.index.Write(b); err != nil {
 		return err
 	}
@@ -445,7 +452,10 @@ func (s *Store) openIndex() (Index, error) {
 // syncs its journal, a memory index writes a checkpoint.
 func (s *Store) syncIndex() error {
 	if m, ok := s.index.(*MemoryIndex); ok {
-		return writeCheckpoint(m, filepath.Join(s.dir, checkpointName))
+		return writeCheckpoint(s.fs, m, filepath.Join(s.dir, checkpointName))
+	}
+	if err := s.indexIO(vfs.OpSync, 0); err != nil {
+		return err
 	}
 	return s.index.Sync()
 }
@@ -476,7 +486,7 @@ func (s *Store) recoverRuns() error {
 		}
 	}
 	for _, id := range m.Runs {
-		r, err := openRun(s.sortedDir, id)
+		r, err := openRun(s.fs, s.sortedDir, id)
 		if err != nil {
 			return err
 		}
@@ -486,6 +496,20 @@ func (s *Store) recoverRuns() error {
 		}
 		r.tier = t
 		s.runs.add(r)
+	}
+	return nil
+}
+
+// indexIO injects the disk faults of s.fs at the calls into the LevelDB
+// index (its files are LevelDB's own, not opened through the FS); a memory
+// index writes nothing there.
+func (s *Store) indexIO(kind vfs.OpKind, size int64) error {
+	if !s.fs.Injecting() || s.index.Kind() != IndexLevelDB {
+		return nil
+	}
+	op := vfs.Op{Kind: kind, Path: filepath.Join(s.dir, IndexDir), SizeBytes: size}
+	if err := s.fs.MaybeError(op); err != nil {
+		return fmt.Errorf("nezha: index: %w", s.fs.Observe(op, err))
 	}
 	return nil
 }

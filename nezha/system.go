@@ -283,7 +283,7 @@ func (c *Config) OpenStore(env systems.Env) (*Store, error) {
 		return nil, fmt.Errorf("nezha: %w", err)
 	}
 	s := &Store{name: c.system, cfg: *c, dir: env.Dir, sortedDir: sortedDir, vlog: env.Log, ctl: env.Control,
-		logger: logger, runs: newRunSet(sortedDir)}
+		logger: logger, runs: newRunSet(sortedDir), fs: env.FS}
 	if c.gcEnabled() {
 		gc, err := newCollector(s, &s.cfg, env)
 		if err != nil {
@@ -330,7 +330,7 @@ func (s *Store) open() error {
 			s.logger.Warn("nezha: discarding a staged snapshot the log never recorded", "index", p.Index)
 			m := s.man
 			m.Restore = nil
-			if err := m.write(s.sortedDir); err != nil {
+			if err := m.write(s.fs, s.sortedDir); err != nil {
 				return err
 			}
 			s.man = m

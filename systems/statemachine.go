@@ -7,6 +7,8 @@ import (
 	"log/slog"
 	"sort"
 	"strings"
+
+	"github.com/nezha-harness/nezha/systems/vfs"
 )
 
 // Location is where a committed entry's record sits in the Raft log: the
@@ -115,6 +117,12 @@ type Env struct {
 	// use them to stagger background work across the nodes of a cluster.
 	NodeID uint64
 	Nodes  int
+	// FS is the node's file layer (systems/vfs): a state machine opens its
+	// own files through it, so that injected disk faults reach them and a
+	// failed fsync stops the node; files a library writes itself (RocksDB,
+	// LevelDB) are covered at the calls into the library (FS.MaybeError,
+	// FS.Observe). nil: plain files (tests).
+	FS *vfs.FS
 }
 
 // SystemConfig is the configuration of one system: its flags, their

@@ -537,6 +537,10 @@ func Alive(pid int) bool {
 	return true
 }
 
+// WaitGone waits up to timeout for process pid to end (a node that stops
+// on its own, e.g. after a failed fsync).
+func WaitGone(pid int, timeout time.Duration) error { return waitGone(pid, timeout) }
+
 func waitGone(pid int, timeout time.Duration) error {
 	deadline := time.Now().Add(timeout)
 	for Alive(pid) {

@@ -10,6 +10,8 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+
+	"github.com/nezha-harness/nezha/systems/vfs"
 )
 
 // IOStats are a process's cumulative I/O counters from /proc/<pid>/io.
@@ -60,10 +62,14 @@ func ReadIOStats(pid int) (IOStats, error) {
 }
 
 // DiskUsage returns the bytes allocated on disk (st_blocks x 512) by the
-// files under dir, the numerator of space amplification.
+// files under dir, the numerator of space amplification; disk ballasts
+// are left out.
 func DiskUsage(dir string) (int64, error) {
 	var total int64
 	err := filepath.WalkDir(dir, func(_ string, d fs.DirEntry, err error) error {
+		if err == nil && !d.IsDir() && d.Name() == vfs.BallastName {
+			return nil
+		}
 		if errors.Is(err, fs.ErrNotExist) {
 			return nil // removed while walking (a compaction, a GC)
 		}

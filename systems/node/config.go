@@ -81,6 +81,16 @@ type Config struct {
 	// MinFreeDiskBytes: Puts are refused with ResourceExhausted while the
 	// data directory's file system has less free space. Default 256 MiB.
 	MinFreeDiskBytes int64
+	// DiskBallastBytes is the size of the disk ballast, a preallocated file
+	// (<data>/DISK_BALLAST) the node deletes when a write meets ENOSPC, so
+	// that what it already accepted finds room while it refuses new writes,
+	// and puts back once space returned (see diskGuard). Writes are also
+	// refused while less than this is free. 0: no ballast. Default 16 MiB.
+	DiskBallastBytes int64
+	// DiskFaults serves the DiskFaults RPC on Address, which sets the disk
+	// faults the node's file layer injects (systems/vfs; `nezha check`'s
+	// disk nemeses, tests). Default false: never on a node that matters.
+	DiskFaults bool
 	// CampaignOnBoot: a node whose Raft log is fresh (term 0, no entry)
 	// starts an election as soon as its Ready loop runs, instead of after an
 	// election timeout (1-2 s by default). The local launcher sets it on
@@ -105,6 +115,7 @@ func Default() Config {
 		RequestTimeout:   5 * time.Second,
 		ScanMaxBytes:     16 << 20,
 		MinFreeDiskBytes: 256 << 20,
+		DiskBallastBytes: 16 << 20,
 	}
 }
 
@@ -194,6 +205,9 @@ func (c *Config) Validate() error {
 	}
 	if c.MinFreeDiskBytes < 0 {
 		bad("minimum free disk %d bytes must not be negative", c.MinFreeDiskBytes)
+	}
+	if c.DiskBallastBytes < 0 {
+		bad("disk ballast %d bytes must not be negative", c.DiskBallastBytes)
 	}
 	return errors.Join(errs...)
 }

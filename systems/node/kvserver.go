@@ -193,6 +193,9 @@ func (s *kvServer) Delete(ctx context.Context, req *kvpb.DeleteRequest) (*kvpb.D
 	if err := systems.CheckKey(req.Key); err != nil {
 		return nil, status.Errorf(codes.InvalidArgument, "delete: %v", err)
 	}
+	if err := s.n.disk.check(len(req.Key)); err != nil {
+		return nil, status.Errorf(codes.ResourceExhausted, "delete: %v", err)
+	}
 	ctx, cancel := s.withTimeout(ctx)
 	defer cancel()
 	idx, err := s.n.proposeAndWait(ctx, &systems.Command{Op: systems.OpDelete, Key: req.Key})

@@ -22,6 +22,7 @@ import (
 	"github.com/nezha-harness/nezha/systems"
 	"github.com/nezha-harness/nezha/systems/kvpb"
 	"github.com/nezha-harness/nezha/systems/raftlog"
+	"github.com/nezha-harness/nezha/systems/vfs"
 )
 
 // Errors a request can meet inside the node. They map onto gRPC codes in
@@ -123,7 +124,11 @@ type Node struct {
 
 	peerAddrs sync.Map // uint64 id -> string client address
 
-	disk diskGuard
+	// fs is the file layer of the log and the state machine (injected
+	// disk faults; a failed fsync stops the node, ENOSPC makes disk
+	// refuse writes).
+	fs   *vfs.FS
+	disk *diskGuard
 }
 
 // Start opens the node's log and state machine, starts serving the peer
@@ -157,7 +162,8 @@ func Start(cfg Config) (*Node, error) {
 		epoch:        time.Now(),
 		codec:        kvpb.NewCodec(),
 	}
-	n.disk = diskGuard{dir: cfg.DataDir, min: cfg.MinFreeDiskBytes}
+	n.fs = vfs.New()
+	n.disk = newDiskGuard(cfg.DataDir, cfg.MinFreeDiskBytes, n.fs, cfg.DiskBallastBytes, n.logger)
 	n.minFollowerMatch.Store(math.MaxUint64)
 	var nonce [4]byte
 	if _, err := rand.Read(nonce[:]); err != nil {
@@ -172,6 +178,8 @@ func Start(cfg Config) (*Node, error) {
 		n.closeStorage()
 		return nil, err
 	}
+	n.disk.start()
+	go n.watchDisk()
 	go n.runLoop()
 	go n.runApply()
 	n.logger.Info("node started", "config", cfg.String())
@@ -193,6 +201,7 @@ func (n *Node) open() error {
 	lo.Sync = n.cfg.Sync
 	lo.Bootstrap = raftpb.ConfState{Voters: voters}
 	lo.Logger = n.logger
+	lo.FS = n.fs
 	l, err := raftlog.Open(lo)
 	if err != nil {
 		return err
@@ -208,7 +217,7 @@ func (n *Node) open() error {
 		return err
 	}
 	sm, err := n.cfg.SystemConfig.Open(systems.Env{Dir: n.cfg.DataDir, Log: l, Control: logControl{n}, Logger: n.logger,
-		NodeID: n.id, Nodes: len(n.cfg.Peers)})
+		NodeID: n.id, Nodes: len(n.cfg.Peers), FS: n.fs})
 	if err != nil {
 		return fmt.Errorf("open %s state machine: %w", n.cfg.System.Name, err)
 	}
@@ -274,6 +283,9 @@ func (n *Node) listen() error {
 		grpc.MaxSendMsgSize(n.cfg.ScanMaxBytes+n.cfg.MaxValueBytes+(4<<20)),
 	)
 	n.kvServer.RegisterService(kvServiceDesc(), &kvServer{n: n})
+	if n.cfg.DiskFaults {
+		kvpb.RegisterDiskFaultsServer(n.kvServer, &diskFaultServer{n: n})
+	}
 	go func() {
 		if err := n.kvServer.Serve(klis); err != nil && !errors.Is(err, grpc.ErrServerStopped) {
 			n.fail(fmt.Errorf("client API server: %w", err))
@@ -425,7 +437,9 @@ func (n *Node) runLoop() {
 		}
 		for n.rn.HasReady() {
 			if err := n.handleReady(n.rn.Ready()); err != nil {
-				n.fail(err)
+				if !errors.Is(err, errStopping) {
+					n.fail(err)
+				}
 				n.failReads(errStopping)
 				return
 			}
@@ -486,7 +500,7 @@ func (n *Node) handleReady(rd raft.Ready) error {
 			return err
 		}
 	}
-	if err := n.log.Append(rd.HardState, rd.Entries, rd.MustSync); err != nil {
+	if err := n.persist(rd); err != nil {
 		return err
 	}
 	first, _ := n.log.FirstIndex()
@@ -611,7 +625,9 @@ func (n *Node) runApply() {
 			return
 		}
 		if err := n.apply(batches); err != nil {
-			n.fail(err)
+			if !errors.Is(err, errStopping) {
+				n.fail(err)
+			}
 			return
 		}
 	}
@@ -648,7 +664,7 @@ func (n *Node) apply(batches []applyBatch) error {
 	if len(ents) == 0 {
 		return nil
 	}
-	if err := n.sm.Apply(ents); err != nil {
+	if err := n.retryFullDisk(func() error { return n.sm.Apply(ents) }); err != nil {
 		return fmt.Errorf("apply entries %d..%d: %w", ents[0].Index, ents[len(ents)-1].Index, err)
 	}
 	last := ents[len(ents)-1].Index

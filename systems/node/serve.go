@@ -64,6 +64,8 @@ func Serve(args []string, reg *systems.Registry, stdout, stderr io.Writer) error
 	fs.DurationVar(&cfg.RequestTimeout, "requestTimeout", cfg.RequestTimeout, "longest a request waits inside the node")
 	fs.BoolVar(&cfg.CampaignOnBoot, "campaign", cfg.CampaignOnBoot, "on a fresh log, start an election at once instead of after an election timeout (the local launcher sets it on node 1)")
 	fs.Int64Var(&cfg.MinFreeDiskBytes, "minFreeDiskBytes", cfg.MinFreeDiskBytes, "refuse writes below this much free disk space, in bytes")
+	fs.Int64Var(&cfg.DiskBallastBytes, "diskBallastBytes", cfg.DiskBallastBytes, "size in bytes of the disk ballast, a file deleted when a write meets a full disk so that accepted writes finish (0: none)")
+	fs.BoolVar(&cfg.DiskFaults, "diskFaults", cfg.DiskFaults, "serve the DiskFaults RPC that injects disk faults into this node (tests and nezha check only)")
 	logLevel := fs.String("logLevel", "info", "log level: debug, info, warn, error")
 	pprofAddr := fs.String("pprofAddress", "", "serve net/http/pprof on this loopback host:port (profiling; off by default)")
 	if name := systemFlag(args); name != "" {

@@ -35,12 +35,13 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 
 	"go.etcd.io/raft/v3"
 	"go.etcd.io/raft/v3/raftpb"
-	"golang.org/x/sys/unix"
 
 	"github.com/nezha-harness/nezha/systems"
+	"github.com/nezha-harness/nezha/systems/vfs"
 )
 
 // DefaultSegmentSizeBytes is the default of Options.SegmentSizeBytes (64 MiB).
@@ -71,6 +72,9 @@ type Options struct {
 	EntryCacheBytes int64
 	// Logger receives warnings (torn tails). Default slog.Default().
 	Logger *slog.Logger
+	// FS opens the segment files: it injects disk faults and watches
+	// fsyncs (systems/vfs). nil: plain files.
+	FS *vfs.FS
 }
 
 // DefaultOptions returns Options with the documented defaults for dir.
@@ -186,7 +190,7 @@ func Open(opts Options) (*Log, error) {
 
 // create starts a new log with one segment holding the bootstrap membership.
 func (l *Log) create() error {
-	seg, err := createSegment(l.opts.Dir, 1)
+	seg, err := createSegment(l.opts.FS, l.opts.Dir, 1)
 	if err != nil {
 		return err
 	}
@@ -200,7 +204,7 @@ func (l *Log) create() error {
 	if err := l.write(seg, rec, true); err != nil {
 		return err
 	}
-	return syncDir(l.opts.Dir)
+	return l.opts.FS.SyncDir(l.opts.Dir)
 }
 
 func (l *Log) addSegment(s *segment) {
@@ -216,7 +220,7 @@ func (l *Log) active() *segment { return l.activeSeg.Load() }
 
 // recoverSegment replays one segment into the in-memory state.
 func (l *Log) recoverSegment(id uint64, last bool) error {
-	seg, err := openSegment(l.opts.Dir, id)
+	seg, err := openSegment(l.opts.FS, l.opts.Dir, id)
 	if err != nil {
 		return err
 	}
@@ -226,7 +230,7 @@ func (l *Log) recoverSegment(id uint64, last bool) error {
 		return fmt.Errorf("raftlog: %w", err)
 	}
 	fileSize := st.Size()
-	r := io.NewSectionReader(seg.f, 0, fileSize)
+	r := io.NewSectionReader(unfaulted{seg.f}, 0, fileSize)
 	var hdr [headerSize]byte
 	var rec []byte
 	off := int64(0)
@@ -325,7 +329,7 @@ func (l *Log) validRecordAfter(seg *segment, from, to int64) bool {
 		return false
 	}
 	buf := make([]byte, to-from)
-	if _, err := seg.f.ReadAt(buf, from); err != nil {
+	if _, err := seg.f.ReadAtUnfaulted(buf, from); err != nil {
 		return true
 	}
 	for i := 0; i+headerSize <= len(buf); i++ {
@@ -506,7 +510,7 @@ func (l *Log) Entries(lo, hi, maxSize uint64) ([]raftpb.Entry, error) {
 		run := metas[start:end]
 		total := run[len(run)-1].off + int64(run[len(run)-1].length) - run[0].off
 		buf := make([]byte, total)
-		if err := run[0].seg.readAt(buf, run[0].off); err != nil {
+		if err := run[0].seg.readAt(buf, run[0].off, false); err != nil {
 			return nil, err
 		}
 		for j, m := range run {
@@ -611,7 +615,7 @@ func (l *Log) readSpan(loc systems.Location) ([]byte, *segment, error) {
 			systems.ErrCorrupt, seg.path, loc.Offset, loc.Length, seg.size.Load())
 	}
 	buf := make([]byte, loc.Length)
-	if err := seg.readAt(buf, loc.Offset); err != nil {
+	if err := seg.readAt(buf, loc.Offset, true); err != nil {
 		return nil, nil, err
 	}
 	return buf, seg, nil
@@ -722,7 +726,14 @@ func (l *Log) Append(hs raftpb.HardState, ents []raftpb.Entry, mustSync bool) er
 	l.mu.Unlock()
 	l.appends.Add(1)
 	if seg.size.Load() >= l.opts.SegmentSizeBytes {
-		return l.Roll()
+		if err := l.Roll(); err != nil {
+			if !errors.Is(err, syscall.ENOSPC) {
+				return err
+			}
+			// The append itself is durable; keep appending to the active
+			// segment and roll at the next append.
+			l.logger.Warn("raftlog: cannot start the next segment; the active one grows past its size", "err", err)
+		}
 	}
 	return nil
 }
@@ -737,20 +748,25 @@ func (l *Log) write(seg *segment, buf []byte, mustSync bool) error {
 }
 
 // writev appends the concatenation of bufs (size bytes in all) to seg with
-// positioned vectored writes, and optionally fdatasyncs it.
+// positioned vectored writes, and optionally fdatasyncs it. After a failed
+// fdatasync it writes nothing more (vfs.FS.Err: no retry past a failed
+// fsync).
 func (l *Log) writev(seg *segment, bufs [][]byte, size int64, mustSync bool) error {
+	if err := l.opts.FS.Err(); err != nil {
+		return fmt.Errorf("raftlog: an earlier fsync failed; refusing to write: %w", err)
+	}
 	off := seg.size.Load()
-	if err := pwritev(seg.f, bufs, off); err != nil {
+	if err := seg.f.Pwritev(bufs, off); err != nil {
 		// Leave the in-memory state as it was; a partial write is a torn
-		// tail for the next recovery. Cut it now so that a retry appends at
-		// a clean offset.
+		// tail for the next recovery. Cut it now so that a retry (after
+		// ENOSPC) appends at a clean offset.
 		_ = seg.f.Truncate(off)
 		return fmt.Errorf("raftlog: write %s at %d: %w", seg.path, off, err)
 	}
 	seg.size.Store(off + size)
 	l.bytesWritten.Add(size)
 	if mustSync && l.opts.Sync {
-		if err := unix.Fdatasync(int(seg.f.Fd())); err != nil {
+		if err := seg.f.Datasync(); err != nil {
 			return fmt.Errorf("raftlog: fdatasync %s: %w", seg.path, err)
 		}
 		l.fsyncs.Add(1)
@@ -760,35 +776,42 @@ func (l *Log) writev(seg *segment, bufs [][]byte, size int64, mustSync bool) err
 
 // Roll seals the active segment and starts the next one, whose first records
 // restate the HardState and the compaction point so that older segments can
-// be removed. Writer goroutine only.
+// be removed. If the next segment cannot be started (ENOSPC, say), it is
+// removed again and the active segment stays active. Writer goroutine only.
 func (l *Log) Roll() error {
 	old := l.active()
 	if l.opts.Sync {
-		if err := unix.Fdatasync(int(old.f.Fd())); err != nil {
+		if err := old.f.Datasync(); err != nil {
 			return fmt.Errorf("raftlog: fdatasync %s: %w", old.path, err)
 		}
 		l.fsyncs.Add(1)
 	}
-	seg, err := createSegment(l.opts.Dir, old.id+1)
+	seg, err := createSegment(l.opts.FS, l.opts.Dir, old.id+1)
 	if err != nil {
 		return err
 	}
-	l.mu.Lock()
-	l.addSegment(seg)
+	l.mu.RLock()
 	snap := l.snap
 	md, err1 := snap.Marshal()
 	hs, err2 := l.hs.Marshal()
-	l.mu.Unlock()
+	l.mu.RUnlock()
 	if err := errors.Join(err1, err2); err != nil {
+		_ = seg.remove()
 		return err
 	}
 	rec := appendRecord(nil, kindCompact, snap.Term, snap.Index, md)
 	rec = appendRecord(rec, kindHardState, 0, 0, hs)
 	if err := l.write(seg, rec, true); err != nil {
+		// Nobody has seen the new segment: remove it, so that a restart
+		// does not take an empty or torn file for the active segment.
+		_ = seg.remove()
 		return err
 	}
+	l.mu.Lock()
+	l.addSegment(seg)
+	l.mu.Unlock()
 	if l.opts.Sync {
-		return syncDir(l.opts.Dir)
+		return l.opts.FS.SyncDir(l.opts.Dir)
 	}
 	return nil
 }
@@ -902,7 +925,7 @@ func (l *Log) Sync() error {
 		return nil
 	}
 	seg := l.active()
-	if err := unix.Fdatasync(int(seg.f.Fd())); err != nil {
+	if err := seg.f.Datasync(); err != nil {
 		return fmt.Errorf("raftlog: fdatasync %s: %w", seg.path, err)
 	}
 	l.fsyncs.Add(1)
@@ -941,7 +964,7 @@ type gap struct {
 type segment struct {
 	id   uint64
 	path string
-	f    *os.File
+	f    *vfs.File
 	size atomic.Int64
 
 	// Written only by the writer goroutine under Log.mu.
@@ -960,13 +983,21 @@ func (s *segment) noteIndex(i uint64) {
 	}
 }
 
-func (s *segment) readAt(buf []byte, off int64) error {
+// readAt reads buf at off. Value reads (faults true) take the injected
+// read faults of the FS; raft's own reads (Entries) do not: etcd raft
+// panics on an error from raft.Storage.Entries, and a corrupt record there
+// would stop the node rather than fail one request.
+func (s *segment) readAt(buf []byte, off int64, faults bool) error {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	if s.closed {
 		return fmt.Errorf("raftlog: %w: %s", systems.ErrSegmentRemoved, s.path)
 	}
-	if _, err := s.f.ReadAt(buf, off); err != nil {
+	read := s.f.ReadAtUnfaulted
+	if faults {
+		read = s.f.ReadAt
+	}
+	if _, err := read(buf, off); err != nil {
 		if errors.Is(err, io.EOF) {
 			return fmt.Errorf("raftlog: %w: %s at offset %d: short read of %d bytes", systems.ErrCorrupt, s.path, off, len(buf))
 		}
@@ -990,18 +1021,18 @@ func (s *segment) remove() error {
 
 func segmentName(id uint64) string { return fmt.Sprintf("%06d.log", id) }
 
-func createSegment(dir string, id uint64) (*segment, error) {
+func createSegment(fs *vfs.FS, dir string, id uint64) (*segment, error) {
 	p := filepath.Join(dir, segmentName(id))
-	f, err := os.OpenFile(p, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o644)
+	f, err := fs.OpenFile(p, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o644)
 	if err != nil {
 		return nil, fmt.Errorf("raftlog: create segment: %w", err)
 	}
 	return &segment{id: id, path: p, f: f}, nil
 }
 
-func openSegment(dir string, id uint64) (*segment, error) {
+func openSegment(fs *vfs.FS, dir string, id uint64) (*segment, error) {
 	p := filepath.Join(dir, segmentName(id))
-	f, err := os.OpenFile(p, os.O_RDWR, 0)
+	f, err := fs.OpenFile(p, os.O_RDWR, 0)
 	if err != nil {
 		return nil, fmt.Errorf("raftlog: open segment: %w", err)
 	}
@@ -1030,57 +1061,10 @@ func listSegments(dir string) ([]uint64, error) {
 	return ids, nil
 }
 
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return fmt.Errorf("raftlog: %w", err)
-	}
-	defer d.Close()
-	if err := d.Sync(); err != nil {
-		return fmt.Errorf("raftlog: fsync %s: %w", dir, err)
-	}
-	return nil
-}
-
 // vectorMinBytes: an entry payload at least this large is written from its
 // own buffer (an iovec of the vectored write) instead of being copied into
 // the Append buffer.
 const vectorMinBytes = 4 << 10
-
-// maxIovecs bounds the iovecs of one pwritev call (Linux's IOV_MAX).
-const maxIovecs = 1024
-
-// pwritev writes the concatenation of bufs at off, looping over short
-// writes and IOV_MAX.
-func pwritev(f *os.File, bufs [][]byte, off int64) error {
-	fd := int(f.Fd())
-	for len(bufs) > 0 {
-		if len(bufs[0]) == 0 {
-			bufs = bufs[1:]
-			continue
-		}
-		n, err := unix.Pwritev(fd, bufs[:min(len(bufs), maxIovecs)], off)
-		if err != nil {
-			if errors.Is(err, unix.EINTR) {
-				continue
-			}
-			return err
-		}
-		if n == 0 {
-			return io.ErrShortWrite
-		}
-		off += int64(n)
-		for n > 0 {
-			if n < len(bufs[0]) {
-				bufs[0] = bufs[0][n:]
-				break
-			}
-			n -= len(bufs[0])
-			bufs = bufs[1:]
-		}
-	}
-	return nil
-}
 
 // entryCache keeps the most recently appended entries, contiguous from
 // index first, within maxBytes of payload. It aliases the entries' Data,
@@ -1160,3 +1144,9 @@ func (c *entryCache) slice(lo, hi, maxSize uint64) ([]raftpb.Entry, bool) {
 	copy(out, c.ents[a:b])
 	return out, true
 }
+
+// unfaulted reads a segment without injected read faults (recovery: a
+// fault there would be a node that cannot start, not a failed request).
+type unfaulted struct{ f *vfs.File }
+
+func (u unfaulted) ReadAt(b []byte, off int64) (int, error) { return u.f.ReadAtUnfaulted(b, off) }

@@ -76,7 +76,17 @@ func start(t *testing.T, o Options) *harness { return startWith(t, o, nil) }
 // startWith starts a 3-node cluster; nodeArgs (optional) adds flags per node.
 func startWith(t *testing.T, o Options, nodeArgs func(self cluster.Node, all []cluster.Node) []string) *harness {
 	t.Helper()
-	dir := t.TempDir()
+	return startAt(t, o, t.TempDir(), nodeArgs)
+}
+
+// startIn starts a 3-node cluster in dir.
+func startIn(t *testing.T, o Options, dir string) *harness {
+	t.Helper()
+	return startAt(t, o, dir, nil)
+}
+
+func startAt(t *testing.T, o Options, dir string, nodeArgs func(self cluster.Node, all []cluster.Node) []string) *harness {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	spec, _, err := cluster.Up(ctx, cluster.UpOptions{

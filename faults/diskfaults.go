@@ -1,0 +1,172 @@
+package faults
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
+
+	"github.com/nezha-harness/nezha/systems/cluster"
+	"github.com/nezha-harness/nezha/systems/kvpb"
+	"github.com/nezha-harness/nezha/systems/vfs"
+)
+
+// Disk nemesis names. They inject faults inside the node processes, through
+// the DiskFaults RPC of nodes started with -diskFaults (Env.DiskFaults).
+const (
+	DiskFull   = "disk-full"
+	FsyncError = "fsync-error"
+	SlowDisk   = "slow-disk"
+)
+
+// DiskNodeArgs returns the serve flags disk nemeses need on every node.
+func DiskNodeArgs() []string { return []string{"-diskFaults"} }
+
+// NeedsDiskFaults reports whether any of the nemeses injects disk faults
+// (the nodes then need DiskNodeArgs).
+func NeedsDiskFaults(names []string) bool {
+	for _, name := range names {
+		if n, ok := lookup(name); ok && n.disk {
+			return true
+		}
+	}
+	return false
+}
+
+// diskRPCTimeout bounds one DiskFaults call.
+const diskRPCTimeout = 5 * time.Second
+
+// SetDiskFaults replaces the disk faults node address injects (none:
+// heal) through its DiskFaults RPC, and returns the node's disk state.
+func SetDiskFaults(ctx context.Context, address string, faults ...vfs.Fault) (*kvpb.SetDiskFaultsResponse, error) {
+	conn, err := grpc.NewClient(address, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		return nil, err
+	}
+	defer conn.Close()
+	ctx, cancel := context.WithTimeout(ctx, diskRPCTimeout)
+	defer cancel()
+	req := &kvpb.SetDiskFaultsRequest{}
+	for _, f := range faults {
+		req.Faults = append(req.Faults, &kvpb.DiskFault{Kind: f.Kind, LatencyNs: int64(f.Latency), PathContains: f.PathContains})
+	}
+	resp, err := kvpb.NewDiskFaultsClient(conn).SetDiskFaults(ctx, req, grpc.WaitForReady(true))
+	if status.Code(err) == codes.Unimplemented {
+		return nil, fmt.Errorf("node %s serves no DiskFaults RPC (start it with -diskFaults): %w", address, err)
+	}
+	return resp, err
+}
+
+func (e *Env) needDisk() error {
+	if !e.DiskFaults {
+		return errors.New("the nodes were not started with -diskFaults")
+	}
+	return nil
+}
+
+// setNodeDiskFaults is SetDiskFaults on node id.
+func (e *Env) setNodeDiskFaults(ctx context.Context, id uint64, faults ...vfs.Fault) (*kvpb.SetDiskFaultsResponse, error) {
+	n, err := e.Cluster.Node(id)
+	if err != nil {
+		return nil, err
+	}
+	return SetDiskFaults(ctx, n.Address, faults...)
+}
+
+// diskFault injects faults on the nodes ids; healing clears them and
+// restarts every node among them that stopped meanwhile (a failed fsync
+// stops a node).
+func (e *Env) diskFault(ctx context.Context, ids []uint64, detail string, faults ...vfs.Fault) (fault, error) {
+	if err := e.needDisk(); err != nil {
+		return fault{}, err
+	}
+	var set []uint64
+	for _, id := range ids {
+		if _, err := e.setNodeDiskFaults(ctx, id, faults...); err != nil {
+			e.healDisk(set)
+			return fault{}, fmt.Errorf("node %d: %w", id, err)
+		}
+		set = append(set, id)
+	}
+	return fault{nodes: ids, detail: detail, heal: func() error { return e.healDisk(ids) }}, nil
+}
+
+// healDisk clears the disk faults of ids and restarts those that stopped.
+func (e *Env) healDisk(ids []uint64) error {
+	var errs []error
+	for _, id := range ids {
+		n, err := e.Cluster.Node(id)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		resp, err := SetDiskFaults(context.Background(), n.Address)
+		if err == nil && resp.DiskFailed == "" {
+			continue
+		}
+		// The node stopped, or is stopping, on a failed fsync: wait for
+		// its process to end, then restart it.
+		if n.PID != 0 {
+			if werr := cluster.WaitGone(n.PID, 10*time.Second); werr != nil {
+				errs = append(errs, fmt.Errorf("node %d did not stop after its disk failed (%v): %w", id, err, werr))
+				continue
+			}
+		}
+		n.PID = 0
+		if rerr := e.Cluster.Restart(id); rerr != nil {
+			errs = append(errs, fmt.Errorf("restart node %d: %w", id, rerr))
+			continue
+		}
+		e.logf("node %d restarted after its disk failed", id)
+	}
+	return errors.Join(errs...)
+}
+
+// healAllDisks clears the disk faults of every running node.
+func (e *Env) healAllDisks() error {
+	if !e.DiskFaults {
+		return nil
+	}
+	var errs []error
+	for _, n := range e.Cluster.Nodes {
+		if n.PID == 0 || !cluster.Alive(n.PID) {
+			continue
+		}
+		if _, err := SetDiskFaults(context.Background(), n.Address); err != nil {
+			errs = append(errs, fmt.Errorf("node %d: clear disk faults: %w", n.ID, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func injectDiskFull(ctx context.Context, e *Env, s Step) (fault, error) {
+	ids := e.ids()
+	id := ids[s.Pick%uint64(len(ids))]
+	return e.diskFault(ctx, []uint64{id},
+		fmt.Sprintf("node %d's disk is full: its writes return ENOSPC (beyond the room its ballast frees)", id),
+		vfs.Fault{Kind: vfs.FaultDiskFull})
+}
+
+func injectFsyncError(ctx context.Context, e *Env, s Step) (fault, error) {
+	ids := e.ids()
+	id := ids[s.Pick%uint64(len(ids))]
+	return e.diskFault(ctx, []uint64{id},
+		fmt.Sprintf("node %d's fsyncs return EIO (it stops at its next fsync; restarted when healing)", id),
+		vfs.Fault{Kind: vfs.FaultFsyncError})
+}
+
+func injectSlowDisk(ctx context.Context, e *Env, s Step) (fault, error) {
+	latency := time.Duration(20+s.Pick%181) * time.Millisecond
+	ids := e.ids()
+	if (s.Pick>>8)%2 == 0 {
+		id := ids[(s.Pick>>9)%uint64(len(ids))]
+		ids = []uint64{id}
+	}
+	return e.diskFault(ctx, ids, fmt.Sprintf("every fsync of node(s) %v takes %v longer", ids, latency),
+		vfs.Fault{Kind: vfs.FaultSlowDisk, Latency: latency})
+}
