@@ -21,7 +21,9 @@ func (c logControl) Roll(ctx context.Context) error {
 	return c.n.inLoop(ctx, func() error { return c.n.log.Roll() })
 }
 
-func (c logControl) Compact(ctx context.Context, index uint64) error { return c.n.compactLog(ctx, index) }
+func (c logControl) Compact(ctx context.Context, index uint64) error {
+	return c.n.compactLog(ctx, index)
+}
 
 func (c logControl) CompactedIndex() uint64 { return c.n.log.CompactedIndex() }
 
