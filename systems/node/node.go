@@ -657,19 +657,28 @@ func (n *Node) runApply() {
 	}
 }
 
+// apply applies the batches' entries in order and releases each barrier
+// once every entry before it is applied.
 func (n *Node) apply(batches []applyBatch) error {
-	var (
-		ents    []systems.AppliedEntry
-		results []applyResult // per entry: what its proposer is told
-	)
 	for i, b := range batches {
 		if b.barrier != nil {
-			if err := n.apply(batches[:i]); err != nil {
+			if err := n.applyEntries(batches[:i]); err != nil {
 				return err
 			}
 			close(b.barrier)
 			return n.apply(batches[i+1:])
 		}
+	}
+	return n.applyEntries(batches)
+}
+
+// applyEntries applies the entries of batches (which hold no barrier).
+func (n *Node) applyEntries(batches []applyBatch) error {
+	var (
+		ents    []systems.AppliedEntry
+		results []applyResult // per entry: what its proposer is told
+	)
+	for _, b := range batches {
 		for _, e := range b.entries {
 			if e.Index != n.sessions.index+1 {
 				return fmt.Errorf("client sessions at index %d, next entry to apply is %d", n.sessions.index, e.Index)
