@@ -130,12 +130,18 @@ type Node struct {
 	// Client sessions (session.go). sessions is the table at the applied
 	// index: the apply goroutine's (the Ready loop's while the apply
 	// goroutine waits at a barrier, and open's). sessBase is the table at
-	// the log's compaction point, under sessMu. compactMu serializes
-	// LogControl.Compact.
-	sessions  *sessionTable
-	sessMu    sync.Mutex
-	sessBase  *sessionTable
-	compactMu sync.Mutex
+	// the log's compaction point and sessDeltas the deltas from it to
+	// sessions, both under sessMu. applyDeltas is the apply goroutine's
+	// buffer for them. compactMu serializes LogControl.Compact.
+	// sessLogFolded counts the entries compactions folded from the log
+	// (when the delta queue overflowed).
+	sessions      *sessionTable
+	sessMu        sync.Mutex
+	sessBase      *sessionTable
+	sessDeltas    *sessionDeltas
+	applyDeltas   []sessionDelta
+	compactMu     sync.Mutex
+	sessLogFolded atomic.Uint64
 
 	// Loop-owned read index state.
 	readSeq      uint64
@@ -177,6 +183,7 @@ func Start(cfg Config) (*Node, error) {
 		pendingReads: map[uint64]*readBatch{},
 		epoch:        time.Now(),
 		codec:        kvpb.NewCodec(),
+		sessDeltas:   newSessionDeltas(MaxSessionDeltas),
 	}
 	n.disk = diskGuard{dir: cfg.DataDir, min: cfg.MinFreeDiskBytes}
 	n.minFollowerMatch.Store(math.MaxUint64)
@@ -693,6 +700,7 @@ func (n *Node) applyEntries(batches []applyBatch) error {
 					ae.Command = c
 				}
 				if c.ClientID != 0 {
+					n.applyDeltas = append(n.applyDeltas, sessionDelta{index: e.Index, client: c.ClientID, seq: c.Seq})
 					switch v, first := n.sessions.decide(e.Index, c.ClientID, c.Seq); v {
 					case sessionDuplicate:
 						ae.Command = systems.Command{Op: systems.OpNone, RequestID: c.RequestID}
@@ -716,6 +724,16 @@ func (n *Node) applyEntries(batches []applyBatch) error {
 	if len(ents) == 0 {
 		return nil
 	}
+	// Queue the deltas before the applied index moves: a compaction to an
+	// applied index finds them.
+	n.sessMu.Lock()
+	overflow := n.sessDeltas.push(n.applyDeltas, n.sessions.index)
+	maxDeltas := n.sessDeltas.max
+	n.sessMu.Unlock()
+	if overflow {
+		n.logDeltaOverflow(maxDeltas, n.sessions.index)
+	}
+	n.applyDeltas = n.applyDeltas[:0]
 	if err := n.sm.Apply(ents); err != nil {
 		return fmt.Errorf("apply entries %d..%d: %w", ents[0].Index, ents[len(ents)-1].Index, err)
 	}

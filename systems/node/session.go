@@ -40,6 +40,14 @@ import (
 //     decisions. Replays (a fuzzy snapshot, a state machine ahead of the
 //     log's commit index) therefore repeat the original decisions exactly.
 //
+// The table at the compaction point moves forward with every compaction
+// without reading the log again: the apply goroutine records, for each
+// applied write with a session, the decision's input (index, client id,
+// sequence number: a sessionDelta) in a bounded in-memory queue, and the
+// compaction folds the queued deltas up to its index into the old table
+// (see sessionDeltas). Only when the queue overflowed does a compaction
+// fold the entries it misses from the log.
+//
 // Memory is bounded: the table keeps the MaxSessions most recently used
 // sessions and forgets the least recently used one beyond that (the order
 // is part of the replicated state, so replicas forget the same one). A
@@ -108,19 +116,39 @@ func (t *sessionTable) decide(index, client, seq uint64) (sessionVerdict, uint64
 }
 
 // fold brings the table up to the entries ents (consecutive, starting at
-// t.index+1), making the same decisions apply does.
-func (t *sessionTable) fold(ents []raftpb.Entry) error {
+// t.index+1), making the same decisions apply does, and returns ds with
+// the deltas of the entries that carry a session appended.
+func (t *sessionTable) fold(ents []raftpb.Entry, ds []sessionDelta) ([]sessionDelta, error) {
 	for _, e := range ents {
 		if e.Index != t.index+1 {
-			return fmt.Errorf("session table at index %d cannot fold entry %d", t.index, e.Index)
+			return ds, fmt.Errorf("session table at index %d cannot fold entry %d", t.index, e.Index)
 		}
 		if e.Type == raftpb.EntryNormal && len(e.Data) > 0 {
 			if c, err := systems.DecodeCommand(e.Data); err == nil && c.ClientID != 0 {
 				t.decide(e.Index, c.ClientID, c.Seq)
+				ds = append(ds, sessionDelta{index: e.Index, client: c.ClientID, seq: c.Seq})
 			}
 		}
 		t.index = e.Index
 	}
+	return ds, nil
+}
+
+// foldDeltas brings the table up to index to by replaying ds, the deltas
+// of the writes with a session among the entries t.index+1..to (ascending
+// index): the same table fold makes from those entries.
+func (t *sessionTable) foldDeltas(ds []sessionDelta, to uint64) error {
+	for _, d := range ds {
+		if d.index <= t.index || d.index > to {
+			return fmt.Errorf("session table at index %d cannot fold the write at %d (folding up to %d)", t.index, d.index, to)
+		}
+		t.decide(d.index, d.client, d.seq)
+		t.index = d.index
+	}
+	if to < t.index {
+		return fmt.Errorf("session table at index %d cannot fold up to %d", t.index, to)
+	}
+	t.index = to
 	return nil
 }
 
@@ -132,6 +160,94 @@ func (t *sessionTable) clone() *sessionTable {
 		c.m[s.client] = c.lru.PushBack(&s)
 	}
 	return c
+}
+
+// MaxSessionDeltas bounds the queue of session deltas (sessionDeltas): at
+// most this many writes with a session between the log's compaction point
+// and the applied index, 24 bytes each (48 MiB, plus up to about a
+// quarter for the slice's growth). Nezha compacts its log once per GC
+// round (up to -gcThresholdBytes of log, 1 GiB by default): the bound
+// covers a round of values of 512 bytes or more; the baselines compact
+// sealed segments (64 MiB each by default). A queue that overflows is
+// dropped, and the next compaction folds the entries it lost from the log
+// instead (correct, one more read of them).
+const MaxSessionDeltas = 1 << 21
+
+// sessionDelta is what one applied write with a session did to the table:
+// decide(index, client, seq). Entries without a session only move the
+// table's index, and no other kind of entry changes the table.
+type sessionDelta struct {
+	index, client, seq uint64
+}
+
+// sessionDeltas is the queue of the deltas between the table at the log's
+// compaction point (base) and the apply goroutine's table (to): folding
+// the log's entries base+1..gap (if gap > base: the queue overflowed and
+// lost them), then d, into the table at base gives the table at to. The
+// Node keeps it under sessMu, consistent with sessBase: reset with it (a
+// snapshot, a restart), trimmed when a compaction moves it. Not safe for
+// concurrent use.
+type sessionDeltas struct {
+	base, gap, to uint64
+	// d holds the deltas of the writes max(base, gap)+1..to, ascending
+	// index. Slots once inside len(d) are never written again (trim
+	// reslices, overflow drops the array), so plan's result stays valid
+	// while later deltas are appended.
+	d   []sessionDelta
+	max int
+	// overflows counts the times the queue overflowed.
+	overflows int
+}
+
+func newSessionDeltas(max int) *sessionDeltas { return &sessionDeltas{max: max} }
+
+// reset empties the queue for a table at index (base and to).
+func (q *sessionDeltas) reset(index uint64) {
+	q.base, q.gap, q.to, q.d = index, index, index, nil
+}
+
+// push appends ds, the deltas of the entries q.to+1..to. It reports
+// whether the queue overflowed for the first time (to log it once): it
+// then drops every delta it holds and records that the entries up to to
+// must come from the log.
+func (q *sessionDeltas) push(ds []sessionDelta, to uint64) (firstOverflow bool) {
+	q.to = to
+	if len(q.d)+len(ds) > q.max {
+		q.d, q.gap = nil, to
+		q.overflows++
+		return q.overflows == 1
+	}
+	q.d = append(q.d, ds...)
+	return false
+}
+
+// plan tells how to bring the table at base (the node's sessBase) to
+// index: fold the log's entries base+1..logTo, then replay ds. logTo is
+// index (read everything from the log) if the queue does not describe the
+// table at base up to index.
+func (q *sessionDeltas) plan(base, index uint64) (logTo uint64, ds []sessionDelta) {
+	if q.base != base || index > q.to || index < base {
+		return index, nil
+	}
+	logTo = base
+	if q.gap > base {
+		logTo = min(q.gap, index)
+	}
+	k := sort.Search(len(q.d), func(i int) bool { return q.d[i].index > index })
+	return logTo, q.d[:k:k]
+}
+
+// trim drops the deltas at or below index, the new compaction point (the
+// table at base becomes the table at index).
+func (q *sessionDeltas) trim(index uint64) {
+	if index <= q.base {
+		return
+	}
+	k := sort.Search(len(q.d), func(i int) bool { return q.d[i].index > index })
+	if q.d = q.d[k:]; len(q.d) == 0 {
+		q.d = nil
+	}
+	q.base = index
 }
 
 // Encoding of a table (files and snapshots):
@@ -303,7 +419,8 @@ func loadSessionTable(dir string, compacted uint64, max int) (t *sessionTable, l
 func (n *Node) sessionDir() string { return filepath.Join(n.cfg.DataDir, "sessions") }
 
 // openSessions loads the table at the log's compaction point and folds the
-// log's entries up to applied, where the state machine resumes.
+// log's entries up to applied, where the state machine resumes. The
+// deltas of the fold start the queue (sessionDeltas).
 func (n *Node) openSessions(applied uint64) error {
 	base, legacy, err := loadSessionTable(n.sessionDir(), n.log.CompactedIndex(), MaxSessions)
 	if err != nil {
@@ -314,7 +431,8 @@ func (n *Node) openSessions(applied uint64) error {
 			"compacted_index", base.index)
 	}
 	cur := base.clone()
-	if err := n.foldLog(cur, applied); err != nil {
+	n.sessDeltas.reset(base.index)
+	if err := n.foldLog(cur, applied, n.sessDeltas); err != nil {
 		return err
 	}
 	n.sessBase, n.sessions = base, cur
@@ -322,22 +440,37 @@ func (n *Node) openSessions(applied uint64) error {
 	return nil
 }
 
-// foldLog folds the log's entries t.index+1..to into t.
-func (n *Node) foldLog(t *sessionTable, to uint64) error {
+// foldLog folds the log's entries t.index+1..to into t, and pushes their
+// deltas into q unless q is nil.
+func (n *Node) foldLog(t *sessionTable, to uint64, q *sessionDeltas) error {
+	var ds []sessionDelta
 	for t.index < to {
 		ents, err := n.log.Entries(t.index+1, to+1, 64<<20)
 		if err != nil {
 			return fmt.Errorf("client sessions: read entries %d..%d: %w", t.index+1, to, err)
 		}
-		if err := t.fold(ents); err != nil {
+		if ds, err = t.fold(ents, ds[:0]); err != nil {
 			return err
+		}
+		if q != nil && q.push(ds, t.index) {
+			n.logDeltaOverflow(q.max, t.index)
 		}
 	}
 	return nil
 }
 
+// logDeltaOverflow tells, once per process, that the queue of session
+// deltas overflowed.
+func (n *Node) logDeltaOverflow(maxDeltas int, index uint64) {
+	n.logger.Warn("client sessions: more writes with a session since the log's compaction point than the delta queue holds; "+
+		"the next compaction folds them from the log (logged once)", "max_deltas", maxDeltas, "index", index)
+}
+
 // compactLog is LogControl.Compact: it writes the session table at index,
-// then compacts the log to it on the Ready loop.
+// then compacts the log to it on the Ready loop. The table at index is the
+// table at the current compaction point with the queued deltas up to
+// index folded in; only entries the queue lost to an overflow are read
+// from the log.
 func (n *Node) compactLog(ctx context.Context, index uint64) error {
 	n.compactMu.Lock()
 	defer n.compactMu.Unlock()
@@ -346,14 +479,22 @@ func (n *Node) compactLog(ctx context.Context, index uint64) error {
 	}
 	n.sessMu.Lock()
 	next := n.sessBase.clone()
+	logTo, ds := n.sessDeltas.plan(next.index, index)
 	n.sessMu.Unlock()
 	var enc []byte
 	if index > next.index {
 		// Entries up to the applied index are committed: the table at index
 		// is the same in every replica's history, whatever snapshot this
 		// node installs meanwhile.
-		if err := n.foldLog(next, index); err != nil {
-			return err
+		if logTo > next.index {
+			n.logger.Debug("client sessions: folding entries from the log", "from_index", next.index+1, "to_index", logTo)
+			n.sessLogFolded.Add(logTo - next.index)
+			if err := n.foldLog(next, logTo, nil); err != nil {
+				return err
+			}
+		}
+		if err := next.foldDeltas(ds, index); err != nil {
+			return fmt.Errorf("client sessions: %w", err)
 		}
 		enc = next.encode()
 		if err := writeSessionFile(n.sessionDir(), index, enc); err != nil {
@@ -370,6 +511,7 @@ func (n *Node) compactLog(ctx context.Context, index uint64) error {
 		if enc != nil {
 			n.sessMu.Lock()
 			n.sessBase = next
+			n.sessDeltas.trim(index)
 			n.sessMu.Unlock()
 			removeSessionFilesExcept(n.sessionDir(), index)
 		}

@@ -3,6 +3,7 @@ package node
 import (
 	"context"
 	"errors"
+	"math/rand/v2"
 	"testing"
 	"time"
 
@@ -78,14 +79,168 @@ func TestSessionTableFold(t *testing.T) {
 		ents[i].Data = systems.AppendCommand(nil, &c)
 	}
 	tb := newSessionTable(10)
-	if err := tb.fold(ents); err != nil {
+	if _, err := tb.fold(ents, nil); err != nil {
 		t.Fatal(err)
 	}
 	if s := tb.m[5].Value.(*session); tb.index != 3 || s.seq != 1 || s.index != 1 {
 		t.Fatalf("folded to index %d, session %+v", tb.index, *s)
 	}
-	if err := tb.fold(ents[:1]); err == nil {
+	if _, err := tb.fold(ents[:1], nil); err == nil {
 		t.Fatal("folding entry 1 into a table at 3 succeeded")
+	}
+}
+
+// randomSessionLog returns n entries (index i+1 at i) as a cluster's
+// clients write them: most carry a session of one of clients client ids,
+// with new, resent, late and skipping sequence numbers; some carry no
+// session, some are empty (a new leader's entry), conf changes or
+// undecodable.
+func randomSessionLog(r *rand.Rand, n, clients int) []raftpb.Entry {
+	seqs := make([]uint64, clients+1)
+	ents := make([]raftpb.Entry, n)
+	for i := range ents {
+		e := raftpb.Entry{Index: uint64(i + 1), Term: 1, Type: raftpb.EntryNormal}
+		c := systems.Command{Op: systems.OpPut, RequestID: uint64(i + 1), Key: []byte("k"), Value: []byte("v")}
+		switch p := r.IntN(100); {
+		case p < 3:
+			e.Type, e.Data = raftpb.EntryConfChange, []byte{0x08, 0x01}
+		case p < 6:
+			e.Data = []byte{0xff, 0x01} // undecodable: a no-op
+		case p < 9:
+			// empty: a new leader's entry
+		case p < 20:
+			e.Data = systems.AppendCommand(nil, &c)
+		default:
+			id := 1 + r.IntN(clients)
+			switch q := r.IntN(10); {
+			case q < 6 || seqs[id] == 0:
+				seqs[id]++ // the next write
+			case q < 8:
+				// a resend of the last one
+			case q < 9:
+				seqs[id] += 1 + uint64(r.IntN(3)) // writes that never committed
+			}
+			c.ClientID, c.Seq = uint64(id), seqs[id]
+			if q := r.IntN(10); q == 0 && seqs[id] > 1 {
+				c.Seq = seqs[id] - 1 - uint64(r.IntN(int(seqs[id]-1))) // a late copy
+			}
+			if r.IntN(4) == 0 {
+				c.Op, c.Value = systems.OpDelete, nil
+			}
+			e.Data = systems.AppendCommand(nil, &c)
+		}
+		ents[i] = e
+	}
+	return ents
+}
+
+// The table at each compaction point built from the queued deltas (and,
+// after an overflow, the log entries the queue lost) is the table built
+// from the log, byte for byte, over a seeded random history with evictions
+// (4 sessions kept of 12 clients). With room for every delta, no
+// compaction reads the log; with a queue of 150, overflows happen and the
+// compactions after them read only the entries the queue lost.
+func TestSessionDeltasMatchLog(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		maxDeltas int
+	}{{"unbounded", 1 << 20}, {"overflowing", 150}} {
+		t.Run(tc.name, func(t *testing.T) {
+			seed := uint64(time.Now().UnixNano())
+			t.Logf("seed %d", seed)
+			r := rand.New(rand.NewPCG(seed, 0x5e55))
+			const maxSessions, entries = 4, 3000
+			ents := randomSessionLog(r, entries, 12)
+			base := newSessionTable(maxSessions) // the node's sessBase
+			cur := newSessionTable(maxSessions)  // the apply goroutine's
+			q := newSessionDeltas(tc.maxDeltas)
+			var logFolded, compactions, fromDeltas, overflows int
+			var ds []sessionDelta
+			for cur.index < entries {
+				// Apply a batch.
+				end := min(cur.index+1+uint64(r.IntN(50)), entries)
+				var err error
+				if ds, err = cur.fold(ents[cur.index:end], ds[:0]); err != nil {
+					t.Fatal(err)
+				}
+				if q.push(ds, cur.index) {
+					overflows++
+				}
+				if r.IntN(4) != 0 {
+					continue
+				}
+				// Compact to a random applied index.
+				index := base.index + uint64(r.IntN(int(cur.index-base.index)+1))
+				logTo, qds := q.plan(base.index, index)
+				next := base.clone()
+				if logTo == next.index && index > next.index {
+					fromDeltas++
+				}
+				if logTo > next.index {
+					logFolded += int(logTo - next.index)
+					if _, err := next.fold(ents[next.index:logTo], nil); err != nil {
+						t.Fatal(err)
+					}
+				}
+				if err := next.foldDeltas(qds, index); err != nil {
+					t.Fatalf("compaction to %d: %v", index, err)
+				}
+				want := base.clone()
+				if _, err := want.fold(ents[want.index:index], nil); err != nil {
+					t.Fatal(err)
+				}
+				if string(next.encode()) != string(want.encode()) {
+					t.Fatalf("compaction to %d: the table from deltas differs from the table from the log", index)
+				}
+				base = next
+				q.trim(index)
+				compactions++
+			}
+			t.Logf("%d compactions (%d from deltas alone), %d overflows, %d entries folded from the log, %d sessions at the end",
+				compactions, fromDeltas, q.overflows, logFolded, base.lru.Len())
+			if compactions < 10 || base.lru.Len() != maxSessions {
+				t.Fatalf("%d compactions, %d sessions: the history does not exercise the fold", compactions, base.lru.Len())
+			}
+			switch {
+			case tc.maxDeltas > entries && (logFolded != 0 || q.overflows != 0):
+				t.Fatalf("an unbounded queue overflowed %d times; %d entries folded from the log", q.overflows, logFolded)
+			case tc.maxDeltas < entries && (q.overflows < 2 || overflows != 1 || logFolded == 0 || fromDeltas == 0):
+				t.Fatalf("a queue of %d: %d overflows (%d first), %d entries folded from the log, %d compactions from deltas alone",
+					tc.maxDeltas, q.overflows, overflows, logFolded, fromDeltas)
+			}
+		})
+	}
+}
+
+// A snapshot, or a restart, resets the queue to its table; a compaction
+// whose base does not match the queue reads the log.
+func TestSessionDeltasReset(t *testing.T) {
+	q := newSessionDeltas(10)
+	q.push([]sessionDelta{{index: 2, client: 1, seq: 1}, {index: 5, client: 2, seq: 1}}, 6)
+	if logTo, ds := q.plan(0, 5); logTo != 0 || len(ds) != 2 {
+		t.Fatalf("plan(0, 5) = %d, %d deltas; want 0, 2", logTo, len(ds))
+	}
+	if logTo, _ := q.plan(0, 7); logTo != 7 {
+		t.Fatalf("plan beyond the queue: log up to %d, want 7", logTo)
+	}
+	q.trim(4)
+	if logTo, ds := q.plan(4, 6); logTo != 4 || len(ds) != 1 || ds[0].index != 5 {
+		t.Fatalf("after trim(4): plan(4, 6) = %d, %v", logTo, ds)
+	}
+	if logTo, _ := q.plan(0, 6); logTo != 6 {
+		t.Fatalf("a base the queue does not start at: log up to %d, want 6", logTo)
+	}
+	q.reset(100) // a snapshot at 100
+	q.push(nil, 103)
+	if logTo, ds := q.plan(100, 103); logTo != 100 || len(ds) != 0 {
+		t.Fatalf("after reset(100): plan(100, 103) = %d, %v", logTo, ds)
+	}
+	tb := newSessionTable(3)
+	if err := tb.foldDeltas([]sessionDelta{{index: 0, client: 1, seq: 1}}, 3); err == nil {
+		t.Fatal("folded a delta at index 0 into a table at 0")
+	}
+	if err := tb.foldDeltas([]sessionDelta{{index: 4, client: 1, seq: 1}}, 3); err == nil {
+		t.Fatal("folded a delta above the target index")
 	}
 }
 
@@ -196,5 +351,95 @@ func TestWriteAcrossLeaderLoss(t *testing.T) {
 		t.Fatalf("put while the leader hangs took %v, want under 3 s", d)
 	} else {
 		t.Logf("put while the leader hangs took %v", d.Round(time.Millisecond))
+	}
+}
+
+// Compactions of a running node move the table at the compaction point
+// from the deltas the apply goroutine queued, without reading the log, to
+// the table the log gives; after the queue overflowed, one compaction
+// reads the entries the queue lost from the log, and the next ones again
+// read nothing.
+func TestCompactionFoldsSessionDeltas(t *testing.T) {
+	seed := uint64(time.Now().UnixNano())
+	t.Logf("seed %d", seed)
+	r := rand.New(rand.NewPCG(seed, 0xc0))
+	tc := startCluster(t, 1)
+	tc.waitLeader(10 * time.Second)
+	n := tc.nodes[0]
+	kv := rawKV(t, tc.cfgs[0].Address)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	seqs := map[uint64]uint64{}
+	write := func(count int) {
+		t.Helper()
+		for range count {
+			req := &kvpb.PutRequest{Key: []byte("k"), Value: []byte("v")}
+			if r.IntN(5) != 0 { // else no session
+				id := 1 + uint64(r.IntN(30))
+				switch q := r.IntN(10); {
+				case q < 7 || seqs[id] == 0:
+					seqs[id]++
+				case q < 9:
+					// a resend
+				default:
+					seqs[id]++
+					req.ClientId, req.Seq = id, seqs[id]
+					if _, err := kv.Put(ctx, req); err != nil {
+						t.Fatal(err)
+					}
+					req.Seq = seqs[id] - 1 // and then a late copy of an earlier write
+					if _, err := kv.Put(ctx, req); status.Code(err) != codes.Aborted {
+						t.Fatalf("a late copy: %v, want Aborted", err)
+					}
+					continue
+				}
+				req.ClientId, req.Seq = id, seqs[id]
+			}
+			if _, err := kv.Put(ctx, req); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	// compact compacts the log to the applied index, checks the table at
+	// the new compaction point against the log's, and returns how many
+	// entries the compaction read from the log.
+	compact := func() uint64 {
+		t.Helper()
+		index := n.applied.Load()
+		n.sessMu.Lock()
+		want := n.sessBase.clone()
+		n.sessMu.Unlock()
+		if err := n.foldLog(want, index, nil); err != nil {
+			t.Fatal(err)
+		}
+		before := n.sessLogFolded.Load()
+		if err := n.compactLog(ctx, index); err != nil {
+			t.Fatalf("compact to %d: %v", index, err)
+		}
+		n.sessMu.Lock()
+		got := n.sessBase.encode()
+		n.sessMu.Unlock()
+		if string(got) != string(want.encode()) {
+			t.Fatalf("compaction to %d: the table from deltas differs from the table from the log", index)
+		}
+		return n.sessLogFolded.Load() - before
+	}
+	for round := range 2 {
+		write(60)
+		if folded := compact(); folded != 0 {
+			t.Fatalf("round %d: the compaction read %d entries from the log", round, folded)
+		}
+	}
+	// 60 writes queue about 50 deltas; 10 writes at most 20.
+	n.sessMu.Lock()
+	n.sessDeltas.max = 25
+	n.sessMu.Unlock()
+	write(60)
+	if folded := compact(); folded == 0 {
+		t.Fatal("after the queue overflowed, the compaction read nothing from the log")
+	}
+	write(10)
+	if folded := compact(); folded != 0 {
+		t.Fatalf("after a compaction past the overflow, the next read %d entries from the log", folded)
 	}
 }
