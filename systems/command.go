@@ -36,18 +36,28 @@ func (o Op) String() string {
 // Wire form (the Data of a raftpb.Entry, and so the payload of a log record):
 //
 //	op (1 byte) | request id (uvarint) | key length (uvarint) | key | value
+//	op|0x80 (1 byte) | request id | client id (uvarint) | sequence (uvarint) | key length | key | value
 //
-// The value is the tail of the payload, so a reader that holds the record
-// can return it without copying.
+// The second form carries a client session (ClientID != 0). The value is the
+// tail of the payload, so a reader that holds the record can return it
+// without copying.
 type Command struct {
 	Op Op
 	// RequestID identifies the proposal so that the node that proposed it can
 	// answer the waiting client. Unique per proposing process.
 	RequestID uint64
-	Key       []byte
+	// ClientID and Seq are the write's client session (Raft dissertation
+	// section 6.3): the node applies a session's sequence number once, so a
+	// client may resend a write whose outcome it does not know. ClientID 0:
+	// no session (every copy of the command applies).
+	ClientID, Seq uint64
+	Key           []byte
 	// Value is nil for OpDelete.
 	Value []byte
 }
+
+// opSessionFlag marks, in the op byte, a command that carries a session.
+const opSessionFlag = 0x80
 
 // ErrMalformedCommand is returned by DecodeCommand for payloads that are not
 // a Command.
@@ -55,13 +65,29 @@ var ErrMalformedCommand = errors.New("malformed command")
 
 // EncodedSize returns the length of AppendCommand's output for c.
 func (c *Command) EncodedSize() int {
-	return 1 + uvarintLen(c.RequestID) + uvarintLen(uint64(len(c.Key))) + len(c.Key) + len(c.Value)
+	return c.headerSize() + len(c.Value)
+}
+
+// headerSize is the length of the wire form before the value.
+func (c *Command) headerSize() int {
+	n := 1 + uvarintLen(c.RequestID) + uvarintLen(uint64(len(c.Key))) + len(c.Key)
+	if c.ClientID != 0 {
+		n += uvarintLen(c.ClientID) + uvarintLen(c.Seq)
+	}
+	return n
 }
 
 // AppendCommand appends the wire form of c to dst.
 func AppendCommand(dst []byte, c *Command) []byte {
-	dst = append(dst, byte(c.Op))
-	dst = binary.AppendUvarint(dst, c.RequestID)
+	if c.ClientID != 0 {
+		dst = append(dst, byte(c.Op)|opSessionFlag)
+		dst = binary.AppendUvarint(dst, c.RequestID)
+		dst = binary.AppendUvarint(dst, c.ClientID)
+		dst = binary.AppendUvarint(dst, c.Seq)
+	} else {
+		dst = append(dst, byte(c.Op))
+		dst = binary.AppendUvarint(dst, c.RequestID)
+	}
 	dst = binary.AppendUvarint(dst, uint64(len(c.Key)))
 	dst = append(dst, c.Key...)
 	return append(dst, c.Value...)
@@ -75,7 +101,7 @@ func AppendCommand(dst []byte, c *Command) []byte {
 // there is not enough room before valueStart. Bytes of buf before the
 // result are overwritten.
 func PrependCommandHeader(buf []byte, valueStart int, c *Command) ([]byte, bool) {
-	need := 1 + uvarintLen(c.RequestID) + uvarintLen(uint64(len(c.Key))) + len(c.Key)
+	need := c.headerSize()
 	if valueStart < need || valueStart > len(buf) {
 		return nil, false
 	}
@@ -84,9 +110,17 @@ func PrependCommandHeader(buf []byte, valueStart int, c *Command) ([]byte, bool)
 	copy(buf[i:], c.Key) // memmove: the key may overlap its new place
 	i -= uvarintLen(uint64(len(c.Key)))
 	binary.PutUvarint(buf[i:], uint64(len(c.Key)))
+	op := byte(c.Op)
+	if c.ClientID != 0 {
+		op |= opSessionFlag
+		i -= uvarintLen(c.Seq)
+		binary.PutUvarint(buf[i:], c.Seq)
+		i -= uvarintLen(c.ClientID)
+		binary.PutUvarint(buf[i:], c.ClientID)
+	}
 	i -= uvarintLen(c.RequestID)
 	binary.PutUvarint(buf[i:], c.RequestID)
-	buf[start] = byte(c.Op)
+	buf[start] = op
 	return buf[start:], true
 }
 
@@ -96,7 +130,7 @@ func DecodeCommand(data []byte) (Command, error) {
 	if len(data) == 0 {
 		return Command{Op: OpNone}, nil
 	}
-	c := Command{Op: Op(data[0])}
+	c := Command{Op: Op(data[0] &^ opSessionFlag)}
 	if c.Op != OpPut && c.Op != OpDelete {
 		return Command{}, fmt.Errorf("%w: unknown op %d", ErrMalformedCommand, data[0])
 	}
@@ -107,6 +141,16 @@ func DecodeCommand(data []byte) (Command, error) {
 	}
 	c.RequestID = id
 	rest = rest[n:]
+	if data[0]&opSessionFlag != 0 {
+		if c.ClientID, n = binary.Uvarint(rest); n <= 0 || c.ClientID == 0 {
+			return Command{}, fmt.Errorf("%w: bad client id", ErrMalformedCommand)
+		}
+		rest = rest[n:]
+		if c.Seq, n = binary.Uvarint(rest); n <= 0 {
+			return Command{}, fmt.Errorf("%w: bad sequence number", ErrMalformedCommand)
+		}
+		rest = rest[n:]
+	}
 	klen, n := binary.Uvarint(rest)
 	if n <= 0 || klen > uint64(len(rest)-n) {
 		return Command{}, fmt.Errorf("%w: bad key length", ErrMalformedCommand)

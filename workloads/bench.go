@@ -31,6 +31,9 @@ type Common struct {
 	Seed int64 `json:"seed"`
 	// OpTimeout bounds one operation, retries included.
 	OpTimeout time.Duration `json:"op_timeout_ns"`
+	// StallTimeout stops the run with a *StallError once no operation got
+	// an answer from the cluster for this long (-stallTimeout; 0: never).
+	StallTimeout time.Duration `json:"stall_timeout_ns"`
 	// Progress, if set, receives a progress bar (a terminal) or a line
 	// every ProgressInterval.
 	Progress         io.Writer     `json:"-"`
@@ -42,7 +45,8 @@ type Common struct {
 
 // DefaultCommon returns the defaults shared by the workloads.
 func DefaultCommon() Common {
-	return Common{Clients: 100, Ops: 10000, KeyPrefix: DefaultKeyPrefix, Seed: 1, OpTimeout: time.Minute, ProgressInterval: 5 * time.Second}
+	return Common{Clients: 100, Ops: 10000, KeyPrefix: DefaultKeyPrefix, Seed: 1, OpTimeout: time.Minute,
+		StallTimeout: DefaultStallTimeout, ProgressInterval: 5 * time.Second}
 }
 
 func (c *Common) validate() []error {
@@ -61,6 +65,9 @@ func (c *Common) validate() []error {
 	}
 	if c.OpTimeout <= 0 {
 		errs = append(errs, systems.Usagef("-timeout %v must be positive", c.OpTimeout))
+	}
+	if c.StallTimeout < 0 {
+		errs = append(errs, systems.Usagef("-stallTimeout %v must not be negative", c.StallTimeout))
 	}
 	if c.Progress != nil && c.ProgressInterval <= 0 {
 		errs = append(errs, systems.Usagef("-interval %v must be positive", c.ProgressInterval))
@@ -197,28 +204,31 @@ type clientFunc func(id int) opFunc
 
 // run drives c.Clients closed-loop clients over c.Ops operations. On ctx's
 // end the clients stop after their current operation and run returns the
-// summary so far with ctx's error.
+// summary so far with ctx's error; when no operation got an answer for
+// c.StallTimeout, the operations in flight are cancelled and run returns
+// the summary so far with a *StallError.
 func run(ctx context.Context, c Common, op string, mk clientFunc) (Summary, error) {
 	var (
 		next atomic.Int64
-		done atomic.Int64
 		wg   sync.WaitGroup
 		recs = make([]*Recorder, c.Clients)
 	)
-	stop := StartProgress(c.Progress, "bench "+op, c.Ops, &done, c.ProgressInterval)
 	start := time.Now()
+	live := NewLive(start)
+	stop := StartProgress(c.Progress, "bench "+op, c.Ops, live, c.ProgressInterval)
+	stallCtx, stopWatch := live.Watch(c.StallTimeout)
 	for id := 0; id < c.Clients; id++ {
-		recs[id] = NewRecorder(start, c.Raw != nil, &done)
+		recs[id] = NewRecorder(start, c.Raw != nil, live)
 		do := mk(id)
 		wg.Add(1)
 		go func(id int, rec *Recorder) {
 			defer wg.Done()
-			for ctx.Err() == nil {
+			for ctx.Err() == nil && stallCtx.Err() == nil {
 				seq := next.Add(1) - 1
 				if seq >= c.Ops {
 					return
 				}
-				octx, cancel := OpContext(ctx, c.OpTimeout)
+				octx, cancel := StallContext(ctx, stallCtx, c.OpTimeout)
 				t0 := time.Now()
 				out, bytes, items, err := do(octx, id, seq)
 				lat := time.Since(t0)
@@ -229,12 +239,17 @@ func run(ctx context.Context, c Common, op string, mk clientFunc) (Summary, erro
 	}
 	wg.Wait()
 	elapsed := time.Since(start)
+	stalled := Stalled(stallCtx)
+	stopWatch()
 	stop()
 	s := Summarize(op, recs, elapsed)
 	if c.Raw != nil {
 		if err := WriteRawCSV(c.Raw, recs); err != nil {
 			return s, err
 		}
+	}
+	if stalled != nil {
+		return s, stalled
 	}
 	return s, ctx.Err()
 }

@@ -2,6 +2,7 @@ package workloads
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -224,6 +225,7 @@ func Command(args []string, stdout, stderr io.Writer) error {
 	fs.StringVar(&com.KeyPrefix, "keyprefix", com.KeyPrefix, "key prefix; keys are PREFIX + 9 digits")
 	fs.Int64Var(&com.Seed, "seed", com.Seed, "random seed (client i uses seed+i)")
 	fs.DurationVar(&com.OpTimeout, "timeout", com.OpTimeout, "deadline of one operation, retries included")
+	fs.DurationVar(&com.StallTimeout, "stallTimeout", com.StallTimeout, "stop (saving what was measured) when no operation got an answer from the cluster for this long; 0: never")
 	fs.DurationVar(&com.ProgressInterval, "interval", com.ProgressInterval, "progress line interval when stdout is not a terminal")
 	consistency := fs.String("consistency", "linearizable", "read consistency: linearizable or stale")
 	connectTimeout := fs.Duration("connectTimeout", 5*time.Second, "how long to wait for a server to answer before starting")
@@ -336,7 +338,10 @@ func Command(args []string, stdout, stderr io.Writer) error {
 	case "scan":
 		s, err = RunScan(ctx, c, scan)
 	}
-	if err != nil {
+	var stall *StallError
+	if errors.As(err, &stall) {
+		stall.Nodes = ProbeNodes(ctx, c, 2*time.Second)
+	} else if err != nil {
 		return fmt.Errorf("bench %s: %w", sub, err)
 	}
 	if err := closeRaw(); err != nil {
@@ -362,6 +367,9 @@ func Command(args []string, stdout, stderr io.Writer) error {
 	}
 	if err := outs.Save(Result{Summary: s, Run: info}, s.WriteSeriesCSV); err != nil {
 		return err
+	}
+	if stall != nil {
+		return fmt.Errorf("bench %s: %w", sub, stall)
 	}
 	return s.Failures()
 }

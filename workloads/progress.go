@@ -5,7 +5,6 @@ import (
 	"io"
 	"os"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/vbauerster/mpb/v8"
@@ -24,9 +23,11 @@ func IsTerminal(w io.Writer) bool {
 }
 
 // StartProgress shows the progress of a run of total operations, read from
-// done: a bar on a terminal, otherwise one line every interval. It returns
-// the function that stops it (after a final update). A nil w shows nothing.
-func StartProgress(w io.Writer, name string, total int64, done *atomic.Int64, interval time.Duration) (stop func()) {
+// live: a bar on a terminal, otherwise one line every interval, with the
+// errors and ambiguous writes so far. It returns the function that stops it
+// (after a final update). A nil w shows nothing.
+func StartProgress(w io.Writer, name string, total int64, live *Live, interval time.Duration) (stop func()) {
+	done := &live.Done
 	if w == nil {
 		return func() {}
 	}
@@ -37,7 +38,10 @@ func StartProgress(w io.Writer, name string, total int64, done *atomic.Int64, in
 		p := mpb.New(mpb.WithOutput(w), mpb.WithWidth(40), mpb.WithRefreshRate(200*time.Millisecond))
 		bar := p.AddBar(total,
 			mpb.PrependDecorators(decor.Name(name+" "), decor.CountersNoUnit("%d / %d ops")),
-			mpb.AppendDecorators(decor.Percentage(decor.WCSyncSpace), decor.Name(" "), decor.Elapsed(decor.ET_STYLE_GO)),
+			mpb.AppendDecorators(decor.Percentage(decor.WCSyncSpace), decor.Name(" "), decor.Elapsed(decor.ET_STYLE_GO),
+				decor.Any(func(decor.Statistics) string {
+					return fmt.Sprintf(" %d errors, %d ambiguous", live.Errors.Load(), live.Ambiguous.Load())
+				})),
 		)
 		go func() {
 			defer wg.Done()
@@ -72,8 +76,9 @@ func StartProgress(w io.Writer, name string, total int64, done *atomic.Int64, in
 				case now := <-t.C:
 					n := done.Load()
 					rate := float64(n-last) / now.Sub(lastT).Seconds()
-					fmt.Fprintf(w, "%s: %d/%d ops (%.0f%%), %.0f ops/s in the last %v, elapsed %v\n", name, n, total,
-						100*float64(n)/float64(max(total, 1)), rate, now.Sub(lastT).Round(time.Millisecond), now.Sub(start).Round(time.Second))
+					fmt.Fprintf(w, "%s: %d/%d ops (%.0f%%), %.0f ops/s in the last %v, %d errors, %d ambiguous, elapsed %v\n",
+						name, n, total, 100*float64(n)/float64(max(total, 1)), rate, now.Sub(lastT).Round(time.Millisecond),
+						live.Errors.Load(), live.Ambiguous.Load(), now.Sub(start).Round(time.Second))
 					last, lastT = n, now
 				case <-quit:
 					return

@@ -8,7 +8,6 @@ import (
 	"io"
 	"slices"
 	"strconv"
-	"sync/atomic"
 	"time"
 
 	hdrhistogram "github.com/HdrHistogram/hdrhistogram-go"
@@ -100,16 +99,16 @@ type Recorder struct {
 	keepRaw   bool
 	raw       []RawOp
 	samples   []string
-	done      *atomic.Int64
+	live      *Live
 	first     time.Time
 	last      time.Time
 }
 
 // NewRecorder returns a Recorder whose per-second series counts from start.
-// keepRaw keeps every operation for the raw CSV. done, if not nil, is
-// incremented once per operation (live progress).
-func NewRecorder(start time.Time, keepRaw bool, done *atomic.Int64) *Recorder {
-	return &Recorder{start: start, hist: hdrhistogram.New(histMinUs, histMaxUs, histSig), keepRaw: keepRaw, done: done}
+// keepRaw keeps every operation for the raw CSV. live, if not nil, counts
+// every operation as it finishes (progress lines, the stall watchdog).
+func NewRecorder(start time.Time, keepRaw bool, live *Live) *Recorder {
+	return &Recorder{start: start, hist: hdrhistogram.New(histMinUs, histMaxUs, histSig), keepRaw: keepRaw, live: live}
 }
 
 // Record adds one operation that began at begin and took lat. bytes is the
@@ -163,9 +162,7 @@ func (r *Recorder) Record(op string, begin time.Time, lat time.Duration, out Out
 	if r.keepRaw {
 		r.raw = append(r.raw, RawOp{Op: op, Start: begin, Latency: lat, Outcome: out})
 	}
-	if r.done != nil {
-		r.done.Add(1)
-	}
+	r.live.Record(out, err)
 }
 
 // Summary is the result of one workload run (or of one operation type of a

@@ -365,3 +365,73 @@ func TestValueBuffer(t *testing.T) {
 		t.Fatalf("bad -valueKind: %v", err)
 	}
 }
+
+// A cluster that stops answering ends the run after StallTimeout (not after
+// the one-minute operation timeout), with what was measured so far and a
+// *StallError; progress lines count errors and ambiguous writes as they
+// happen.
+func TestRunStopsWhenTheClusterStopsAnswering(t *testing.T) {
+	st := newMemStore()
+	var mu sync.Mutex
+	answered := 0
+	st.failPut = func(k []byte) error {
+		mu.Lock()
+		answered++
+		n := answered
+		mu.Unlock()
+		switch {
+		case n > 60:
+			return errDead
+		case k[len(k)-1] == '7':
+			return errors.New("refused")
+		}
+		return nil
+	}
+	var progress bytes.Buffer
+	po := DefaultPutOptions()
+	po.Clients, po.Ops, po.ValueBytes = 2, 1_000_000, 10
+	po.StallTimeout = 300 * time.Millisecond
+	po.Progress, po.ProgressInterval = &syncWriter{w: &progress}, 50*time.Millisecond
+	start := time.Now()
+	s, err := RunPut(context.Background(), &blockingStore{memStore: st}, po)
+	var stall *StallError
+	if !errors.As(err, &stall) || stall.Timeout != po.StallTimeout {
+		t.Fatalf("err = %v, want a *StallError after %v", err, po.StallTimeout)
+	}
+	if d := time.Since(start); d > 10*time.Second {
+		t.Fatalf("the run stopped after %v", d)
+	}
+	if s.Ops+s.Errors != 60 || s.Errors == 0 || s.Ambiguous != 2 {
+		t.Fatalf("summary %+v: want 60 answered operations, some errors, and the 2 in flight ambiguous", s)
+	}
+	if want := fmt.Sprintf(", %d errors, 0 ambiguous", s.Errors); !strings.Contains(progress.String(), want) {
+		t.Fatalf("no progress line with %q:\n%s", want, progress.String())
+	}
+}
+
+var errDead = errors.New("dead")
+
+// blockingStore is a memStore whose puts that fail with errDead hang until
+// their context ends, then are ambiguous (a write sent to a dead cluster).
+type blockingStore struct{ *memStore }
+
+func (b *blockingStore) Put(ctx context.Context, k, v []byte) (uint64, error) {
+	i, err := b.memStore.Put(ctx, k, v)
+	if errors.Is(err, errDead) {
+		<-ctx.Done()
+		return 0, &client.AmbiguousError{Err: ctx.Err()}
+	}
+	return i, err
+}
+
+// syncWriter serializes writes to w.
+type syncWriter struct {
+	mu sync.Mutex
+	w  *bytes.Buffer
+}
+
+func (s *syncWriter) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.w.Write(p)
+}

@@ -2,6 +2,7 @@ package ycsb
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -54,6 +55,8 @@ func Command(args []string, stdout, stderr io.Writer) error {
 	fs.Var(&sets, "p", "property `name=value` overriding the files (repeatable)")
 	fs.IntVar(&o.MaxValueBytes, "maxValueBytes", o.MaxValueBytes, "the servers' -maxValueBytes (largest value they accept)")
 	fs.DurationVar(&o.OpTimeout, "timeout", o.OpTimeout, "deadline of one store operation, retries included")
+	fs.DurationVar(&o.StallTimeout, "stallTimeout", o.StallTimeout, "stop (saving what was measured) when no operation got an answer from the cluster for this long; 0: never")
+	fs.DurationVar(&o.ProgressInterval, "interval", o.ProgressInterval, "progress line interval when stdout is not a terminal")
 	consistency := fs.String("consistency", "linearizable", "read consistency: linearizable or stale")
 	connectTimeout := fs.Duration("connectTimeout", 5*time.Second, "how long to wait for a server to answer before starting")
 	if err := systems.ParseFlags(fs, args, stdout); err != nil {
@@ -62,7 +65,7 @@ func Command(args []string, stdout, stderr io.Writer) error {
 	if fs.NArg() > 0 {
 		return systems.Usagef("ycsb %s: unexpected argument %q", phase, fs.Arg(0))
 	}
-	o.Files, o.Settings, o.Output, o.Warn = files, sets, stdout, stderr
+	o.Files, o.Settings, o.Output, o.Warn, o.Progress = files, sets, stdout, stderr, stdout
 	p, sources, _, err := o.Properties()
 	if err != nil {
 		return systems.OneLine("ycsb "+phase, err)
@@ -103,7 +106,10 @@ func Command(args []string, stdout, stderr io.Writer) error {
 	fmt.Fprintln(stdout, "**********************************************")
 
 	s, err := Run(ctx, c, o)
-	if err != nil {
+	var stall *workloads.StallError
+	if errors.As(err, &stall) {
+		stall.Nodes = workloads.ProbeNodes(ctx, c, 2*time.Second)
+	} else if err != nil {
 		return fmt.Errorf("ycsb %s: %w", phase, err)
 	}
 	fmt.Fprintln(stdout, "**********************************************")
@@ -120,6 +126,9 @@ func Command(args []string, stdout, stderr io.Writer) error {
 	workloads.PrintTable(stdout, rows...)
 	if err := outs.Save(Result{Summary: s, Run: info}, s.Summary.WriteSeriesCSV); err != nil {
 		return err
+	}
+	if stall != nil {
+		return fmt.Errorf("ycsb %s: %w", phase, stall)
 	}
 	return s.Failures()
 }

@@ -7,7 +7,6 @@ import (
 	"sort"
 	"strconv"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/pingcap/go-ycsb/pkg/measurement"
@@ -143,7 +142,10 @@ type DB struct {
 	fieldCount int
 	timeout    time.Duration
 	start      time.Time
-	done       *atomic.Int64
+	live       *workloads.Live
+	// stall, if set, is the run's stall watch (workloads.Live.Watch): a
+	// stall also ends the store calls in flight.
+	stall context.Context
 
 	mu      sync.Mutex
 	threads []*threadState
@@ -160,10 +162,10 @@ type threadState struct {
 type threadKey struct{}
 
 // NewDB returns a DB over store. fieldCount is the workload's fieldcount;
-// opTimeout bounds each store call. Recorders count from start; done, if
-// not nil, counts finished transactions.
-func NewDB(store Store, fieldCount int, opTimeout time.Duration, start time.Time, done *atomic.Int64) *DB {
-	return &DB{store: store, fieldCount: fieldCount, timeout: opTimeout, start: start, done: done}
+// opTimeout bounds each store call. Recorders count from start; live, if
+// not nil, counts finished YCSB operations (warm-up included).
+func NewDB(store Store, fieldCount int, opTimeout time.Duration, start time.Time, live *workloads.Live) *DB {
+	return &DB{store: store, fieldCount: fieldCount, timeout: opTimeout, start: start, live: live}
 }
 
 // Close implements ycsb.DB; the store is the caller's to close.
@@ -189,16 +191,18 @@ func threadOf(ctx context.Context) *threadState {
 // record adds one operation to the worker's recorder of op (outside a
 // warm-up).
 func (t *threadState) record(op string, begin time.Time, lat time.Duration, out workloads.Outcome, bytes, items int64, err error) {
-	if t == nil || !measurement.IsWarmUpFinished() {
+	if t == nil {
+		return
+	}
+	if op == OpTotal {
+		t.db.live.Record(out, err)
+	}
+	if !measurement.IsWarmUpFinished() {
 		return
 	}
 	r := t.recs[op]
 	if r == nil {
-		var done *atomic.Int64
-		if op == OpTotal {
-			done = t.db.done
-		}
-		r = workloads.NewRecorder(t.db.start, false, done)
+		r = workloads.NewRecorder(t.db.start, false, nil)
 		t.recs[op] = r
 	}
 	r.Record(op, begin, lat, out, bytes, items, err)
@@ -209,7 +213,11 @@ func (d *DB) op(ctx context.Context, name string, f func(ctx context.Context) (w
 	if t != nil {
 		t.txn = append(t.txn, name)
 	}
-	octx, cancel := workloads.OpContext(ctx, d.timeout)
+	stall := d.stall
+	if stall == nil {
+		stall = context.Background()
+	}
+	octx, cancel := workloads.StallContext(ctx, stall, d.timeout)
 	defer cancel()
 	begin := time.Now()
 	out, bytes, items, err := f(octx)

@@ -30,7 +30,6 @@ import (
 	"io"
 	"os"
 	"strconv"
-	"sync/atomic"
 	"time"
 
 	"github.com/magiconair/properties"
@@ -56,6 +55,14 @@ type Options struct {
 	MaxValueBytes int `json:"max_value_bytes"`
 	// OpTimeout bounds one store call, retries included.
 	OpTimeout time.Duration `json:"op_timeout_ns"`
+	// StallTimeout stops the phase with a *workloads.StallError once no
+	// operation got an answer from the cluster for this long
+	// (-stallTimeout; 0: never).
+	StallTimeout time.Duration `json:"stall_timeout_ns"`
+	// Progress, if set, receives a progress bar (a terminal) or a line
+	// every ProgressInterval, with errors and ambiguous writes so far.
+	Progress         io.Writer     `json:"-"`
+	ProgressInterval time.Duration `json:"progress_interval_ns"`
 	// Output receives go-ycsb's final table (nil: os.Stdout). go-ycsb
 	// writes its periodic summaries to os.Stdout itself.
 	Output io.Writer `json:"-"`
@@ -65,7 +72,8 @@ type Options struct {
 
 // DefaultOptions returns the defaults for phase.
 func DefaultOptions(phase string) Options {
-	return Options{Phase: phase, MaxValueBytes: systems.DefaultMaxValueBytes, OpTimeout: time.Minute}
+	return Options{Phase: phase, MaxValueBytes: systems.DefaultMaxValueBytes, OpTimeout: time.Minute,
+		StallTimeout: workloads.DefaultStallTimeout, ProgressInterval: 5 * time.Second}
 }
 
 // Properties loads and checks the properties of o, reporting every problem
@@ -80,6 +88,12 @@ func (o *Options) Properties() (*properties.Properties, []string, []string, erro
 	}
 	if o.OpTimeout <= 0 {
 		errs = append(errs, systems.Usagef("-timeout %v must be positive", o.OpTimeout))
+	}
+	if o.StallTimeout < 0 {
+		errs = append(errs, systems.Usagef("-stallTimeout %v must not be negative", o.StallTimeout))
+	}
+	if o.Progress != nil && o.ProgressInterval <= 0 {
+		errs = append(errs, systems.Usagef("-interval %v must be positive", o.ProgressInterval))
 	}
 	p, sources, err := LoadProperties(o.Files, o.Settings)
 	if err != nil {
@@ -153,17 +167,26 @@ func Run(ctx context.Context, s Store, o Options) (Summary, error) {
 	}
 	defer wl.Close()
 
-	var done atomic.Int64
 	start := time.Now()
-	db := NewDB(s, int(p.GetInt64(prop.FieldCount, prop.FieldCountDefault)), o.OpTimeout, start, &done)
-	rctx := ctx
+	live := workloads.NewLive(start)
+	db := NewDB(s, int(p.GetInt64(prop.FieldCount, prop.FieldCountDefault)), o.OpTimeout, start, live)
+	stallCtx, stopWatch := live.Watch(o.StallTimeout)
+	db.stall = stallCtx
+	rctx, cancelRun := context.WithCancel(ctx)
+	defer cancelRun()
+	stopOnStall := context.AfterFunc(stallCtx, cancelRun)
+	defer stopOnStall()
 	if sec := p.GetInt64(prop.MaxExecutiontime, 0); sec > 0 {
 		var cancel context.CancelFunc
-		rctx, cancel = context.WithTimeout(ctx, time.Duration(sec)*time.Second)
+		rctx, cancel = context.WithTimeout(rctx, time.Duration(sec)*time.Second)
 		defer cancel()
 	}
+	stopProgress := workloads.StartProgress(o.Progress, "ycsb "+o.Phase, phaseOps(p, o.Phase), live, o.ProgressInterval)
 	gclient.NewClient(p, measured{wl}, gclient.DbWrapper{DB: db}).Run(rctx)
 	elapsed := time.Since(start)
+	stalled := workloads.Stalled(stallCtx)
+	stopWatch()
+	stopProgress()
 	measurement.Output()
 	if tmp != "" {
 		if b, err := os.ReadFile(tmp); err == nil {
@@ -187,5 +210,8 @@ func Run(ctx context.Context, s Store, o Options) (Summary, error) {
 		total.MBPerSec = float64(total.Bytes) / 1e6 / total.DurationSec
 	}
 	res.Summary = total
+	if stalled != nil {
+		return res, stalled
+	}
 	return res, ctx.Err()
 }

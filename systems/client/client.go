@@ -8,14 +8,20 @@
 //   - reads: any transient error (Aborted, Unavailable, DeadlineExceeded of
 //     one attempt) is retried on the next server until the caller's context
 //     ends;
-//   - writes: only errors that prove the write was not applied are retried:
-//     codes.Aborted from the server (not proposed) and a connection that
-//     could not be established. Everything else after the request may have
-//     left the client is ambiguous.
+//   - writes carry a client session (Raft dissertation section 6.3: a
+//     random client id and a sequence number per write; the cluster applies
+//     each sequence number once and answers a resent one with the first
+//     copy's index), so every transient error is retried, on the next
+//     server, until the write succeeds, fails definitely, or the caller's
+//     context ends. The write is ambiguous only if it ends without an
+//     answer after an attempt that may have reached the cluster (not
+//     codes.Aborted, not a connection that could not be established).
 package client
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"strings"
@@ -112,6 +118,18 @@ type Client struct {
 	servers []*server
 	leader  atomic.Int64 // index into servers, -1 if unknown
 	next    atomic.Uint64
+
+	// sessions not in use: a write takes one for its duration, so each
+	// session has at most one write in flight (its sequence numbers are in
+	// the order of its writes).
+	sessMu   sync.Mutex
+	sessions []*session
+}
+
+// session is one client session: a random id and the sequence number of
+// its last write.
+type session struct {
+	id, seq uint64
 }
 
 // New connects lazily to cfg.Servers; it does not fail if they are down.
@@ -244,6 +262,33 @@ func definite(err error) bool {
 	return false
 }
 
+// takeSession returns an idle session, or a new one with a random id.
+func (c *Client) takeSession() (*session, error) {
+	c.sessMu.Lock()
+	if n := len(c.sessions); n > 0 {
+		s := c.sessions[n-1]
+		c.sessions = c.sessions[:n-1]
+		c.sessMu.Unlock()
+		return s, nil
+	}
+	c.sessMu.Unlock()
+	var b [8]byte
+	for {
+		if _, err := rand.Read(b[:]); err != nil {
+			return nil, fmt.Errorf("client session id: %w", err)
+		}
+		if id := binary.LittleEndian.Uint64(b[:]); id != 0 {
+			return &session{id: id}, nil
+		}
+	}
+}
+
+func (c *Client) releaseSession(s *session) {
+	c.sessMu.Lock()
+	c.sessions = append(c.sessions, s)
+	c.sessMu.Unlock()
+}
+
 func (c *Client) pause(ctx context.Context) error {
 	t := time.NewTimer(c.cfg.RetryBackoff)
 	defer t.Stop()
@@ -255,35 +300,56 @@ func (c *Client) pause(ctx context.Context) error {
 	}
 }
 
-// write sends a write until it succeeds, fails definitely, or becomes
-// ambiguous.
-func (c *Client) write(ctx context.Context, call func(context.Context, *server) (*kvpb.ResponseHeader, error)) error {
+// write sends a write, under a client session, until it succeeds, fails
+// definitely, or ctx ends; it is ambiguous if it ends without an answer
+// after an attempt that may have reached the cluster.
+func (c *Client) write(ctx context.Context, call func(context.Context, *server, *session) (*kvpb.ResponseHeader, error)) error {
+	sess, err := c.takeSession()
+	if err != nil {
+		return err
+	}
+	defer c.releaseSession(sess)
+	sess.seq++
 	var last error
+	mayHaveApplied := false
 	for attempt := 0; ; attempt++ {
 		if ctx.Err() != nil {
-			if last == nil {
-				return ctx.Err()
+			err := ctx.Err()
+			if last != nil {
+				err = fmt.Errorf("%w (last error: %v)", ctx.Err(), last)
 			}
-			return fmt.Errorf("%w (last error: %v)", ctx.Err(), last)
+			if mayHaveApplied {
+				return &AmbiguousError{Err: err}
+			}
+			return err
 		}
 		s := c.pick(attempt)
-		h, err := call(ctx, s)
+		h, err := call(ctx, s, sess)
 		if err == nil {
 			c.learn(s, h)
 			return nil
 		}
 		switch {
 		case definite(err):
+			if mayHaveApplied || status.Code(err) == codes.Internal {
+				return &AmbiguousError{Err: fmt.Errorf("%s: %w", s.addr, err)}
+			}
 			return err
 		case status.Code(err) == codes.Aborted || notSent(err):
 			last = err
-			c.forgetLeader(s)
-			if perr := c.pause(ctx); perr != nil {
-				return fmt.Errorf("%w (last error: %v)", perr, last)
-			}
 		default:
-			c.forgetLeader(s)
-			return &AmbiguousError{Err: fmt.Errorf("%s: %w", s.addr, err)}
+			// The attempt may have reached the cluster: resend under the
+			// same session, which the cluster applies at most once.
+			mayHaveApplied = true
+			last = fmt.Errorf("%s: %w", s.addr, err)
+		}
+		c.forgetLeader(s)
+		if perr := c.pause(ctx); perr != nil {
+			err := fmt.Errorf("%w (last error: %v)", perr, last)
+			if mayHaveApplied {
+				return &AmbiguousError{Err: err}
+			}
+			return err
 		}
 	}
 }
@@ -323,8 +389,8 @@ func (c *Client) read(ctx context.Context, call func(context.Context, *server) (
 // Put failed or was ambiguous (gRPC may still be sending it).
 func (c *Client) Put(ctx context.Context, key, value []byte) (uint64, error) {
 	var idx uint64
-	err := c.write(ctx, func(ctx context.Context, s *server) (*kvpb.ResponseHeader, error) {
-		r, err := s.kv.Put(ctx, &kvpb.PutRequest{Key: key, Value: value})
+	err := c.write(ctx, func(ctx context.Context, s *server, sess *session) (*kvpb.ResponseHeader, error) {
+		r, err := s.kv.Put(ctx, &kvpb.PutRequest{Key: key, Value: value, ClientId: sess.id, Seq: sess.seq})
 		if err != nil {
 			return nil, err
 		}
@@ -337,8 +403,8 @@ func (c *Client) Put(ctx context.Context, key, value []byte) (uint64, error) {
 // Delete removes key (a no-op if absent) and returns the applying index.
 func (c *Client) Delete(ctx context.Context, key []byte) (uint64, error) {
 	var idx uint64
-	err := c.write(ctx, func(ctx context.Context, s *server) (*kvpb.ResponseHeader, error) {
-		r, err := s.kv.Delete(ctx, &kvpb.DeleteRequest{Key: key})
+	err := c.write(ctx, func(ctx context.Context, s *server, sess *session) (*kvpb.ResponseHeader, error) {
+		r, err := s.kv.Delete(ctx, &kvpb.DeleteRequest{Key: key, ClientId: sess.id, Seq: sess.seq})
 		if err != nil {
 			return nil, err
 		}

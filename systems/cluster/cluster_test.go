@@ -94,9 +94,26 @@ func TestAliveAndTail(t *testing.T) {
 // fsync after SIGKILL).
 const leaderExitEnv = "NEZHA_TEST_LEADER_EXIT"
 
+// notLeaderExit is the helper's exit code when its main goroutine is not
+// on the process's main thread (the leader).
+const notLeaderExit = 3
+
+func init() {
+	if os.Getenv(leaderExitEnv) != "" {
+		// Init functions run on the main thread, and a lock taken in one
+		// keeps main (so TestMain) there (runtime.LockOSThread). Locked
+		// only in TestMain, the main goroutine may already have moved to
+		// another thread (runtime.main unlocks it after init; a preemption
+		// under load moves it), and the helper exited that thread instead.
+		runtime.LockOSThread()
+	}
+}
+
 func TestMain(m *testing.M) {
 	if os.Getenv(leaderExitEnv) != "" {
-		runtime.LockOSThread() // the main goroutine keeps the main thread
+		if syscall.Gettid() != os.Getpid() {
+			os.Exit(notLeaderExit)
+		}
 		go func() {
 			runtime.LockOSThread()
 			select {} // another thread, alive until the process is killed
@@ -113,18 +130,28 @@ func TestAliveWhileThreadsExit(t *testing.T) {
 		t.Fatal(err)
 	}
 	pid := cmd.Process.Pid
-	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	t.Cleanup(func() { _ = cmd.Process.Kill(); <-exited })
 	zombieLeader := func() bool {
 		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
 		i := strings.LastIndexByte(string(b), ')')
 		return err == nil && i >= 0 && i+2 < len(b) && b[i+2] == 'Z'
 	}
-	deadline := time.Now().Add(10 * time.Second)
+	// Tens of milliseconds on an idle machine; the deadline allows for a
+	// starved nice'd run.
+	deadline := time.Now().Add(30 * time.Second)
 	for !zombieLeader() {
 		if time.Now().After(deadline) {
 			t.Fatal("the helper's main thread did not exit")
 		}
-		time.Sleep(5 * time.Millisecond)
+		select {
+		case err := <-exited:
+			exited <- err
+			t.Fatalf("the helper exited before its main thread alone did (exit code %d is its main goroutine "+
+				"off the main thread): %v", notLeaderExit, err)
+		case <-time.After(5 * time.Millisecond):
+		}
 	}
 	if !Alive(pid) {
 		t.Fatal("Alive: false for a process whose leader is a zombie but another thread runs (it still holds its files)")
@@ -132,7 +159,7 @@ func TestAliveWhileThreadsExit(t *testing.T) {
 	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
-	if err := waitGone(pid, 10*time.Second); err != nil { // unreaped: a zombie with no thread left
+	if err := waitGone(pid, 30*time.Second); err != nil { // unreaped: a zombie with no thread left
 		t.Fatal(err)
 	}
 }

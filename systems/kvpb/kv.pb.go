@@ -152,10 +152,18 @@ func (x *ResponseHeader) GetSystem() string {
 	return ""
 }
 
+// A write may carry a client session (Raft dissertation section 6.3):
+// client_id (non-zero, random per session) and seq (increasing per write
+// of the session). The cluster applies each (client_id, seq) at most once
+// and answers a resent one with the index of its first application, as
+// long as the session is among the most recently used (node.MaxSessions).
+// client_id 0: no session.
 type PutRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Key           []byte                 `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
 	Value         []byte                 `protobuf:"bytes,2,opt,name=value,proto3" json:"value,omitempty"`
+	ClientId      uint64                 `protobuf:"varint,3,opt,name=client_id,json=clientId,proto3" json:"client_id,omitempty"`
+	Seq           uint64                 `protobuf:"varint,4,opt,name=seq,proto3" json:"seq,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -202,6 +210,20 @@ func (x *PutRequest) GetValue() []byte {
 		return x.Value
 	}
 	return nil
+}
+
+func (x *PutRequest) GetClientId() uint64 {
+	if x != nil {
+		return x.ClientId
+	}
+	return 0
+}
+
+func (x *PutRequest) GetSeq() uint64 {
+	if x != nil {
+		return x.Seq
+	}
+	return 0
 }
 
 type PutResponse struct {
@@ -371,6 +393,8 @@ func (x *GetResponse) GetValue() []byte {
 type DeleteRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Key           []byte                 `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
+	ClientId      uint64                 `protobuf:"varint,2,opt,name=client_id,json=clientId,proto3" json:"client_id,omitempty"`
+	Seq           uint64                 `protobuf:"varint,3,opt,name=seq,proto3" json:"seq,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -410,6 +434,20 @@ func (x *DeleteRequest) GetKey() []byte {
 		return x.Key
 	}
 	return nil
+}
+
+func (x *DeleteRequest) GetClientId() uint64 {
+	if x != nil {
+		return x.ClientId
+	}
+	return 0
+}
+
+func (x *DeleteRequest) GetSeq() uint64 {
+	if x != nil {
+		return x.Seq
+	}
+	return 0
 }
 
 type DeleteResponse struct {
@@ -1214,9 +1252,12 @@ func (x *GCRound) GetThrottledNanos() int64 {
 }
 
 type SnapshotChunk struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Message       []byte                 `protobuf:"bytes,1,opt,name=message,proto3" json:"message,omitempty"` // first chunk only
-	Data          []byte                 `protobuf:"bytes,2,opt,name=data,proto3" json:"data,omitempty"`
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Message []byte                 `protobuf:"bytes,1,opt,name=message,proto3" json:"message,omitempty"` // first chunk only
+	Data    []byte                 `protobuf:"bytes,2,opt,name=data,proto3" json:"data,omitempty"`
+	// sessions: the client session table at the snapshot's index (first
+	// chunk only; the node's encoding, see systems/node/session.go).
+	Sessions      []byte `protobuf:"bytes,3,opt,name=sessions,proto3" json:"sessions,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1261,6 +1302,13 @@ func (x *SnapshotChunk) GetMessage() []byte {
 func (x *SnapshotChunk) GetData() []byte {
 	if x != nil {
 		return x.Data
+	}
+	return nil
+}
+
+func (x *SnapshotChunk) GetSessions() []byte {
+	if x != nil {
+		return x.Sessions
 	}
 	return nil
 }
@@ -1355,11 +1403,13 @@ const file_systems_kvpb_kv_proto_rawDesc = "" +
 	"\tleader_id\x18\x02 \x01(\x04R\bleaderId\x12\x12\n" +
 	"\x04term\x18\x03 \x01(\x04R\x04term\x12#\n" +
 	"\rapplied_index\x18\x04 \x01(\x04R\fappliedIndex\x12\x16\n" +
-	"\x06system\x18\x05 \x01(\tR\x06system\"4\n" +
+	"\x06system\x18\x05 \x01(\tR\x06system\"c\n" +
 	"\n" +
 	"PutRequest\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\fR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\fR\x05value\"U\n" +
+	"\x05value\x18\x02 \x01(\fR\x05value\x12\x1b\n" +
+	"\tclient_id\x18\x03 \x01(\x04R\bclientId\x12\x10\n" +
+	"\x03seq\x18\x04 \x01(\x04R\x03seq\"U\n" +
 	"\vPutResponse\x120\n" +
 	"\x06header\x18\x01 \x01(\v2\x18.nezha.kv.ResponseHeaderR\x06header\x12\x14\n" +
 	"\x05index\x18\x02 \x01(\x04R\x05index\"[\n" +
@@ -1370,9 +1420,11 @@ const file_systems_kvpb_kv_proto_rawDesc = "" +
 	"\vGetResponse\x120\n" +
 	"\x06header\x18\x01 \x01(\v2\x18.nezha.kv.ResponseHeaderR\x06header\x12\x14\n" +
 	"\x05found\x18\x02 \x01(\bR\x05found\x12\x14\n" +
-	"\x05value\x18\x03 \x01(\fR\x05value\"!\n" +
+	"\x05value\x18\x03 \x01(\fR\x05value\"P\n" +
 	"\rDeleteRequest\x12\x10\n" +
-	"\x03key\x18\x01 \x01(\fR\x03key\"X\n" +
+	"\x03key\x18\x01 \x01(\fR\x03key\x12\x1b\n" +
+	"\tclient_id\x18\x02 \x01(\x04R\bclientId\x12\x10\n" +
+	"\x03seq\x18\x03 \x01(\x04R\x03seq\"X\n" +
 	"\x0eDeleteResponse\x120\n" +
 	"\x06header\x18\x01 \x01(\v2\x18.nezha.kv.ResponseHeaderR\x06header\x12\x14\n" +
 	"\x05index\x18\x02 \x01(\x04R\x05index\"\x88\x01\n" +
@@ -1446,10 +1498,11 @@ const file_systems_kvpb_kv_proto_rawDesc = "" +
 	"\x0fcompacted_index\x18\v \x01(\x04R\x0ecompactedIndex\x12\x14\n" +
 	"\x05error\x18\f \x01(\tR\x05error\x12\x18\n" +
 	"\atrigger\x18\r \x01(\tR\atrigger\x12'\n" +
-	"\x0fthrottled_nanos\x18\x0e \x01(\x03R\x0ethrottledNanos\"=\n" +
+	"\x0fthrottled_nanos\x18\x0e \x01(\x03R\x0ethrottledNanos\"Y\n" +
 	"\rSnapshotChunk\x12\x18\n" +
 	"\amessage\x18\x01 \x01(\fR\amessage\x12\x12\n" +
-	"\x04data\x18\x02 \x01(\fR\x04data\"*\n" +
+	"\x04data\x18\x02 \x01(\fR\x04data\x12\x1a\n" +
+	"\bsessions\x18\x03 \x01(\fR\bsessions\"*\n" +
 	"\fMessageBatch\x12\x1a\n" +
 	"\bmessages\x18\x01 \x03(\fR\bmessages\"\v\n" +
 	"\tStreamAck*.\n" +

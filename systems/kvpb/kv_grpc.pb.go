@@ -44,6 +44,11 @@ const (
 //	Aborted           the request was definitely not applied (no leader,
 //	                  proposal dropped, node stopping); safe to retry.
 //	DeadlineExceeded  the outcome of a write is unknown (ambiguous).
+//	Unavailable       the outcome of a write is unknown (ambiguous): the
+//	                  node lost its leader or the term changed while the
+//	                  write was pending, so it may or may not commit. A
+//	                  write with a client session may be resent (the
+//	                  cluster applies a session's sequence number once).
 //	ResourceExhausted the node refuses writes (disk reserve reached), or
 //	                  gRPC refused a request over twice the maximum value
 //	                  size before it reached the node.
@@ -131,6 +136,11 @@ func (c *kVClient) Status(ctx context.Context, in *StatusRequest, opts ...grpc.C
 //	Aborted           the request was definitely not applied (no leader,
 //	                  proposal dropped, node stopping); safe to retry.
 //	DeadlineExceeded  the outcome of a write is unknown (ambiguous).
+//	Unavailable       the outcome of a write is unknown (ambiguous): the
+//	                  node lost its leader or the term changed while the
+//	                  write was pending, so it may or may not commit. A
+//	                  write with a client session may be resent (the
+//	                  cluster applies a session's sequence number once).
 //	ResourceExhausted the node refuses writes (disk reserve reached), or
 //	                  gRPC refused a request over twice the maximum value
 //	                  size before it reached the node.

@@ -2,7 +2,6 @@ package node
 
 import (
 	"context"
-	"fmt"
 	"math"
 
 	"go.etcd.io/raft/v3"
@@ -23,12 +22,7 @@ func (c logControl) Roll(ctx context.Context) error {
 }
 
 func (c logControl) Compact(ctx context.Context, index uint64) error {
-	return c.n.inLoop(ctx, func() error {
-		if index > c.n.applied.Load() {
-			return fmt.Errorf("compact to %d above the applied index %d", index, c.n.applied.Load())
-		}
-		return c.n.log.Compact(index, c.n.confState)
-	})
+	return c.n.compactLog(ctx, index)
 }
 
 func (c logControl) CompactedIndex() uint64 { return c.n.log.CompactedIndex() }

@@ -45,8 +45,10 @@ func (s *kvServer) withTimeout(ctx context.Context) (context.Context, context.Ca
 // writeError maps the outcome of a proposal to a gRPC status.
 func writeError(err error) error {
 	switch {
-	case errors.Is(err, errDropped):
+	case errors.Is(err, errDropped), errors.Is(err, errSuperseded):
 		return status.Errorf(codes.Aborted, "write not applied: %v; retry", err)
+	case errors.Is(err, errLeaderChanged):
+		return status.Errorf(codes.Unavailable, "write outcome unknown: %v; resend it with the same client session", err)
 	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled):
 		return status.Errorf(codes.DeadlineExceeded, "write outcome unknown: %v", err)
 	case errors.Is(err, errStopping):
@@ -69,12 +71,15 @@ func readError(err error) error {
 }
 
 func (s *kvServer) Put(ctx context.Context, req *kvpb.PutRequest) (*kvpb.PutResponse, error) {
-	return s.put(ctx, req.Key, req.Value, nil)
+	return s.put(ctx, req.Key, req.Value, clientSession{req.ClientId, req.Seq}, nil)
 }
+
+// clientSession is the optional session of a write (session.go).
+type clientSession struct{ client, seq uint64 }
 
 // put validates and proposes a put. frame, if not nil, holds key and
 // value, and the entry data is built in it around the value.
-func (s *kvServer) put(ctx context.Context, key, value []byte, frame *putFrame) (*kvpb.PutResponse, error) {
+func (s *kvServer) put(ctx context.Context, key, value []byte, sess clientSession, frame *putFrame) (*kvpb.PutResponse, error) {
 	if err := systems.CheckKey(key); err != nil {
 		return nil, status.Errorf(codes.InvalidArgument, "put: %v", err)
 	}
@@ -86,7 +91,8 @@ func (s *kvServer) put(ctx context.Context, key, value []byte, frame *putFrame) 
 	}
 	ctx, cancel := s.withTimeout(ctx)
 	defer cancel()
-	c := &systems.Command{Op: systems.OpPut, Key: key, Value: value, RequestID: s.n.nextRequestID()}
+	c := &systems.Command{Op: systems.OpPut, Key: key, Value: value, RequestID: s.n.nextRequestID(),
+		ClientID: sess.client, Seq: sess.seq}
 	var data []byte
 	if frame != nil && frame.valueLast {
 		data, _ = systems.PrependCommandHeader(frame.buf, frame.valueStart, c)
@@ -112,12 +118,13 @@ type putFrame struct {
 	key, value []byte
 	valueStart int
 	valueLast  bool
+	session    clientSession
 }
 
-// putHeadroomBytes is room for the op, request id and key length of a
-// command (1 + 10 + 10 bytes, at most) beyond what the request's own field
-// headers leave.
-const putHeadroomBytes = 32
+// putHeadroomBytes is room for the op, request id, client id, sequence
+// number and key length of a command (1 + 4 x 10 bytes, at most) beyond
+// what the request's own field headers leave.
+const putHeadroomBytes = 48
 
 // decode fills f from the bytes of a PutRequest in parts.
 func (f *putFrame) decode(parts [][]byte) error {
@@ -132,6 +139,14 @@ func (f *putFrame) decode(parts [][]byte) error {
 		vn := protowire.ConsumeFieldValue(num, typ, b[n:])
 		if vn < 0 {
 			return protowire.ParseError(vn)
+		}
+		if typ == protowire.VarintType && (num == 3 || num == 4) {
+			v, _ := protowire.ConsumeVarint(b[n:])
+			if num == 3 {
+				f.session.client = v
+			} else {
+				f.session.seq = v
+			}
 		}
 		if typ == protowire.BytesType && (num == 1 || num == 2) {
 			v, _ := protowire.ConsumeBytes(b[n:])
@@ -169,12 +184,12 @@ func putFrameHandler(srv any, ctx context.Context, dec func(any) error, intercep
 	}
 	s := srv.(*kvServer)
 	if interceptor == nil {
-		return s.put(ctx, f.key, f.value, f)
+		return s.put(ctx, f.key, f.value, f.session, f)
 	}
 	info := &grpc.UnaryServerInfo{Server: srv, FullMethod: kvpb.KV_Put_FullMethodName}
 	return interceptor(ctx, f, info, func(ctx context.Context, req any) (any, error) {
 		f := req.(*putFrame)
-		return s.put(ctx, f.key, f.value, f)
+		return s.put(ctx, f.key, f.value, f.session, f)
 	})
 }
 
@@ -198,7 +213,8 @@ func (s *kvServer) Delete(ctx context.Context, req *kvpb.DeleteRequest) (*kvpb.D
 	}
 	ctx, cancel := s.withTimeout(ctx)
 	defer cancel()
-	idx, err := s.n.proposeAndWait(ctx, &systems.Command{Op: systems.OpDelete, Key: req.Key})
+	idx, err := s.n.proposeAndWait(ctx, &systems.Command{Op: systems.OpDelete, Key: req.Key,
+		ClientID: req.ClientId, Seq: req.Seq})
 	if err != nil {
 		return nil, writeError(err)
 	}

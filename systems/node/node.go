@@ -33,6 +33,14 @@ var (
 	errDropped = errors.New("not accepted by raft (no leader?)")
 	// errStopping: the node is shutting down.
 	errStopping = errors.New("node is stopping")
+	// errLeaderChanged: the node lost its leader, or the term changed,
+	// while the proposal was pending: it may still commit under the new
+	// leader, or never. Its outcome is unknown; a write with a client
+	// session may be resent.
+	errLeaderChanged = errors.New("the leader or the term changed while the write was pending")
+	// errSuperseded: a late copy of a write whose session has applied a
+	// later write: it was not applied now (the client stopped waiting).
+	errSuperseded = errors.New("a later write of the same client session was applied first")
 )
 
 // proposal is a client write on its way into the Ready loop.
@@ -116,6 +124,25 @@ type Node struct {
 	appliedWait *indexWait
 	reqNonce    uint64
 	reqSeq      atomic.Uint64
+	// propEpoch counts leader and term changes (loop-owned): a proposal
+	// made in an earlier epoch fails with errLeaderChanged at once.
+	propEpoch uint64
+
+	// Client sessions (session.go). sessions is the table at the applied
+	// index: the apply goroutine's (the Ready loop's while the apply
+	// goroutine waits at a barrier, and open's). sessBase is the table at
+	// the log's compaction point and sessDeltas the deltas from it to
+	// sessions, both under sessMu. applyDeltas is the apply goroutine's
+	// buffer for them. compactMu serializes LogControl.Compact.
+	// sessLogFolded counts the entries compactions folded from the log
+	// (when the delta queue overflowed).
+	sessions      *sessionTable
+	sessMu        sync.Mutex
+	sessBase      *sessionTable
+	sessDeltas    *sessionDeltas
+	applyDeltas   []sessionDelta
+	compactMu     sync.Mutex
+	sessLogFolded atomic.Uint64
 
 	// Loop-owned read index state.
 	readSeq      uint64
@@ -161,6 +188,7 @@ func Start(cfg Config) (*Node, error) {
 		pendingReads: map[uint64]*readBatch{},
 		epoch:        time.Now(),
 		codec:        kvpb.NewCodec(),
+		sessDeltas:   newSessionDeltas(MaxSessionDeltas),
 	}
 	n.fs = vfs.New()
 	n.disk = newDiskGuard(cfg.DataDir, cfg.MinFreeDiskBytes, n.fs, cfg.DiskBallastBytes, n.logger)
@@ -235,6 +263,9 @@ func (n *Node) open() error {
 	case applied+1 < first:
 		return fmt.Errorf("state machine applied index %d is below the log's first index %d: entries %d..%d are gone",
 			applied, first, applied+1, first-1)
+	}
+	if err := n.openSessions(applied); err != nil {
+		return err
 	}
 	n.applied.Store(applied)
 	n.appliedWait.trigger(applied)
@@ -469,28 +500,44 @@ func (n *Node) step(m raftpb.Message) {
 func (n *Node) propose(p proposal) {
 	if err := n.rn.Propose(p.data); err != nil {
 		n.proposals.trigger(p.id, applyResult{err: errDropped})
+		return
 	}
+	n.proposals.proposed(p.id, n.propEpoch)
 }
 
 // handleReady persists, sends and dispatches one Ready (raft's doc.go: write
 // entries and HardState, send messages, apply committed entries, Advance).
 // The leader sends before it persists (Raft thesis 10.2.1).
 func (n *Node) handleReady(rd raft.Ready) error {
+	changed := false
 	if rd.SoftState != nil {
 		if old := n.lead.Swap(rd.SoftState.Lead); old != rd.SoftState.Lead {
 			n.logger.Info("leader changed", "leader", rd.SoftState.Lead, "state", rd.SoftState.RaftState)
 			n.leaseUntil.Store(0)
 			n.failReads(errDropped)
+			changed = true
 		}
-		n.raftState.Store(uint64(rd.SoftState.RaftState))
+		if old := n.raftState.Swap(uint64(rd.SoftState.RaftState)); old != uint64(rd.SoftState.RaftState) {
+			changed = true
+		}
 	}
 	isLeader := raft.StateType(n.raftState.Load()) == raft.StateLeader
 	if !raft.IsEmptyHardState(rd.HardState) {
 		// Publish the commit index before any message carries it: a
 		// follower may apply an entry and answer its client before this
 		// Ready is persisted, and a lease read here must not miss it.
-		n.term.Store(rd.HardState.Term)
+		if old := n.term.Swap(rd.HardState.Term); old != rd.HardState.Term {
+			changed = true
+		}
 		n.commit.Store(rd.HardState.Commit)
+	}
+	if changed {
+		// A proposal made before a change of leader or term may never
+		// commit (it was lost with the old leader, or will be replaced by
+		// the new leader's entries), or may commit: tell its client now
+		// rather than at its timeout. Its session makes a resend safe.
+		n.propEpoch++
+		n.proposals.failProposedBefore(n.propEpoch, errLeaderChanged)
 	}
 	if isLeader {
 		n.transport.send(rd.Messages)
@@ -633,18 +680,34 @@ func (n *Node) runApply() {
 	}
 }
 
+// apply applies the batches' entries in order and releases each barrier
+// once every entry before it is applied.
 func (n *Node) apply(batches []applyBatch) error {
-	var ents []systems.AppliedEntry
 	for i, b := range batches {
 		if b.barrier != nil {
-			if err := n.apply(batches[:i]); err != nil {
+			if err := n.applyEntries(batches[:i]); err != nil {
 				return err
 			}
 			close(b.barrier)
 			return n.apply(batches[i+1:])
 		}
+	}
+	return n.applyEntries(batches)
+}
+
+// applyEntries applies the entries of batches (which hold no barrier).
+func (n *Node) applyEntries(batches []applyBatch) error {
+	var (
+		ents    []systems.AppliedEntry
+		results []applyResult // per entry: what its proposer is told
+	)
+	for _, b := range batches {
 		for _, e := range b.entries {
+			if e.Index != n.sessions.index+1 {
+				return fmt.Errorf("client sessions at index %d, next entry to apply is %d", n.sessions.index, e.Index)
+			}
 			ae := systems.AppliedEntry{Index: e.Index, Term: e.Term}
+			res := applyResult{index: e.Index}
 			if e.Type == raftpb.EntryNormal && len(e.Data) > 0 {
 				c, err := systems.DecodeCommand(e.Data)
 				if err != nil {
@@ -652,18 +715,41 @@ func (n *Node) apply(batches []applyBatch) error {
 				} else {
 					ae.Command = c
 				}
+				if c.ClientID != 0 {
+					n.applyDeltas = append(n.applyDeltas, sessionDelta{index: e.Index, client: c.ClientID, seq: c.Seq})
+					switch v, first := n.sessions.decide(e.Index, c.ClientID, c.Seq); v {
+					case sessionDuplicate:
+						ae.Command = systems.Command{Op: systems.OpNone, RequestID: c.RequestID}
+						res.index = first
+					case sessionStale:
+						ae.Command = systems.Command{Op: systems.OpNone, RequestID: c.RequestID}
+						res = applyResult{err: errSuperseded}
+					}
+				}
 			}
+			n.sessions.index = e.Index
 			loc, ok := n.log.Location(e.Index)
 			if !ok {
 				return fmt.Errorf("committed entry %d has no location in the log", e.Index)
 			}
 			ae.Location = loc
 			ents = append(ents, ae)
+			results = append(results, res)
 		}
 	}
 	if len(ents) == 0 {
 		return nil
 	}
+	// Queue the deltas before the applied index moves: a compaction to an
+	// applied index finds them.
+	n.sessMu.Lock()
+	overflow := n.sessDeltas.push(n.applyDeltas, n.sessions.index)
+	maxDeltas := n.sessDeltas.max
+	n.sessMu.Unlock()
+	if overflow {
+		n.logDeltaOverflow(maxDeltas, n.sessions.index)
+	}
+	n.applyDeltas = n.applyDeltas[:0]
 	if err := n.retryFullDisk(func() error { return n.sm.Apply(ents) }); err != nil {
 		return fmt.Errorf("apply entries %d..%d: %w", ents[0].Index, ents[len(ents)-1].Index, err)
 	}
@@ -671,7 +757,7 @@ func (n *Node) apply(batches []applyBatch) error {
 	n.applied.Store(last)
 	for i := range ents {
 		if id := ents[i].Command.RequestID; id != 0 {
-			n.proposals.trigger(id, applyResult{index: ents[i].Index})
+			n.proposals.trigger(id, results[i])
 		}
 	}
 	n.appliedWait.trigger(last)

@@ -548,3 +548,104 @@ func TestCampaignOnBoot(t *testing.T) {
 		t.Fatalf("leader is node %d, want node 1 (the one that campaigned)", l+1)
 	}
 }
+
+// gatedConfig opens a memSM whose Apply first calls hold (a test's gate).
+type gatedConfig struct {
+	memConfig
+	hold func()
+}
+
+func (g gatedConfig) Open(systems.Env) (systems.StateMachine, error) {
+	return &gatedSM{memSM: &memSM{m: map[string][]byte{}}, hold: g.hold}, nil
+}
+
+type gatedSM struct {
+	*memSM
+	hold func()
+}
+
+func (s *gatedSM) Apply(ents []systems.AppliedEntry) error {
+	s.hold()
+	return s.memSM.Apply(ents)
+}
+
+// waitFor polls cond until it holds or the deadline passes.
+func waitFor(t testing.TB, deadline time.Duration, what string, cond func() bool) {
+	t.Helper()
+	end := time.Now().Add(deadline)
+	for !cond() {
+		if time.Now().After(end) {
+			t.Fatalf("not within %v: %s", deadline, what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// TestApplyBarrierAfterEntries: the apply goroutine drains committed
+// entries and a barrier (as installSnapshot sends) in one go; it applies
+// the entries once, then releases the barrier.
+func TestApplyBarrierAfterEntries(t *testing.T) {
+	var (
+		mu      sync.Mutex
+		gate    chan struct{} // non-nil: Apply waits for it to close
+		entered = make(chan struct{}, 1)
+	)
+	hold := func() {
+		mu.Lock()
+		g := gate
+		mu.Unlock()
+		if g != nil {
+			select {
+			case entered <- struct{}{}:
+			default:
+			}
+			<-g
+		}
+	}
+	tc := startClusterWith(t, 1, func(c *Config) { c.SystemConfig = gatedConfig{hold: hold} })
+	tc.waitLeader(10 * time.Second)
+	n := tc.nodes[0]
+	c := tc.client(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if _, err := c.Put(ctx, []byte("k0"), []byte("v")); err != nil {
+		t.Fatal(err)
+	}
+	g := make(chan struct{})
+	mu.Lock()
+	gate = g
+	mu.Unlock()
+	errs := make(chan error, 2)
+	go func() { _, err := c.Put(ctx, []byte("k1"), []byte("v")); errs <- err }()
+	<-entered // the apply goroutine holds k1's batch
+	mu.Lock()
+	gate = nil
+	mu.Unlock()
+	go func() { _, err := c.Put(ctx, []byte("k2"), []byte("v")); errs <- err }()
+	waitFor(t, 10*time.Second, "k2's batch queued for the apply goroutine", func() bool { return len(n.applyc) > 0 })
+	barrier := make(chan struct{})
+	if err := n.inLoop(ctx, func() error { n.applyc <- applyBatch{barrier: barrier}; return nil }); err != nil {
+		t.Fatal(err)
+	}
+	close(g)
+	select {
+	case <-barrier:
+	case <-n.Failed():
+		t.Fatalf("node failed: %v", n.Err())
+	case <-ctx.Done():
+		t.Fatal("the barrier was not released")
+	}
+	for range 2 {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, k := range []string{"k0", "k1", "k2"} {
+		if _, ok, _ := n.sm.Get([]byte(k)); !ok {
+			t.Fatalf("%s not applied", k)
+		}
+	}
+	if err := n.Err(); err != nil {
+		t.Fatalf("node failed: %v", err)
+	}
+}

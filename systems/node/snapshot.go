@@ -72,7 +72,12 @@ func (t *transport) sendSnapshot(p *peer, m raftpb.Message) {
 	if err != nil {
 		return
 	}
-	if err := stream.Send(&kvpb.SnapshotChunk{Message: mb}); err != nil {
+	sessions, err := n.baseSessions(m.Snapshot.Metadata.Index)
+	if err != nil {
+		n.logger.Warn("snapshot not sent", "peer", p.id, "err", err)
+		return
+	}
+	if err := stream.Send(&kvpb.SnapshotChunk{Message: mb, Sessions: sessions}); err != nil {
 		n.logger.Warn("snapshot send", "peer", p.id, "err", err)
 		return
 	}
@@ -145,6 +150,9 @@ func (s *raftServer) Snapshot(stream grpc.ClientStreamingServer[kvpb.SnapshotChu
 	}
 	md := m.Snapshot.Metadata
 	name := fmt.Sprintf("%020d-%020d.snap", md.Index, md.Term)
+	if err := writeSessionFile(dir, md.Index, first.Sessions); err != nil {
+		return fmt.Errorf("write snapshot's client sessions: %w", err)
+	}
 	tmp, err := os.CreateTemp(dir, name+".*.tmp")
 	if err != nil {
 		return err
@@ -232,12 +240,28 @@ func (n *Node) installSnapshot(snap raftpb.Snapshot) error {
 	if err := snapper.PrepareRestore(md.Index, r); err != nil {
 		return fmt.Errorf("restore snapshot at index %d: %w", md.Index, err)
 	}
+	sessPath := filepath.Join(filepath.Dir(path), sessionFileName(md.Index))
+	enc, err := os.ReadFile(sessPath)
+	if err != nil {
+		return fmt.Errorf("snapshot at index %d: client sessions: %w", md.Index, err)
+	}
+	sessions, err := n.installSessions(md.Index, enc)
+	if err != nil {
+		return err
+	}
 	if err := n.log.ApplySnapshot(md); err != nil {
 		return err
 	}
 	if err := snapper.CommitRestore(md.Index); err != nil {
 		return fmt.Errorf("restore snapshot at index %d: %w", md.Index, err)
 	}
+	n.sessMu.Lock()
+	n.sessBase = sessions
+	n.sessDeltas.reset(md.Index)
+	n.sessMu.Unlock()
+	n.sessions = sessions.clone()
+	removeSessionFilesExcept(n.sessionDir(), md.Index)
+	os.Remove(sessPath)
 	n.confState = md.ConfState
 	n.applied.Store(md.Index)
 	n.appliedWait.trigger(md.Index)

@@ -12,18 +12,25 @@ type applyResult struct {
 }
 
 // waitRegistry maps the request id of a pending proposal to the channel its
-// client waits on.
+// client waits on, and to the epoch (Node.propEpoch) Raft accepted it in.
 type waitRegistry struct {
 	mu sync.Mutex
-	m  map[uint64]chan applyResult
+	m  map[uint64]*waiter
 }
 
-func newWaitRegistry() *waitRegistry { return &waitRegistry{m: map[uint64]chan applyResult{}} }
+type waiter struct {
+	ch chan applyResult
+	// epoch is the leader/term epoch the proposal was handed to Raft in;
+	// 0 until then.
+	epoch uint64
+}
+
+func newWaitRegistry() *waitRegistry { return &waitRegistry{m: map[uint64]*waiter{}} }
 
 func (w *waitRegistry) register(id uint64) <-chan applyResult {
 	ch := make(chan applyResult, 1)
 	w.mu.Lock()
-	w.m[id] = ch
+	w.m[id] = &waiter{ch: ch}
 	w.mu.Unlock()
 	return ch
 }
@@ -34,22 +41,44 @@ func (w *waitRegistry) cancel(id uint64) {
 	w.mu.Unlock()
 }
 
+// proposed records that Raft accepted proposal id in epoch.
+func (w *waitRegistry) proposed(id, epoch uint64) {
+	w.mu.Lock()
+	if wt, ok := w.m[id]; ok {
+		wt.epoch = epoch + 1 // 0 stays "not proposed yet"
+	}
+	w.mu.Unlock()
+}
+
+// failProposedBefore fails, with err, every proposal Raft accepted in an
+// epoch before epoch.
+func (w *waitRegistry) failProposedBefore(epoch uint64, err error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for id, wt := range w.m {
+		if wt.epoch != 0 && wt.epoch-1 < epoch {
+			wt.ch <- applyResult{err: err}
+			delete(w.m, id)
+		}
+	}
+}
+
 // trigger delivers r to the waiter of id, if any.
 func (w *waitRegistry) trigger(id uint64, r applyResult) {
 	w.mu.Lock()
-	ch, ok := w.m[id]
+	wt, ok := w.m[id]
 	delete(w.m, id)
 	w.mu.Unlock()
 	if ok {
-		ch <- r
+		wt.ch <- r
 	}
 }
 
 func (w *waitRegistry) failAll(err error) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	for id, ch := range w.m {
-		ch <- applyResult{err: err}
+	for id, wt := range w.m {
+		wt.ch <- applyResult{err: err}
 		delete(w.m, id)
 	}
 }

@@ -9,8 +9,11 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/grpc"
+
 	"github.com/nezha-harness/nezha/systems/client"
 	"github.com/nezha-harness/nezha/systems/cluster"
+	"github.com/nezha-harness/nezha/systems/kvpb"
 )
 
 // The GC crash points of the nezha package (nezha.CrashPoints), named here
@@ -182,6 +185,12 @@ func (h *harness) rejoinThroughSnapshot(acked map[string]string, deleted []strin
 		follower = 2
 	}
 	fn, _ := h.spec.Node(follower)
+	// A write under a client session, then overwritten: resent later, after
+	// the log was compacted past it and the follower restored a snapshot,
+	// it must still be recognized (on the follower too) and not applied.
+	h.sessionIndex = h.sessionPut(*fn, sessionClient, 1, "session-key", "first")
+	h.put("session-key", "second")
+	acked["session-key"] = "second"
 	ctx, cancel := ctxFor(5 * time.Second)
 	st, err := h.c.Status(ctx, fn.Address, false)
 	cancel()
@@ -217,7 +226,44 @@ func (h *harness) rejoinThroughSnapshot(acked map[string]string, deleted []strin
 		t.Fatalf("follower %d caught up without a snapshot; log tail:\n%s", follower, cluster.Tail(fn.Log, 30))
 	}
 	h.checkNode(follower, acked, deleted)
+	h.resendSessionWrite(follower, leader)
+	h.convergence()
+	h.checkNode(follower, acked, deleted)
 	return follower, leader
+}
+
+// resendSessionWrite resends rejoinThroughSnapshot's session write through
+// each of nodes: each must answer with the first copy's index (and apply
+// nothing: checkNode and convergence see the later value).
+func (h *harness) resendSessionWrite(nodes ...uint64) {
+	h.t.Helper()
+	for _, n := range nodes {
+		nd, _ := h.spec.Node(n)
+		if got := h.sessionPut(*nd, sessionClient, 1, "session-key", "first"); got != h.sessionIndex {
+			h.t.Fatalf("node %d answered a resent write with index %d; its first copy was applied at %d", n, got, h.sessionIndex)
+		}
+	}
+}
+
+// sessionClient is the client id of the suite's hand-made session writes.
+const sessionClient = 0x5e55
+
+// sessionPut sends one put under a client session to node n and returns
+// the index the cluster reports for it.
+func (h *harness) sessionPut(n cluster.Node, clientID, seq uint64, key, value string) uint64 {
+	h.t.Helper()
+	cc, err := grpc.NewClient(n.Address, client.DialOptions(1<<20)...)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	defer cc.Close()
+	ctx, cancel := ctxFor(10 * time.Second)
+	defer cancel()
+	r, err := kvpb.NewKVClient(cc).Put(ctx, &kvpb.PutRequest{Key: []byte(key), Value: []byte(value), ClientId: clientID, Seq: seq})
+	if err != nil {
+		h.t.Fatalf("put %s under session %d/%d on node %d: %v", key, clientID, seq, n.ID, err)
+	}
+	return r.Index
 }
 
 // A follower that is down while the leader compacts its log rejoins
@@ -226,13 +272,25 @@ func TestGCFollowerRejoinsThroughSnapshot(t *testing.T) {
 	h := startWith(t, Options{System: "nezha", Binary: binary, Seed: 200,
 		ExtraArgs: []string{"-segmentSizeBytes", "65536", "-gcContinuous", "-gcInterval", "20ms"}}, nil)
 	acked := h.writeMany("s", 200, "before")
-	follower, _ := h.rejoinThroughSnapshot(acked, nil)
+	follower, leader := h.rejoinThroughSnapshot(acked, nil)
 	// It keeps up after the snapshot.
 	for k, v := range h.writeMany("after", 50, "after") {
 		acked[k] = v
 	}
 	h.convergence()
 	h.checkNode(follower, acked, nil)
+	// The old leader, restarted on its compacted log, still knows the
+	// session (from the table of its compaction point and its log).
+	if err := h.spec.Kill(leader); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.spec.Restart(leader); err != nil {
+		t.Fatal(err)
+	}
+	h.convergence()
+	h.resendSessionWrite(leader, follower)
+	h.convergence()
+	h.checkNode(leader, acked, nil)
 }
 
 // The Raft + RocksDB baselines truncate their Raft log (package baseline,
@@ -266,6 +324,8 @@ func TestGCBaselineFollowerRejoinsThroughSnapshot(t *testing.T) {
 			if err := h.spec.Restart(follower); err != nil {
 				t.Fatal(err)
 			}
+			h.convergence()
+			h.resendSessionWrite(follower)
 			h.convergence()
 			h.checkNode(follower, acked, deleted)
 			// Every node's log ends up within the budget plus one segment,
