@@ -335,6 +335,11 @@ func writeDifferences(b *strings.Builder, results []*Result, hs []Headline) {
 			add("- During nezha-nogc's runs the machine was %.0f %% busy and the disk wrote %.0f %% of its limit.", 100*busy, 100*disk)
 		}
 		add("- Original spent %.1f node-CPU seconds per GB written against nezha-nogc's %.1f.", m["put_headline_node_cpu_s_per_gb/original"], m["put_headline_node_cpu_s_per_gb/nezha-nogc"])
+		if _, ok := m["put_headline_cpu_share/original/rocksdb_low_threads"]; ok {
+			add("- Where the CPU went (profiled headline runs): original %.0f %% in RocksDB's compaction threads, %.0f %% in its flush threads and %.0f %% in RocksDB calls on the write path; nezha-nogc %.0f %% in system calls (socket and file I/O), %.0f %% copying memory, %.0f %% in gRPC and %.0f %% in fsync.",
+				100*m["put_headline_cpu_share/original/rocksdb_low_threads"], 100*m["put_headline_cpu_share/original/rocksdb_high_threads"], 100*m["put_headline_cpu_share/original/rocksdb_foreground"],
+				100*m["put_headline_cpu_share/nezha-nogc/syscalls"], 100*m["put_headline_cpu_share/nezha-nogc/memmove"], 100*m["put_headline_cpu_share/nezha-nogc/grpc"], 100*m["put_headline_cpu_share/nezha-nogc/fsync"])
+		}
 		var conds []string
 		for _, c := range ConditionNames() {
 			if h, ok := find("PUT", "nezha-nogc", c); ok {
