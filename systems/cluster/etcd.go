@@ -41,9 +41,6 @@ const (
 	// maximum recommendation, 8 GiB; the default 2 GiB would stop a
 	// large load with a NOSPACE alarm).
 	etcdQuotaBackendBytes = 8 << 30
-	// etcdRequestOverheadBytes is added to the largest value for etcd's
-	// --max-request-bytes (a key up to systems.MaxKeyBytes and framing).
-	etcdRequestOverheadBytes = 2 * systems.MaxKeyBytes
 	// etcdElectionTicks is the election timeout in heartbeats (etcd's
 	// default ratio, as our nodes' 10 ticks).
 	etcdElectionTicks = 10
@@ -59,7 +56,8 @@ type etcdOptions struct {
 // translateEtcd maps the serve flags the harness passes to every system
 // onto etcd's flags: -sync=false is --unsafe-no-fsync; -tick D is
 // --heartbeat-interval D and --election-timeout 10 D; -maxValueBytes N is
-// --max-request-bytes N + 128 KiB; -dialPeers (one address per node, the
+// --max-request-bytes N (etcd limits the whole request, so its largest
+// value is that less the key and some framing); -dialPeers (one address per node, the
 // same list on every node: a proxy in front of each member) sets the peer
 // addresses the members advertise; -campaign is what etcd's
 // --initial-election-tick-advance does already. Flags written with two
@@ -125,7 +123,7 @@ func translateEtcd(args []string) (etcdOptions, error) {
 			errs = append(errs, systems.Usagef("etcd: flag %s of nezha serve has no etcd equivalent (give etcd's own flags with two dashes, e.g. --snapshot-count=10000)", a))
 		}
 	}
-	o.args = append([]string{"--max-request-bytes", strconv.Itoa(maxValue + etcdRequestOverheadBytes),
+	o.args = append([]string{"--max-request-bytes", strconv.Itoa(maxValue),
 		"--quota-backend-bytes", strconv.Itoa(etcdQuotaBackendBytes)}, o.args...)
 	if o.noFsync {
 		o.args = append(o.args, "--unsafe-no-fsync")
