@@ -9,6 +9,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/magiconair/properties"
+	_ "github.com/pingcap/go-ycsb/db/etcd" // go-ycsb's etcd binding
+	gycsb "github.com/pingcap/go-ycsb/pkg/ycsb"
+
 	"github.com/nezha-harness/nezha/systems/client"
 	"github.com/nezha-harness/nezha/systems/cluster"
 )
@@ -39,7 +43,8 @@ func etcdAddresses(t *testing.T, spec *cluster.Spec) []string {
 
 // TestEtcdctl drives a nezha cluster through its etcd API with etcdctl
 // (Debian's etcd-client, installed by scripts/setup.sh), a client nobody
-// here wrote, and with etcd's Go client through the harness's etcd backend.
+// here wrote, with etcd's Go client through the harness's etcd backend,
+// and with go-ycsb's etcd binding.
 func TestEtcdctl(t *testing.T) {
 	etcdctl, err := exec.LookPath("etcdctl")
 	if err != nil {
@@ -107,5 +112,34 @@ func TestEtcdctl(t *testing.T) {
 	st, err := c.Status(ctx, eps[0], false)
 	if err != nil || st.Header.NodeId != 1 || st.Header.LeaderId == 0 {
 		t.Fatalf("status through etcd's Go client: %v %v", st, err)
+	}
+
+	// go-ycsb's etcd binding, as its own workloads call it. Its Scan wants
+	// etcd's count (every key from the start on) to equal the limit, so the
+	// table sorts last and the scan reaches the end.
+	db, err := gycsb.GetDBCreator("etcd").Create(properties.MustLoadString("etcd.endpoints=" + strings.Join(eps, ",")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	for _, k := range []string{"user1", "user2", "user3"} {
+		if err := db.Insert(ctx, "zz", k, map[string][]byte{"field0": []byte("v-" + k)}); err != nil {
+			t.Fatalf("go-ycsb etcd insert %s: %v", k, err)
+		}
+	}
+	row, err := db.Read(ctx, "zz", "user2", nil)
+	if err != nil || string(row["field0"]) != "v-user2" {
+		t.Fatalf("go-ycsb etcd read: %v %v", row, err)
+	}
+	// go-ycsb v1.0.3 appends the rows after `count` empty ones.
+	rows, err := db.Scan(ctx, "zz", "user2", 2, nil)
+	if n := len(rows); err != nil || n < 2 || string(rows[n-2]["field0"]) != "v-user2" || string(rows[n-1]["field0"]) != "v-user3" {
+		t.Fatalf("go-ycsb etcd scan: %v %v", rows, err)
+	}
+	if err := db.Delete(ctx, "zz", "user1"); err != nil {
+		t.Fatalf("go-ycsb etcd delete: %v", err)
+	}
+	if _, err := db.Read(ctx, "zz", "user1", nil); err == nil {
+		t.Fatal("go-ycsb etcd read of a deleted row succeeded")
 	}
 }
