@@ -173,10 +173,12 @@ func (s *Spec) etcdArgs(n *Node) []string {
 func (s *Spec) checkEtcd() error {
 	var errs []error
 	var first []string
+	seen := map[string]bool{} // the cluster's flags fail on every node: say so once
 	for i, n := range s.Nodes {
 		o, err := translateEtcd(append(append([]string(nil), s.ExtraArgs...), n.ExtraArgs...))
 		if err != nil {
-			if i == 0 {
+			if !seen[err.Error()] {
+				seen[err.Error()] = true
 				errs = append(errs, err)
 			}
 			continue
