@@ -59,7 +59,7 @@ nemeses (-nemesis: a comma-separated list, all, or none):
 func Command(args []string, stdout, stderr io.Writer) error {
 	o := DefaultOptions()
 	fs := flag.NewFlagSet("check", flag.ContinueOnError)
-	fs.StringVar(&o.System, "system", "", "system under test (required)")
+	fs.StringVar(&o.System, "system", "", "system under test (required; etcd: the external reference system)")
 	nemesis := fs.String("nemesis", "all", "nemeses to inject, one at a time: comma-separated names, all, or none")
 	fs.DurationVar(&o.Duration, "duration", o.Duration, "how long the workload runs (faults are healed before its end; without this flag, longer if the nemeses need it)")
 	fs.IntVar(&o.Clients, "clients", o.Clients, "logical clients, pinned to the nodes in turn")

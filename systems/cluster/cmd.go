@@ -108,7 +108,7 @@ func Command(args []string, known []string, stdout, stderr io.Writer) error {
 	switch sub {
 	case "up":
 		o := UpOptions{}
-		fs.StringVar(&o.System, "system", "", "system under test")
+		fs.StringVar(&o.System, "system", "", "system under test (or etcd: the external reference system, Debian's etcd on PATH)")
 		fs.IntVar(&o.Nodes, "nodes", 3, "number of nodes")
 		fs.DurationVar(&o.ReadyTimeout, "timeout", 30*time.Second, "how long to wait for a leader")
 		var extra []string
