@@ -20,6 +20,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/nezha-harness/nezha/systems"
+	"github.com/nezha-harness/nezha/systems/cluster"
 	"github.com/nezha-harness/nezha/workloads"
 )
 
@@ -105,7 +106,10 @@ func runCommand(args []string, known []string, stdout, stderr io.Writer) error {
 	syss := systems.SplitList(*systemsFlag)
 	var errs []error
 	for _, s := range syss {
-		if !slices.Contains(known, s) {
+		switch {
+		case cluster.External(s):
+			errs = append(errs, systems.Usagef("-systems %s: the external reference system is not in the experiments (they read the nodes' Status, GC and storage shape); measure it with bench, ycsb and check -system %s", s, s))
+		case !slices.Contains(known, s):
 			errs = append(errs, systems.Usagef("unknown system %q (known: %s)", s, strings.Join(known, ", ")))
 		}
 	}

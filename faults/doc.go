@@ -5,7 +5,10 @@
 //     its own embedded toxiproxy proxy (the nodes' -dialPeers point at
 //     them); a partition disables proxies, a delay adds toxiproxy's latency
 //     toxic. Client connections are not proxied, so an isolated old leader
-//     still answers its clients and stale reads become observable;
+//     still answers its clients and stale reads become observable. A system
+//     whose members advertise one peer address to all (etcd) gets one HTTP
+//     proxy per member instead, which puts each request on its directed
+//     link by the header naming its sender (NewHTTPNet);
 //   - process: SIGKILL and restart (kill, kill-leader, restart-all),
 //     SIGSTOP and SIGCONT (pause, pause-leader);
 //   - disk: torn-tail kills a follower, cuts or corrupts the last bytes of

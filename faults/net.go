@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"net"
 	"os"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -50,6 +51,9 @@ type Net struct {
 	// reserved are listeners that hold loopback ports for the proxies
 	// until NodeArgs creates them (see Reserve).
 	reserved []net.Listener
+	// http, if set, replaces the per-link proxies by one HTTP proxy per
+	// node (NewHTTPNet).
+	http *httpPeers
 }
 
 // NewNet returns an empty network; the proxies are created by NodeArgs.
@@ -68,7 +72,11 @@ func NewNet() *Net {
 func (n *Net) Reserve(nodes int) error {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	for i := 0; i < nodes*(nodes-1); i++ {
+	count := nodes * (nodes - 1)
+	if n.http != nil {
+		count = nodes
+	}
+	for i := 0; i < count; i++ {
 		l, err := listenBelowEphemeral()
 		if err != nil {
 			return fmt.Errorf("reserve a port for a peer link proxy: %w", err)
@@ -109,8 +117,12 @@ func listenBelowEphemeral() (net.Listener, error) {
 func (n *Net) NodeArgs(self cluster.Node, all []cluster.Node) []string {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	if n.createErr == nil && len(n.proxies) == 0 && len(all) > 1 {
-		if err := n.createLocked(all); err != nil {
+	create := n.createLocked
+	if n.http != nil {
+		create = n.createHTTPLocked
+	}
+	if n.createErr == nil && len(n.proxies) == 0 && (n.http == nil || len(n.http.nodes) == 0) && len(all) > 1 {
+		if err := create(all); err != nil {
 			n.closeLocked()
 			n.createErr = err
 		}
@@ -119,6 +131,13 @@ func (n *Net) NodeArgs(self cluster.Node, all []cluster.Node) []string {
 		return []string{"-dialPeers", "proxy-setup-failed"}
 	}
 	dial := make([]string, len(all))
+	if n.http != nil {
+		// Every member dials the same proxy in front of each member.
+		for i, m := range all {
+			dial[i] = n.http.listen[m.ID]
+		}
+		return []string{"-dialPeers", strings.Join(dial, ",")}
+	}
 	for i, m := range all {
 		if m.ID == self.ID {
 			dial[i] = m.InternalAddress
@@ -190,6 +209,9 @@ func (n *Net) Links() []Link {
 	for l := range n.proxies {
 		out = append(out, l)
 	}
+	if n.http != nil {
+		out = n.httpLinksLocked()
+	}
 	sort.Slice(out, func(i, j int) bool {
 		if out[i].From != out[j].From {
 			return out[i].From < out[j].From
@@ -205,6 +227,15 @@ func (n *Net) Cut(links ...Link) error {
 	defer n.mu.Unlock()
 	var errs []error
 	for _, l := range links {
+		if n.http != nil {
+			if !slices.Contains(n.httpLinksLocked(), l) {
+				errs = append(errs, fmt.Errorf("no link %s", l))
+				continue
+			}
+			n.cut[l] = true
+			n.cutHTTPLocked(l)
+			continue
+		}
 		p, ok := n.proxies[l]
 		if !ok {
 			errs = append(errs, fmt.Errorf("no link %s", l))
@@ -232,6 +263,10 @@ func (n *Net) Restore(links ...Link) error {
 }
 
 func (n *Net) restoreLocked(l Link) error {
+	if n.http != nil {
+		delete(n.cut, l)
+		return nil
+	}
 	p, ok := n.proxies[l]
 	if !ok {
 		return fmt.Errorf("no link %s", l)
@@ -271,6 +306,9 @@ const latencyToxic = "nemesis-delay"
 func (n *Net) Delay(latency, jitter time.Duration) error {
 	n.mu.Lock()
 	defer n.mu.Unlock()
+	if n.http != nil {
+		return errNoHTTPDelay
+	}
 	if err := n.clearDelayLocked(); err != nil {
 		return err
 	}
@@ -340,6 +378,9 @@ func (n *Net) closeLocked() {
 	n.reserved = nil
 	for _, p := range n.proxies {
 		p.Stop()
+	}
+	if n.http != nil {
+		n.closeHTTPLocked()
 	}
 	n.proxies = map[Link]*toxiproxy.Proxy{}
 	n.cut = map[Link]bool{}

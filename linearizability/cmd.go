@@ -16,6 +16,7 @@ import (
 
 	"github.com/nezha-harness/nezha/faults"
 	"github.com/nezha-harness/nezha/systems"
+	"github.com/nezha-harness/nezha/systems/cluster"
 )
 
 // ErrNotLinearizable is matched (errors.Is) by the error Command returns
@@ -58,7 +59,7 @@ nemeses (-nemesis: a comma-separated list, all, or none):
 func Command(args []string, stdout, stderr io.Writer) error {
 	o := DefaultOptions()
 	fs := flag.NewFlagSet("check", flag.ContinueOnError)
-	fs.StringVar(&o.System, "system", "", "system under test (required)")
+	fs.StringVar(&o.System, "system", "", "system under test (required; etcd: the external reference system)")
 	nemesis := fs.String("nemesis", "all", "nemeses to inject, one at a time: comma-separated names, all, or none")
 	fs.DurationVar(&o.Duration, "duration", o.Duration, "how long the workload runs (faults are healed before its end; without this flag, longer if the nemeses need it)")
 	fs.IntVar(&o.Clients, "clients", o.Clients, "logical clients, pinned to the nodes in turn")
@@ -162,7 +163,7 @@ func Command(args []string, stdout, stderr io.Writer) error {
 
 func printResult(w io.Writer, r *Result) {
 	fmt.Fprintf(w, "system %s, read mode %s, nemeses %s, seed %d, %d clients, %d nodes, %v\n",
-		r.Options.System, r.Options.ReadMode, nemesisList(r.Options.Nemeses), r.Options.Seed, r.Options.Clients, r.Options.Nodes, r.Options.Duration)
+		cluster.Label(r.Options.System), r.Options.ReadMode, nemesisList(r.Options.Nemeses), r.Options.Seed, r.Options.Clients, r.Options.Nodes, r.Options.Duration)
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	for _, win := range r.Windows {
 		fmt.Fprintf(tw, "  fault\t%s\t%v..%v\t%s\n", win.Nemesis, win.Start.Round(time.Millisecond), win.End.Round(time.Millisecond), win.Detail)

@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"time"
 
@@ -201,8 +202,26 @@ func (o *Options) Validate() error {
 	if err := o.Schedule.Validate(); err != nil {
 		errs = append(errs, err)
 	}
+	if cluster.External(o.System) {
+		var unsupported []string
+		for _, n := range o.Nemeses {
+			if slices.Contains(externalUnsupported, n) {
+				unsupported = append(unsupported, n)
+			}
+		}
+		if len(unsupported) > 0 {
+			bad("-system %s: nemeses %s do not apply to an external system (delay: its HTTP peer links have no per-message latency; torn-tail and lose-tail: they tear our Raft log's segments); the others do", o.System, strings.Join(unsupported, ", "))
+		}
+		if o.ReadMode == ReadLease {
+			bad("-system %s: -read-mode lease does not apply (etcd serves linearizable reads by ReadIndex only)", o.System)
+		}
+	}
 	return errors.Join(errs...)
 }
+
+// externalUnsupported are the nemeses an external system (etcd) cannot be
+// put under.
+var externalUnsupported = []string{faults.Delay, faults.TornTail, faults.LoseTail}
 
 // NodeArgs returns the serve flags the run gives every node (besides the
 // per-node -dialPeers).
@@ -318,8 +337,10 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 		}
 		o.Binary = exe
 	}
-	if err := checkSystem(o.Binary, o.System); err != nil {
-		return nil, err
+	if !cluster.External(o.System) { // cluster.Up finds an external system's binary
+		if err := checkSystem(o.Binary, o.System); err != nil {
+			return nil, err
+		}
 	}
 	dir, err := filepath.Abs(o.Out)
 	if err != nil {
@@ -359,6 +380,9 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 	clusterDir := filepath.Join(dir, "cluster")
 	for attempt := 1; ; attempt++ {
 		network = faults.NewNet()
+		if cluster.External(o.System) {
+			network = faults.NewHTTPNet(faults.EtcdSenderHeader, faults.EtcdReceiverHeader)
+		}
 		if err := network.Reserve(o.Nodes); err != nil {
 			network.Close()
 			return nil, err
@@ -391,7 +415,7 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 		}
 	}
 	defer down()
-	logf("cluster of %d %s nodes up in %s, leader %d", o.Nodes, o.System, clusterDir, leader)
+	logf("cluster of %d %s nodes up in %s, leader %d", o.Nodes, cluster.Label(o.System), clusterDir, leader)
 
 	start := time.Now()
 	rec := NewRecorder(start)
@@ -535,7 +559,7 @@ func finalWrite(ctx context.Context, spec *cluster.Spec, rec *Recorder, keys []s
 		fw.Error = "no leader after healing: " + err.Error()
 		return fw
 	}
-	c, err := client.New(client.DefaultConfig(spec.Addresses()...))
+	c, err := client.New(spec.ClientConfig())
 	if err != nil {
 		fw.Error = err.Error()
 		return fw
@@ -578,7 +602,7 @@ func finalWrite(ctx context.Context, spec *cluster.Spec, rec *Recorder, keys []s
 // applied index (and state hash index).
 func converge(ctx context.Context, spec *cluster.Spec, timeout time.Duration) Convergence {
 	begin := time.Now()
-	c, err := client.New(client.DefaultConfig(spec.Addresses()...))
+	c, err := client.New(spec.ClientConfig())
 	if err != nil {
 		return Convergence{Error: err.Error()}
 	}

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -75,6 +76,8 @@ func TestCommandBadInput(t *testing.T) {
 		"too many clients":       {"-system", "original", "-clients", "1000"},
 		"positional argument":    {"-system", "original", "extra"},
 		"unknown flag":           {"-system", "original", "-nemeses", "kill"},
+		"etcd under delay":       {"-system", "etcd", "-nemesis", "kill,delay", "-duration", "20s"},
+		"etcd with lease reads":  {"-system", "etcd", "-nemesis", "kill", "-read-mode", "lease"},
 		"unknown system":         {"-system", "rocksdb-classic", "-nemesis", "none", "-duration", "5s", "-binary", needBinary(t), "-out", out},
 	} {
 		var stdout, stderr bytes.Buffer
@@ -136,8 +139,14 @@ func TestCheck(t *testing.T) {
 		{"original", []string{faults.Kill, faults.PauseLeader}, 2, nil},
 		// GC rounds back to back over 1 MiB segments: faults hit GC too.
 		{"nezha", []string{faults.KillLeader, faults.Bridge}, 3, []string{"-gcContinuous", "-segmentSizeBytes", "1048576"}},
+		// The external reference system: its peer links go through one
+		// HTTP proxy per member (faults.NewHTTPNet).
+		{cluster.Etcd, []string{faults.PartitionLeader, faults.Kill}, 4, nil},
 	} {
 		t.Run(c.system, func(t *testing.T) {
+			if _, err := exec.LookPath("etcd"); cluster.External(c.system) && err != nil {
+				t.Skip("etcd is not installed (apt-get install etcd-server; scripts/setup.sh installs it)")
+			}
 			// Shorter faults than the default, so that both fit in 12 s.
 			sched := faults.ScheduleOptions{WarmUp: 2 * time.Second, MinHold: 2 * time.Second, MaxHold: 3 * time.Second,
 				MinQuiet: time.Second, MaxQuiet: 1500 * time.Millisecond, CoolDown: 2 * time.Second}
@@ -156,6 +165,9 @@ func TestCheck(t *testing.T) {
 			}
 			if !res.FinalWrite.OK || !res.Convergence.OK || res.Ops.OK == 0 {
 				t.Fatalf("final write %+v, convergence %+v", res.FinalWrite, res.Convergence)
+			}
+			if res.Ops.Failed+res.Ops.Ambiguous == 0 {
+				t.Fatalf("no operation failed or was ambiguous: the faults did not reach the clients (%+v)", res.Ops)
 			}
 			if _, err := os.Stat(res.HistoryPath); err != nil {
 				t.Fatal(err)

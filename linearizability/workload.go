@@ -77,7 +77,7 @@ func (wl *workload) run(ctx context.Context, spec *cluster.Spec) error {
 	var wg sync.WaitGroup
 	for w := 0; w < wl.o.Clients; w++ {
 		node := spec.Nodes[w%len(spec.Nodes)]
-		cfg := client.DefaultConfig(node.Address)
+		cfg := spec.ClientConfig(node.Address)
 		cfg.AttemptTimeout = time.Second
 		if wl.o.ReadMode == ReadStale {
 			cfg.Consistency = kvpb.ReadConsistency_STALE

@@ -12,8 +12,10 @@ if ! command -v go >/dev/null 2>&1; then
   exit 2
 fi
 
-# C libraries for grocksdb (RocksDB 7.8.3 from Debian 12) and its codecs.
-pkgs=(librocksdb-dev libsnappy-dev zlib1g-dev libbz2-dev liblz4-dev libzstd-dev gcc g++)
+# C libraries for grocksdb (RocksDB 7.8.3 from Debian 12) and its codecs;
+# etcd 3.4 (the reference system `-system etcd`) and etcdctl (which the
+# tests drive every system's etcd API with).
+pkgs=(librocksdb-dev libsnappy-dev zlib1g-dev libbz2-dev liblz4-dev libzstd-dev gcc g++ etcd-server etcd-client)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
@@ -24,6 +26,11 @@ if [ ${#missing[@]} -gt 0 ]; then
   [ "$(id -u)" -ne 0 ] && SUDO="sudo"
   $SUDO apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}" >/dev/null
+  # The package enables a system-wide etcd on 2379/2380 where systemd runs;
+  # the harness starts its own clusters on free ports and needs none.
+  if [[ " ${missing[*]} " == *" etcd-server "* ]] && [ -d /run/systemd/system ]; then
+    $SUDO systemctl disable --now etcd >/dev/null 2>&1 || true
+  fi
 fi
 
 echo "setup: building bin/nezha ($(go version | cut -d' ' -f3))"

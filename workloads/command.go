@@ -26,12 +26,12 @@ type Result struct {
 	Run RunInfo `json:"run"`
 }
 
-// Connect makes a client of addrs and checks that at least one server
+// Connect makes a client of cfg and checks that at least one server
 // answers Status within timeout; if none does, it fails with a
 // *systems.UsageError (exit 2) before any load starts. It returns the
 // statuses of the servers that answered.
-func Connect(ctx context.Context, addrs []string, consistency string, timeout time.Duration) (*client.Client, []*kvpb.StatusResponse, error) {
-	cfg := client.DefaultConfig(addrs...)
+func Connect(ctx context.Context, cfg client.Config, consistency string, timeout time.Duration) (*client.Client, []*kvpb.StatusResponse, error) {
+	addrs := cfg.Servers
 	switch strings.ToLower(consistency) {
 	case "", "linearizable":
 	case "stale":
@@ -51,22 +51,6 @@ func Connect(ctx context.Context, addrs []string, consistency string, timeout ti
 		return nil, nil, systems.Usagef("no server answered within %v at %s", timeout, strings.Join(addrs, ","))
 	}
 	return c, sts, nil
-}
-
-// ResolveAddresses resolves -servers or -cluster and, for -cluster, returns
-// the cluster's system name too.
-func ResolveAddresses(af cluster.AddressFlags) ([]string, string, error) {
-	addrs, err := af.Resolve()
-	if err != nil {
-		return nil, "", err
-	}
-	system := ""
-	if af.Cluster != "" {
-		if s, err := cluster.Load(af.Cluster); err == nil {
-			system = s.System
-		}
-	}
-	return addrs, system, nil
 }
 
 // PrintTable prints one row per summary.
@@ -260,16 +244,22 @@ func Command(args []string, stdout, stderr io.Writer) error {
 	if verr != nil {
 		return systems.OneLine("bench "+sub, verr)
 	}
-	addrs, system, err := ResolveAddresses(af)
+	cfg, system, err := af.ClientConfig()
 	if err != nil {
 		return systems.OneLine("bench "+sub, err)
 	}
+	addrs := cfg.Servers
 	ctx := context.Background()
-	c, sts, err := Connect(ctx, addrs, *consistency, *connectTimeout)
+	c, sts, err := Connect(ctx, cfg, *consistency, *connectTimeout)
 	if err != nil {
 		return systems.OneLine("bench "+sub, err)
 	}
 	defer c.Close()
+	if af.Cluster != "" {
+		if spec, err := cluster.Load(af.Cluster); err == nil {
+			spec.FillPIDs(sts)
+		}
+	}
 
 	keys := &get.Keys
 	if sub == "scan" {
@@ -319,7 +309,7 @@ func Command(args []string, stdout, stderr io.Writer) error {
 	com.Raw = raw
 
 	fmt.Fprintf(stdout, "bench %s: %d clients, %d operations, seed %d, servers %s%s\n", sub, com.Clients, com.Ops, com.Seed,
-		strings.Join(addrs, ","), map[bool]string{true: " (" + system + ")", false: ""}[system != ""])
+		strings.Join(addrs, ","), map[bool]string{true: " (" + cluster.Label(system) + ")", false: ""}[system != ""])
 	if *cpuProfile != "" {
 		stop, err := startCPUProfile(*cpuProfile)
 		if err != nil {

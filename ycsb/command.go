@@ -70,12 +70,13 @@ func Command(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return systems.OneLine("ycsb "+phase, err)
 	}
-	addrs, system, err := workloads.ResolveAddresses(af)
+	cfg, system, err := af.ClientConfig()
 	if err != nil {
 		return systems.OneLine("ycsb "+phase, err)
 	}
+	addrs := cfg.Servers
 	ctx := context.Background()
-	c, sts, err := workloads.Connect(ctx, addrs, *consistency, *connectTimeout)
+	c, sts, err := workloads.Connect(ctx, cfg, *consistency, *connectTimeout)
 	if err != nil {
 		return systems.OneLine("ycsb "+phase, err)
 	}

@@ -1,5 +1,7 @@
 // Package client is the Go client of the kvpb.KV API that every tool of the
-// harness uses (kv, bench, ycsb, check). It finds the leader, sends writes
+// harness uses (kv, bench, ycsb, check). With Config.API = APIEtcd the same
+// Client drives an etcd cluster through etcd's own Go client instead (see
+// etcdBackend for what etcd cannot answer). It finds the leader, sends writes
 // to it, retries reads on leader change, and reports a write whose outcome is
 // unknown as ambiguous (errors.Is(err, ErrAmbiguous)), never as failed: a
 // linearizability checker must treat such a write as possibly applied.
@@ -55,6 +57,12 @@ type Config struct {
 	Consistency kvpb.ReadConsistency
 	// MaxMessageBytes bounds gRPC messages both ways. Default 1 GiB.
 	MaxMessageBytes int
+	// API is the protocol of the servers: APINezha (default, also "") or
+	// APIEtcd.
+	API string
+	// EtcdNoFsync says that the etcd members run with --unsafe-no-fsync
+	// (etcd's Status does not tell): Status then reports sync=false.
+	EtcdNoFsync bool
 }
 
 // DefaultConfig returns a Config with the documented defaults.
@@ -86,6 +94,9 @@ func (c *Config) Validate() error {
 	}
 	if c.MaxMessageBytes <= 0 {
 		errs = append(errs, systems.Usagef("max message size %d must be positive", c.MaxMessageBytes))
+	}
+	if c.API != "" && c.API != APINezha && c.API != APIEtcd {
+		errs = append(errs, systems.Usagef("client API %q is not %s or %s", c.API, APINezha, APIEtcd))
 	}
 	return errors.Join(errs...)
 }
@@ -124,6 +135,9 @@ type Client struct {
 	// the order of its writes).
 	sessMu   sync.Mutex
 	sessions []*session
+
+	// etcd, if set, serves every call (Config.API = APIEtcd).
+	etcd *etcdBackend
 }
 
 // session is one client session: a random id and the sequence number of
@@ -139,6 +153,14 @@ func New(cfg Config) (*Client, error) {
 	}
 	c := &Client{cfg: cfg}
 	c.leader.Store(-1)
+	if cfg.API == APIEtcd {
+		b, err := newEtcdBackend(cfg)
+		if err != nil {
+			return nil, err
+		}
+		c.etcd = b
+		return c, nil
+	}
 	for _, a := range cfg.Servers {
 		if _, err := c.add(a); err != nil {
 			c.Close()
@@ -193,6 +215,9 @@ func (c *Client) snapshot() []*server {
 
 // Close closes all connections.
 func (c *Client) Close() error {
+	if c.etcd != nil {
+		return c.etcd.close()
+	}
 	var errs []error
 	for _, s := range c.snapshot() {
 		errs = append(errs, s.cc.Close())
@@ -289,16 +314,7 @@ func (c *Client) releaseSession(s *session) {
 	c.sessMu.Unlock()
 }
 
-func (c *Client) pause(ctx context.Context) error {
-	t := time.NewTimer(c.cfg.RetryBackoff)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-}
+func (c *Client) pause(ctx context.Context) error { return pause(ctx, c.cfg.RetryBackoff) }
 
 // write sends a write, under a client session, until it succeeds, fails
 // definitely, or ctx ends; it is ambiguous if it ends without an answer
@@ -388,6 +404,9 @@ func (c *Client) read(ctx context.Context, call func(context.Context, *server) (
 // SendMsg contract): do not modify it until Put returns, nor afterwards if
 // Put failed or was ambiguous (gRPC may still be sending it).
 func (c *Client) Put(ctx context.Context, key, value []byte) (uint64, error) {
+	if c.etcd != nil {
+		return c.etcd.put(ctx, key, value)
+	}
 	var idx uint64
 	err := c.write(ctx, func(ctx context.Context, s *server, sess *session) (*kvpb.ResponseHeader, error) {
 		r, err := s.kv.Put(ctx, &kvpb.PutRequest{Key: key, Value: value, ClientId: sess.id, Seq: sess.seq})
@@ -402,6 +421,9 @@ func (c *Client) Put(ctx context.Context, key, value []byte) (uint64, error) {
 
 // Delete removes key (a no-op if absent) and returns the applying index.
 func (c *Client) Delete(ctx context.Context, key []byte) (uint64, error) {
+	if c.etcd != nil {
+		return c.etcd.delete(ctx, key)
+	}
 	var idx uint64
 	err := c.write(ctx, func(ctx context.Context, s *server, sess *session) (*kvpb.ResponseHeader, error) {
 		r, err := s.kv.Delete(ctx, &kvpb.DeleteRequest{Key: key, ClientId: sess.id, Seq: sess.seq})
@@ -416,6 +438,9 @@ func (c *Client) Delete(ctx context.Context, key []byte) (uint64, error) {
 
 // Get returns the value of key and whether it exists.
 func (c *Client) Get(ctx context.Context, key []byte) (value []byte, found bool, err error) {
+	if c.etcd != nil {
+		return c.etcd.get(ctx, key)
+	}
 	err = c.read(ctx, func(ctx context.Context, s *server) (*kvpb.ResponseHeader, error) {
 		r, err := s.kv.Get(ctx, &kvpb.GetRequest{Key: key, Consistency: c.cfg.Consistency})
 		if err != nil {
@@ -432,6 +457,9 @@ func (c *Client) Get(ctx context.Context, key []byte) (value []byte, found bool,
 // page is one linearizable read; a scan over several pages is not one
 // atomic snapshot.
 func (c *Client) Scan(ctx context.Context, start, end []byte, limit int) ([]KeyValue, error) {
+	if c.etcd != nil {
+		return c.etcd.scan(ctx, start, end, limit)
+	}
 	var out []KeyValue
 	from := start
 	for {
@@ -463,6 +491,9 @@ func (c *Client) Scan(ctx context.Context, start, end []byte, limit int) ([]KeyV
 
 // Status asks the server at addr for its status (one attempt).
 func (c *Client) Status(ctx context.Context, addr string, withStateHash bool) (*kvpb.StatusResponse, error) {
+	if c.etcd != nil {
+		return c.etcd.status(ctx, addr, withStateHash)
+	}
 	s, err := c.add(addr)
 	if err != nil {
 		return nil, err
@@ -477,6 +508,9 @@ func (c *Client) Status(ctx context.Context, addr string, withStateHash bool) (*
 
 // Servers returns the addresses the client knows.
 func (c *Client) Servers() []string {
+	if c.etcd != nil {
+		return append([]string(nil), c.cfg.Servers...)
+	}
 	var out []string
 	for _, s := range c.snapshot() {
 		out = append(out, s.addr)
@@ -506,6 +540,9 @@ func (c *Client) Discover(ctx context.Context) []*kvpb.StatusResponse {
 		}(addr)
 	}
 	wg.Wait()
+	if c.etcd != nil {
+		return out // etcd's client finds members and leader itself
+	}
 	for _, r := range out {
 		for _, m := range r.Members {
 			if m.Address != "" {

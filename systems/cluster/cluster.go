@@ -116,7 +116,8 @@ type UpOptions struct {
 	System string
 	// Nodes is the cluster size. Default 3.
 	Nodes int
-	// Binary is the nezha executable. Default: the running executable.
+	// Binary is the nezha executable. Default: the running executable. An
+	// external system (Etcd) runs its own binary from PATH instead.
 	Binary string
 	// ExtraArgs are appended to every serve command line.
 	ExtraArgs []string
@@ -146,21 +147,28 @@ func Up(ctx context.Context, o UpOptions) (*Spec, uint64, error) {
 	if o.ReadyTimeout == 0 {
 		o.ReadyTimeout = 30 * time.Second
 	}
-	if o.Binary == "" {
+	var errs []error
+	switch {
+	case External(o.System):
+		exe, err := etcdBinary()
+		if err != nil {
+			errs = append(errs, err)
+		}
+		o.Binary = exe
+	case o.Binary == "":
 		exe, err := os.Executable()
 		if err != nil {
 			return nil, 0, err
 		}
 		o.Binary = exe
 	}
-	var errs []error
 	if o.Dir == "" {
 		errs = append(errs, systems.Usagef("-cluster DIR is required"))
 	}
 	if o.System == "" {
 		errs = append(errs, systems.Usagef("-system is required"))
-	} else if len(o.KnownSystems) > 0 && !slices.Contains(o.KnownSystems, o.System) {
-		errs = append(errs, systems.Usagef("unknown system %q (known: %s)", o.System, strings.Join(o.KnownSystems, ", ")))
+	} else if len(o.KnownSystems) > 0 && !slices.Contains(o.KnownSystems, o.System) && !External(o.System) {
+		errs = append(errs, systems.Usagef("unknown system %q (known: %s, and %s)", o.System, strings.Join(o.KnownSystems, ", "), Label(Etcd)))
 	}
 	if o.Nodes < 1 || o.Nodes > 9 {
 		errs = append(errs, systems.Usagef("-nodes %d is outside 1..9", o.Nodes))
@@ -216,6 +224,11 @@ func Up(ctx context.Context, o UpOptions) (*Spec, uint64, error) {
 	// in milliseconds rather than after a 1-2 s election timeout. It
 	// starts last, so that its peers are there to vote.
 	s.Nodes[0].ExtraArgs = append(s.Nodes[0].ExtraArgs, "-campaign")
+	if External(s.System) {
+		if err := s.checkEtcd(); err != nil {
+			return nil, 0, err
+		}
+	}
 	for k := range s.Nodes {
 		i := (k + 1) % len(s.Nodes)
 		if err := s.start(&s.Nodes[i]); err != nil {
@@ -235,8 +248,12 @@ func Up(ctx context.Context, o UpOptions) (*Spec, uint64, error) {
 	return s, leader, nil
 }
 
-// Args returns the serve command line of node n.
+// Args returns the serve command line of node n (for an external system,
+// its own command line).
 func (s *Spec) Args(n *Node) []string {
+	if External(s.System) {
+		return s.etcdArgs(n)
+	}
 	peers := make([]string, len(s.Nodes))
 	for i, m := range s.Nodes {
 		peers[i] = m.InternalAddress
@@ -276,7 +293,7 @@ func (s *Spec) start(n *Node) error {
 // majority agrees on it, or timeout passes. It fails early, with the log
 // tail, if a node process exits.
 func (s *Spec) WaitLeader(ctx context.Context, timeout time.Duration) (uint64, error) {
-	c, err := client.New(client.DefaultConfig(s.Addresses()...))
+	c, err := client.New(s.ClientConfig())
 	if err != nil {
 		return 0, err
 	}
@@ -341,7 +358,7 @@ func (s *Spec) statuses(ctx context.Context, c *client.Client) []NodeStatus {
 
 // Status asks every node for its status.
 func (s *Spec) Status(ctx context.Context) ([]NodeStatus, error) {
-	c, err := client.New(client.DefaultConfig(s.Addresses()...))
+	c, err := client.New(s.ClientConfig())
 	if err != nil {
 		return nil, err
 	}
@@ -412,7 +429,7 @@ func (s *Spec) Restart(id uint64) error {
 // here); it fails if the node exits. A node that finds no leader (no
 // quorum yet) is not an error.
 func (s *Spec) waitServing(n *Node, timeout time.Duration) error {
-	c, err := client.New(client.DefaultConfig(n.Address))
+	c, err := client.New(s.ClientConfig(n.Address))
 	if err != nil {
 		return err
 	}
@@ -505,7 +522,11 @@ func (s *Spec) checkOwned(n *Node) error {
 		return fmt.Errorf("node %d (pid %d): %w", n.ID, n.PID, err)
 	}
 	cmdline := strings.ReplaceAll(string(b), "\x00", " ")
-	if !strings.Contains(cmdline, " serve ") || !strings.Contains(cmdline, n.Data) {
+	marker := " serve "
+	if External(s.System) {
+		marker = " --data-dir "
+	}
+	if !strings.Contains(cmdline, marker) || !strings.Contains(cmdline, n.Data) {
 		return fmt.Errorf("pid %d is not node %d of %s (it runs %q); refusing to signal it", n.PID, n.ID, s.Dir, cmdline)
 	}
 	return nil

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/nezha-harness/nezha/systems"
+	"github.com/nezha-harness/nezha/systems/client"
 	"github.com/nezha-harness/nezha/systems/kvpb"
 )
 
@@ -19,12 +20,42 @@ import (
 type AddressFlags struct {
 	Servers string
 	Cluster string
+	// API is the servers' client API for -servers (client.APINezha or
+	// client.APIEtcd); -cluster knows its system's.
+	API string
 }
 
-// Register adds -servers and -cluster to fs.
+// Register adds -servers, -cluster and -api to fs.
 func (a *AddressFlags) Register(fs *flag.FlagSet) {
 	fs.StringVar(&a.Servers, "servers", "", "comma-separated client addresses of cluster members")
 	fs.StringVar(&a.Cluster, "cluster", "", "`DIR` written by nezha cluster up (instead of -servers)")
+	fs.StringVar(&a.API, "api", "", "client API of -servers: nezha (default) or etcd (an etcd cluster, or our nodes' -etcdAddress, through etcd's Go client); -cluster knows its own")
+}
+
+// ClientConfig resolves the flags into a client configuration (the
+// cluster's API and fsync setting for -cluster) and, for -cluster, the
+// cluster's system name.
+func (a *AddressFlags) ClientConfig() (client.Config, string, error) {
+	addrs, err := a.Resolve()
+	if err != nil {
+		return client.Config{}, "", err
+	}
+	if a.Cluster != "" {
+		if a.API != "" {
+			return client.Config{}, "", systems.Usagef("-api is for -servers; -cluster knows its system's API")
+		}
+		s, err := Load(a.Cluster)
+		if err != nil {
+			return client.Config{}, "", err
+		}
+		return s.ClientConfig(), s.System, nil
+	}
+	cfg := client.DefaultConfig(addrs...)
+	cfg.API = a.API
+	if err := cfg.Validate(); err != nil {
+		return client.Config{}, "", err
+	}
+	return cfg, "", nil
 }
 
 // Resolve returns the client addresses named by the flags.
@@ -77,7 +108,7 @@ func Command(args []string, known []string, stdout, stderr io.Writer) error {
 	switch sub {
 	case "up":
 		o := UpOptions{}
-		fs.StringVar(&o.System, "system", "", "system under test")
+		fs.StringVar(&o.System, "system", "", "system under test (or etcd: the external reference system, Debian's etcd on PATH)")
 		fs.IntVar(&o.Nodes, "nodes", 3, "number of nodes")
 		fs.DurationVar(&o.ReadyTimeout, "timeout", 30*time.Second, "how long to wait for a leader")
 		var extra []string
@@ -106,7 +137,7 @@ func Command(args []string, known []string, stdout, stderr io.Writer) error {
 		if err != nil {
 			return systems.OneLine("cluster up", err)
 		}
-		fmt.Fprintf(stdout, "cluster of %d %s nodes up in %s, leader %d\n", len(s.Nodes), s.System, s.Dir, leader)
+		fmt.Fprintf(stdout, "cluster of %d %s nodes up in %s, leader %d\n", len(s.Nodes), Label(s.System), s.Dir, leader)
 		for _, n := range s.Nodes {
 			fmt.Fprintf(stdout, "  node %d  address %s  internal %s  pid %d  log %s\n", n.ID, n.Address, n.InternalAddress, n.PID, n.Log)
 		}
@@ -246,7 +277,7 @@ func printStatus(w io.Writer, s *Spec, sts []NodeStatus, asJSON bool) error {
 		enc.SetIndent("", "  ")
 		return enc.Encode(map[string]any{"system": s.System, "nodes": rows})
 	}
-	fmt.Fprintf(w, "system %s, cluster %s\n", s.System, s.Dir)
+	fmt.Fprintf(w, "system %s, cluster %s\n", Label(s.System), s.Dir)
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "NODE\tADDRESS\tPID\tSTATE\tLEADER\tTERM\tCOMMIT\tAPPLIED\tLOG ENTRIES\tSYNC")
 	for _, r := range rows {
@@ -265,8 +296,8 @@ func printStatus(w io.Writer, s *Spec, sts []NodeStatus, asJSON bool) error {
 			sync = "OFF (comparison only)"
 		}
 		logRange := fmt.Sprintf("%d..%d", r.FirstIndex, r.LastIndex)
-		if r.Error != "" {
-			logRange = "-"
+		if r.Error != "" || External(s.System) {
+			logRange = "-" // etcd does not report its log's range
 		} else if r.FirstIndex > r.LastIndex {
 			logRange = fmt.Sprintf("none after %d", r.LastIndex)
 		}

@@ -63,11 +63,10 @@ func Run(args []string, stdout, stderr io.Writer) error {
 	if *timeout <= 0 {
 		return systems.Usagef("kv: -timeout %v must be positive", *timeout)
 	}
-	addrs, err := af.Resolve()
+	cfg, _, err := af.ClientConfig()
 	if err != nil {
 		return err
 	}
-	cfg := client.DefaultConfig(addrs...)
 	switch strings.ToLower(*consistency) {
 	case "linearizable":
 	case "stale":

@@ -43,6 +43,10 @@ type Config struct {
 	// Address serves the client API (kvpb.KV); InternalAddress the peer
 	// transport (kvpb.Raft). Both host:port.
 	Address, InternalAddress string
+	// EtcdAddress, if set, serves etcd v3's KV service (package etcdapi)
+	// too, host:port; port 0 picks a free port, logged as etcd_address.
+	// Default: off.
+	EtcdAddress string
 	// ClusterID names the cluster; a node refuses peer streams from another
 	// cluster. Default: derived from Peers (all members share it).
 	ClusterID string
@@ -168,6 +172,7 @@ func (c *Config) Validate() error {
 	}
 	hostPort("-address", c.Address)
 	hostPort("-internalAddress", c.InternalAddress)
+	hostPort("-etcdAddress", c.EtcdAddress)
 	for _, p := range c.Peers {
 		hostPort("-peers", p)
 	}

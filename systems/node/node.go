@@ -14,12 +14,14 @@ import (
 	"sync/atomic"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/raft/v3"
 	"go.etcd.io/raft/v3/raftpb"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/experimental"
 
 	"github.com/nezha-harness/nezha/systems"
+	"github.com/nezha-harness/nezha/systems/etcdapi"
 	"github.com/nezha-harness/nezha/systems/kvpb"
 	"github.com/nezha-harness/nezha/systems/raftlog"
 	"github.com/nezha-harness/nezha/systems/vfs"
@@ -87,6 +89,8 @@ type Node struct {
 	codec     *kvpb.Codec // the gRPC codec and buffer pool of both servers and the peer clients
 	kvServer  *grpc.Server
 	kvLis     net.Listener
+	// etcdServer serves etcd's KV API on cfg.EtcdAddress (nil if off).
+	etcdServer *grpc.Server
 
 	ctlc     chan func() // closures run on the Ready loop (logControl)
 	snapc    chan snapshotStatus
@@ -305,6 +309,14 @@ func (n *Node) listen() error {
 		ilis.Close()
 		return systems.Usagef("cannot listen on -address %s: %v", n.cfg.Address, unwrapListenErr(err))
 	}
+	var elis net.Listener
+	if n.cfg.EtcdAddress != "" {
+		if elis, err = net.Listen("tcp", n.cfg.EtcdAddress); err != nil {
+			ilis.Close()
+			klis.Close()
+			return systems.Usagef("cannot listen on -etcdAddress %s: %v", n.cfg.EtcdAddress, unwrapListenErr(err))
+		}
+	}
 	n.transport = newTransport(n, ilis)
 	n.kvLis = klis
 	n.kvServer = grpc.NewServer(
@@ -322,6 +334,24 @@ func (n *Node) listen() error {
 			n.fail(fmt.Errorf("client API server: %w", err))
 		}
 	}()
+	if elis != nil {
+		// etcd's own codec and limits: a request up to the largest value
+		// and key, a response up to a scan page and a value.
+		n.etcdServer = grpc.NewServer(
+			grpc.MaxRecvMsgSize(n.cfg.MaxValueBytes+systems.MaxKeyBytes+(1<<20)),
+			grpc.MaxSendMsgSize(n.cfg.ScanMaxBytes+n.cfg.MaxValueBytes+(4<<20)),
+		)
+		kvs := &kvServer{n: n}
+		etcdserverpb.RegisterKVServer(n.etcdServer, etcdapi.New(kvs))
+		etcdserverpb.RegisterMaintenanceServer(n.etcdServer, etcdapi.NewMaintenance(kvs))
+		etcdserverpb.RegisterClusterServer(n.etcdServer, etcdapi.NewCluster(kvs))
+		n.logger.Info("serving etcd's KV API", "etcd_address", elis.Addr().String())
+		go func() {
+			if err := n.etcdServer.Serve(elis); err != nil && !errors.Is(err, grpc.ErrServerStopped) {
+				n.fail(fmt.Errorf("etcd API server: %w", err))
+			}
+		}()
+	}
 	return nil
 }
 
@@ -366,11 +396,20 @@ func (n *Node) fail(err error) {
 func (n *Node) Stop() {
 	n.stopOnce.Do(func() {
 		stopped := make(chan struct{})
-		go func() { n.kvServer.GracefulStop(); close(stopped) }()
+		go func() {
+			n.kvServer.GracefulStop()
+			if n.etcdServer != nil {
+				n.etcdServer.GracefulStop()
+			}
+			close(stopped)
+		}()
 		select {
 		case <-stopped:
 		case <-time.After(2 * time.Second):
 			n.kvServer.Stop()
+			if n.etcdServer != nil {
+				n.etcdServer.Stop()
+			}
 		}
 		close(n.stopc)
 		<-n.loopDone

@@ -51,6 +51,7 @@ func Serve(args []string, reg *systems.Registry, stdout, stderr io.Writer) error
 	dialPeers := fs.String("dialPeers", "", "comma-separated addresses to dial for each member, in -peers order (default -peers; fault injection puts proxies here)")
 	fs.StringVar(&cfg.Address, "address", "", "client API address host:port")
 	fs.StringVar(&cfg.InternalAddress, "internalAddress", "", "Raft peer address host:port (must appear in -peers)")
+	fs.StringVar(&cfg.EtcdAddress, "etcdAddress", "", "also serve etcd v3's KV API (etcdctl, etcd's benchmark tool) on host:port; port 0: a free port, logged as etcd_address (default off)")
 	fs.StringVar(&cfg.DataDir, "data", "", "data directory")
 	fs.StringVar(&cfg.ClusterID, "clusterID", "", "cluster name; peers of another cluster are refused (default: derived from -peers)")
 	fs.BoolVar(&cfg.Sync, "sync", cfg.Sync, "fdatasync the Raft log once per Ready; false is for comparison only")

@@ -3,8 +3,11 @@ package systemstest
 import (
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"testing"
+
+	"github.com/nezha-harness/nezha/systems/cluster"
 )
 
 var binary string
@@ -58,4 +61,15 @@ func TestConformance(t *testing.T) {
 			Run(t, Options{System: c.system, Binary: binary, ExtraArgs: c.args, Seed: int64(i + 1), ExpectGC: c.gc})
 		})
 	}
+}
+
+// TestConformanceEtcd holds the reference system etcd (Debian's
+// etcd-server, through etcd's Go client) to the same semantics, failover
+// and catch-up checks, which tests the harness's etcd support as much as
+// etcd.
+func TestConformanceEtcd(t *testing.T) {
+	if _, err := exec.LookPath("etcd"); err != nil {
+		t.Skip("etcd is not installed (apt-get install etcd-server; scripts/setup.sh installs it)")
+	}
+	Run(t, Options{System: cluster.Etcd, Binary: binary, Seed: 101})
 }

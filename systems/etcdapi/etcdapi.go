@@ -1,0 +1,261 @@
+// Package etcdapi serves etcd v3's KV service (etcdserverpb.KV, the types of
+// go.etcd.io/etcd/api/v3) on top of a node's own client API (kvpb.KV), so
+// that clients nobody here wrote - etcdctl, etcd's benchmark tool, go-ycsb's
+// etcd binding, any program on etcd's Go client - drive every system of the
+// harness unchanged (the node's -etcdAddress).
+//
+// The mapping (etcd's API reference: https://etcd.io/docs/v3.4/learning/api/):
+//
+//   - Range: one key (range_end empty) is a Get; a range (range_end, or
+//     "\x00" for every key from key on) is a Scan, paged through the node's
+//     response cap, with limit; serializable=true is a stale read (the
+//     node's local state machine, kvpb.ReadConsistency_STALE), otherwise a
+//     linearizable one (ReadIndex). keys_only and count_only are honoured.
+//     count is the number of keys returned, plus one when more is set (the
+//     systems keep no count), except with count_only, which counts the
+//     whole range. A historical revision, a sort other than ascending by
+//     key, and revision filters are Unimplemented.
+//   - Put: a Put. prev_kv, a lease, ignore_value and ignore_lease are
+//     Unimplemented (a put that returns the previous value would need a
+//     read-modify-write the systems cannot do atomically).
+//   - DeleteRange of one key: a Delete; deleted is 1 if a linearizable
+//     read just before the delete found the key (the pair is not atomic:
+//     under a concurrent write of the same key the count may be off).
+//     Deleting a range and prev_kv are Unimplemented (not atomic here).
+//   - Txn and Compact: Unimplemented: the systems have no multi-key
+//     transaction, compare-and-set or MVCC history.
+//
+// Maintenance.Status and Cluster.MemberList are answered too (see
+// Maintenance and Cluster), so that etcd's clients find the members and the
+// leader; etcd's other services are not served.
+//
+// There is no MVCC: every revision in a response (header.revision, a key's
+// mod_revision and create_revision) is the node's Raft index (of the write,
+// or the applied index a read was served at), and a key's version is 1.
+// Errors keep the node's gRPC codes (see kvpb.KV).
+package etcdapi
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	"go.etcd.io/etcd/api/v3/mvccpb"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/nezha-harness/nezha/systems/kvpb"
+)
+
+// KV is etcd's KV service over a node's kvpb.KVServer.
+type KV struct {
+	pb.UnimplementedKVServer
+	kv kvpb.KVServer
+}
+
+// New returns the facade of kv.
+func New(kv kvpb.KVServer) *KV { return &KV{kv: kv} }
+
+func header(h *kvpb.ResponseHeader, revision uint64) *pb.ResponseHeader {
+	return &pb.ResponseHeader{MemberId: h.GetNodeId(), Revision: int64(revision), RaftTerm: h.GetTerm()}
+}
+
+func unimplemented(what string) error {
+	return status.Errorf(codes.Unimplemented, "etcd facade: %s is not supported by this system (see package etcdapi)", what)
+}
+
+// Range reads one key or a range of keys.
+func (s *KV) Range(ctx context.Context, r *pb.RangeRequest) (*pb.RangeResponse, error) {
+	switch {
+	case r.Revision != 0:
+		return nil, unimplemented("a read at a past revision")
+	case r.SortOrder == pb.RangeRequest_DESCEND || (r.SortOrder != pb.RangeRequest_NONE && r.SortTarget != pb.RangeRequest_KEY):
+		return nil, unimplemented("a sort other than ascending by key")
+	case r.MinModRevision != 0 || r.MaxModRevision != 0 || r.MinCreateRevision != 0 || r.MaxCreateRevision != 0:
+		return nil, unimplemented("revision filters")
+	case len(r.Key) == 0:
+		return nil, status.Error(codes.InvalidArgument, "etcdserver: key is not provided")
+	}
+	consistency := kvpb.ReadConsistency_LINEARIZABLE
+	if r.Serializable {
+		consistency = kvpb.ReadConsistency_STALE
+	}
+	if len(r.RangeEnd) == 0 {
+		g, err := s.kv.Get(ctx, &kvpb.GetRequest{Key: r.Key, Consistency: consistency})
+		if err != nil {
+			return nil, err
+		}
+		rev := g.Header.GetAppliedIndex()
+		resp := &pb.RangeResponse{Header: header(g.Header, rev)}
+		if g.Found {
+			resp.Count = 1
+			if !r.CountOnly {
+				resp.Kvs = []*mvccpb.KeyValue{keyValue(r.Key, g.Value, rev, r.KeysOnly)}
+			}
+		}
+		return resp, nil
+	}
+	end := r.RangeEnd
+	if bytes.Equal(end, []byte{0}) {
+		end = nil // "\x00": every key from key on
+	} else if bytes.Compare(r.Key, end) >= 0 {
+		return &pb.RangeResponse{Header: &pb.ResponseHeader{}}, nil // an empty range
+	}
+	limit := int(r.Limit)
+	if r.CountOnly {
+		limit = 0
+	}
+	want := 0 // 0: all
+	if limit > 0 {
+		want = limit + 1 // one more tells whether there are more
+	}
+	var (
+		kvs []*kvpb.KeyValue
+		h   *kvpb.ResponseHeader
+	)
+	from := r.Key
+	for {
+		page, err := s.kv.Scan(ctx, &kvpb.ScanRequest{Start: from, End: end, Limit: uint32(max(want-len(kvs), 0)), Consistency: consistency})
+		if err != nil {
+			return nil, err
+		}
+		if h == nil {
+			h = page.Header
+		}
+		kvs = append(kvs, page.Kvs...)
+		if !page.More || len(page.Kvs) == 0 || (want > 0 && len(kvs) >= want) {
+			break
+		}
+		from = append(append([]byte(nil), page.Kvs[len(page.Kvs)-1].Key...), 0)
+	}
+	rev := h.GetAppliedIndex()
+	resp := &pb.RangeResponse{Header: header(h, rev)}
+	if limit > 0 && len(kvs) > limit {
+		kvs, resp.More = kvs[:limit], true
+	}
+	resp.Count = int64(len(kvs))
+	if resp.More {
+		resp.Count++
+	}
+	if r.CountOnly {
+		return resp, nil
+	}
+	resp.Kvs = make([]*mvccpb.KeyValue, len(kvs))
+	for i, kv := range kvs {
+		resp.Kvs[i] = keyValue(kv.Key, kv.Value, rev, r.KeysOnly)
+	}
+	return resp, nil
+}
+
+func keyValue(key, value []byte, rev uint64, keysOnly bool) *mvccpb.KeyValue {
+	kv := &mvccpb.KeyValue{Key: key, CreateRevision: int64(rev), ModRevision: int64(rev), Version: 1}
+	if !keysOnly {
+		kv.Value = value
+	}
+	return kv
+}
+
+// Put writes one key.
+func (s *KV) Put(ctx context.Context, r *pb.PutRequest) (*pb.PutResponse, error) {
+	switch {
+	case r.PrevKv:
+		return nil, unimplemented("prev_kv")
+	case r.Lease != 0 || r.IgnoreLease:
+		return nil, unimplemented("leases")
+	case r.IgnoreValue:
+		return nil, unimplemented("ignore_value")
+	}
+	p, err := s.kv.Put(ctx, &kvpb.PutRequest{Key: r.Key, Value: r.Value})
+	if err != nil {
+		return nil, err
+	}
+	return &pb.PutResponse{Header: header(p.Header, p.Index)}, nil
+}
+
+// DeleteRange deletes one key.
+func (s *KV) DeleteRange(ctx context.Context, r *pb.DeleteRangeRequest) (*pb.DeleteRangeResponse, error) {
+	switch {
+	case len(r.RangeEnd) > 0:
+		return nil, unimplemented("deleting a range (not atomic here; delete its keys one by one)")
+	case r.PrevKv:
+		return nil, unimplemented("prev_kv")
+	}
+	g, err := s.kv.Get(ctx, &kvpb.GetRequest{Key: r.Key})
+	if err != nil {
+		return nil, err
+	}
+	d, err := s.kv.Delete(ctx, &kvpb.DeleteRequest{Key: r.Key})
+	if err != nil {
+		return nil, err
+	}
+	resp := &pb.DeleteRangeResponse{Header: header(d.Header, d.Index)}
+	if g.Found {
+		resp.Deleted = 1
+	}
+	return resp, nil
+}
+
+// Txn is Unimplemented: the systems have no multi-key transaction.
+func (s *KV) Txn(context.Context, *pb.TxnRequest) (*pb.TxnResponse, error) {
+	return nil, unimplemented("Txn (no multi-key transaction or compare-and-set)")
+}
+
+// Compact is Unimplemented: the systems keep no MVCC history.
+func (s *KV) Compact(context.Context, *pb.CompactionRequest) (*pb.CompactionResponse, error) {
+	return nil, unimplemented("Compact (no MVCC history)")
+}
+
+// Maintenance answers etcd's Status from the node's Status (member, leader,
+// Raft term, commit and applied index), so that etcd's tools and the
+// harness's etcd client find the leader; version is "nezha-<system>" and
+// the database sizes are 0. Every other Maintenance call is Unimplemented.
+type Maintenance struct {
+	pb.UnimplementedMaintenanceServer
+	kv kvpb.KVServer
+}
+
+// NewMaintenance returns the Maintenance facade of kv.
+func NewMaintenance(kv kvpb.KVServer) *Maintenance { return &Maintenance{kv: kv} }
+
+// Status reports the node's Raft state.
+func (m *Maintenance) Status(ctx context.Context, _ *pb.StatusRequest) (*pb.StatusResponse, error) {
+	st, err := m.kv.Status(ctx, &kvpb.StatusRequest{})
+	if err != nil {
+		return nil, err
+	}
+	return &pb.StatusResponse{
+		Header: header(st.Header, st.Header.GetAppliedIndex()), Version: "nezha-" + st.Header.GetSystem(),
+		Leader: st.Header.GetLeaderId(), RaftIndex: st.CommitIndex, RaftTerm: st.Header.GetTerm(),
+		RaftAppliedIndex: st.Header.GetAppliedIndex(),
+	}, nil
+}
+
+// Cluster answers etcd's MemberList from the node's Status: member ids are
+// the Raft ids, names "node<id>", peer URLs the internal addresses and
+// client URLs the kvpb addresses the node knows (not their -etcdAddress,
+// which nodes do not exchange). Changing membership is Unimplemented.
+type Cluster struct {
+	pb.UnimplementedClusterServer
+	kv kvpb.KVServer
+}
+
+// NewCluster returns the Cluster facade of kv.
+func NewCluster(kv kvpb.KVServer) *Cluster { return &Cluster{kv: kv} }
+
+// MemberList lists the members.
+func (c *Cluster) MemberList(ctx context.Context, _ *pb.MemberListRequest) (*pb.MemberListResponse, error) {
+	st, err := c.kv.Status(ctx, &kvpb.StatusRequest{})
+	if err != nil {
+		return nil, err
+	}
+	resp := &pb.MemberListResponse{Header: header(st.Header, st.Header.GetAppliedIndex())}
+	for _, m := range st.Members {
+		pm := &pb.Member{ID: m.Id, Name: fmt.Sprintf("node%d", m.Id), PeerURLs: []string{"http://" + m.InternalAddress}}
+		if m.Address != "" {
+			pm.ClientURLs = []string{"http://" + m.Address}
+		}
+		resp.Members = append(resp.Members, pm)
+	}
+	return resp, nil
+}
