@@ -407,17 +407,22 @@ func testFailover(t *testing.T, o Options) {
 	// A write issued at once with a 10 s deadline succeeds within 3 s: the
 	// nodes fail what they forwarded to the dead leader once a new one is
 	// elected, and the client resends it under its session (issue 14).
+	// An external system (etcd) has neither: its outcome is logged, not
+	// asserted.
 	ctx, cancel := ctxFor(10 * time.Second)
 	_, err := h.c.Put(ctx, []byte("f-after-kill"), []byte("v"))
 	cancel()
-	if err != nil {
+	switch {
+	case err != nil && cluster.External(o.System):
+		t.Logf("%s: put at once after killing leader %d: %v (an external system; not asserted)", o.System, old, err)
+	case err != nil:
 		t.Fatalf("put at once after killing leader %d: %v", old, err)
+	case time.Since(killed) > 3*time.Second && !cluster.External(o.System):
+		t.Fatalf("put at once after killing leader %d took %v, want under 3 s", old, time.Since(killed))
+	default:
+		acked["f-after-kill"] = "v"
+		t.Logf("put at once after killing leader %d succeeded in %v", old, time.Since(killed).Round(time.Millisecond))
 	}
-	if d := time.Since(killed); d > 3*time.Second {
-		t.Fatalf("put at once after killing leader %d took %v, want under 3 s", old, d)
-	}
-	acked["f-after-kill"] = "v"
-	t.Logf("put at once after killing leader %d succeeded in %v", old, time.Since(killed).Round(time.Millisecond))
 	// A read succeeds within 5 s of the kill.
 	ctx, cancel = ctxFor(5 * time.Second)
 	v, ok, err := h.c.Get(ctx, []byte("f000"))
