@@ -39,6 +39,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"time"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/mvccpb"
@@ -82,7 +83,11 @@ func (s *KV) Range(ctx context.Context, r *pb.RangeRequest) (*pb.RangeResponse, 
 		consistency = kvpb.ReadConsistency_STALE
 	}
 	if len(r.RangeEnd) == 0 {
-		g, err := s.kv.Get(ctx, &kvpb.GetRequest{Key: r.Key, Consistency: consistency})
+		var g *kvpb.GetResponse
+		err := retryNotApplied(ctx, func() (err error) {
+			g, err = s.kv.Get(ctx, &kvpb.GetRequest{Key: r.Key, Consistency: consistency})
+			return err
+		})
 		if err != nil {
 			return nil, err
 		}
@@ -116,7 +121,11 @@ func (s *KV) Range(ctx context.Context, r *pb.RangeRequest) (*pb.RangeResponse, 
 	)
 	from := r.Key
 	for {
-		page, err := s.kv.Scan(ctx, &kvpb.ScanRequest{Start: from, End: end, Limit: uint32(max(want-len(kvs), 0)), Consistency: consistency})
+		var page *kvpb.ScanResponse
+		err := retryNotApplied(ctx, func() (err error) {
+			page, err = s.kv.Scan(ctx, &kvpb.ScanRequest{Start: from, End: end, Limit: uint32(max(want-len(kvs), 0)), Consistency: consistency})
+			return err
+		})
 		if err != nil {
 			return nil, err
 		}
@@ -166,11 +175,40 @@ func (s *KV) Put(ctx context.Context, r *pb.PutRequest) (*pb.PutResponse, error)
 	case r.IgnoreValue:
 		return nil, unimplemented("ignore_value")
 	}
-	p, err := s.kv.Put(ctx, &kvpb.PutRequest{Key: r.Key, Value: r.Value})
+	var p *kvpb.PutResponse
+	err := retryNotApplied(ctx, func() (err error) {
+		p, err = s.kv.Put(ctx, &kvpb.PutRequest{Key: r.Key, Value: r.Value})
+		return err
+	})
 	if err != nil {
 		return nil, err
 	}
 	return &pb.PutResponse{Header: header(p.Header, p.Index)}, nil
+}
+
+// notAppliedBackoff is the pause before a write that was surely not
+// applied is sent again.
+const notAppliedBackoff = 20 * time.Millisecond
+
+// retryNotApplied calls call until it returns anything but Aborted (the
+// node's "not applied; retry" or "read not served; retry": raft did not
+// accept the proposal or read, e.g. a follower that does not know its new
+// leader yet) or ctx ends. etcd's clients do not resend on that code, so a
+// request during an election would fail although resending it is safe.
+func retryNotApplied(ctx context.Context, call func() error) error {
+	for {
+		err := call()
+		if status.Code(err) != codes.Aborted {
+			return err
+		}
+		t := time.NewTimer(notAppliedBackoff)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return err
+		case <-t.C:
+		}
+	}
 }
 
 // DeleteRange deletes one key.
@@ -181,11 +219,19 @@ func (s *KV) DeleteRange(ctx context.Context, r *pb.DeleteRangeRequest) (*pb.Del
 	case r.PrevKv:
 		return nil, unimplemented("prev_kv")
 	}
-	g, err := s.kv.Get(ctx, &kvpb.GetRequest{Key: r.Key})
+	var g *kvpb.GetResponse
+	err := retryNotApplied(ctx, func() (err error) {
+		g, err = s.kv.Get(ctx, &kvpb.GetRequest{Key: r.Key})
+		return err
+	})
 	if err != nil {
 		return nil, err
 	}
-	d, err := s.kv.Delete(ctx, &kvpb.DeleteRequest{Key: r.Key})
+	var d *kvpb.DeleteResponse
+	err = retryNotApplied(ctx, func() (err error) {
+		d, err = s.kv.Delete(ctx, &kvpb.DeleteRequest{Key: r.Key})
+		return err
+	})
 	if err != nil {
 		return nil, err
 	}

@@ -148,3 +148,30 @@ func TestKV(t *testing.T) {
 		}
 	}
 }
+
+func TestRetryNotApplied(t *testing.T) {
+	calls := 0
+	err := retryNotApplied(context.Background(), func() error {
+		if calls++; calls < 3 {
+			return status.Error(codes.Aborted, "write not applied: no leader; retry")
+		}
+		return nil
+	})
+	if err != nil || calls != 3 {
+		t.Fatalf("after two refusals: err %v, %d calls; want nil after 3", err, calls)
+	}
+	calls = 0
+	err = retryNotApplied(context.Background(), func() error {
+		calls++
+		return status.Error(codes.Unavailable, "write outcome unknown")
+	})
+	if status.Code(err) != codes.Unavailable || calls != 1 {
+		t.Fatalf("an unknown outcome: err %v, %d calls; want it returned after 1 (never resent)", err, calls)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	err = retryNotApplied(ctx, func() error { return status.Error(codes.Aborted, "retry") })
+	if status.Code(err) != codes.Aborted {
+		t.Fatalf("with the context done: %v, want the last Aborted", err)
+	}
+}
