@@ -92,7 +92,7 @@ func runCommand(args []string, known []string, stdout, stderr io.Writer) error {
 	if len(names) == 0 {
 		return systems.Usagef("experiment run: name experiments or all (see `nezha experiment list`)")
 	}
-	exps, err := Lookup(names)
+	exps, err := LookupFor(names, *profileName)
 	if err != nil {
 		return err
 	}

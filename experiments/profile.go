@@ -115,6 +115,20 @@ type Profile struct {
 	LinClients  int           `json:"lin_clients"`
 	LinSeeds    []int64       `json:"lin_seeds"`
 
+	// Crash campaign: CrashKills SIGKILLs of random nodes (seeded by
+	// CrashSeed), each followed by a restart, under CrashWriters writers
+	// on CrashKeys keys with values of 1..CrashValueBytes bytes, at most
+	// CrashMaxWrites writes and CrashDuration per system; between kills
+	// not aimed at GC, a random pause of up to CrashLoadBetweenKills.
+	CrashKills            int           `json:"crash_kills"`
+	CrashKeys             int           `json:"crash_keys"`
+	CrashValueBytes       int           `json:"crash_value_bytes"`
+	CrashWriters          int           `json:"crash_writers"`
+	CrashMaxWrites        int64         `json:"crash_max_writes"`
+	CrashDuration         time.Duration `json:"crash_duration_ns"`
+	CrashLoadBetweenKills time.Duration `json:"crash_load_between_kills_ns"`
+	CrashSeed             int64         `json:"crash_seed"`
+
 	// MinFreeDiskBytes must be free under the output directory before a
 	// run starts.
 	MinFreeDiskBytes int64 `json:"min_free_disk_bytes"`
@@ -146,6 +160,10 @@ func Quick() Profile {
 		GCKeys: 2048, GCValueBytes: 32 * kib, GCWriters: 8, GCReaders: 4, GCDuration: 10 * time.Second,
 		GCStrategies: []string{nezha.StrategyTiered, nezha.StrategyMerge},
 		LinNemeses:   []string{"partition-leader"}, LinDuration: 8 * time.Second, LinClients: 4, LinSeeds: []int64{1},
+		// The crash campaign takes minutes per system: `run all` skips it
+		// in this profile (Experiment.OutsideQuickAll); name it to run it.
+		CrashKills: 20, CrashKeys: 2000, CrashValueBytes: 16 * kib, CrashWriters: 4, CrashMaxWrites: 200_000,
+		CrashDuration: 5 * time.Minute, CrashLoadBetweenKills: time.Second, CrashSeed: 1,
 		MinFreeDiskBytes: 4 * gib,
 	}
 }
@@ -170,6 +188,7 @@ func Standard() Profile {
 	p.AmpKeys, p.AmpValueBytes = 4096, 256*kib
 	p.GCKeys, p.GCDuration, p.GCStrategies = 8192, 30*time.Second, nezha.Strategies()
 	p.LinNemeses, p.LinDuration = []string{"partition-leader", "kill-leader"}, 10*time.Second
+	p.CrashKills, p.CrashKeys, p.CrashDuration = 50, 8000, 15*time.Minute
 	p.MinFreeDiskBytes = 40 * gib
 	return p
 }
@@ -196,6 +215,8 @@ func Paper() Profile {
 		GCKeys: 40_000, GCValueBytes: 256 * kib, GCWriters: 64, GCReaders: 32, GCDuration: 10 * time.Minute,
 		GCStrategies: nezha.Strategies(),
 		LinNemeses:   faults.Names(), LinDuration: 30 * time.Second, LinClients: 5, LinSeeds: []int64{1, 2, 3, 4, 5},
+		CrashKills: 200, CrashKeys: 20_000, CrashValueBytes: 256 * kib, CrashWriters: 16, CrashMaxWrites: 10_000_000,
+		CrashDuration: 2 * time.Hour, CrashLoadBetweenKills: 5 * time.Second, CrashSeed: 1,
 		MinFreeDiskBytes: 1000 * gib,
 	}
 }
@@ -241,6 +262,8 @@ func (p *Profile) Validate() error {
 		{"segment_size_bytes", p.SegmentSizeBytes}, {"gc_threshold_bytes", p.GCThresholdBytes},
 		{"lin_clients", int64(p.LinClients)}, {"headline_runs", int64(p.HeadlineRuns)},
 		{"read_runs", int64(p.ReadRuns)}, {"scale_value_bytes", int64(p.ScaleValueBytes)},
+		{"crash_kills", int64(p.CrashKills)}, {"crash_keys", int64(p.CrashKeys)}, {"crash_value_bytes", int64(p.CrashValueBytes)},
+		{"crash_writers", int64(p.CrashWriters)}, {"crash_max_writes", p.CrashMaxWrites},
 	} {
 		if c.v < 1 {
 			bad("profile %s: %s = %d must be positive", p.Name, c.name, c.v)
@@ -296,7 +319,7 @@ func (p *Profile) Validate() error {
 			bad("profile %s: gc strategy %q: want one of %v", p.Name, st, nezha.Strategies())
 		}
 	}
-	if p.GCDuration <= 0 || p.LinDuration <= 0 {
+	if p.GCDuration <= 0 || p.LinDuration <= 0 || p.CrashDuration <= 0 || p.CrashLoadBetweenKills < 0 {
 		bad("profile %s: durations must be positive", p.Name)
 	}
 	return errors.Join(errs...)
@@ -306,14 +329,14 @@ func (p *Profile) Validate() error {
 func (p *Profile) String() string {
 	return fmt.Sprintf("profile %s: %s geometry, %d nodes, %d clients; put-vsize %d MiB per size at %v KiB; put-scale %s per node (headline: last, %d runs; conditions %v at %s); reads from %s; "+
 		"reads over %d keys x %d KiB, %d Zipf(%.2f) GETs, %d scans of %d; YCSB %d records x %d KiB, %d ops of %v; "+
-		"amplification %d keys x %d KiB; GC %d keys x %d KiB for %v; linearizability %v x %v, seeds %v; "+
+		"amplification %d keys x %d KiB; GC %d keys x %d KiB for %v; linearizability %v x %v, seeds %v; crash %d kills; "+
 		"segments %d MiB, nezha GC threshold %d MiB",
 		p.Name, p.Geometry, p.Nodes, p.Clients, p.PutTotalBytes/mib, p.ValueSizesKiB, bytesList(p.ScaleDataBytes), p.HeadlineRuns,
 		p.Conditions, bytesText(p.ConditionDataBytes), readCacheText(p),
 		p.ReadKeys, p.ReadValueBytes/kib, p.GetOps, p.Zipf, p.ScanOps, p.ScanSize,
 		p.YCSBRecords, p.YCSBValueBytes/kib, p.YCSBOps, p.YCSBWorkloads,
 		p.AmpKeys, p.AmpValueBytes/kib, p.GCKeys, p.GCValueBytes/kib, p.GCDuration,
-		p.LinNemeses, p.LinDuration, p.LinSeeds, p.SegmentSizeBytes/mib, p.GCThresholdBytes/mib)
+		p.LinNemeses, p.LinDuration, p.LinSeeds, p.CrashKills, p.SegmentSizeBytes/mib, p.GCThresholdBytes/mib)
 }
 
 func bytesList(bs []int64) string {

@@ -435,7 +435,7 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 	if !interrupted {
 		res.FinalWrite = finalWrite(ctx, spec, rec, wl.keys, logf)
 		if res.FinalWrite.OK {
-			res.Convergence = converge(ctx, spec, 30*time.Second)
+			res.Convergence = Converge(ctx, spec, 30*time.Second)
 		} else {
 			res.Convergence.Error = "not checked: the final write failed"
 		}
@@ -598,9 +598,9 @@ func finalWrite(ctx context.Context, spec *cluster.Spec, rec *Recorder, keys []s
 	return fw
 }
 
-// converge waits until every node reports the same state hash at the same
+// Converge waits (up to timeout) until every node reports the same state hash at the same
 // applied index (and state hash index).
-func converge(ctx context.Context, spec *cluster.Spec, timeout time.Duration) Convergence {
+func Converge(ctx context.Context, spec *cluster.Spec, timeout time.Duration) Convergence {
 	begin := time.Now()
 	c, err := client.New(spec.ClientConfig())
 	if err != nil {

@@ -1,0 +1,436 @@
+package experiments
+
+import (
+	"context"
+	"encoding/csv"
+	"errors"
+	"fmt"
+	"maps"
+	mrand "math/rand/v2"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"gonum.org/v1/gonum/stat"
+
+	"github.com/nezha-harness/nezha/baseline"
+	"github.com/nezha-harness/nezha/linearizability"
+	"github.com/nezha-harness/nezha/plots"
+	"github.com/nezha-harness/nezha/systems/client"
+	"github.com/nezha-harness/nezha/systems/cluster"
+	"github.com/nezha-harness/nezha/systems/kvpb"
+)
+
+// crashKill is one SIGKILL of the campaign and the recovery after it.
+type crashKill struct {
+	N    int
+	Node uint64
+	// DuringGC: the kill was aimed at a GC round (nezha) or a RocksDB
+	// flush or compaction (baselines); Observed: the node reported new
+	// activity (a finished round or a changed storage shape) just before.
+	DuringGC, Observed bool
+	WasLeader          bool
+	// Leader and Write are the times from the restart's start until a
+	// majority agreed on a leader and until a probe write was accepted.
+	Leader, Write time.Duration
+	Err           string
+}
+
+// crashKeyState is what the writers know of one key: the last acknowledged
+// value ("" = absent, the state before any write and after a delete) and
+// the writes issued after it whose outcome is unknown (failed or
+// ambiguous), any of which the final value may be.
+type crashKeyState struct {
+	acked   string
+	pending []string
+}
+
+func (s *crashKeyState) allowed(v string) bool { return v == s.acked || slices.Contains(s.pending, v) }
+
+// crashWrites counts the writers' outcomes.
+type crashWrites struct {
+	Acked, Failed, Ambiguous int64
+}
+
+// crashExperiment: a campaign of SIGKILLs of random nodes under a mixed
+// write load, half of them aimed at GC or compaction, each followed by a
+// restart; every acknowledged write is read back at the end and the state
+// hashes are compared (issue 14, item 4).
+func crashExperiment() Experiment {
+	return Experiment{
+		Name: "crash", Title: "Crash campaign",
+		Shows:      "that no acknowledged write is lost across many SIGKILLs (half during GC or compaction) and how long a cluster takes to recover from each",
+		NeedsLocal: true, SmallDisk: true, OutsideQuickAll: true,
+		run: func(ctx context.Context, x *Run) error {
+			p := x.Profile
+			x.param("kills", p.CrashKills)
+			x.param("keys", p.CrashKeys)
+			x.param("value_bytes", p.CrashValueBytes)
+			x.param("writers", p.CrashWriters)
+			x.param("max_writes", p.CrashMaxWrites)
+			x.param("duration", p.CrashDuration.String())
+			x.param("seed", p.CrashSeed)
+			x.note("Each kill picks a random node (seed %d); even-numbered kills wait (up to 10 s) until the node reports new GC or compaction activity (a finished GC or log-truncation round, or a changed LSM or sorted-run shape) and kill it at once; nezha runs with %v so that rounds run back to back. The others kill after a random pause of up to %v of load.",
+				p.CrashSeed, nezhaGCFlags(), p.CrashLoadBetweenKills)
+			x.note("Recovery is timed from the start of the restart: 'leader' until a majority agrees on a leader, 'write' until a probe write is accepted. A write whose outcome the client could not learn (failed or ambiguous) may or may not have applied; the final value of a key may be its last acknowledged value or any later unacknowledged one, nothing else.")
+			sum := Table{Title: "Crash campaign: acknowledged writes and recovery", Columns: []string{"system", "kills", "aimed at GC/compaction (activity seen)", "leader kills",
+				"writes acked", "failed", "ambiguous", "keys checked", "lost or wrong", "states converged", "recovery to write p50 / p95 / max (s)", "recovery to leader p50 (s)"}}
+			fig := plots.Figure{Name: "crash-recovery", Title: "Time to recover per kill", Kind: plots.Lines,
+				XLabel: "kill", YLabel: "restart to write accepted (s)",
+				Caption: "Time from the start of each restart until a leader was elected and a probe write accepted."}
+			csvRows := [][]string{{"system", "kill", "node", "during_gc", "activity_seen", "was_leader", "leader_sec", "write_sec", "error"}}
+			var bad []string
+			for si, sys := range x.Systems {
+				r, err := x.crashRun(ctx, sys, uint64(si))
+				if err != nil {
+					bad = append(bad, sys)
+					x.fail(sys, "crash campaign", err, r.spec)
+					if r.spec == nil {
+						continue
+					}
+				}
+				var gc, seen, leaders int
+				var lead, write []float64
+				s := plots.Series{Name: sys}
+				for _, k := range r.kills {
+					if k.DuringGC {
+						gc++
+					}
+					if k.Observed {
+						seen++
+					}
+					if k.WasLeader {
+						leaders++
+					}
+					if k.Err == "" {
+						lead, write = append(lead, k.Leader.Seconds()), append(write, k.Write.Seconds())
+						s.X, s.Y = append(s.X, float64(k.N)), append(s.Y, k.Write.Seconds())
+					}
+					csvRows = append(csvRows, []string{sys, fmt.Sprint(k.N), fmt.Sprint(k.Node), fmt.Sprint(k.DuringGC), fmt.Sprint(k.Observed),
+						fmt.Sprint(k.WasLeader), strconv.FormatFloat(k.Leader.Seconds(), 'f', 3, 64), strconv.FormatFloat(k.Write.Seconds(), 'f', 3, 64), k.Err})
+				}
+				fig.Series = append(fig.Series, s)
+				slices.Sort(lead)
+				slices.Sort(write)
+				dist := "-"
+				if len(write) > 0 {
+					dist = fmt.Sprintf("%s / %s / %s", f2(stat.Quantile(0.5, stat.Empirical, write, nil)), f2(stat.Quantile(0.95, stat.Empirical, write, nil)), f2(write[len(write)-1]))
+					x.metric("crash_recover_write_p50_sec/"+sys, stat.Quantile(0.5, stat.Empirical, write, nil))
+					x.metric("crash_recover_write_max_sec/"+sys, write[len(write)-1])
+				}
+				leadP50 := "-"
+				if len(lead) > 0 {
+					leadP50 = f2(stat.Quantile(0.5, stat.Empirical, lead, nil))
+				}
+				x.metric("crash_lost_writes/"+sys, float64(r.lost))
+				sum.Rows = append(sum.Rows, []string{sys, fmt.Sprint(len(r.kills)), fmt.Sprintf("%d (%d)", gc, seen), fmt.Sprint(leaders),
+					fmt.Sprint(r.writes.Acked), fmt.Sprint(r.writes.Failed), fmt.Sprint(r.writes.Ambiguous), fmt.Sprint(r.checked),
+					fmt.Sprint(r.lost), fmt.Sprint(r.converged.OK), dist, leadP50})
+				for _, l := range r.lostText {
+					x.note("%s: %s", sys, l)
+				}
+				if !r.converged.OK && err == nil {
+					x.note("%s: the nodes' states did not converge: %s", sys, r.converged.Error)
+				}
+				if err == nil && (r.lost > 0 || !r.converged.OK) {
+					bad = append(bad, sys)
+				}
+				r.tb.stop(err != nil)
+			}
+			x.table(sum)
+			x.figure(fig)
+			if err := writeCSV(filepath.Join(x.Dir, "kills.csv"), csvRows); err != nil {
+				return err
+			}
+			if len(bad) > 0 {
+				return fmt.Errorf("crash campaign failed on %s (lost writes, unconverged states or a failed step)", strings.Join(bad, ", "))
+			}
+			return nil
+		},
+	}
+}
+
+// crashOutcome is one system's campaign.
+type crashOutcome struct {
+	tb        *testbed
+	spec      *cluster.Spec
+	kills     []crashKill
+	writes    crashWrites
+	checked   int
+	lost      int
+	lostText  []string
+	converged linearizability.Convergence
+}
+
+// crashArgs make GC and compaction frequent: nezha's rounds back to back,
+// the baselines' RocksDB geometry scaled to the campaign's data.
+func (x *Run) crashArgs(sys string) []string {
+	p := x.Profile
+	if isBaseline(sys) {
+		c := baseline.NewConfig(baseline.Mode(sys))
+		c.ScaleGeometry(float64(int64(p.CrashKeys)*int64(p.CrashValueBytes)) / baseline.PaperDataBytes)
+		return c.GeometryFlags()
+	}
+	if sys == "nezha" {
+		return nezhaGCFlags()
+	}
+	return nil
+}
+
+// crashRun runs the campaign on sys: start, load, kills, final checks.
+// The caller stops out.tb when it is set.
+func (x *Run) crashRun(ctx context.Context, sys string, stream uint64) (out crashOutcome, err error) {
+	p := x.Profile
+	tb, err := x.start(ctx, sys, "crash", x.crashArgs(sys)...)
+	if err != nil {
+		return out, err
+	}
+	out.tb, out.spec = tb, tb.spec
+	if _, err := tb.spec.WaitLeader(ctx, 30*time.Second); err != nil {
+		return out, err
+	}
+	deadline := time.Now().Add(p.CrashDuration)
+	wctx, stopWriters := context.WithDeadline(ctx, deadline)
+	defer stopWriters()
+	states := make([]map[string]*crashKeyState, p.CrashWriters)
+	counts := make([]crashWrites, p.CrashWriters)
+	var wg sync.WaitGroup
+	perWriter := max(p.CrashMaxWrites/int64(p.CrashWriters), 1)
+	for w := range p.CrashWriters {
+		states[w] = map[string]*crashKeyState{}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			x.crashWriter(wctx, tb.c, w, perWriter, states[w], &counts[w], mrand.New(mrand.NewPCG(uint64(p.CrashSeed), stream<<32|uint64(w)+1)))
+		}()
+	}
+	x.logf("%s: %d writers on %d keys; %d kills (seed %d), at most %v", sys, p.CrashWriters, p.CrashKeys, p.CrashKills, p.CrashSeed, p.CrashDuration)
+	rng := mrand.New(mrand.NewPCG(uint64(p.CrashSeed), stream<<32))
+	var campaignErr error
+	for i := 1; i <= p.CrashKills; i++ {
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			x.note("%s: stopped after %d of %d kills (time bound %v)", sys, i-1, p.CrashKills, p.CrashDuration)
+			break
+		}
+		k, err := x.crashOnce(ctx, tb, i, rng)
+		out.kills = append(out.kills, k)
+		if err != nil {
+			campaignErr = fmt.Errorf("kill %d (node %d): %w", i, k.Node, err)
+			break
+		}
+		if i%10 == 0 || i == p.CrashKills {
+			x.logf("%s: kill %d/%d: node %d (leader %v, GC %v/%v), leader after %v, write after %v", sys, i, p.CrashKills, k.Node,
+				k.WasLeader, k.DuringGC, k.Observed, k.Leader.Round(time.Millisecond), k.Write.Round(time.Millisecond))
+		}
+	}
+	stopWriters()
+	wg.Wait()
+	if campaignErr != nil {
+		return out, campaignErr
+	}
+	keys := map[string]*crashKeyState{}
+	for w := range states {
+		out.writes.Acked += counts[w].Acked
+		out.writes.Failed += counts[w].Failed
+		out.writes.Ambiguous += counts[w].Ambiguous
+		for k, s := range states[w] {
+			keys[k] = s
+		}
+	}
+	if _, err := tb.spec.WaitLeader(ctx, 30*time.Second); err != nil {
+		return out, err
+	}
+	out.converged = linearizability.Converge(ctx, tb.spec, time.Minute)
+	for _, k := range slices.Sorted(maps.Keys(keys)) {
+		st := keys[k]
+		got, err := crashRead(ctx, tb.c, k)
+		if err != nil {
+			return out, fmt.Errorf("read back %s: %w", k, err)
+		}
+		out.checked++
+		if !st.allowed(got) {
+			out.lost++
+			if len(out.lostText) < 10 {
+				out.lostText = append(out.lostText, fmt.Sprintf("key %s reads %.40q; acknowledged %.40q, unknown outcomes %d", k, got, st.acked, len(st.pending)))
+			}
+		}
+	}
+	x.logf("%s: %d kills; %d writes acked, %d failed, %d ambiguous; %d keys checked, %d lost or wrong; converged %v",
+		sys, len(out.kills), out.writes.Acked, out.writes.Failed, out.writes.Ambiguous, out.checked, out.lost, out.converged.OK)
+	return out, nil
+}
+
+// crashRead reads key (absent = ""), retrying for up to 30 s.
+func crashRead(ctx context.Context, c *client.Client, key string) (string, error) {
+	var last error
+	for end := time.Now().Add(30 * time.Second); time.Now().Before(end); {
+		rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		v, found, err := c.Get(rctx, []byte(key))
+		cancel()
+		if err == nil {
+			if !found {
+				return "", nil
+			}
+			return string(v), nil
+		}
+		last = err
+		if ctx.Err() != nil {
+			return "", ctx.Err()
+		}
+	}
+	return "", last
+}
+
+// crashWriter writes to its own keys (key i belongs to writer i mod
+// writers, so each key's writes are sequential) until ctx ends or it has
+// issued limit writes: nine puts of a random size for each delete.
+func (x *Run) crashWriter(ctx context.Context, c *client.Client, w int, limit int64, states map[string]*crashKeyState, n *crashWrites, rng *mrand.Rand) {
+	p := x.Profile
+	var own []int
+	for i := w; i < p.CrashKeys; i += p.CrashWriters {
+		own = append(own, i)
+	}
+	if len(own) == 0 {
+		return
+	}
+	for seq := int64(1); seq <= limit && ctx.Err() == nil; seq++ {
+		key := fmt.Sprintf("crash-%07d", own[rng.IntN(len(own))])
+		st := states[key]
+		if st == nil {
+			st = &crashKeyState{}
+			states[key] = st
+		}
+		value := ""
+		octx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		var err error
+		if rng.IntN(10) == 0 {
+			_, err = c.Delete(octx, []byte(key))
+		} else {
+			head := fmt.Sprintf("%s w%d s%d ", key, w, seq)
+			size := max(len(head), 1+rng.IntN(p.CrashValueBytes))
+			value = head + strings.Repeat("v", size-len(head))
+			_, err = c.Put(octx, []byte(key), []byte(value))
+		}
+		cancel()
+		switch {
+		case err == nil:
+			n.Acked++
+			st.acked, st.pending = value, nil
+		case errors.Is(err, client.ErrAmbiguous):
+			n.Ambiguous++
+			st.pending = append(st.pending, value)
+		default:
+			n.Failed++
+			st.pending = append(st.pending, value)
+		}
+	}
+}
+
+// crashOnce kills a random node (kill i; even kills aimed at GC or
+// compaction), restarts it and times the recovery.
+func (x *Run) crashOnce(ctx context.Context, tb *testbed, i int, rng *mrand.Rand) (crashKill, error) {
+	spec := tb.spec
+	node := spec.Nodes[rng.IntN(len(spec.Nodes))]
+	k := crashKill{N: i, Node: node.ID, DuringGC: i%2 == 0}
+	pause := time.Duration(rng.Int64N(int64(x.Profile.CrashLoadBetweenKills) + 1))
+	if st, err := tb.c.Status(ctx, node.Address, false); err == nil {
+		k.WasLeader = st.Header.LeaderId == node.ID
+	}
+	if k.DuringGC {
+		k.Observed = waitActivity(ctx, tb.c, node.Address, 10*time.Second)
+	} else {
+		select {
+		case <-ctx.Done():
+		case <-time.After(pause):
+		}
+	}
+	if err := spec.Kill(node.ID); err != nil {
+		k.Err = err.Error()
+		return k, err
+	}
+	begin := time.Now()
+	if err := spec.Restart(node.ID); err != nil {
+		k.Err = err.Error()
+		return k, err
+	}
+	if _, err := spec.WaitLeader(ctx, 30*time.Second); err != nil {
+		k.Err = err.Error()
+		return k, err
+	}
+	k.Leader = time.Since(begin)
+	var last error
+	for end := time.Now().Add(30 * time.Second); ; {
+		wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		_, err := tb.c.Put(wctx, []byte("crash-probe"), []byte(fmt.Sprint("after kill ", i)))
+		cancel()
+		if err == nil {
+			break
+		}
+		last = err
+		if time.Now().After(end) || ctx.Err() != nil {
+			k.Err = fmt.Sprintf("no write accepted within 30 s of the restart: %v", last)
+			return k, errors.New(k.Err)
+		}
+	}
+	k.Write = time.Since(begin)
+	return k, nil
+}
+
+// waitActivity polls a node's status until its GC rounds or storage shape
+// change (a round finished, a flush or compaction happened), up to
+// timeout; it reports whether they did.
+func waitActivity(ctx context.Context, c *client.Client, addr string, timeout time.Duration) bool {
+	first := ""
+	for end := time.Now().Add(timeout); time.Now().Before(end) && ctx.Err() == nil; {
+		sctx, cancel := context.WithTimeout(ctx, time.Second)
+		st, err := c.Status(sctx, addr, false)
+		cancel()
+		if err == nil {
+			fp := activityPrint(st)
+			if first == "" {
+				first = fp
+			} else if fp != first {
+				return true
+			}
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+	return false
+}
+
+// activityPrint renders what changes when a GC round ends or RocksDB
+// flushes or compacts: the last GC round and the storage shape.
+func activityPrint(st *kvpb.StatusResponse) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "rounds %d", len(st.GcRounds))
+	if n := len(st.GcRounds); n > 0 {
+		fmt.Fprintf(&b, " last %d", st.GcRounds[n-1].EndUnixNanos)
+	}
+	if sh := st.Storage; sh != nil {
+		fmt.Fprintf(&b, " runs %d blobs %d", sh.SortedRunBytes, sh.BlobFileBytes)
+		for _, l := range sh.Levels {
+			fmt.Fprintf(&b, " L%d %d/%d", l.Level, l.Files, l.Bytes)
+		}
+	}
+	return b.String()
+}
+
+func writeCSV(path string, rows [][]string) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	w := csv.NewWriter(f)
+	if err := w.WriteAll(rows); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
+}

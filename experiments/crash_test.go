@@ -1,0 +1,110 @@
+package experiments
+
+import (
+	"bytes"
+	"context"
+	"encoding/csv"
+	"os"
+	"path/filepath"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/nezha-harness/nezha/plots"
+	"github.com/nezha-harness/nezha/systems/systemstest"
+)
+
+// crashBinary is $NEZHA_BINARY or a fresh build of ./cmd/nezha.
+func crashBinary(t *testing.T) string {
+	t.Helper()
+	if b := os.Getenv("NEZHA_BINARY"); b != "" {
+		return b
+	}
+	root, err := filepath.Abs("..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := systemstest.BuildBinary(root, t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+func TestLookupSkipsCrashInQuickAll(t *testing.T) {
+	quick, err := LookupFor([]string{"all"}, "quick")
+	if err != nil {
+		t.Fatal(err)
+	}
+	paper, err := LookupFor([]string{"all"}, "paper")
+	if err != nil {
+		t.Fatal(err)
+	}
+	named, err := LookupFor([]string{"all", "crash"}, "quick")
+	if err != nil {
+		t.Fatal(err)
+	}
+	has := func(es []Experiment) bool {
+		return slices.ContainsFunc(es, func(e Experiment) bool { return e.Name == "crash" })
+	}
+	if has(quick) || !has(paper) || !has(named) || len(paper) != len(All()) {
+		t.Fatalf("crash in quick all %v, paper all %v, named %v", has(quick), has(paper), has(named))
+	}
+}
+
+// TestCrashCampaign runs three kills on nezha (one aimed at GC) and checks
+// that the campaign recorded them, lost nothing and converged.
+func TestCrashCampaign(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a cluster")
+	}
+	bin := crashBinary(t)
+	p := Quick()
+	p.CrashKills, p.CrashKeys, p.CrashValueBytes, p.CrashWriters = 3, 200, 4*kib, 2
+	p.CrashMaxWrites, p.CrashDuration, p.CrashLoadBetweenKills = 20_000, 40*time.Second, 300*time.Millisecond
+	t.Logf("seed %d", p.CrashSeed)
+	exps, err := Lookup([]string{"crash"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := t.TempDir()
+	var log bytes.Buffer
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	res, err := Execute(ctx, RunOptions{Experiments: exps, Profile: p, Systems: []string{"nezha"}, OutDir: out, Binary: bin, Out: &log})
+	t.Log(log.String())
+	if err != nil || len(res) != 1 {
+		t.Fatalf("%d results, %v", len(res), err)
+	}
+	r := res[0]
+	if r.Error != "" || len(r.Failures) > 0 {
+		t.Fatalf("campaign failed: %s %+v", r.Error, r.Failures)
+	}
+	if lost, ok := r.Metrics["crash_lost_writes/nezha"]; !ok || lost != 0 {
+		t.Fatalf("lost writes metric %v (present %v)", lost, ok)
+	}
+	if _, ok := r.Metrics["crash_recover_write_p50_sec/nezha"]; !ok {
+		t.Fatalf("no recovery time: %v", r.Metrics)
+	}
+	f, err := os.Open(filepath.Join(out, "crash", "kills.csv"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	rows, err := csv.NewReader(f).ReadAll()
+	if err != nil || len(rows) != 1+3 {
+		t.Fatalf("kills.csv: %d rows, %v", len(rows), err)
+	}
+	for _, row := range rows[1:] {
+		if row[8] != "" {
+			t.Fatalf("kill failed: %v", row)
+		}
+	}
+	figs, err := plots.Load(filepath.Join(out, "crash"))
+	if err != nil || len(figs) != 1 || len(figs[0].Series) != 1 || len(figs[0].Series[0].Y) != 3 {
+		t.Fatalf("figures: %+v, %v", figs, err)
+	}
+	if len(r.Tables) != 1 || len(r.Tables[0].Rows) != 1 || r.Tables[0].Rows[0][8] != "0" || r.Tables[0].Rows[0][9] != "true" {
+		t.Fatalf("summary table: %+v", r.Tables)
+	}
+}
