@@ -93,8 +93,13 @@ func merge(ms ...map[string]string) map[string]string {
 // the acknowledged ones to acked; at most 50 tries.
 func (h *harness) putUntilRefused(prefix string, acked map[string]string) error {
 	h.t.Helper()
-	for i := 0; i < 50; i++ {
-		k, v := fmt.Sprintf("%s%03d", prefix, i), fmt.Sprintf("value-%s-%d", prefix, i)
+	// Writes that fit in space the node already holds (a preallocated log
+	// segment, the page cache of a tmpfs) succeed until the node's
+	// free-space check (every 500 ms) or an ENOSPC refuses them: put until
+	// then, bounded in count and time.
+	deadline := time.Now().Add(20 * time.Second)
+	for i := 0; i < 100_000 && time.Now().Before(deadline); i++ {
+		k, v := fmt.Sprintf("%s%05d", prefix, i), fmt.Sprintf("value-%s-%d", prefix, i)
 		ctx, cancel := ctxFor(10 * time.Second)
 		_, err := h.c.Put(ctx, []byte(k), []byte(v))
 		cancel()
@@ -108,7 +113,7 @@ func (h *harness) putUntilRefused(prefix string, acked map[string]string) error 
 			h.t.Fatalf("put %s on a full disk: %v (want ResourceExhausted)", k, err)
 		}
 	}
-	h.t.Fatal("50 puts on a full disk and none refused")
+	h.t.Fatal("puts on a full disk for 20 s and none refused")
 	return nil
 }
 
