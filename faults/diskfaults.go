@@ -145,19 +145,19 @@ func (e *Env) healAllDisks() error {
 }
 
 func injectDiskFull(ctx context.Context, e *Env, s Step) (fault, error) {
-	ids := e.ids()
-	id := ids[s.Pick%uint64(len(ids))]
-	return e.diskFault(ctx, []uint64{id},
-		fmt.Sprintf("node %d's disk is full: its writes return ENOSPC (beyond the room its ballast frees)", id),
-		vfs.Fault{Kind: vfs.FaultDiskFull})
+	return e.oneNodeDiskFault(ctx, s, "node %d's disk is full: its writes return ENOSPC (beyond the room its ballast frees)", vfs.FaultDiskFull)
 }
 
 func injectFsyncError(ctx context.Context, e *Env, s Step) (fault, error) {
+	return e.oneNodeDiskFault(ctx, s, "node %d's fsyncs return EIO (it stops at its next fsync; restarted when healing)", vfs.FaultFsyncError)
+}
+
+// oneNodeDiskFault injects a fault of kind into the node s.Pick picks;
+// what is formatted with its id.
+func (e *Env) oneNodeDiskFault(ctx context.Context, s Step, what, kind string) (fault, error) {
 	ids := e.ids()
 	id := ids[s.Pick%uint64(len(ids))]
-	return e.diskFault(ctx, []uint64{id},
-		fmt.Sprintf("node %d's fsyncs return EIO (it stops at its next fsync; restarted when healing)", id),
-		vfs.Fault{Kind: vfs.FaultFsyncError})
+	return e.diskFault(ctx, []uint64{id}, fmt.Sprintf(what, id), vfs.Fault{Kind: kind})
 }
 
 func injectSlowDisk(ctx context.Context, e *Env, s Step) (fault, error) {
