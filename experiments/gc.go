@@ -82,7 +82,7 @@ func gcExperiment() Experiment {
 			x.note("After a load of %d keys, %d writers overwrite uniformly drawn keys and %d readers GET Zipf-drawn keys for %v. GC runs once a node's log holds %d bytes. 'PUT during GC / without' compares the mean PUT ops/s of the seconds that overlap a GC round on node 1 with the other seconds of the same run (the number of seconds of each kind in brackets: few seconds make it noisy). 'PUT / nezha-nogc' compares the whole phase with nezha-nogc's, which never runs GC (the mean of a run before the strategies and one after them). GC write amplification = bytes GC wrote on node 1 from the start of the phase until GC is done after it (idle rounds included) / user bytes written in the phase. After the phase, nezha's rounds are waited for until a node has been quiet for -gcIdleAfter and its idle round (if any) has run, as a read bed would. Every strategy runs with the nodes' default GC knobs (fan-out, idle, rate limit, stagger: see the parameters) and the threshold above. 'x / nezha-nogc' and 'x / original' compare with those systems in the same run (mean ops/s of the phase; SCAN: median of the read runs). Space amplification counts allocated blocks, including the space RocksDB preallocates for its active WAL file (about 1.1 write buffers per node). SCANs read from the disk as in the read experiments (see read_cache). nezha-nogc runs first and again last; the ratios to it use the mean of both runs.",
 				p.GCKeys, p.GCWriters, p.GCReaders, p.GCDuration, threshold)
 			tbl := Table{Title: "GC per strategy", Columns: []string{"config", "GC rounds", "GC MB written", "GC write amp",
-				"space amp before", "space amp after", "PUT ops/s", "PUT during GC / without", "PUT / nezha-nogc", "GET ops/s",
+				"space amp before", "space amp after", "shape after (node 1)", "PUT ops/s", "PUT during GC / without", "PUT / nezha-nogc", "GET ops/s",
 				"GET / nezha-nogc", "SCAN ops/s after (median)", "SCAN / nezha-nogc", "SCAN / original"}}
 			outcomes := map[string]gcOutcome{}
 			cfgs := gcConfigs(x.Systems, p.GCStrategies)
@@ -128,7 +128,7 @@ func gcExperiment() Experiment {
 					x.metric("gc_during_ratio/"+c.name, r.duringRatio)
 				}
 				tbl.Rows = append(tbl.Rows, []string{c.name, fmt.Sprint(r.rounds), f1(r.gcBytes / 1e6), f2(r.gcWriteAmp),
-					f2(r.spaceBefore), f2(r.spaceAfter), f0(r.putOps), ratio, "", f0(r.getOps), "", f1(r.scanOps), "", ""})
+					f2(r.spaceBefore), f2(r.spaceAfter), r.shapeAfter, f0(r.putOps), ratio, "", f0(r.getOps), "", f1(r.scanOps), "", ""})
 				x.metric("gc_space_before/"+c.name, r.spaceBefore)
 				x.metric("gc_space_after/"+c.name, r.spaceAfter)
 				x.metric("gc_scan_ops_per_sec/"+c.name, r.scanOps)
@@ -146,10 +146,10 @@ func gcExperiment() Experiment {
 					metric string
 					of     func(gcOutcome) float64
 				}{
-					{8, "nezha-nogc", "gc_put_vs_nogc", func(o gcOutcome) float64 { return o.putOps }},
-					{10, "nezha-nogc", "gc_get_vs_nogc", func(o gcOutcome) float64 { return o.getOps }},
-					{12, "nezha-nogc", "gc_scan_vs_nogc", func(o gcOutcome) float64 { return o.scanOps }},
-					{13, "original", "gc_scan_vs_original", func(o gcOutcome) float64 { return o.scanOps }},
+					{9, "nezha-nogc", "gc_put_vs_nogc", func(o gcOutcome) float64 { return o.putOps }},
+					{11, "nezha-nogc", "gc_get_vs_nogc", func(o gcOutcome) float64 { return o.getOps }},
+					{13, "nezha-nogc", "gc_scan_vs_nogc", func(o gcOutcome) float64 { return o.scanOps }},
+					{14, "original", "gc_scan_vs_original", func(o gcOutcome) float64 { return o.scanOps }},
 				} {
 					tbl.Rows[i][rc.col] = "-"
 					if b, ok := outcomes[rc.base]; ok && rc.of(b) > 0 {
@@ -210,6 +210,7 @@ type gcOutcome struct {
 	inGCSeconds             int
 	outGCSeconds            int
 	scanOps                 float64
+	shapeAfter              string // node 1's storage after the phase and its GC (shapeText)
 	series                  []plots.Series
 	marks                   []plots.Mark
 }
@@ -273,6 +274,7 @@ func (x *Run) gcRun(ctx context.Context, c gcConfig, threshold int64) (gcOutcome
 		return fail("disk usage", err)
 	}
 	out.spaceAfter = du / live
+	out.shapeAfter = shapeText(x.shapeOf(ctx, tb))
 	out.putOps = float64(ph.puts) / ph.elapsed.Seconds()
 	out.getOps = float64(ph.gets) / ph.elapsed.Seconds()
 	putS := plots.Series{Name: "PUT"}
@@ -341,8 +343,8 @@ func (x *Run) gcRun(ctx context.Context, c gcConfig, threshold int64) (gcOutcome
 		scans = append(scans, ssum.OpsPerSec)
 	}
 	out.scanOps = median(scans)
-	x.logf("%s: PUT %.0f ops/s, GET %.0f ops/s, %d GC rounds, space amp %.2f -> %.2f, SCAN %.1f ops/s",
-		c.name, out.putOps, out.getOps, out.rounds, out.spaceBefore, out.spaceAfter, out.scanOps)
+	x.logf("%s: PUT %.0f ops/s, GET %.0f ops/s, %d GC rounds, space amp %.2f -> %.2f, shape after %s, SCAN %.1f ops/s",
+		c.name, out.putOps, out.getOps, out.rounds, out.spaceBefore, out.spaceAfter, out.shapeAfter, out.scanOps)
 	tb.stop(false)
 	return out, nil
 }

@@ -257,6 +257,26 @@ func (x *Run) since(ctx context.Context, spec *cluster.Spec, from windowSample) 
 	return ws, nil
 }
 
+// shapeOf returns the storage shape of the first node of tb that reports
+// one (nil if none does or tb is not a local cluster).
+func (x *Run) shapeOf(ctx context.Context, tb *testbed) *systems.StorageShape {
+	if tb.spec == nil {
+		return nil
+	}
+	sts, err := tb.spec.Status(ctx)
+	if err != nil {
+		return nil
+	}
+	for _, st := range sts {
+		if resp, err := st.Response(); err == nil {
+			if sh := cluster.StorageShapeOf(resp); sh != nil {
+				return sh
+			}
+		}
+	}
+	return nil
+}
+
 // shapeText renders a storage shape in one line: the LSM levels that hold
 // files ("L0 2/13MB L1 4/9MB ..."), blob files, and nezha's value log and
 // sorted runs.
