@@ -146,6 +146,8 @@ type Log struct {
 	appends      atomic.Int64
 	cacheHits    atomic.Int64
 	cacheMisses  atomic.Int64
+
+	indexing sync.WaitGroup // sidecar writers of sealed segments (segindex.go)
 }
 
 var _ raft.Storage = (*Log)(nil)
@@ -174,6 +176,7 @@ func Open(opts Options) (*Log, error) {
 		}
 		return l, nil
 	}
+	removeOrphanSegIndexes(opts.Dir, ids)
 	for i, id := range ids {
 		if err := l.recoverSegment(id, i == len(ids)-1); err != nil {
 			l.closeFiles()
@@ -230,6 +233,23 @@ func (l *Log) recoverSegment(id uint64, last bool) error {
 		return fmt.Errorf("raftlog: %w", err)
 	}
 	fileSize := st.Size()
+	if !last {
+		// A sealed segment: its sidecar, if usable, saves reading it.
+		if recs, err := readSegIndex(l.opts.Dir, id, fileSize); err == nil {
+			off := int64(0)
+			for _, rc := range recs {
+				if err := l.replay(seg, off, rc.h, rc.payload); err != nil {
+					return fmt.Errorf("raftlog: %s (from %s) at offset %d: %w", seg.path, segIndexName(id), off, err)
+				}
+				off += headerSize + int64(rc.h.length)
+			}
+			seg.size.Store(fileSize)
+			return nil
+		} else if !errors.Is(err, os.ErrNotExist) {
+			l.logger.Warn("raftlog: ignoring a segment index; scanning the segment", "file", segIndexName(id), "err", err)
+		}
+	}
+	var recs []segIndexRecord // the sidecar of a sealed segment
 	r := io.NewSectionReader(unfaulted{seg.f}, 0, fileSize)
 	var hdr [headerSize]byte
 	var rec []byte
@@ -290,9 +310,22 @@ func (l *Log) recoverSegment(id uint64, last bool) error {
 		if err := l.replay(seg, off, h, rec[headerSize:]); err != nil {
 			return fmt.Errorf("raftlog: %s at offset %d: %w", seg.path, off, err)
 		}
+		if !last {
+			ir := segIndexRecord{h: h, raw: hdr}
+			if !h.kind.isEntry() {
+				ir.payload = append([]byte(nil), rec[headerSize:]...)
+			}
+			recs = append(recs, ir)
+		}
 		off = end
 	}
 	seg.size.Store(fileSize)
+	if !last {
+		// Best effort: without it the next recovery scans again.
+		if err := writeSegIndex(l.opts.Dir, id, encodeSegIndex(fileSize, recs)); err != nil {
+			l.logger.Warn("raftlog: cannot write a segment index", "file", segIndexName(id), "err", err)
+		}
+	}
 	return nil
 }
 
@@ -363,7 +396,7 @@ func (l *Log) replay(seg *segment, off int64, h header, payload []byte) error {
 			l.gap = gap{index: h.index, after: last, path: seg.path, off: off}
 		}
 		l.metas = l.metas[:h.index-l.first] // conflicting suffix overwritten
-		l.metas = append(l.metas, entryMeta{seg: seg, off: off, length: uint32(headerSize + len(payload)), term: h.term, kind: h.kind})
+		l.metas = append(l.metas, entryMeta{seg: seg, off: off, length: uint32(headerSize) + h.length, term: h.term, kind: h.kind})
 		seg.noteIndex(h.index)
 	case h.kind == kindHardState:
 		var hs raftpb.HardState
@@ -810,10 +843,29 @@ func (l *Log) Roll() error {
 	l.mu.Lock()
 	l.addSegment(seg)
 	l.mu.Unlock()
+	l.indexSealed(old)
 	if l.opts.Sync {
 		return l.opts.FS.SyncDir(l.opts.Dir)
 	}
 	return nil
+}
+
+// indexSealed writes the sidecar of a segment that was just sealed, in
+// the background (a segment removed meanwhile leaves none, or an orphan
+// that the next Open deletes). Close waits for it.
+func (l *Log) indexSealed(seg *segment) {
+	size := seg.size.Load()
+	l.indexing.Add(1)
+	go func() {
+		defer l.indexing.Done()
+		recs, err := scanHeaders(seg, size)
+		if err == nil {
+			err = writeSegIndex(l.opts.Dir, seg.id, encodeSegIndex(size, recs))
+		}
+		if err != nil && !errors.Is(err, systems.ErrSegmentRemoved) {
+			l.logger.Warn("raftlog: cannot write a segment index; the next recovery scans the segment", "file", segIndexName(seg.id), "err", err)
+		}
+	}()
 }
 
 // ApplySnapshot records a snapshot received from the leader: every entry is
@@ -909,6 +961,7 @@ func (l *Log) RemoveSegment(id uint64) error {
 		}
 	}
 	l.mu.Unlock()
+	os.Remove(filepath.Join(l.opts.Dir, segIndexName(id)))
 	return seg.remove()
 }
 
@@ -935,8 +988,10 @@ func (l *Log) Sync() error {
 // Close closes every segment file.
 func (l *Log) Close() error {
 	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.closeFiles()
+	err := l.closeFiles()
+	l.mu.Unlock()
+	l.indexing.Wait() // sidecar writers stop at the closed files
+	return err
 }
 
 func (l *Log) closeFiles() error {

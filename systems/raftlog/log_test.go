@@ -254,7 +254,12 @@ func TestCorruptMiddleRefusesToStart(t *testing.T) {
 		bigSegs bool
 	}{
 		{"middle of last segment", func(dir string) string { return "" }, true},
-		{"sealed segment", func(dir string) string { return filepath.Join(dir, segmentName(1)) }, false},
+		// Without its index file a sealed segment is scanned, and its
+		// corruption found, at Open (with one, see TestSegmentIndex).
+		{"sealed segment", func(dir string) string {
+			os.Remove(filepath.Join(dir, segIndexName(1)))
+			return filepath.Join(dir, segmentName(1))
+		}, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			rng := rand.New(rand.NewSource(4))
