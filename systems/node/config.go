@@ -104,6 +104,10 @@ type Config struct {
 	CampaignOnBoot bool
 	// Logger defaults to slog.Default().
 	Logger *slog.Logger
+
+	// sessionCheckpointEntries overrides sessionCheckpointEntries (tests;
+	// 0: the default).
+	sessionCheckpointEntries int
 }
 
 // Default returns a Config holding every documented default.

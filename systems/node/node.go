@@ -147,6 +147,15 @@ type Node struct {
 	applyDeltas   []sessionDelta
 	compactMu     sync.Mutex
 	sessLogFolded atomic.Uint64
+	// Session checkpoints (session.go, checkpointSessions): the bytes and
+	// entries applied since the last one (apply goroutine), whether one is
+	// being written, its writers (Stop waits), and sessCkpt, the newest
+	// table on disk above the compaction point (under sessMu; nil if none).
+	sessCkptBytes   int64
+	sessCkptEntries int
+	sessCkptBusy    atomic.Bool
+	sessCkptWG      sync.WaitGroup
+	sessCkpt        *sessionTable
 
 	// Loop-owned read index state.
 	readSeq      uint64
@@ -414,6 +423,7 @@ func (n *Node) Stop() {
 		close(n.stopc)
 		<-n.loopDone
 		<-n.applyDone
+		n.sessCkptWG.Wait()
 		n.transport.stop()
 		n.proposals.failAll(errStopping)
 		if err := n.log.Sync(); err != nil {
@@ -794,6 +804,7 @@ func (n *Node) applyEntries(batches []applyBatch) error {
 	}
 	last := ents[len(ents)-1].Index
 	n.applied.Store(last)
+	n.countForSessionCheckpoint(batches)
 	for i := range ents {
 		if id := ents[i].Command.RequestID; id != 0 {
 			n.proposals.trigger(id, results[i])

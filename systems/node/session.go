@@ -34,10 +34,14 @@ import (
 //   - <data>/sessions/<index>.sessions holds the table at the log's
 //     compaction point, written (and fsynced) before the log is compacted
 //     to it, and received with a snapshot before the snapshot is recorded;
-//   - on start the node loads the file of the compaction point and folds
-//     the entries above it, up to where the state machine resumes, from
-//     the log; the state machine then applies the rest with the table's
-//     decisions. Replays (a fuzzy snapshot, a state machine ahead of the
+//   - files above the compaction point are checkpoints: the table at an
+//     applied index, written in the background every
+//     sessionCheckpointBytes of applied entries (the two newest are kept);
+//   - on start the node loads the newest checkpoint at or below where the
+//     state machine resumes (else the file of the compaction point) and
+//     folds the entries above it, up to where the state machine resumes,
+//     from the log; the state machine then applies the rest with the
+//     table's decisions. Replays (a fuzzy snapshot, a state machine ahead of the
 //     log's commit index) therefore repeat the original decisions exactly.
 //
 // The table at the compaction point moves forward with every compaction
@@ -237,6 +241,13 @@ func (q *sessionDeltas) plan(base, index uint64) (logTo uint64, ds []sessionDelt
 	return logTo, q.d[:k:k]
 }
 
+// skipTo records that the deltas of the entries up to index are not in
+// q (a restart started from a checkpoint at index): a plan through them
+// folds the log.
+func (q *sessionDeltas) skipTo(index uint64) {
+	q.d, q.gap, q.to = nil, index, index
+}
+
 // trim drops the deltas at or below index, the new compaction point (the
 // table at base becomes the table at index).
 func (q *sessionDeltas) trim(index uint64) {
@@ -416,6 +427,118 @@ func loadSessionTable(dir string, compacted uint64, max int) (t *sessionTable, l
 	return t, false, nil
 }
 
+// Session checkpoints bound the log a restart folds: without them a node
+// folded every entry since the log's compaction point, reading every
+// value again (for nezha, whose log is its value store, gigabytes: the
+// paper profile's crash campaign saw 8 s per restart, growing with
+// -gcThresholdBytes). Every sessionCheckpointBytes of applied entries (or
+// sessionCheckpointEntries entries) the apply goroutine encodes its table
+// and a background writer stores it as <index>.sessions beside the table
+// at the compaction point; a restart starts from the newest one at or
+// below the state machine's applied index.
+const (
+	sessionCheckpointBytes   = 256 << 20
+	sessionCheckpointEntries = 1 << 18
+)
+
+// countForSessionCheckpoint adds the applied batches to the counts since
+// the last checkpoint and starts one when they are due and none is being
+// written. Apply goroutine.
+func (n *Node) countForSessionCheckpoint(batches []applyBatch) {
+	for _, b := range batches {
+		for _, e := range b.entries {
+			n.sessCkptBytes += int64(len(e.Data))
+		}
+		n.sessCkptEntries += len(b.entries)
+	}
+	every := sessionCheckpointEntries
+	if n.cfg.sessionCheckpointEntries > 0 {
+		every = n.cfg.sessionCheckpointEntries
+	}
+	if n.sessCkptBytes < sessionCheckpointBytes && n.sessCkptEntries < every {
+		return
+	}
+	if !n.sessCkptBusy.CompareAndSwap(false, true) {
+		return
+	}
+	n.sessCkptBytes, n.sessCkptEntries = 0, 0
+	t := n.sessions.clone()
+	enc := t.encode()
+	n.sessCkptWG.Add(1)
+	go func() {
+		defer n.sessCkptWG.Done()
+		defer n.sessCkptBusy.Store(false)
+		if err := n.writeSessionCheckpoint(t, enc); err != nil {
+			n.logger.Warn("client sessions: checkpoint not written; a restart folds more of the log", "index", t.index, "err", err)
+		}
+	}()
+}
+
+// writeSessionCheckpoint stores t (encoded as enc) and keeps it as the
+// newest checkpoint, unless the log was compacted to or past it meanwhile.
+func (n *Node) writeSessionCheckpoint(t *sessionTable, enc []byte) error {
+	n.compactMu.Lock()
+	defer n.compactMu.Unlock()
+	compacted := n.log.CompactedIndex()
+	if t.index <= compacted {
+		return nil
+	}
+	if err := writeSessionFile(n.sessionDir(), t.index, enc); err != nil {
+		return err
+	}
+	n.sessMu.Lock()
+	n.sessCkpt = t
+	n.sessMu.Unlock()
+	pruneSessionFiles(n.sessionDir(), compacted)
+	return nil
+}
+
+// pruneSessionFiles deletes every table file in dir but the one at the
+// compaction point and the two newest above it (checkpoints: after a
+// crash the state machine may resume below the newest). Best effort: a
+// leftover file is never read unless it is one of those.
+func pruneSessionFiles(dir string, compacted uint64) {
+	idx, _ := sessionFiles(dir) // ascending
+	kept := 0
+	for i := len(idx) - 1; i >= 0; i-- {
+		if c := idx[i]; c > compacted && kept < 2 {
+			kept++
+			continue
+		} else if c == compacted {
+			continue
+		}
+		os.Remove(filepath.Join(dir, sessionFileName(idx[i])))
+	}
+}
+
+// loadSessionCheckpoint returns the newest checkpoint in (base, applied],
+// or nil if there is none or it does not decode (then the caller folds
+// from base, as without checkpoints).
+func (n *Node) loadSessionCheckpoint(base, applied uint64) *sessionTable {
+	idx, _ := sessionFiles(n.sessionDir())
+	for i := len(idx) - 1; i >= 0; i-- {
+		c := idx[i]
+		if c <= base || c > applied {
+			continue
+		}
+		path := filepath.Join(n.sessionDir(), sessionFileName(c))
+		b, err := os.ReadFile(path)
+		var t *sessionTable
+		if err == nil {
+			t, err = decodeSessionTable(b, MaxSessions)
+		}
+		if err == nil && t.index != c {
+			err = fmt.Errorf("%w: holds index %d", errSessionsCorrupt, t.index)
+		}
+		if err != nil {
+			n.logger.Warn("client sessions: ignoring a checkpoint", "file", path, "err", err)
+			continue
+		}
+		return t
+	}
+	return nil
+}
+
 func (n *Node) sessionDir() string { return filepath.Join(n.cfg.DataDir, "sessions") }
 
 // openSessions loads the table at the log's compaction point and folds the
@@ -432,11 +555,19 @@ func (n *Node) openSessions(applied uint64) error {
 	}
 	cur := base.clone()
 	n.sessDeltas.reset(base.index)
+	from := base.index
+	if ck := n.loadSessionCheckpoint(base.index, applied); ck != nil {
+		// The deltas base..ck are not in the queue: a compaction below
+		// the checkpoint folds them from the log (compactLog).
+		cur, from = ck.clone(), ck.index
+		n.sessDeltas.skipTo(ck.index)
+		n.sessCkpt = ck
+	}
 	if err := n.foldLog(cur, applied, n.sessDeltas); err != nil {
 		return err
 	}
 	n.sessBase, n.sessions = base, cur
-	n.logger.Info("client sessions loaded", "sessions", cur.lru.Len(), "from_index", base.index, "to_index", applied)
+	n.logger.Info("client sessions loaded", "sessions", cur.lru.Len(), "compacted_index", base.index, "from_index", from, "to_index", applied)
 	return nil
 }
 
@@ -480,9 +611,17 @@ func (n *Node) compactLog(ctx context.Context, index uint64) error {
 	n.sessMu.Lock()
 	next := n.sessBase.clone()
 	logTo, ds := n.sessDeltas.plan(next.index, index)
+	fromCkpt := false
+	if ck := n.sessCkpt; ck != nil && logTo > next.index && ck.index >= logTo && ck.index <= index {
+		// The queue holds every delta after the checkpoint (a restart
+		// started from it): start there instead of folding the log.
+		next, logTo, fromCkpt = ck.clone(), ck.index, true
+		k := sort.Search(len(ds), func(i int) bool { return ds[i].index > ck.index })
+		ds = ds[k:]
+	}
 	n.sessMu.Unlock()
 	var enc []byte
-	if index > next.index {
+	if index > next.index || fromCkpt {
 		// Entries up to the applied index are committed: the table at index
 		// is the same in every replica's history, whatever snapshot this
 		// node installs meanwhile.
@@ -512,8 +651,11 @@ func (n *Node) compactLog(ctx context.Context, index uint64) error {
 			n.sessMu.Lock()
 			n.sessBase = next
 			n.sessDeltas.trim(index)
+			if n.sessCkpt != nil && n.sessCkpt.index <= index {
+				n.sessCkpt = nil
+			}
 			n.sessMu.Unlock()
-			removeSessionFilesExcept(n.sessionDir(), index)
+			pruneSessionFiles(n.sessionDir(), index)
 		}
 		return nil
 	})

@@ -2,8 +2,12 @@ package node
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
+	"fmt"
 	"math/rand/v2"
+	"os"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -441,5 +445,134 @@ func TestCompactionFoldsSessionDeltas(t *testing.T) {
 	write(10)
 	if folded := compact(); folded != 0 {
 		t.Fatalf("after a compaction past the overflow, the next read %d entries from the log", folded)
+	}
+}
+
+// durableConfig opens a memSM that keeps its pairs and applied index in
+// a file of its directory, rewritten after every Apply, so that a restart
+// resumes at the applied index (as nezha and the RocksDB systems do).
+type durableConfig struct{ memConfig }
+
+type durableSM struct {
+	memSM
+	path string
+}
+
+func (durableConfig) Open(env systems.Env) (systems.StateMachine, error) {
+	s := &durableSM{memSM: memSM{m: map[string][]byte{}}, path: filepath.Join(env.Dir, "durable.json")}
+	if b, err := os.ReadFile(s.path); err == nil {
+		var st struct {
+			M       map[string][]byte
+			Applied uint64
+		}
+		if err := json.Unmarshal(b, &st); err != nil {
+			return nil, err
+		}
+		s.m, s.applied = st.M, st.Applied
+	}
+	return s, nil
+}
+
+func (s *durableSM) Apply(ents []systems.AppliedEntry) error {
+	if err := s.memSM.Apply(ents); err != nil {
+		return err
+	}
+	s.mu.RLock()
+	b, err := json.Marshal(struct {
+		M       map[string][]byte
+		Applied uint64
+	}{s.m, s.applied})
+	s.mu.RUnlock()
+	if err != nil {
+		return err
+	}
+	tmp := s.path + ".tmp"
+	if err := os.WriteFile(tmp, b, 0o644); err != nil {
+		return err
+	}
+	return os.Rename(tmp, s.path)
+}
+
+// A restart starts the session table from the newest checkpoint instead
+// of folding the log from its compaction point: a write resent after the
+// restart is still answered with its first copy's index, and the first
+// compaction after the restart starts from the checkpoint too (it reads no
+// entry from the log) and gives the table the log gives.
+func TestSessionCheckpointAcrossRestart(t *testing.T) {
+	durable := systems.System{Name: "durable", Summary: "test", LogDir: "raftlog",
+		NewConfig: func() systems.SystemConfig { return durableConfig{} }}
+	tc := startClusterWith(t, 1, func(c *Config) {
+		c.System, c.SystemConfig = durable, durableConfig{}
+		c.sessionCheckpointEntries = 16
+	})
+	tc.waitLeader(10 * time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	put := func(client, seq uint64, key string) (uint64, error) {
+		r, err := rawKV(t, tc.cfgs[0].Address).Put(ctx, &kvpb.PutRequest{Key: []byte(key), Value: []byte("v"), ClientId: client, Seq: seq})
+		if err != nil {
+			return 0, err
+		}
+		return r.Index, nil
+	}
+	first, err := put(7, 1, "a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 100 {
+		if _, err := put(uint64(1+i%5), uint64(1+i/5), fmt.Sprint("k", i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	dir := filepath.Join(tc.cfgs[0].DataDir, "sessions")
+	ckpt := func() uint64 {
+		idx, _ := sessionFiles(dir)
+		if len(idx) == 0 {
+			return 0
+		}
+		return idx[len(idx)-1]
+	}
+	waitFor(t, 10*time.Second, "a session checkpoint above the first write", func() bool { return ckpt() > first })
+	if idx, _ := sessionFiles(dir); len(idx) > 2 {
+		t.Fatalf("session files %v: want at most the two newest checkpoints (nothing compacted)", idx)
+	}
+	tc.stop(0)
+	tc.start(0)
+	tc.waitLeader(10 * time.Second)
+	n := tc.nodes[0]
+	n.sessMu.Lock()
+	ck := n.sessCkpt
+	n.sessMu.Unlock()
+	if ck == nil || ck.index <= first {
+		t.Fatalf("after the restart the table did not start from a checkpoint above %d (%v)", first, ck)
+	}
+	if again, err := put(7, 1, "a"); err != nil || again != first {
+		t.Fatalf("resent after the restart: index %d, %v; the first copy was applied at %d", again, err, first)
+	}
+	if _, err := put(7, 2, "b"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := put(7, 1, "a"); status.Code(err) != codes.Aborted {
+		t.Fatalf("a late copy after the restart: %v, want Aborted", err)
+	}
+	index := n.applied.Load()
+	n.sessMu.Lock()
+	want := n.sessBase.clone()
+	n.sessMu.Unlock()
+	if err := n.foldLog(want, index, nil); err != nil {
+		t.Fatal(err)
+	}
+	before := n.sessLogFolded.Load()
+	if err := n.compactLog(ctx, index); err != nil {
+		t.Fatal(err)
+	}
+	n.sessMu.Lock()
+	got := n.sessBase.encode()
+	n.sessMu.Unlock()
+	if string(got) != string(want.encode()) {
+		t.Fatal("the compaction after the restart gave another table than the log")
+	}
+	if folded := n.sessLogFolded.Load() - before; folded != 0 {
+		t.Fatalf("the compaction after the restart read %d entries from the log", folded)
 	}
 }

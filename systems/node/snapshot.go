@@ -258,6 +258,7 @@ func (n *Node) installSnapshot(snap raftpb.Snapshot) error {
 	n.sessMu.Lock()
 	n.sessBase = sessions
 	n.sessDeltas.reset(md.Index)
+	n.sessCkpt = nil
 	n.sessMu.Unlock()
 	n.sessions = sessions.clone()
 	removeSessionFilesExcept(n.sessionDir(), md.Index)
