@@ -404,30 +404,7 @@ func TestCompactionFoldsSessionDeltas(t *testing.T) {
 			}
 		}
 	}
-	// compact compacts the log to the applied index, checks the table at
-	// the new compaction point against the log's, and returns how many
-	// entries the compaction read from the log.
-	compact := func() uint64 {
-		t.Helper()
-		index := n.applied.Load()
-		n.sessMu.Lock()
-		want := n.sessBase.clone()
-		n.sessMu.Unlock()
-		if err := n.foldLog(want, index, nil); err != nil {
-			t.Fatal(err)
-		}
-		before := n.sessLogFolded.Load()
-		if err := n.compactLog(ctx, index); err != nil {
-			t.Fatalf("compact to %d: %v", index, err)
-		}
-		n.sessMu.Lock()
-		got := n.sessBase.encode()
-		n.sessMu.Unlock()
-		if string(got) != string(want.encode()) {
-			t.Fatalf("compaction to %d: the table from deltas differs from the table from the log", index)
-		}
-		return n.sessLogFolded.Load() - before
-	}
+	compact := func() uint64 { t.Helper(); return compactAndCheck(t, ctx, n) }
 	for round := range 2 {
 		write(60)
 		if folded := compact(); folded != 0 {
@@ -446,6 +423,31 @@ func TestCompactionFoldsSessionDeltas(t *testing.T) {
 	if folded := compact(); folded != 0 {
 		t.Fatalf("after a compaction past the overflow, the next read %d entries from the log", folded)
 	}
+}
+
+// compactAndCheck compacts n's log to its applied index, checks the table
+// at the new compaction point against the one the log gives, and returns
+// how many entries the compaction read from the log.
+func compactAndCheck(t *testing.T, ctx context.Context, n *Node) uint64 {
+	t.Helper()
+	index := n.applied.Load()
+	n.sessMu.Lock()
+	want := n.sessBase.clone()
+	n.sessMu.Unlock()
+	if err := n.foldLog(want, index, nil); err != nil {
+		t.Fatal(err)
+	}
+	before := n.sessLogFolded.Load()
+	if err := n.compactLog(ctx, index); err != nil {
+		t.Fatalf("compact to %d: %v", index, err)
+	}
+	n.sessMu.Lock()
+	got := n.sessBase.encode()
+	n.sessMu.Unlock()
+	if string(got) != string(want.encode()) {
+		t.Fatalf("compaction to %d: the table from deltas differs from the table from the log", index)
+	}
+	return n.sessLogFolded.Load() - before
 }
 
 // durableConfig opens a memSM that keeps its pairs and applied index in
@@ -555,24 +557,7 @@ func TestSessionCheckpointAcrossRestart(t *testing.T) {
 	if _, err := put(7, 1, "a"); status.Code(err) != codes.Aborted {
 		t.Fatalf("a late copy after the restart: %v, want Aborted", err)
 	}
-	index := n.applied.Load()
-	n.sessMu.Lock()
-	want := n.sessBase.clone()
-	n.sessMu.Unlock()
-	if err := n.foldLog(want, index, nil); err != nil {
-		t.Fatal(err)
-	}
-	before := n.sessLogFolded.Load()
-	if err := n.compactLog(ctx, index); err != nil {
-		t.Fatal(err)
-	}
-	n.sessMu.Lock()
-	got := n.sessBase.encode()
-	n.sessMu.Unlock()
-	if string(got) != string(want.encode()) {
-		t.Fatal("the compaction after the restart gave another table than the log")
-	}
-	if folded := n.sessLogFolded.Load() - before; folded != 0 {
+	if folded := compactAndCheck(t, ctx, n); folded != 0 {
 		t.Fatalf("the compaction after the restart read %d entries from the log", folded)
 	}
 }
