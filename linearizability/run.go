@@ -599,7 +599,9 @@ func finalWrite(ctx context.Context, spec *cluster.Spec, rec *Recorder, keys []s
 }
 
 // Converge waits (up to timeout) until every node reports the same state hash at the same
-// applied index (and state hash index).
+// applied index (and state hash index). A node's state hash reads every value it holds
+// (gigabytes in the paper profile's crash campaign), so each node's answer may take the
+// rest of timeout (at least 5 s).
 func Converge(ctx context.Context, spec *cluster.Spec, timeout time.Duration) Convergence {
 	begin := time.Now()
 	c, err := client.New(spec.ClientConfig())
@@ -612,7 +614,7 @@ func Converge(ctx context.Context, spec *cluster.Spec, timeout time.Duration) Co
 	for {
 		cv = Convergence{}
 		for _, n := range spec.Nodes {
-			sctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+			sctx, cancel := context.WithTimeout(ctx, max(5*time.Second, time.Until(deadline)))
 			st, err := c.Status(sctx, n.Address, true)
 			cancel()
 			ns := NodeState{ID: n.ID}
