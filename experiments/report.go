@@ -12,8 +12,8 @@ import (
 	"github.com/nezha-harness/nezha/plots"
 )
 
-// The paper's average gains of Nezha over Raft+RocksDB (seed nezha-readme,
-// DESIGN.md section 8).
+// The paper's average gains of Nezha over Raft+RocksDB (ARCHITECTURE.md
+// section 8).
 const (
 	paperPutGain  = 4.602 // +460.2 %
 	paperGetGain  = 0.125 // +12.5 %

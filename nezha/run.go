@@ -21,8 +21,8 @@ import (
 	"github.com/nezha-harness/nezha/systems/vfs"
 )
 
-// Sorted runs: the Final Compacted Storage of the paper (DESIGN.md section
-// 3). GC writes the live values it relocates into a run, in key order, so
+// Sorted runs: the Final Compacted Storage of the paper (ARCHITECTURE.md
+// section 4.3). GC writes the live values it relocates into a run, in key order, so
 // that a SCAN reads them sequentially. File sorted/NNNNNN.run:
 //
 //	record*: crc32c (4) | length of the rest (4) | raft index (8) | key length (4) | key | value

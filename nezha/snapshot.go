@@ -14,9 +14,9 @@ import (
 // (WriteSnapshot); it writes the stream straight into a new sorted run
 // (PrepareRestore) and, once the node has recorded the snapshot in its log,
 // rebuilds its index to point into that run (CommitRestore). The snapshot
-// is "the compacted storage plus the index" of DESIGN.md section 3, carried
-// as the pairs they describe, so that it does not depend on the leader's
-// file layout.
+// is the node's storage (log and sorted runs) plus the index, carried as
+// the pairs they describe, so that it does not depend on the leader's file
+// layout (ARCHITECTURE.md section 4.5).
 
 // WriteSnapshot implements systems.Snapshotter: every live key and value in
 // key order. It reads the index in chunks, each under the gate, so neither

@@ -22,7 +22,7 @@ const (
 	Name = "nezha"
 )
 
-// Directory names under the node's -data directory (DESIGN.md section 3).
+// Directory names under the node's -data directory (ARCHITECTURE.md section 4).
 const (
 	// ValueLogDir holds the Raft log, which is the value log.
 	ValueLogDir = "valuelog"
@@ -34,7 +34,7 @@ const (
 
 // NezhaNoGC returns the "nezha-nogc" system: values persisted once in the
 // Raft log, key -> Location in the index, no GC (the paper's Nezha-NoGC;
-// DESIGN.md section 1).
+// ARCHITECTURE.md section 1).
 func NezhaNoGC() systems.System {
 	return systems.System{
 		Name:      NameNoGC,
@@ -45,7 +45,7 @@ func NezhaNoGC() systems.System {
 }
 
 // Nezha returns the "nezha" system: KVS-Raft with Raft-aware GC into
-// key-sorted runs (DESIGN.md sections 1 and 3; see gc.go).
+// key-sorted runs (ARCHITECTURE.md sections 1 and 4.4; see gc.go).
 func Nezha() systems.System {
 	return systems.System{
 		Name:      Name,

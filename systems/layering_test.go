@@ -6,7 +6,7 @@ import (
 	"testing"
 )
 
-// TestLayering enforces DESIGN.md section 4: systems depends on no concrete
+// TestLayering enforces ARCHITECTURE.md section 2: systems depends on no concrete
 // system and no tool; nezha and baseline never import each other; the
 // traffic, fault and validation packages never import a concrete system;
 // plots draw from saved results only.
@@ -42,7 +42,7 @@ func TestLayering(t *testing.T) {
 				imp = strings.TrimPrefix(imp, mod)
 				for _, f := range r.forbidden {
 					if imp == f || strings.HasPrefix(imp, f+"/") {
-						t.Errorf("%s imports %s (DESIGN.md section 4 forbids it)", pkg, imp)
+						t.Errorf("%s imports %s (ARCHITECTURE.md section 2 forbids it)", pkg, imp)
 					}
 				}
 			}

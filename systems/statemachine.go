@@ -14,7 +14,7 @@ import (
 // Location is where a committed entry's record sits in the Raft log: the
 // segment file number, the byte offset of the record header in that file, the
 // record length in bytes (header and payload), and the entry's Raft index.
-// Nezha's index maps key -> Location (DESIGN.md section 3).
+// Nezha's index maps key -> Location (ARCHITECTURE.md sections 3 and 4.2).
 type Location struct {
 	Segment uint64
 	Offset  int64

@@ -1,6 +1,6 @@
 // Command nezha is the one binary of the harness: it runs nodes, local
 // clusters, clients, workloads, checks, experiments and plots. See
-// `nezha help` and DESIGN.md section 5.
+// `nezha help` and ARCHITECTURE.md section 6.1.
 package main
 
 import (

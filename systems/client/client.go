@@ -138,6 +138,11 @@ type Client struct {
 
 	// etcd, if set, serves every call (Config.API = APIEtcd).
 	etcd *etcdBackend
+
+	// onPause, if set, runs before each pause between attempts (a test
+	// hook: it lets a test end the caller's context at a known point of
+	// the retry loop). Nil in production.
+	onPause func()
 }
 
 // session is one client session: a random id and the sequence number of
@@ -314,7 +319,12 @@ func (c *Client) releaseSession(s *session) {
 	c.sessMu.Unlock()
 }
 
-func (c *Client) pause(ctx context.Context) error { return pause(ctx, c.cfg.RetryBackoff) }
+func (c *Client) pause(ctx context.Context) error {
+	if c.onPause != nil {
+		c.onPause()
+	}
+	return pause(ctx, c.cfg.RetryBackoff)
+}
 
 // write sends a write, under a client session, until it succeeds, fails
 // definitely, or ctx ends; it is ambiguous if it ends without an answer
