@@ -171,7 +171,8 @@ func runCommand(args []string, known []string, stdout, stderr io.Writer) error {
 		"systems":      strings.Join(syss, ", "),
 		"started":      start.Format(time.RFC3339),
 		"took":         time.Since(start).Round(time.Second).String(),
-		"git commit":   info.GitCommit,
+		"git commit":   info.GitCommit + map[bool]string{true: "+dirty"}[info.GitDirty] + " (" + info.GitCommitSource + ")",
+		"build":        info.Build.String(),
 		"machine":      fmt.Sprintf("%s, %d CPUs (%s), kernel %s, %s", info.Hostname, info.CPUs, info.CPUModel, info.Kernel, info.GoVersion),
 	}
 	if err := writeJSON(filepath.Join(dir, "report-info.json"), rinfo); err != nil {

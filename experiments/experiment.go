@@ -21,6 +21,7 @@ import (
 
 	"github.com/nezha-harness/nezha/plots"
 	"github.com/nezha-harness/nezha/systems"
+	"github.com/nezha-harness/nezha/systems/buildinfo"
 	"github.com/nezha-harness/nezha/systems/client"
 	"github.com/nezha-harness/nezha/systems/cluster"
 )
@@ -122,6 +123,9 @@ type Result struct {
 	Start    time.Time          `json:"start"`
 	Duration float64            `json:"duration_sec"`
 	Error    string             `json:"error,omitempty"`
+	// Build is what the binary that ran the experiment was built from
+	// (module version, VCS revision, Go version; package buildinfo).
+	Build *buildinfo.Info `json:"build,omitempty"`
 }
 
 // Table is a table of the report.
@@ -364,6 +368,7 @@ type RunOptions struct {
 func Execute(ctx context.Context, o RunOptions) ([]*Result, error) {
 	var results []*Result
 	prior := map[string]*Result{}
+	build := buildinfo.Read()
 	beds := &bedPool{dir: filepath.Join(o.OutDir, "read-beds"), beds: map[string]*testbed{}}
 	for _, e := range o.Experiments {
 		if e.UsesReadBeds {
@@ -380,7 +385,7 @@ func Execute(ctx context.Context, o RunOptions) ([]*Result, error) {
 			return results, err
 		}
 		res := &Result{Name: e.Name, Title: e.Title, Shows: e.Shows, Params: map[string]any{},
-			Metrics: map[string]float64{}, Start: time.Now()}
+			Metrics: map[string]float64{}, Start: time.Now(), Build: &build}
 		x := &Run{Profile: o.Profile, Systems: o.Systems, Dir: dir, Binary: o.Binary, Servers: o.Servers,
 			Out: o.Out, Prior: prior, res: res, beds: beds}
 		fmt.Fprintf(o.Out, "\n=== [%d/%d] %s: %s\n", i+1, len(o.Experiments), e.Name, e.Shows)
