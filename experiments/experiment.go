@@ -14,6 +14,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -119,10 +120,14 @@ type Result struct {
 	Notes    []string       `json:"notes,omitempty"`
 	// Metrics are named numbers other parts of the report use, e.g.
 	// "disk_limit_mb_per_sec" or "put_mb_per_sec/nezha/256".
-	Metrics  map[string]float64 `json:"metrics,omitempty"`
-	Start    time.Time          `json:"start"`
-	Duration float64            `json:"duration_sec"`
-	Error    string             `json:"error,omitempty"`
+	Metrics map[string]float64 `json:"metrics,omitempty"`
+	// Samples are the per-run values behind a metric that is the median
+	// of repeated runs (same key as in Metrics), for `experiment
+	// compare`'s spread and significance; absent for single measurements.
+	Samples  map[string][]float64 `json:"samples,omitempty"`
+	Start    time.Time            `json:"start"`
+	Duration float64              `json:"duration_sec"`
+	Error    string               `json:"error,omitempty"`
 	// Build is what the binary that ran the experiment was built from
 	// (module version, VCS revision, Go version; package buildinfo).
 	Build *buildinfo.Info `json:"build,omitempty"`
@@ -183,6 +188,16 @@ func (x *Run) metric(k string, v float64) {
 	x.mu.Lock()
 	defer x.mu.Unlock()
 	x.res.Metrics[k] = v
+}
+
+// samples records the per-run values behind metric k (see Result.Samples).
+func (x *Run) samples(k string, vs []float64) {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	if x.res.Samples == nil {
+		x.res.Samples = map[string][]float64{}
+	}
+	x.res.Samples[k] = slices.Clone(vs)
 }
 
 func (x *Run) note(format string, args ...any) {
