@@ -533,10 +533,12 @@ func (x *Run) readExperiment(ctx context.Context, op string) error {
 		med, lo, hi := median(rates), slices.Min(rates), slices.Max(rates)
 		x.logf("%s: %s median %.0f ops/s over %d runs (%.0f..%.0f)", sys, op, med, len(rates), lo, hi)
 		x.metric(op+"_ops_per_sec/"+sys, med)
+		x.samples(op+"_ops_per_sec/"+sys, rates)
 		readKB := "-"
 		if len(b.readKBs) > 0 {
 			readKB = f1(median(b.readKBs))
 			x.metric(op+"_ops_per_sec_disk_read_kb_per_op/"+sys, median(b.readKBs))
+			x.samples(op+"_ops_per_sec_disk_read_kb_per_op/"+sys, b.readKBs)
 		}
 		tbl.Rows = append(tbl.Rows, []string{sys, f0(med), f0(lo), f0(hi), f1(first.MBPerSec * med / first.OpsPerSec),
 			ms(first.P50Us), ms(first.P99Us), ms(first.P999Us), fmt.Sprint(first.Errors), fmt.Sprint(first.Misses), readKB, cacheText(b.cache)})

@@ -31,13 +31,16 @@ const experimentUsage = `usage: nezha experiment SUBCOMMAND
   list                                      the experiments and what each shows
   run NAME...|all [-profile quick|standard|paper] [-systems S,...] [-out DIR] [-force] [-servers A,B,C]
                                             run experiments, write results, figures and report.md
-  report DIR                                rewrite DIR/report.md from saved results`
+  report DIR                                rewrite DIR/report.md from saved results
+  compare DIR_A DIR_B [-metric REGEX] [-threshold PCT]
+                                            per experiment and system each metric's change (Markdown);
+                                            exit 1 if a selected metric regressed beyond PCT (default 10)`
 
 // Command is `nezha experiment list | run NAME...|all | report DIR`.
 // known are the -system names the binary registers.
 func Command(args []string, known []string, stdout, stderr io.Writer) error {
 	if len(args) == 0 {
-		return systems.Usagef("experiment: want list, run NAME...|all, or report DIR")
+		return systems.Usagef("experiment: want list, run NAME...|all, report DIR, or compare DIR_A DIR_B")
 	}
 	if err := systems.SubcommandHelp(args[0], stdout, experimentUsage); err != nil {
 		return err
@@ -65,8 +68,10 @@ func Command(args []string, known []string, stdout, stderr io.Writer) error {
 		return nil
 	case "run":
 		return runCommand(args[1:], known, stdout, stderr)
+	case "compare":
+		return compareCommand(args[1:], known, stdout)
 	}
-	return systems.Usagef("experiment: unknown subcommand %q (want list, run, report)", args[0])
+	return systems.Usagef("experiment: unknown subcommand %q (want list, run, report, compare)", args[0])
 }
 
 func runCommand(args []string, known []string, stdout, stderr io.Writer) error {
@@ -171,7 +176,8 @@ func runCommand(args []string, known []string, stdout, stderr io.Writer) error {
 		"systems":      strings.Join(syss, ", "),
 		"started":      start.Format(time.RFC3339),
 		"took":         time.Since(start).Round(time.Second).String(),
-		"git commit":   info.GitCommit,
+		"git commit":   info.GitCommit + map[bool]string{true: "+dirty"}[info.GitDirty] + " (" + info.GitCommitSource + ")",
+		"build":        info.Build.String(),
 		"machine":      fmt.Sprintf("%s, %d CPUs (%s), kernel %s, %s", info.Hostname, info.CPUs, info.CPUModel, info.Kernel, info.GoVersion),
 	}
 	if err := writeJSON(filepath.Join(dir, "report-info.json"), rinfo); err != nil {

@@ -14,6 +14,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -21,6 +22,7 @@ import (
 
 	"github.com/nezha-harness/nezha/plots"
 	"github.com/nezha-harness/nezha/systems"
+	"github.com/nezha-harness/nezha/systems/buildinfo"
 	"github.com/nezha-harness/nezha/systems/client"
 	"github.com/nezha-harness/nezha/systems/cluster"
 )
@@ -118,10 +120,17 @@ type Result struct {
 	Notes    []string       `json:"notes,omitempty"`
 	// Metrics are named numbers other parts of the report use, e.g.
 	// "disk_limit_mb_per_sec" or "put_mb_per_sec/nezha/256".
-	Metrics  map[string]float64 `json:"metrics,omitempty"`
-	Start    time.Time          `json:"start"`
-	Duration float64            `json:"duration_sec"`
-	Error    string             `json:"error,omitempty"`
+	Metrics map[string]float64 `json:"metrics,omitempty"`
+	// Samples are the per-run values behind a metric that is the median
+	// of repeated runs (same key as in Metrics), for `experiment
+	// compare`'s spread and significance; absent for single measurements.
+	Samples  map[string][]float64 `json:"samples,omitempty"`
+	Start    time.Time            `json:"start"`
+	Duration float64              `json:"duration_sec"`
+	Error    string               `json:"error,omitempty"`
+	// Build is what the binary that ran the experiment was built from
+	// (module version, VCS revision, Go version; package buildinfo).
+	Build *buildinfo.Info `json:"build,omitempty"`
 }
 
 // Table is a table of the report.
@@ -179,6 +188,16 @@ func (x *Run) metric(k string, v float64) {
 	x.mu.Lock()
 	defer x.mu.Unlock()
 	x.res.Metrics[k] = v
+}
+
+// samples records the per-run values behind metric k (see Result.Samples).
+func (x *Run) samples(k string, vs []float64) {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	if x.res.Samples == nil {
+		x.res.Samples = map[string][]float64{}
+	}
+	x.res.Samples[k] = slices.Clone(vs)
 }
 
 func (x *Run) note(format string, args ...any) {
@@ -364,6 +383,7 @@ type RunOptions struct {
 func Execute(ctx context.Context, o RunOptions) ([]*Result, error) {
 	var results []*Result
 	prior := map[string]*Result{}
+	build := buildinfo.Read()
 	beds := &bedPool{dir: filepath.Join(o.OutDir, "read-beds"), beds: map[string]*testbed{}}
 	for _, e := range o.Experiments {
 		if e.UsesReadBeds {
@@ -380,7 +400,7 @@ func Execute(ctx context.Context, o RunOptions) ([]*Result, error) {
 			return results, err
 		}
 		res := &Result{Name: e.Name, Title: e.Title, Shows: e.Shows, Params: map[string]any{},
-			Metrics: map[string]float64{}, Start: time.Now()}
+			Metrics: map[string]float64{}, Start: time.Now(), Build: &build}
 		x := &Run{Profile: o.Profile, Systems: o.Systems, Dir: dir, Binary: o.Binary, Servers: o.Servers,
 			Out: o.Out, Prior: prior, res: res, beds: beds}
 		fmt.Fprintf(o.Out, "\n=== [%d/%d] %s: %s\n", i+1, len(o.Experiments), e.Name, e.Shows)

@@ -409,12 +409,15 @@ func runsOf(all []putRun, keep func(putRun) bool) []putRun {
 	return out
 }
 
-func medianOf(rs []putRun, f func(putRun) float64) float64 {
+func medianOf(rs []putRun, f func(putRun) float64) float64 { return median(valuesOf(rs, f)) }
+
+// valuesOf is f of each run.
+func valuesOf(rs []putRun, f func(putRun) float64) []float64 {
 	vs := make([]float64, len(rs))
 	for i, r := range rs {
 		vs[i] = f(r)
 	}
-	return median(vs)
+	return vs
 }
 
 // putScaleReport turns the runs into tables, figures and metrics.
@@ -542,7 +545,9 @@ func (x *Run) putScaleReport(all []putRun, top int64, limit float64, haveLimit b
 		head.Rows = append(head.Rows, []string{sys, f1(med), f1(lo), f1(hi), fmt.Sprint(len(rs)), ratio, f2(wa), f1(cpu), fmt.Sprintf("%.0f %%", 100*busy), f1(gcr), levels})
 		fig.Series = append(fig.Series, plots.Series{Name: sys, Values: []float64{med}, Errors: []float64{med - lo}, ErrorsUp: []float64{hi - med}})
 		x.metric("put_headline/"+sys, med)
+		x.samples("put_headline/"+sys, mb)
 		x.metric("put_headline_write_amp/"+sys, wa)
+		x.samples("put_headline_write_amp/"+sys, valuesOf(rs, func(r putRun) float64 { return r.WriteAmp }))
 		x.metric("put_headline_machine_busy/"+sys, busy)
 		x.metric("put_headline_gc_rounds/"+sys, gcr)
 		x.metric("put_headline_deepest_level/"+sys, float64(deep))

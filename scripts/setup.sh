@@ -34,4 +34,4 @@ if [ ${#missing[@]} -gt 0 ]; then
 fi
 
 echo "setup: building bin/nezha ($(go version | cut -d' ' -f3))"
-go build -o bin/nezha ./cmd/nezha
+go build -buildvcs=auto -o bin/nezha ./cmd/nezha

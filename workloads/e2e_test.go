@@ -133,4 +133,31 @@ func TestEndToEnd(t *testing.T) {
 	run(2, append([]string{"bench", "put", "-vsize", "0"}, c...)...)
 	run(2, append([]string{"ycsb", "run", "-P", "workloads/workloada", "-p", "requestdistribution=nope"}, c...)...)
 	run(2, "bench", "get", "-servers", "127.0.0.1:1", "-keys", "10", "-connectTimeout", "500ms")
+
+	// cluster status shows each node's gRPC health (the cluster has a
+	// leader: it served the load above).
+	var st struct {
+		Nodes []struct {
+			ID     uint64 `json:"id"`
+			Health string `json:"health"`
+		} `json:"nodes"`
+	}
+	if err := json.Unmarshal([]byte(run(0, append([]string{"cluster", "status", "-json"}, c...)...)), &st); err != nil || len(st.Nodes) != 3 {
+		t.Fatalf("cluster status -json: %v %+v", err, st)
+	}
+	for _, n := range st.Nodes {
+		if n.Health != "SERVING" {
+			t.Fatalf("cluster status: node %d health %q, want SERVING", n.ID, n.Health)
+		}
+	}
+	if o := run(0, append([]string{"cluster", "status"}, c...)...); !strings.Contains(o, "HEALTH") || !strings.Contains(o, "SERVING") {
+		t.Fatalf("cluster status printed no health:\n%s", o)
+	}
+	// config.json records the build (module, Go version) beside the commit.
+	if b, ok := cfg["build"].(map[string]any); !ok || b["module"] != "github.com/nezha-harness/nezha" || cfg["git_commit_source"] == "" {
+		t.Fatalf("config.json: no build record: %v", cfg)
+	}
+	if o := run(0, "version"); !strings.HasPrefix(o, "nezha github.com/nezha-harness/nezha ") {
+		t.Fatalf("version: %q", o)
+	}
 }

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/nezha-harness/nezha/systems/buildinfo"
 	"github.com/nezha-harness/nezha/systems/kvpb"
 )
 
@@ -21,19 +22,26 @@ type RunInfo struct {
 	Tool    string   `json:"tool"`
 	Command []string `json:"command"`
 	// Seed is null when the run cannot be seeded (SeedNote says why).
-	Seed      *int64       `json:"seed"`
-	SeedNote  string       `json:"seed_note,omitempty"`
-	Start     time.Time    `json:"start"`
-	GitCommit string       `json:"git_commit"`
-	GitDirty  bool         `json:"git_dirty"`
-	GoVersion string       `json:"go_version"`
-	Hostname  string       `json:"hostname"`
-	CPUs      int          `json:"cpus"`
-	CPUModel  string       `json:"cpu_model"`
-	Kernel    string       `json:"kernel"`
-	System    string       `json:"system,omitempty"`
-	Servers   []ServerInfo `json:"servers,omitempty"`
-	Config    any          `json:"config"`
+	Seed     *int64    `json:"seed"`
+	SeedNote string    `json:"seed_note,omitempty"`
+	Start    time.Time `json:"start"`
+	// GitCommit and GitDirty are the binary's VCS revision, from its build
+	// info (Build); GitCommitSource says where they came from: "build info",
+	// else (a binary built by go test, go run or with -buildvcs=false)
+	// `git rev-parse HEAD` beside the binary or in the working directory,
+	// labelled as such, else "unknown".
+	GitCommit       string         `json:"git_commit"`
+	GitDirty        bool           `json:"git_dirty"`
+	GitCommitSource string         `json:"git_commit_source"`
+	Build           buildinfo.Info `json:"build"`
+	GoVersion       string         `json:"go_version"`
+	Hostname        string         `json:"hostname"`
+	CPUs            int            `json:"cpus"`
+	CPUModel        string         `json:"cpu_model"`
+	Kernel          string         `json:"kernel"`
+	System          string         `json:"system,omitempty"`
+	Servers         []ServerInfo   `json:"servers,omitempty"`
+	Config          any            `json:"config"`
 }
 
 // ServerInfo is what a server said about itself before the run.
@@ -52,14 +60,14 @@ type ServerInfo struct {
 func NewRunInfo(tool string, command []string, seed *int64, config any) RunInfo {
 	r := RunInfo{
 		Tool: tool, Command: command, Seed: seed, Config: config, Start: time.Now(),
-		GoVersion: runtime.Version(), CPUs: runtime.NumCPU(), GitCommit: "unknown",
+		GoVersion: runtime.Version(), CPUs: runtime.NumCPU(), Build: buildinfo.Read(),
 	}
 	r.Hostname, _ = os.Hostname()
 	r.CPUModel = cpuModel()
 	if b, err := os.ReadFile("/proc/sys/kernel/osrelease"); err == nil {
 		r.Kernel = strings.TrimSpace(string(b))
 	}
-	r.GitCommit, r.GitDirty = gitCommit()
+	r.GitCommit, r.GitDirty, r.GitCommitSource = Revision(r.Build)
 	return r
 }
 
@@ -89,9 +97,23 @@ func cpuModel() string {
 	return "unknown"
 }
 
-// gitCommit asks git for HEAD of the repository that holds the running
-// binary, else of the working directory.
-func gitCommit() (string, bool) {
+// Revision is the binary's VCS revision, whether the tree was dirty, and
+// where that came from: the build info when the toolchain stamped it; else,
+// as a labelled fallback, git's HEAD of the repository that holds the
+// binary, else of the working directory; else "unknown".
+func Revision(b buildinfo.Info) (commit string, dirty bool, source string) {
+	if b.RevisionSource == buildinfo.SourceBuildInfo {
+		return b.Revision, b.Dirty, buildinfo.SourceBuildInfo
+	}
+	if c, d, dir := gitHead(); c != "" {
+		return c, d, "git rev-parse HEAD in " + dir + " (fallback: the binary's build info has no revision: " + b.RevisionSource + ")"
+	}
+	return "unknown", false, "unknown: no revision in the build info (" + b.RevisionSource + ") and no git repository around the binary"
+}
+
+// gitHead asks git for HEAD of the repository that holds the running
+// binary, else of the working directory; "" if neither is one.
+func gitHead() (commit string, dirty bool, dir string) {
 	var dirs []string
 	if exe, err := os.Executable(); err == nil {
 		dirs = append(dirs, filepath.Dir(exe))
@@ -112,9 +134,9 @@ func gitCommit() (string, bool) {
 		st.Dir = d
 		dirty, _ := st.Output()
 		cancel()
-		return strings.TrimSpace(string(out)), len(strings.TrimSpace(string(dirty))) > 0
+		return strings.TrimSpace(string(out)), len(strings.TrimSpace(string(dirty))) > 0, d
 	}
-	return "unknown", false
+	return "", false, ""
 }
 
 // WriteJSON writes v as indented JSON to path.

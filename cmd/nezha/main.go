@@ -15,6 +15,7 @@ import (
 	"github.com/nezha-harness/nezha/nezha"
 	"github.com/nezha-harness/nezha/plots"
 	"github.com/nezha-harness/nezha/systems"
+	"github.com/nezha-harness/nezha/systems/buildinfo"
 	"github.com/nezha-harness/nezha/systems/cluster"
 	"github.com/nezha-harness/nezha/systems/kvcli"
 	"github.com/nezha-harness/nezha/systems/node"
@@ -31,8 +32,9 @@ commands:
   check     linearizability under faults: check -system S [-nemesis LIST] [-duration D] [-read-mode M]
   bench     the paper's workloads: bench put|get|scan [-cnums N -dnums N -vsize BYTES] -servers ...|-cluster DIR
   ycsb      YCSB core workloads: ycsb load|run -P FILE [-p name=value ...] -servers ...|-cluster DIR
-  experiment  named experiments and the report: experiment list | run NAME...|all [-profile quick|paper] | report DIR
+  experiment  named experiments and the report: experiment list | run NAME...|all [-profile quick|paper] | report DIR | compare DIR_A DIR_B
   plot      redraw figures: plot RESULTS_DIR (every figures.json under it -> PNG and SVG)
+  version   module version, VCS revision (+dirty) and Go version of this binary (from its build info) [-json]
   help      this text
 
 Run 'nezha <command> -h' for the flags of a command.
@@ -68,6 +70,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		err = experiments.Command(rest, reg.Names(), stdout, stderr)
 	case "plot":
 		err = plots.Command(rest, stdout, stderr)
+	case "version":
+		err = buildinfo.Command(rest, stdout)
 	case "help", "-h", "-help", "--help":
 		fmt.Fprint(stdout, usage)
 		return 0

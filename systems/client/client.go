@@ -36,6 +36,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/experimental"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/status"
 
 	"github.com/nezha-harness/nezha/systems"
@@ -515,6 +516,29 @@ func (c *Client) Status(ctx context.Context, addr string, withStateHash bool) (*
 	c.learn(s, r.Header)
 	return r, nil
 }
+
+// Health asks the server at addr for its status in the standard gRPC
+// health service (grpc.health.v1.Health/Check, service ""; one attempt):
+// SERVING when the node knows a leader, NOT_SERVING while it does not or
+// while it stops. Errors are gRPC's (Unavailable when the node is down);
+// with the etcd API (an etcd cluster) it is not asked (ErrHealthNotAsked).
+func (c *Client) Health(ctx context.Context, addr string) (healthpb.HealthCheckResponse_ServingStatus, error) {
+	if c.etcd != nil {
+		return healthpb.HealthCheckResponse_UNKNOWN, ErrHealthNotAsked
+	}
+	s, err := c.add(addr)
+	if err != nil {
+		return healthpb.HealthCheckResponse_UNKNOWN, err
+	}
+	r, err := healthpb.NewHealthClient(s.cc).Check(ctx, &healthpb.HealthCheckRequest{})
+	if err != nil {
+		return healthpb.HealthCheckResponse_UNKNOWN, err
+	}
+	return r.Status, nil
+}
+
+// ErrHealthNotAsked: Health is not asked of etcd through its client.
+var ErrHealthNotAsked = errors.New("health not asked (etcd client)")
 
 // Servers returns the addresses the client knows.
 func (c *Client) Servers() []string {

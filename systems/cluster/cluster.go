@@ -331,8 +331,12 @@ func (s *Spec) WaitLeader(ctx context.Context, timeout time.Duration) (uint64, e
 type NodeStatus struct {
 	Node  Node
 	Alive bool
-	resp  *kvpb.StatusResponse
-	err   error
+	// Health is the node's answer to the standard gRPC health service
+	// (SERVING, NOT_SERVING), or why there is none ("unreachable", "-" for
+	// etcd, which is not asked).
+	Health string
+	resp   *kvpb.StatusResponse
+	err    error
 }
 
 // Response returns the node's status response, or the error.
@@ -347,7 +351,7 @@ func (s *Spec) statuses(ctx context.Context, c *client.Client) []NodeStatus {
 			sctx, cancel := context.WithTimeout(ctx, time.Second)
 			defer cancel()
 			r, err := c.Status(sctx, n.Address, false)
-			out[i] = NodeStatus{Node: n, Alive: n.PID != 0 && Alive(n.PID), resp: r, err: err}
+			out[i] = NodeStatus{Node: n, Alive: n.PID != 0 && Alive(n.PID), resp: r, err: err, Health: health(sctx, c, n.Address)}
 		}(i, n)
 	}
 	for range s.Nodes {
@@ -356,7 +360,19 @@ func (s *Spec) statuses(ctx context.Context, c *client.Client) []NodeStatus {
 	return out
 }
 
-// Status asks every node for its status.
+// health is the node's health-service status as text.
+func health(ctx context.Context, c *client.Client, addr string) string {
+	st, err := c.Health(ctx, addr)
+	switch {
+	case errors.Is(err, client.ErrHealthNotAsked):
+		return "-"
+	case err != nil:
+		return "unreachable"
+	}
+	return st.String()
+}
+
+// Status asks every node for its status and its health.
 func (s *Spec) Status(ctx context.Context) ([]NodeStatus, error) {
 	c, err := client.New(s.ClientConfig())
 	if err != nil {

@@ -237,6 +237,7 @@ type statusJSON struct {
 	Address      string `json:"address"`
 	PID          int    `json:"pid"`
 	Alive        bool   `json:"alive"`
+	Health       string `json:"health"`
 	State        string `json:"state,omitempty"`
 	Leader       uint64 `json:"leader"`
 	Term         uint64 `json:"term"`
@@ -259,7 +260,7 @@ type statusJSON struct {
 func printStatus(w io.Writer, s *Spec, sts []NodeStatus, asJSON bool) error {
 	rows := make([]statusJSON, len(sts))
 	for i, st := range sts {
-		r := statusJSON{ID: st.Node.ID, Address: st.Node.Address, PID: st.Node.PID, Alive: st.Alive}
+		r := statusJSON{ID: st.Node.ID, Address: st.Node.Address, PID: st.Node.PID, Alive: st.Alive, Health: st.Health}
 		if resp, err := st.Response(); err != nil {
 			r.Error = err.Error()
 		} else {
@@ -279,7 +280,7 @@ func printStatus(w io.Writer, s *Spec, sts []NodeStatus, asJSON bool) error {
 	}
 	fmt.Fprintf(w, "system %s, cluster %s\n", Label(s.System), s.Dir)
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "NODE\tADDRESS\tPID\tSTATE\tLEADER\tTERM\tCOMMIT\tAPPLIED\tLOG ENTRIES\tSYNC")
+	fmt.Fprintln(tw, "NODE\tADDRESS\tPID\tHEALTH\tSTATE\tLEADER\tTERM\tCOMMIT\tAPPLIED\tLOG ENTRIES\tSYNC")
 	for _, r := range rows {
 		state := r.State
 		if r.Error != "" {
@@ -301,7 +302,7 @@ func printStatus(w io.Writer, s *Spec, sts []NodeStatus, asJSON bool) error {
 		} else if r.FirstIndex > r.LastIndex {
 			logRange = fmt.Sprintf("none after %d", r.LastIndex)
 		}
-		fmt.Fprintf(tw, "%d\t%s\t%d\t%s\t%d\t%d\t%d\t%d\t%s\t%s\n", r.ID, r.Address, r.PID, state, r.Leader, r.Term,
+		fmt.Fprintf(tw, "%d\t%s\t%d\t%s\t%s\t%d\t%d\t%d\t%d\t%s\t%s\n", r.ID, r.Address, r.PID, r.Health, state, r.Leader, r.Term,
 			r.CommitIndex, r.AppliedIndex, logRange, sync)
 	}
 	return tw.Flush()

@@ -19,6 +19,8 @@ import (
 	"go.etcd.io/raft/v3/raftpb"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/experimental"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	"github.com/nezha-harness/nezha/systems"
 	"github.com/nezha-harness/nezha/systems/etcdapi"
@@ -91,6 +93,10 @@ type Node struct {
 	kvLis     net.Listener
 	// etcdServer serves etcd's KV API on cfg.EtcdAddress (nil if off).
 	etcdServer *grpc.Server
+	// health is the standard gRPC health service (grpc.health.v1.Health)
+	// on all three servers: SERVING while the node knows a leader and has
+	// not failed (see setHealth), NOT_SERVING otherwise.
+	health *health.Server
 
 	ctlc     chan func() // closures run on the Ready loop (logControl)
 	snapc    chan snapshotStatus
@@ -326,6 +332,8 @@ func (n *Node) listen() error {
 			return systems.Usagef("cannot listen on -etcdAddress %s: %v", n.cfg.EtcdAddress, unwrapListenErr(err))
 		}
 	}
+	n.health = health.NewServer()
+	n.setHealth(false) // health.NewServer starts SERVING; not until there is a leader
 	n.transport = newTransport(n, ilis)
 	n.kvLis = klis
 	n.kvServer = grpc.NewServer(
@@ -335,6 +343,7 @@ func (n *Node) listen() error {
 		grpc.MaxSendMsgSize(n.cfg.ScanMaxBytes+n.cfg.MaxValueBytes+(4<<20)),
 	)
 	n.kvServer.RegisterService(kvServiceDesc(), &kvServer{n: n})
+	healthpb.RegisterHealthServer(n.kvServer, n.health)
 	if n.cfg.DiskFaults {
 		kvpb.RegisterDiskFaultsServer(n.kvServer, &diskFaultServer{n: n})
 	}
@@ -354,6 +363,7 @@ func (n *Node) listen() error {
 		etcdserverpb.RegisterKVServer(n.etcdServer, etcdapi.New(kvs))
 		etcdserverpb.RegisterMaintenanceServer(n.etcdServer, etcdapi.NewMaintenance(kvs))
 		etcdserverpb.RegisterClusterServer(n.etcdServer, etcdapi.NewCluster(kvs))
+		healthpb.RegisterHealthServer(n.etcdServer, n.health)
 		n.logger.Info("serving etcd's KV API", "etcd_address", elis.Addr().String())
 		go func() {
 			if err := n.etcdServer.Serve(elis); err != nil && !errors.Is(err, grpc.ErrServerStopped) {
@@ -376,6 +386,19 @@ func unwrapListenErr(err error) error {
 	return err
 }
 
+// setHealth sets the health service's status of the server as a whole
+// ("") and of the client API (nezha.kv.KV): SERVING when serving is true,
+// i.e. the node knows a leader, so that its requests can be served. After
+// Shutdown (Stop or a fatal error) it stays NOT_SERVING.
+func (n *Node) setHealth(serving bool) {
+	st := healthpb.HealthCheckResponse_NOT_SERVING
+	if serving {
+		st = healthpb.HealthCheckResponse_SERVING
+	}
+	n.health.SetServingStatus("", st)
+	n.health.SetServingStatus(kvpb.KV_ServiceDesc.ServiceName, st)
+}
+
 // ID returns the node's Raft id.
 func (n *Node) ID() uint64 { return n.id }
 
@@ -396,6 +419,9 @@ func (n *Node) fail(err error) {
 	n.failOnce.Do(func() {
 		n.failErr = err
 		n.logger.Error("fatal error; the node stops", "err", err)
+		if n.health != nil {
+			n.health.Shutdown() // NOT_SERVING from now on
+		}
 		close(n.failed)
 	})
 }
@@ -404,6 +430,7 @@ func (n *Node) fail(err error) {
 // requests fail with Unavailable (their outcome is unknown to the client).
 func (n *Node) Stop() {
 	n.stopOnce.Do(func() {
+		n.health.Shutdown() // NOT_SERVING from now on, while requests drain
 		stopped := make(chan struct{})
 		go func() {
 			n.kvServer.GracefulStop()
@@ -562,6 +589,7 @@ func (n *Node) handleReady(rd raft.Ready) error {
 	if rd.SoftState != nil {
 		if old := n.lead.Swap(rd.SoftState.Lead); old != rd.SoftState.Lead {
 			n.logger.Info("leader changed", "leader", rd.SoftState.Lead, "state", rd.SoftState.RaftState)
+			n.setHealth(rd.SoftState.Lead != raft.None)
 			n.leaseUntil.Store(0)
 			n.failReads(errDropped)
 			changed = true

@@ -14,6 +14,7 @@ import (
 	"go.etcd.io/raft/v3/raftpb"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/status"
 
 	"github.com/nezha-harness/nezha/systems"
@@ -265,6 +266,12 @@ func rawKV(t *testing.T, addr string) kvpb.KVClient {
 func TestResentWriteAppliesOnce(t *testing.T) {
 	tc := startCluster(t, 3)
 	tc.waitLeader(10 * time.Second)
+	// The raw puts below go to named nodes without retries: every node must
+	// know the leader first (a follower may not have heard from it yet).
+	c := tc.client(t)
+	for _, cfg := range tc.cfgs {
+		waitHealth(t, c, cfg.Address, healthpb.HealthCheckResponse_SERVING, 10*time.Second)
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	kv := func(i int) kvpb.KVClient { return rawKV(t, tc.cfgs[i].Address) }

@@ -18,6 +18,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/experimental"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/mem"
 	"google.golang.org/grpc/metadata"
@@ -73,6 +74,7 @@ func newTransport(n *Node, lis net.Listener) *transport {
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 500 * time.Millisecond, PermitWithoutStream: true}),
 	)
 	kvpb.RegisterRaftServer(t.server, &raftServer{n: n})
+	healthpb.RegisterHealthServer(t.server, n.health)
 	go func() {
 		if err := t.server.Serve(lis); err != nil && !errors.Is(err, grpc.ErrServerStopped) {
 			n.fail(err)

@@ -1,0 +1,349 @@
+package experiments
+
+import (
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"sort"
+	"strings"
+
+	"golang.org/x/perf/benchmath"
+
+	"github.com/nezha-harness/nezha/systems"
+)
+
+// Direction says whether a metric is better when higher or when lower.
+type Direction int
+
+// The directions of a metric (see MetricDirection).
+const (
+	// Unranked metrics (levels, GC rounds, machine busy, data sizes) are
+	// shown but never gate.
+	Unranked Direction = iota
+	HigherIsBetter
+	LowerIsBetter
+)
+
+func (d Direction) String() string {
+	switch d {
+	case HigherIsBetter:
+		return "higher is better"
+	case LowerIsBetter:
+		return "lower is better"
+	}
+	return "unranked"
+}
+
+// The direction rules, by a metric's name before its first "/" (e.g.
+// "put_mb_per_sec" of "put_mb_per_sec/nezha/256"); lower-is-better is
+// tried first, since "get_ops_per_sec_disk_read_kb_per_op" also ends in a
+// throughput's words.
+var (
+	lowerIsBetterRE  = regexp.MustCompile(`write_amp|space_amp|gc_space_|disk_read_kb_per_op|cpu_s_per_gb|latency|_p50|_p99|_p999|_us$|_ms$|recover|lost_writes`)
+	higherIsBetterRE = regexp.MustCompile(`per_sec$|_ratio$|_vs_|^put_headline$`)
+)
+
+// MetricDirection decides by name whether metric (a Result.Metrics key) is
+// better higher (throughput: *_per_sec, ratios and *_vs_* over a baseline,
+// put_headline), lower (write and space amplification, device bytes read
+// per operation, CPU seconds per GB, latencies, crash recovery times, lost
+// writes) or neither.
+func MetricDirection(metric string) Direction {
+	base, _, _ := strings.Cut(metric, "/")
+	switch {
+	case lowerIsBetterRE.MatchString(base):
+		return LowerIsBetter
+	case higherIsBetterRE.MatchString(base):
+		return HigherIsBetter
+	}
+	return Unranked
+}
+
+// CompareOptions configure Compare.
+type CompareOptions struct {
+	// Metric selects the metrics that gate (a regular expression matched
+	// against "experiment/metric-key", e.g. "put-vsize/put_mb_per_sec/nezha/256").
+	// Default "" selects every ranked metric.
+	Metric *regexp.Regexp
+	// ThresholdPct is the change, in percent of A's value, beyond which a
+	// selected metric that got worse in B is a regression. Default 10.
+	ThresholdPct float64
+	// Systems are the -system names, to split a metric key into system
+	// and metric.
+	Systems []string
+}
+
+// DefaultCompareThresholdPct is CompareOptions.ThresholdPct's default.
+const DefaultCompareThresholdPct = 10.0
+
+// Comparison is one metric of one experiment in two results directories.
+type Comparison struct {
+	Experiment, System, Metric string // Metric is the key without the system, e.g. "put_mb_per_sec/256"
+	Key                        string // the Result.Metrics key
+	A, B                       float64
+	InA, InB                   bool
+	// ChangePct is (B-A)/A in percent (NaN if A is 0 or either is missing).
+	ChangePct float64
+	Direction Direction
+	// Spread is the per-run spread where both sides have samples, else
+	// "single value".
+	Spread string
+	// Gated: the metric matches CompareOptions.Metric and is ranked.
+	Gated bool
+	// Regressed: gated, and worse in B by more than the threshold (or
+	// missing in B).
+	Regressed bool
+}
+
+const compareUsage = `usage: nezha experiment compare DIR_A DIR_B [-metric REGEX] [-threshold PCT]
+  compares each experiment's result.json in two results directories: a Markdown table per experiment
+  of every metric per system, A, B, the change and the spread; exit 1 if a selected metric got worse
+  in B by more than the threshold, 2 on bad arguments`
+
+// compareCommand is `nezha experiment compare DIR_A DIR_B [-metric REGEX] [-threshold PCT]`.
+func compareCommand(args []string, known []string, stdout io.Writer) error {
+	fs := flag.NewFlagSet("experiment compare", flag.ContinueOnError)
+	metric := fs.String("metric", "", "regular expression over experiment/metric (e.g. 'put-scale/put_headline/'); the metrics that gate the exit status (default: every ranked metric)")
+	threshold := fs.Float64("threshold", DefaultCompareThresholdPct, "percent change of a selected metric, in its worse direction, that counts as a regression")
+	var dirs []string
+	rest := args
+	for {
+		if err := systems.ParseFlags(fs, rest, stdout); err != nil {
+			if errors.Is(err, systems.ErrHelp) {
+				fmt.Fprintln(stdout, compareUsage)
+			}
+			return err
+		}
+		if fs.NArg() == 0 {
+			break
+		}
+		dirs = append(dirs, fs.Arg(0))
+		rest = fs.Args()[1:]
+	}
+	var errs []error
+	if len(dirs) != 2 {
+		errs = append(errs, systems.Usagef("want two results directories DIR_A DIR_B, got %d", len(dirs)))
+	}
+	if math.IsNaN(*threshold) || math.IsInf(*threshold, 0) || *threshold < 0 {
+		errs = append(errs, systems.Usagef("-threshold %v: want a percentage >= 0", *threshold))
+	}
+	re, err := regexp.Compile(*metric)
+	if err != nil {
+		errs = append(errs, systems.Usagef("-metric: %v", err))
+	}
+	var sides [2]map[string]*Result
+	for i, d := range dirs {
+		if i >= 2 {
+			break
+		}
+		if sides[i], err = ReadResults(d); err != nil {
+			errs = append(errs, systems.Usagef("%v", err))
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return systems.OneLine("experiment compare", err)
+	}
+	cs := Compare(sides[0], sides[1], CompareOptions{Metric: re, ThresholdPct: *threshold, Systems: known})
+	if err := WriteComparison(stdout, dirs[0], dirs[1], cs, *threshold); err != nil {
+		return err
+	}
+	var bad []string
+	gated, regressed := 0, 0
+	for _, c := range cs {
+		if c.Gated {
+			gated++
+		}
+		if c.Regressed {
+			regressed++
+			bad = append(bad, c.Experiment+"/"+c.Key)
+		}
+	}
+	if gated == 0 {
+		return systems.Usagef("experiment compare: -metric %q selects no ranked metric present in %s", *metric, dirs[0])
+	}
+	if len(bad) > 5 {
+		bad = append(bad[:5], fmt.Sprintf("and %d more (REGRESSION in the table)", len(bad)-5))
+	}
+	if len(bad) > 0 {
+		return fmt.Errorf("experiment compare: %d of %d selected metrics regressed beyond %g%%: %s", regressed, gated, *threshold, strings.Join(bad, ", "))
+	}
+	return nil
+}
+
+// ReadResults reads DIR/*/result.json (and DIR/result.json, if DIR is one
+// experiment's directory), keyed by experiment name. It fails if there is
+// none or one is not a Result.
+func ReadResults(dir string) (map[string]*Result, error) {
+	if st, err := os.Stat(dir); err != nil || !st.IsDir() {
+		return nil, fmt.Errorf("%s is not a directory", dir)
+	}
+	paths, _ := filepath.Glob(filepath.Join(dir, "*", "result.json"))
+	if _, err := os.Stat(filepath.Join(dir, "result.json")); err == nil {
+		paths = append(paths, filepath.Join(dir, "result.json"))
+	}
+	if len(paths) == 0 {
+		return nil, fmt.Errorf("%s holds no result.json (want a results directory of `experiment run`)", dir)
+	}
+	out := map[string]*Result{}
+	for _, p := range paths {
+		b, err := os.ReadFile(p)
+		if err != nil {
+			return nil, err
+		}
+		var r Result
+		if err := json.Unmarshal(b, &r); err != nil {
+			return nil, fmt.Errorf("%s: %v", p, err)
+		}
+		if r.Name == "" {
+			r.Name = filepath.Base(filepath.Dir(p))
+		}
+		out[r.Name] = &r
+	}
+	return out, nil
+}
+
+// Compare pairs every metric of every experiment present in a or b.
+// Sorted by experiment, system, metric.
+func Compare(a, b map[string]*Result, o CompareOptions) []Comparison {
+	var out []Comparison
+	names := map[string]bool{}
+	for n := range a {
+		names[n] = true
+	}
+	for n := range b {
+		names[n] = true
+	}
+	for name := range names {
+		ra, rb := a[name], b[name]
+		keys := map[string]bool{}
+		for _, r := range []*Result{ra, rb} {
+			if r != nil {
+				for k := range r.Metrics {
+					keys[k] = true
+				}
+			}
+		}
+		for k := range keys {
+			c := Comparison{Experiment: name, Key: k, ChangePct: math.NaN(), Direction: MetricDirection(k), Spread: "single value"}
+			c.System, c.Metric = splitSystem(k, o.Systems)
+			var sa, sb []float64
+			if ra != nil {
+				c.A, c.InA = ra.Metrics[k]
+				sa = ra.Samples[k]
+			}
+			if rb != nil {
+				c.B, c.InB = rb.Metrics[k]
+				sb = rb.Samples[k]
+			}
+			if c.InA && c.InB && c.A != 0 {
+				c.ChangePct = 100 * (c.B - c.A) / math.Abs(c.A)
+			}
+			if len(sa) > 1 && len(sb) > 1 {
+				c.Spread = spread(sa, sb)
+			}
+			c.Gated = c.InA && c.Direction != Unranked && (o.Metric == nil || o.Metric.MatchString(name+"/"+k))
+			worse := c.ChangePct
+			if c.Direction == HigherIsBetter {
+				worse = -worse
+			}
+			c.Regressed = c.Gated && (!c.InB || worse > o.ThresholdPct)
+			out = append(out, c)
+		}
+	}
+	sort.Slice(out, func(i, j int) bool {
+		x, y := out[i], out[j]
+		if x.Experiment != y.Experiment {
+			return x.Experiment < y.Experiment
+		}
+		if x.System != y.System {
+			return x.System < y.System
+		}
+		return x.Metric < y.Metric
+	})
+	return out
+}
+
+// splitSystem splits a metric key at its system element: for
+// "put_mb_per_sec/nezha/256", ("nezha", "put_mb_per_sec/256"); "-" for a
+// key that names no system.
+func splitSystem(key string, known []string) (system, metric string) {
+	parts := strings.Split(key, "/")
+	for i, p := range parts[1:] {
+		if slices.Contains(known, p) {
+			return p, strings.Join(slices.Delete(slices.Clone(parts), i+1, i+2), "/")
+		}
+	}
+	return "-", key
+}
+
+// spread is benchstat's summary of each side (median ± the 95 %
+// confidence interval, or the range when too few runs give an interval)
+// and its Mann-Whitney U-test of A against B (golang.org/x/perf/benchmath,
+// the statistics of cmd/benchstat).
+func spread(a, b []float64) string {
+	sa, sb := benchmath.NewSample(a, &benchmath.DefaultThresholds), benchmath.NewSample(b, &benchmath.DefaultThresholds)
+	cmp := benchmath.AssumeNothing.Compare(sa, sb)
+	verdict := "significant"
+	if cmp.P > cmp.Alpha {
+		verdict = "not significant"
+	}
+	return fmt.Sprintf("%s / %s (%s, %s)", sideSpread(sa), sideSpread(sb), cmp.String(), verdict)
+}
+
+func sideSpread(s *benchmath.Sample) string {
+	sum := benchmath.AssumeNothing.Summary(s, 0.95)
+	if !math.IsInf(sum.Lo, 0) && !math.IsInf(sum.Hi, 0) {
+		return "±" + sum.PctRangeString()
+	}
+	// Too few runs for a 95 % interval: the range around the median.
+	lo, hi := slices.Min(s.Values), slices.Max(s.Values)
+	if sum.Center == 0 {
+		return "range 0"
+	}
+	return fmt.Sprintf("range ±%.0f%%", 100*math.Max(hi/sum.Center-1, 1-lo/sum.Center))
+}
+
+// WriteComparison prints cs as one Markdown table per experiment.
+func WriteComparison(w io.Writer, dirA, dirB string, cs []Comparison, thresholdPct float64) error {
+	var b strings.Builder
+	fmt.Fprintf(&b, "# Comparison\n\nA: %s\nB: %s\n\nchange = (B - A) / A; a selected metric (gate) that got worse by more than %g%% is a REGRESSION. Spread: benchstat's (golang.org/x/perf/benchmath) per-run spread of A / B and its U-test, where the result holds per-run samples.\n", dirA, dirB, thresholdPct)
+	exp := ""
+	for _, c := range cs {
+		if c.Experiment != exp {
+			exp = c.Experiment
+			fmt.Fprintf(&b, "\n## %s\n\n| system | metric | A | B | change | spread | better | verdict |\n|---|---|---|---|---|---|---|---|\n", exp)
+		}
+		verdict := ""
+		switch {
+		case c.Regressed:
+			verdict = "**REGRESSION**"
+		case c.Gated:
+			verdict = "ok"
+		}
+		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s | %s | %s |\n", c.System, c.Metric, value(c.A, c.InA), value(c.B, c.InB),
+			change(c), c.Spread, map[Direction]string{HigherIsBetter: "higher", LowerIsBetter: "lower", Unranked: "-"}[c.Direction], verdict)
+	}
+	_, err := io.WriteString(w, b.String())
+	return err
+}
+
+func value(v float64, ok bool) string {
+	if !ok {
+		return "missing"
+	}
+	return fmt.Sprintf("%.4g", v)
+}
+
+func change(c Comparison) string {
+	if math.IsNaN(c.ChangePct) {
+		return "-"
+	}
+	return fmt.Sprintf("%+.1f%%", c.ChangePct)
+}

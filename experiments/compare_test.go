@@ -1,0 +1,129 @@
+package experiments
+
+import (
+	"bytes"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/nezha-harness/nezha/systems"
+)
+
+func TestMetricDirection(t *testing.T) {
+	for k, want := range map[string]Direction{
+		"put_mb_per_sec/nezha/256":                   HigherIsBetter,
+		"ycsb_ratio/nezha/a":                         HigherIsBetter,
+		"gc_put_vs_nogc/nezha/merge":                 HigherIsBetter,
+		"put_headline/nezha":                         HigherIsBetter,
+		"get_ops_per_sec_disk_read_kb_per_op/nezha":  LowerIsBetter,
+		"write_amp_load/original":                    LowerIsBetter,
+		"space_amp_overwrite/pasv":                   LowerIsBetter,
+		"crash_recover_write_p50_sec/nezha":          LowerIsBetter,
+		"put_headline_node_cpu_s_per_gb/nezha":       LowerIsBetter,
+		"put_headline_deepest_level/original":        Unranked,
+		"put_headline_gc_rounds/nezha":               Unranked,
+		"put_headline_cpu_share/nezha/rocksdb_flush": Unranked,
+	} {
+		if got := MetricDirection(k); got != want {
+			t.Errorf("MetricDirection(%q) = %v, want %v", k, got, want)
+		}
+	}
+}
+
+// writeResults writes a synthetic results directory: one experiment with
+// the given metrics and samples.
+func writeResults(t *testing.T, metrics map[string]float64, samples map[string][]float64) string {
+	t.Helper()
+	dir := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(dir, "scan"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := writeJSON(filepath.Join(dir, "scan", "result.json"), &Result{Name: "scan", Metrics: metrics, Samples: samples}); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+func TestCompareCommand(t *testing.T) {
+	known := []string{"nezha", "original"}
+	a := writeResults(t, map[string]float64{"scan_ops_per_sec/nezha": 100, "scan_ops_per_sec/original": 50,
+		"scan_ops_per_sec_disk_read_kb_per_op/nezha": 10, "put_headline_deepest_level/original": 3},
+		map[string][]float64{"scan_ops_per_sec/nezha": {98, 100, 103}})
+	// B: nezha's scans 20 % slower (samples disjoint from A's), original's
+	// 5 % slower, nezha reads 30 % more per op, original one level deeper.
+	b := writeResults(t, map[string]float64{"scan_ops_per_sec/nezha": 80, "scan_ops_per_sec/original": 47.5,
+		"scan_ops_per_sec_disk_read_kb_per_op/nezha": 13, "put_headline_deepest_level/original": 4},
+		map[string][]float64{"scan_ops_per_sec/nezha": {79, 80, 82}})
+	run := func(args ...string) (string, error) {
+		var out bytes.Buffer
+		err := Command(append([]string{"compare"}, args...), known, &out, &out)
+		return out.String(), err
+	}
+
+	// Same directory: no change, exit 0.
+	out, err := run(a, a)
+	if err != nil {
+		t.Fatalf("A vs A: %v\n%s", err, out)
+	}
+	for _, want := range []string{"## scan", "| nezha | scan_ops_per_sec | 100 | 100 | +0.0% |", "single value", "| original | put_headline_deepest_level | 3 | 3 | +0.0% | single value | - |  |"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("A vs A: no %q in\n%s", want, out)
+		}
+	}
+
+	// Every ranked metric gates: nezha's SCAN ops/s (-20 %) and its device
+	// reads (+30 %) regress beyond 10 %; original's -5 % does not; the
+	// unranked level never gates. Exit 1 (not a usage error).
+	out, err = run(a, b)
+	var ue *systems.UsageError
+	if err == nil || errors.As(err, &ue) {
+		t.Fatalf("A vs B: err %v, want a regression (exit 1)\n%s", err, out)
+	}
+	if !strings.Contains(err.Error(), "2 of 3 selected metrics regressed beyond 10%") {
+		t.Errorf("A vs B: %v", err)
+	}
+	for _, want := range []string{"| nezha | scan_ops_per_sec | 100 | 80 | -20.0% | range ±3% / range ±2% (p=0.100 n=3, not significant) | higher | **REGRESSION** |",
+		"| nezha | scan_ops_per_sec_disk_read_kb_per_op | 10 | 13 | +30.0% | single value | lower | **REGRESSION** |",
+		"| original | scan_ops_per_sec | 50 | 47.5 | -5.0% | single value | higher | ok |"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("A vs B: no %q in\n%s", want, out)
+		}
+	}
+
+	// Only original's throughput gates: clean exit. A 25 % threshold
+	// lets nezha's -20 % pass but not its +30 % device reads.
+	if out, err := run(a, b, "-metric", `^scan/scan_ops_per_sec/original$`); err != nil {
+		t.Fatalf("-metric original: %v\n%s", err, out)
+	}
+	if _, err := run(a, b, "-threshold", "25"); err == nil || !strings.Contains(err.Error(), "1 of 3") {
+		t.Fatalf("-threshold 25: %v", err)
+	}
+	// Flags before the directories work too; a metric missing in B regresses.
+	c := writeResults(t, map[string]float64{"scan_ops_per_sec/nezha": 100}, nil)
+	if _, err := run("-metric", "original", a, c); err == nil || !strings.Contains(err.Error(), "scan/scan_ops_per_sec/original") {
+		t.Fatalf("missing in B: %v", err)
+	}
+
+	// Bad arguments: usage errors (exit 2), one line each.
+	for _, args := range [][]string{{a}, {a, b, b}, {a, filepath.Join(a, "nope")}, {a, t.TempDir()}, {a, b, "-threshold", "-1"},
+		{a, b, "-metric", "("}, {a, b, "-metric", "no-such-metric"}} {
+		_, err := run(args...)
+		if !errors.As(err, &ue) || strings.Contains(ue.Msg, "\n") {
+			t.Errorf("%v: err %v, want a one-line usage error", args, err)
+		}
+	}
+}
+
+// TestCompareSpread: with six runs a side benchstat gives a 95 % interval
+// and a significant U-test for disjoint samples.
+func TestCompareSpread(t *testing.T) {
+	k := "get_ops_per_sec/nezha"
+	a := map[string]*Result{"get-zipf": {Metrics: map[string]float64{k: 100}, Samples: map[string][]float64{k: {97, 98, 99, 101, 102, 103}}}}
+	b := map[string]*Result{"get-zipf": {Metrics: map[string]float64{k: 90}, Samples: map[string][]float64{k: {88, 89, 90, 90, 91, 92}}}}
+	cs := Compare(a, b, CompareOptions{ThresholdPct: 5, Systems: []string{"nezha"}})
+	if len(cs) != 1 || cs[0].Spread != "±3% / ±2% (p=0.002 n=6, significant)" || !cs[0].Regressed || cs[0].Metric != "get_ops_per_sec" {
+		t.Fatalf("got %+v", cs)
+	}
+}
