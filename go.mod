@@ -10,6 +10,9 @@ require (
 	github.com/linxGnu/grocksdb v1.7.14
 	github.com/magiconair/properties v1.8.0
 	github.com/pingcap/go-ycsb v1.0.3
+	github.com/prometheus/client_golang v1.20.5
+	github.com/prometheus/client_model v0.6.1
+	github.com/prometheus/common v0.62.0
 	github.com/prometheus/procfs v0.15.1
 	github.com/rs/zerolog v1.28.0
 	github.com/syndtr/goleveldb v1.0.0
@@ -54,9 +57,6 @@ require (
 	github.com/munnerz/goautoneg v0.0.0-20191010083416-a7dc8b61c822 // indirect
 	github.com/olekukonko/tablewriter v0.0.5 // indirect
 	github.com/pingcap/errors v0.11.5-0.20211224045212-9687c2b0f87c // indirect
-	github.com/prometheus/client_golang v1.20.5 // indirect
-	github.com/prometheus/client_model v0.6.1 // indirect
-	github.com/prometheus/common v0.62.0 // indirect
 	github.com/rs/xid v1.4.0 // indirect
 	github.com/vbauerster/cupwriter v0.0.5 // indirect
 	go.etcd.io/etcd/client/pkg/v3 v3.6.16 // indirect

@@ -174,6 +174,15 @@ func (s *Store) GCRounds() []systems.GCRound {
 	return s.trunc.hist.Rounds()
 }
 
+// GCTotals implements systems.GCTotalsReporter: sums over the Raft log
+// truncation rounds (zero when truncation is off).
+func (s *Store) GCTotals() systems.GCTotals {
+	if s.trunc == nil {
+		return systems.GCTotals{}
+	}
+	return s.trunc.hist.Totals()
+}
+
 func logBytes(segs []systems.SegmentInfo) int64 {
 	var n int64
 	for _, sg := range segs {

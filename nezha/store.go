@@ -384,6 +384,14 @@ func (s *Store) GCRounds() []systems.GCRound {
 	return s.gc.hist.Rounds()
 }
 
+// GCTotals implements systems.GCTotalsReporter (zero without GC).
+func (s *Store) GCTotals() systems.GCTotals {
+	if s.gc == nil {
+		return systems.GCTotals{}
+	}
+	return s.gc.hist.Totals()
+}
+
 // StorageShape implements systems.StorageReporter from in-memory counts:
 // Levels are the tiers of the sorted runs (tier 0 first, every tier up to
 // the highest: runs and file bytes), ValueLogBytes the bytes of the Raft

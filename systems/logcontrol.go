@@ -124,6 +124,24 @@ type GCReporter interface {
 	GCRounds() []GCRound
 }
 
+// GCTotals are cumulative sums over every GC round since the state
+// machine opened (not only the rounds GCRounds still keeps), for counters
+// such as Prometheus's that must never go down.
+type GCTotals struct {
+	Rounds int64
+	// Errors counts rounds that failed (GCRound.Error set).
+	Errors                                  int64
+	BytesRead, BytesWritten, ReclaimedBytes int64
+	// Duration is the summed wall time of the rounds (End - Start).
+	Duration time.Duration
+}
+
+// GCTotalsReporter is implemented by state machines with a GC that keep
+// GCTotals (through GCHistory.Totals).
+type GCTotalsReporter interface {
+	GCTotals() GCTotals
+}
+
 // GCHistoryRounds is how many rounds a GCHistory keeps.
 const GCHistoryRounds = 64
 
@@ -132,6 +150,7 @@ const GCHistoryRounds = 64
 type GCHistory struct {
 	mu     sync.Mutex
 	rounds []GCRound
+	totals GCTotals
 }
 
 // Record appends r, dropping the oldest round beyond GCHistoryRounds.
@@ -139,9 +158,26 @@ func (h *GCHistory) Record(r GCRound) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.rounds = append(h.rounds, r)
+	h.totals.Rounds++
+	if r.Error != "" {
+		h.totals.Errors++
+	}
+	h.totals.BytesRead += r.BytesRead
+	h.totals.BytesWritten += r.BytesWritten
+	h.totals.ReclaimedBytes += r.ReclaimedBytes
+	if d := r.End.Sub(r.Start); d > 0 {
+		h.totals.Duration += d
+	}
 	if len(h.rounds) > GCHistoryRounds {
 		h.rounds = h.rounds[len(h.rounds)-GCHistoryRounds:]
 	}
+}
+
+// Totals returns the sums over every round recorded so far.
+func (h *GCHistory) Totals() GCTotals {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.totals
 }
 
 // Rounds returns a copy of the kept rounds, oldest first.

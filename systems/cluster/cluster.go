@@ -43,6 +43,10 @@ type Node struct {
 	PID  int    `json:"pid"`
 	Data string `json:"data"`
 	Log  string `json:"log"`
+	// MetricsAddress serves the node's Prometheus metrics at /metrics
+	// (-metricsAddress); empty for clusters started before it existed and
+	// for external systems.
+	MetricsAddress string `json:"metricsAddress,omitempty"`
 	// ExtraArgs are this node's own serve flags, after the cluster's.
 	ExtraArgs []string `json:"extraArgs,omitempty"`
 }
@@ -199,7 +203,8 @@ func Up(ctx context.Context, o UpOptions) (*Spec, uint64, error) {
 	if err != nil {
 		return nil, 0, err
 	}
-	ports, err := freePorts(o.Host, 2*o.Nodes)
+	// Client, internal and metrics port per node.
+	ports, err := freePorts(o.Host, 3*o.Nodes)
 	if err != nil {
 		return nil, 0, err
 	}
@@ -213,6 +218,9 @@ func Up(ctx context.Context, o UpOptions) (*Spec, uint64, error) {
 			Data:            filepath.Join(nd, "data"),
 			Log:             filepath.Join(nd, "node.log"),
 		})
+		if !External(o.System) {
+			s.Nodes[i].MetricsAddress = net.JoinHostPort(o.Host, strconv.Itoa(ports[2*o.Nodes+i]))
+		}
 	}
 	if o.NodeArgs != nil {
 		for i := range s.Nodes {
@@ -260,6 +268,9 @@ func (s *Spec) Args(n *Node) []string {
 	}
 	args := []string{"serve", "-system", s.System, "-address", n.Address,
 		"-internalAddress", n.InternalAddress, "-peers", strings.Join(peers, ","), "-data", n.Data}
+	if n.MetricsAddress != "" {
+		args = append(args, "-metricsAddress", n.MetricsAddress)
+	}
 	args = append(args, s.ExtraArgs...)
 	return append(args, n.ExtraArgs...)
 }

@@ -139,7 +139,11 @@ func Command(args []string, known []string, stdout, stderr io.Writer) error {
 		}
 		fmt.Fprintf(stdout, "cluster of %d %s nodes up in %s, leader %d\n", len(s.Nodes), Label(s.System), s.Dir, leader)
 		for _, n := range s.Nodes {
-			fmt.Fprintf(stdout, "  node %d  address %s  internal %s  pid %d  log %s\n", n.ID, n.Address, n.InternalAddress, n.PID, n.Log)
+			fmt.Fprintf(stdout, "  node %d  address %s  internal %s  pid %d  log %s", n.ID, n.Address, n.InternalAddress, n.PID, n.Log)
+			if n.MetricsAddress != "" {
+				fmt.Fprintf(stdout, "  metrics http://%s/metrics", n.MetricsAddress)
+			}
+			fmt.Fprintln(stdout)
 		}
 		return nil
 	case "status":

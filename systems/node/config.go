@@ -47,6 +47,11 @@ type Config struct {
 	// too, host:port; port 0 picks a free port, logged as etcd_address.
 	// Default: off.
 	EtcdAddress string
+	// MetricsAddress, if set, serves Prometheus metrics at /metrics on this
+	// loopback host:port (metrics.go lists them); port 0 picks a free
+	// port, logged as metrics_address. Default: off (`cluster up` gives
+	// every node a port).
+	MetricsAddress string
 	// ClusterID names the cluster; a node refuses peer streams from another
 	// cluster. Default: derived from Peers (all members share it).
 	ClusterID string
@@ -177,6 +182,12 @@ func (c *Config) Validate() error {
 	hostPort("-address", c.Address)
 	hostPort("-internalAddress", c.InternalAddress)
 	hostPort("-etcdAddress", c.EtcdAddress)
+	hostPort("-metricsAddress", c.MetricsAddress)
+	if host, _, err := net.SplitHostPort(c.MetricsAddress); err == nil {
+		if ip := net.ParseIP(host); host != "localhost" && (ip == nil || !ip.IsLoopback()) {
+			bad("-metricsAddress %q is not a loopback address", c.MetricsAddress)
+		}
+	}
 	for _, p := range c.Peers {
 		hostPort("-peers", p)
 	}

@@ -175,6 +175,9 @@ type Node struct {
 	// refuse writes).
 	fs   *vfs.FS
 	disk *diskGuard
+
+	// metrics are the node's Prometheus metrics (metrics.go).
+	metrics *metrics
 }
 
 // Start opens the node's log and state machine, starts serving the peer
@@ -208,6 +211,7 @@ func Start(cfg Config) (*Node, error) {
 		epoch:        time.Now(),
 		codec:        kvpb.NewCodec(),
 		sessDeltas:   newSessionDeltas(MaxSessionDeltas),
+		metrics:      newMetrics(),
 	}
 	n.fs = vfs.New()
 	n.disk = newDiskGuard(cfg.DataDir, cfg.MinFreeDiskBytes, n.fs, cfg.DiskBallastBytes, n.logger)
@@ -221,7 +225,16 @@ func Start(cfg Config) (*Node, error) {
 		n.closeStorage()
 		return nil, err
 	}
+	if cfg.MetricsAddress != "" {
+		addr, err := n.metrics.serve(cfg.MetricsAddress, n)
+		if err != nil {
+			n.closeStorage()
+			return nil, err
+		}
+		n.logger.Info("serving Prometheus metrics", "metrics_address", addr)
+	}
 	if err := n.listen(); err != nil {
+		n.metrics.stop()
 		n.closeStorage()
 		return nil, err
 	}
@@ -249,6 +262,7 @@ func (n *Node) open() error {
 	lo.Bootstrap = raftpb.ConfState{Voters: voters}
 	lo.Logger = n.logger
 	lo.FS = n.fs
+	lo.AppendSeconds, lo.FsyncSeconds = n.metrics.appendSeconds, n.metrics.fsyncSeconds
 	l, err := raftlog.Open(lo)
 	if err != nil {
 		return err
@@ -269,6 +283,9 @@ func (n *Node) open() error {
 		return fmt.Errorf("open %s state machine: %w", n.cfg.System.Name, err)
 	}
 	n.sm = sm
+	if err := n.metrics.register(n); err != nil {
+		return err
+	}
 	first, _ := l.FirstIndex()
 	applied := sm.AppliedIndex()
 	switch {
@@ -451,6 +468,7 @@ func (n *Node) Stop() {
 		<-n.loopDone
 		<-n.applyDone
 		n.sessCkptWG.Wait()
+		n.metrics.stop()
 		n.transport.stop()
 		n.proposals.failAll(errStopping)
 		if err := n.log.Sync(); err != nil {
@@ -575,9 +593,11 @@ func (n *Node) step(m raftpb.Message) {
 
 func (n *Node) propose(p proposal) {
 	if err := n.rn.Propose(p.data); err != nil {
+		n.metrics.proposalsDropped.Inc()
 		n.proposals.trigger(p.id, applyResult{err: errDropped})
 		return
 	}
+	n.metrics.proposals.Inc()
 	n.proposals.proposed(p.id, n.propEpoch)
 }
 
@@ -590,6 +610,7 @@ func (n *Node) handleReady(rd raft.Ready) error {
 		if old := n.lead.Swap(rd.SoftState.Lead); old != rd.SoftState.Lead {
 			n.logger.Info("leader changed", "leader", rd.SoftState.Lead, "state", rd.SoftState.RaftState)
 			n.setHealth(rd.SoftState.Lead != raft.None)
+			n.metrics.leaderChanges.Inc()
 			n.leaseUntil.Store(0)
 			n.failReads(errDropped)
 			changed = true
@@ -623,6 +644,7 @@ func (n *Node) handleReady(rd raft.Ready) error {
 		if err := n.installSnapshot(rd.Snapshot); err != nil {
 			return err
 		}
+		n.metrics.snapshotInstalls.Inc()
 	}
 	if err := n.persist(rd); err != nil {
 		return err

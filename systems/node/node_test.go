@@ -339,6 +339,11 @@ func TestStartErrors(t *testing.T) {
 	if err := bad.Validate(); err == nil || !strings.Contains(err.Error(), "entry cache size -1") || !strings.Contains(err.Error(), "-address") {
 		t.Fatalf("negative entry cache with a bad -address: %v, want both reported", err)
 	}
+	bad = c
+	bad.MetricsAddress = "0.0.0.0:9100"
+	if err := bad.Validate(); !errors.As(err, &ue) || !strings.Contains(err.Error(), `-metricsAddress "0.0.0.0:9100" is not a loopback address`) {
+		t.Fatalf("non-loopback -metricsAddress: %v", err)
+	}
 	// A port in use is named.
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

@@ -50,6 +50,11 @@ func (t *transport) sendSnapshot(p *peer, m raftpb.Message) {
 	n := t.n
 	status := raft.SnapshotFailure
 	defer func() {
+		result := "failure"
+		if status == raft.SnapshotFinish {
+			result = "success"
+		}
+		n.metrics.snapshotSends.WithLabelValues(result).Inc()
 		select {
 		case n.snapc <- snapshotStatus{to: p.id, status: status}:
 		case <-t.ctx.Done():

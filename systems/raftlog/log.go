@@ -36,6 +36,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"syscall"
+	"time"
 
 	"go.etcd.io/raft/v3"
 	"go.etcd.io/raft/v3/raftpb"
@@ -75,6 +76,17 @@ type Options struct {
 	// FS opens the segment files: it injects disk faults and watches
 	// fsyncs (systems/vfs). nil: plain files.
 	FS *vfs.FS
+	// AppendSeconds, if set, observes the duration in seconds of every
+	// Append that wrote something (write and fdatasync), and FsyncSeconds
+	// that of every fdatasync of a segment. A prometheus.Histogram
+	// satisfies Observer. nil: not observed.
+	AppendSeconds, FsyncSeconds Observer
+}
+
+// Observer receives one observation, e.g. a latency in seconds. It is the
+// method set of prometheus.Observer, so a histogram can be passed as is.
+type Observer interface {
+	Observe(float64)
 }
 
 // DefaultOptions returns Options with the documented defaults for dir.
@@ -740,6 +752,7 @@ func (l *Log) Append(hs raftpb.HardState, ents []raftpb.Entry, mustSync bool) er
 	if size == 0 {
 		return nil
 	}
+	start := time.Now()
 	err := l.writev(seg, iovs, size, mustSync)
 	clear(l.iovs) // drop the references to the payloads
 	if err != nil {
@@ -758,6 +771,9 @@ func (l *Log) Append(hs raftpb.HardState, ents []raftpb.Entry, mustSync bool) er
 	}
 	l.mu.Unlock()
 	l.appends.Add(1)
+	if l.opts.AppendSeconds != nil {
+		l.opts.AppendSeconds.Observe(time.Since(start).Seconds())
+	}
 	if seg.size.Load() >= l.opts.SegmentSizeBytes {
 		if err := l.Roll(); err != nil {
 			if !errors.Is(err, syscall.ENOSPC) {
@@ -799,10 +815,9 @@ func (l *Log) writev(seg *segment, bufs [][]byte, size int64, mustSync bool) err
 	seg.size.Store(off + size)
 	l.bytesWritten.Add(size)
 	if mustSync && l.opts.Sync {
-		if err := seg.f.Datasync(); err != nil {
+		if err := l.datasync(seg); err != nil {
 			return fmt.Errorf("raftlog: fdatasync %s: %w", seg.path, err)
 		}
-		l.fsyncs.Add(1)
 	}
 	return nil
 }
@@ -814,10 +829,9 @@ func (l *Log) writev(seg *segment, bufs [][]byte, size int64, mustSync bool) err
 func (l *Log) Roll() error {
 	old := l.active()
 	if l.opts.Sync {
-		if err := old.f.Datasync(); err != nil {
+		if err := l.datasync(old); err != nil {
 			return fmt.Errorf("raftlog: fdatasync %s: %w", old.path, err)
 		}
-		l.fsyncs.Add(1)
 	}
 	seg, err := createSegment(l.opts.FS, l.opts.Dir, old.id+1)
 	if err != nil {
@@ -978,10 +992,23 @@ func (l *Log) Sync() error {
 		return nil
 	}
 	seg := l.active()
-	if err := seg.f.Datasync(); err != nil {
+	if err := l.datasync(seg); err != nil {
 		return fmt.Errorf("raftlog: fdatasync %s: %w", seg.path, err)
 	}
+	return nil
+}
+
+// datasync fdatasyncs seg, counts it and observes its duration
+// (Options.FsyncSeconds).
+func (l *Log) datasync(seg *segment) error {
+	start := time.Now()
+	if err := seg.f.Datasync(); err != nil {
+		return err
+	}
 	l.fsyncs.Add(1)
+	if l.opts.FsyncSeconds != nil {
+		l.opts.FsyncSeconds.Observe(time.Since(start).Seconds())
+	}
 	return nil
 }
 

@@ -1,0 +1,184 @@
+package systemstest
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"os/exec"
+	"testing"
+	"time"
+
+	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/expfmt"
+
+	"github.com/nezha-harness/nezha/systems/cluster"
+)
+
+// scrape fetches node n's /metrics and parses it (Prometheus text format).
+func scrape(t *testing.T, n cluster.Node) (map[string]*dto.MetricFamily, []byte) {
+	t.Helper()
+	if n.MetricsAddress == "" {
+		t.Fatalf("node %d has no metrics address in cluster.json", n.ID)
+	}
+	ctx, cancel := ctxFor(10 * time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+n.MetricsAddress+"/metrics", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatalf("scrape node %d: %v", n.ID, err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("scrape node %d: status %d, %v\n%s", n.ID, resp.StatusCode, err, body)
+	}
+	var p expfmt.TextParser
+	mfs, err := p.TextToMetricFamilies(bytes.NewReader(body))
+	if err != nil {
+		t.Fatalf("parse node %d's metrics: %v", n.ID, err)
+	}
+	return mfs, body
+}
+
+// value returns the value of the first series of a counter, gauge or
+// untyped family, or of a histogram's count; ok=false if absent.
+func value(mfs map[string]*dto.MetricFamily, name string) (float64, bool) {
+	mf, ok := mfs[name]
+	if !ok || len(mf.GetMetric()) == 0 {
+		return 0, false
+	}
+	m := mf.GetMetric()[0]
+	switch {
+	case m.Counter != nil:
+		return m.Counter.GetValue(), true
+	case m.Gauge != nil:
+		return m.Gauge.GetValue(), true
+	case m.Histogram != nil:
+		return float64(m.Histogram.GetSampleCount()), true
+	case m.Untyped != nil:
+		return m.Untyped.GetValue(), true
+	}
+	return 0, false
+}
+
+// waitMetrics scrapes every node until cond holds for all of them or the
+// deadline passes (then it fails with what cond last said).
+func waitMetrics(t *testing.T, h *harness, what string, timeout time.Duration, cond func(id uint64, mfs map[string]*dto.MetricFamily) error) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		var last error
+		for _, n := range h.spec.Nodes {
+			mfs, _ := scrape(t, n)
+			if err := cond(n.ID, mfs); err != nil {
+				last = err
+				break
+			}
+		}
+		if last == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not within %v: %v", what, timeout, last)
+		}
+		time.Sleep(50 * time.Millisecond) // polling interval, not synchronization
+	}
+}
+
+// TestMetrics starts a 3-node cluster of nezha (GC forced to run
+// continuously) and of original, puts keys, and checks each node's
+// /metrics: the fsync histogram counts the writes, the Raft indexes and
+// proposals move, GC moved bytes (nezha), RocksDB's properties are there
+// (original), and `promtool check metrics` accepts the output (skipped
+// without promtool, from Debian's prometheus package).
+func TestMetrics(t *testing.T) {
+	promtool, err := exec.LookPath("promtool")
+	if err != nil {
+		t.Log("promtool not found (apt-get install prometheus); the lint check is skipped")
+	}
+	const puts = 400
+	for i, c := range []struct {
+		system string
+		args   []string
+		want   []string // families that must be present
+	}{
+		{"nezha", gcArgs("tiered"), []string{"nezha_gc_rounds_total", "nezha_storage_value_log_bytes", "nezha_storage_sorted_run_bytes"}},
+		{"original", nil, []string{"nezha_rocksdb_flush_written_bytes_total", "nezha_rocksdb_compaction_written_bytes_total",
+			"nezha_rocksdb_write_stall_seconds_total", "nezha_rocksdb_memtable_bytes", "nezha_gc_rounds_total"}},
+	} {
+		t.Run(c.system, func(t *testing.T) {
+			h := start(t, Options{System: c.system, Binary: binary, ExtraArgs: c.args, Seed: int64(i + 1)})
+			before := map[uint64]float64{}
+			for _, n := range h.spec.Nodes {
+				mfs, _ := scrape(t, n)
+				for _, name := range append([]string{"nezha_raftlog_fsync_duration_seconds", "nezha_raftlog_append_duration_seconds",
+					"nezha_raft_term", "nezha_raft_commit_index", "nezha_raft_applied_index", "nezha_raft_leader_changes_total",
+					"nezha_raft_snapshot_sends_total", "nezha_node_info", "go_goroutines", "process_resident_memory_bytes"}, c.want...) {
+					if _, ok := mfs[name]; !ok {
+						t.Errorf("node %d: no %s", n.ID, name)
+					}
+				}
+				before[n.ID], _ = value(mfs, "nezha_raftlog_fsync_duration_seconds")
+			}
+			// Twice the same keys: the second round makes the first garbage.
+			h.writeMany("m", puts, "first")
+			h.writeMany("m", puts, "second")
+			waitMetrics(t, h, "fsyncs and indexes after the puts", 30*time.Second, func(id uint64, mfs map[string]*dto.MetricFamily) error {
+				fsyncs, _ := value(mfs, "nezha_raftlog_fsync_duration_seconds")
+				applied, _ := value(mfs, "nezha_raft_applied_index")
+				commit, _ := value(mfs, "nezha_raft_commit_index")
+				if fsyncs <= before[id] || applied < 2*puts || commit < applied {
+					return fmt.Errorf("node %d: fsyncs %v (before the puts %v), applied index %v, commit index %v after %d puts",
+						id, fsyncs, before[id], applied, commit, 2*puts)
+				}
+				return nil
+			})
+			var proposals float64
+			for _, n := range h.spec.Nodes {
+				mfs, _ := scrape(t, n)
+				v, _ := value(mfs, "nezha_raft_proposals_total")
+				proposals += v
+			}
+			if proposals < 2*puts {
+				t.Errorf("%v proposals on all nodes after %d puts", proposals, 2*puts)
+			}
+			if c.system == "nezha" {
+				waitMetrics(t, h, "GC bytes after forced GC rounds", 30*time.Second, func(id uint64, mfs map[string]*dto.MetricFamily) error {
+					rounds, _ := value(mfs, "nezha_gc_rounds_total")
+					read, _ := value(mfs, "nezha_gc_read_bytes_total")
+					written, _ := value(mfs, "nezha_gc_written_bytes_total")
+					if rounds == 0 || read == 0 || written == 0 {
+						return fmt.Errorf("node %d: %v GC rounds read %v bytes, wrote %v", id, rounds, read, written)
+					}
+					return nil
+				})
+			} else {
+				waitMetrics(t, h, "RocksDB memtable bytes", 30*time.Second, func(id uint64, mfs map[string]*dto.MetricFamily) error {
+					if v, _ := value(mfs, "nezha_rocksdb_memtable_bytes"); v == 0 {
+						return fmt.Errorf("node %d: RocksDB memtables hold 0 bytes after %d puts", id, 2*puts)
+					}
+					return nil
+				})
+			}
+			for _, n := range h.spec.Nodes {
+				_, body := scrape(t, n)
+				if promtool == "" {
+					continue
+				}
+				ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+				cmd := exec.CommandContext(ctx, promtool, "check", "metrics")
+				cmd.Stdin = bytes.NewReader(body)
+				out, err := cmd.CombinedOutput()
+				cancel()
+				if err != nil {
+					t.Errorf("promtool check metrics on node %d: %v\n%s", n.ID, err, out)
+				}
+			}
+		})
+	}
+}
