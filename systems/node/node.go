@@ -263,11 +263,14 @@ func (n *Node) open() error {
 	lo.Logger = n.logger
 	lo.FS = n.fs
 	lo.AppendSeconds, lo.FsyncSeconds = n.metrics.appendSeconds, n.metrics.fsyncSeconds
+	began := time.Now()
 	l, err := raftlog.Open(lo)
 	if err != nil {
 		return err
 	}
 	n.log = l
+	segs := l.Segments()
+	n.logger.Info("raft log open", "segments", len(segs), "duration", time.Since(began).Round(time.Millisecond))
 	hs, cs, _ := l.InitialState()
 	if len(cs.Voters) != len(n.cfg.Peers) {
 		n.logger.Warn("the log's membership differs from -peers; the log wins",

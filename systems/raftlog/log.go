@@ -451,6 +451,13 @@ func (l *Log) compactTo(md raftpb.SnapshotMetadata) {
 	if md.Index < l.snap.Index {
 		return
 	}
+	if md.Index == l.snap.Index && md.Index < l.lastIndex() {
+		// The same point again (every segment starts by restating it):
+		// copying the entries' metadata for each segment made recovery
+		// quadratic (30 s for 11,000 segments of a 91,000-entry log).
+		l.snap = md
+		return
+	}
 	if md.Index >= l.lastIndex() {
 		l.resetTo(md)
 		return
