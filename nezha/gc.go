@@ -446,12 +446,42 @@ func (c *collector) planFor(segs []systems.SegmentInfo, bound uint64, trigger st
 	}
 	p := planned{ids: c.strategy.Plan(planInput{frozen: frozen, runs: runs, trigger: trigger,
 		ratio: c.cfg.GCGarbageRatio, fanout: c.cfg.GCFanout})}
+	if c.strategy.Name() == StrategyTiered && trigger != TriggerIdle && c.cfg.GCMaxRoundBytes > 0 {
+		p.ids = boundRound(p.ids, byID, c.cfg.GCMaxRoundBytes)
+	}
 	for _, id := range p.ids {
 		f := byID[id]
 		p.reclaim += f.reclaimable()
 		p.copyBytes += f.live
 	}
 	return p
+}
+
+// boundRound keeps, of a round's input ids, the log segments oldest first
+// and then the runs in their order, while the live bytes they hold stay
+// within maxBytes (at least one input; files with no live byte cost
+// nothing and are always kept): the rest waits for later rounds.
+func boundRound(ids []uint64, byID map[uint64]fileStat, maxBytes int64) []uint64 {
+	var segs, runs []uint64
+	for _, id := range ids {
+		if id&runFlag != 0 {
+			runs = append(runs, id)
+		} else {
+			segs = append(segs, id)
+		}
+	}
+	sort.Slice(segs, func(i, j int) bool { return segs[i] < segs[j] })
+	var kept []uint64
+	var total int64
+	for _, id := range append(segs, runs...) {
+		live := byID[id].live
+		if live > 0 && len(kept) > 0 && total+live > maxBytes {
+			continue
+		}
+		total += live
+		kept = append(kept, id)
+	}
+	return kept
 }
 
 // selectable returns the garbage of the files the strategy's Select picks

@@ -101,6 +101,15 @@ type Config struct {
 	// token bucket (golang.org/x/time/rate) 1 MiB deep (-gcRateBytesPerSec;
 	// 0: unlimited). Default 64 MiB/s.
 	GCRateBytesPerSec int64
+	// GCMaxRoundBytes bounds what one tiered round copies (live bytes of
+	// its input files, the oldest log segments first) on every trigger but
+	// idle (-gcMaxRoundBytes; 0: no bound), so that rounds finish and the
+	// log's compaction point advances even when a node restarts more often
+	// than one round over its whole frozen log takes: in the paper
+	// profile's crash campaign a round over GBs of log at 64 MiB/s never
+	// finished between kills and the log grew until the disk was full
+	// (Titan's max_gc_batch_size plays the same part). Default 256 MiB.
+	GCMaxRoundBytes int64
 	// GCStagger is the length of a node's GC time slot: rounds other than
 	// size, checkpoint and continuous ones start only in slot (id-1) of
 	// every nodes x GCStagger of the wall clock, so the nodes take turns
@@ -132,6 +141,7 @@ func newConfig(system string) *Config {
 		GCIdleAfter:       2 * time.Second,
 		GCScanLogBytes:    64 << 20,
 		GCRateBytesPerSec: 64 << 20,
+		GCMaxRoundBytes:   256 << 20,
 		GCStagger:         time.Second,
 		GCInterval:        time.Second,
 		system:            system,
@@ -165,6 +175,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&c.GCIdleAfter, "gcIdleAfter", c.GCIdleAfter, "sort the rest of the log once no write was applied for this long (0: never)")
 	fs.Int64Var(&c.GCScanLogBytes, "gcScanLogBytes", c.GCScanLogBytes, "sort the log once scans read this many bytes from it since the last round, more than from runs (0: never)")
 	fs.Int64Var(&c.GCRateBytesPerSec, "gcRateBytesPerSec", c.GCRateBytesPerSec, "cap GC writes at this many bytes per second (0: unlimited)")
+	fs.Int64Var(&c.GCMaxRoundBytes, "gcMaxRoundBytes", c.GCMaxRoundBytes, "a tiered round copies at most this many live bytes, oldest log segments first (idle rounds: no bound; 0: no bound)")
 	fs.DurationVar(&c.GCStagger, "gcStagger", c.GCStagger, "GC time slot per node: non-urgent rounds start only in the node's slot (0: no slots)")
 	fs.DurationVar(&c.GCInterval, "gcInterval", c.GCInterval, "how often the GC trigger is checked")
 	fs.BoolVar(&c.GCContinuous, "gcContinuous", c.GCContinuous, "run GC rounds back to back (tests, stress)")
@@ -209,6 +220,9 @@ func (c *Config) Validate() error {
 		if c.GCRateBytesPerSec < 0 {
 			errs = append(errs, systems.Usagef("-gcRateBytesPerSec %d must not be negative", c.GCRateBytesPerSec))
 		}
+		if c.GCMaxRoundBytes < 0 {
+			errs = append(errs, systems.Usagef("-gcMaxRoundBytes %d must not be negative", c.GCMaxRoundBytes))
+		}
 		if c.GCStagger < 0 {
 			errs = append(errs, systems.Usagef("-gcStagger %v must not be negative", c.GCStagger))
 		}
@@ -241,6 +255,7 @@ func (c *Config) Describe() map[string]any {
 		d["gc_idle_after"] = c.GCIdleAfter.String()
 		d["gc_scan_log_bytes"] = c.GCScanLogBytes
 		d["gc_rate_bytes_per_sec"] = c.GCRateBytesPerSec
+		d["gc_max_round_bytes"] = c.GCMaxRoundBytes
 		d["gc_stagger"] = c.GCStagger.String()
 		d["gc_interval"] = c.GCInterval.String()
 		d["gc_continuous"] = c.GCContinuous

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -409,5 +410,31 @@ func TestTieredReclaimSelect(t *testing.T) {
 	high := []fileStat{seg(1, 80), seg(2, 95), seg(3, 10), seg(4, 90), seg(5, 60), seg(6, 55), seg(7, 60), seg(8, 50)}
 	if got := tr.reclaimSelect(high, nil, 0.5); fmt.Sprint(got) != "[2 4 1 5]" {
 		t.Fatalf("above the ratio: selected %v, want the emptiest files [2 4 1 5]", got)
+	}
+}
+
+// boundRound keeps the oldest log segments, then runs, within the bound;
+// files without live bytes always; at least one input.
+func TestBoundRound(t *testing.T) {
+	byID := map[uint64]fileStat{
+		3: {id: 3, live: 100}, 1: {id: 1, live: 100}, 2: {id: 2, live: 0}, 5: {id: 5, live: 300},
+		runFlag | 1: {id: runFlag | 1, live: 50}, runFlag | 2: {id: runFlag | 2, live: 1000},
+	}
+	ids := []uint64{5, runFlag | 2, 3, 1, 2, runFlag | 1}
+	for _, tc := range []struct {
+		max  int64
+		want []uint64
+	}{
+		{250, []uint64{1, 2, 3, runFlag | 1}},
+		{200, []uint64{1, 2, 3}},
+		{10, []uint64{1, 2}},
+		{1 << 40, []uint64{1, 2, 3, 5, runFlag | 2, runFlag | 1}},
+	} {
+		if got := boundRound(ids, byID, tc.max); !slices.Equal(got, tc.want) {
+			t.Errorf("bound %d: %v, want %v", tc.max, got, tc.want)
+		}
+	}
+	if got := boundRound([]uint64{runFlag | 2}, byID, 10); !slices.Equal(got, []uint64{runFlag | 2}) {
+		t.Errorf("a single input over the bound: %v, want it kept", got)
 	}
 }
