@@ -11,8 +11,14 @@ import (
 	"github.com/nezha-harness/nezha/linearizability"
 )
 
-// nezhaGCFlags make nezha's GC run back to back during a check.
-func nezhaGCFlags() []string { return []string{"-gcContinuous", "-segmentSizeBytes", "1048576"} }
+// nezhaGCFlags make nezha's GC run back to back, unpaced, during a check
+// or a crash campaign. Paced at the default 64 MiB/s, GC fell behind the
+// paper profile's crash load (about 80 MB/s per node) and the disk filled:
+// nezha has no write stall on GC debt (RocksDB stalls on pending
+// compaction bytes), so a load above GC's pace grows the log without bound.
+func nezhaGCFlags() []string {
+	return []string{"-gcContinuous", "-segmentSizeBytes", "1048576", "-gcRateBytesPerSec", "0"}
+}
 
 // linearizabilityExperiment: every system under every nemesis of the
 // profile, once per seed, checked with Porcupine; plus the checker's

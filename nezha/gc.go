@@ -457,30 +457,48 @@ func (c *collector) planFor(segs []systems.SegmentInfo, bound uint64, trigger st
 	return p
 }
 
-// boundRound keeps, of a round's input ids, the log segments oldest first
-// and then the runs in their order, while the live bytes they hold stay
-// within maxBytes (at least one input; files with no live byte cost
-// nothing and are always kept): the rest waits for later rounds.
+// boundRound keeps, of a round's input ids, what fits in maxBytes of live
+// bytes (at least one input): files with no live byte (free), then runs
+// with the most garbage per byte for up to half the bound (space), then
+// log segments oldest first (sorting the log, which frees its segments),
+// then further runs. Without the half for runs a busy node's log filled
+// every bounded round and the runs' garbage was never reclaimed; the rest
+// waits for later rounds.
 func boundRound(ids []uint64, byID map[uint64]fileStat, maxBytes int64) []uint64 {
-	var segs, runs []uint64
+	var dead, segs, runs []uint64
 	for _, id := range ids {
-		if id&runFlag != 0 {
+		switch {
+		case byID[id].live == 0:
+			dead = append(dead, id)
+		case id&runFlag != 0:
 			runs = append(runs, id)
-		} else {
+		default:
 			segs = append(segs, id)
 		}
 	}
 	sort.Slice(segs, func(i, j int) bool { return segs[i] < segs[j] })
-	var kept []uint64
-	var total int64
-	for _, id := range append(segs, runs...) {
-		live := byID[id].live
-		if live > 0 && len(kept) > 0 && total+live > maxBytes {
-			continue
-		}
-		total += live
-		kept = append(kept, id)
+	garbage := func(id uint64) float64 {
+		f := byID[id]
+		return float64(f.reclaimable()) / float64(max(f.size, 1))
 	}
+	sort.SliceStable(runs, func(i, j int) bool { return garbage(runs[i]) > garbage(runs[j]) })
+	kept := append([]uint64(nil), dead...)
+	taken := map[uint64]bool{}
+	var total int64
+	take := func(ids []uint64, limit int64) {
+		for _, id := range ids {
+			live := byID[id].live
+			if taken[id] || (len(kept) > len(dead) && total+live > limit) {
+				continue
+			}
+			taken[id] = true
+			total += live
+			kept = append(kept, id)
+		}
+	}
+	take(runs, maxBytes/2)
+	take(segs, maxBytes)
+	take(runs, maxBytes)
 	return kept
 }
 

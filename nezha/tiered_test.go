@@ -413,22 +413,23 @@ func TestTieredReclaimSelect(t *testing.T) {
 	}
 }
 
-// boundRound keeps the oldest log segments, then runs, within the bound;
-// files without live bytes always; at least one input.
+// boundRound keeps files without live bytes, runs with the most garbage
+// for up to half the bound, then the oldest log segments, then more runs;
+// at least one input.
 func TestBoundRound(t *testing.T) {
 	byID := map[uint64]fileStat{
-		3: {id: 3, live: 100}, 1: {id: 1, live: 100}, 2: {id: 2, live: 0}, 5: {id: 5, live: 300},
-		runFlag | 1: {id: runFlag | 1, live: 50}, runFlag | 2: {id: runFlag | 2, live: 1000},
+		3: {id: 3, size: 100, live: 100}, 1: {id: 1, size: 100, live: 100}, 2: {id: 2, size: 100, live: 0}, 5: {id: 5, size: 300, live: 300},
+		runFlag | 1: {id: runFlag | 1, size: 100, live: 50, dead: 50}, runFlag | 2: {id: runFlag | 2, size: 1000, live: 900, dead: 100},
 	}
 	ids := []uint64{5, runFlag | 2, 3, 1, 2, runFlag | 1}
 	for _, tc := range []struct {
 		max  int64
 		want []uint64
 	}{
-		{250, []uint64{1, 2, 3, runFlag | 1}},
-		{200, []uint64{1, 2, 3}},
-		{10, []uint64{1, 2}},
-		{1 << 40, []uint64{1, 2, 3, 5, runFlag | 2, runFlag | 1}},
+		{250, []uint64{2, runFlag | 1, 1, 3}},
+		{200, []uint64{2, runFlag | 1, 1}},
+		{10, []uint64{2, runFlag | 1}},
+		{1 << 40, []uint64{2, runFlag | 1, runFlag | 2, 1, 3, 5}},
 	} {
 		if got := boundRound(ids, byID, tc.max); !slices.Equal(got, tc.want) {
 			t.Errorf("bound %d: %v, want %v", tc.max, got, tc.want)
