@@ -830,6 +830,8 @@ func (n *Node) applyEntries(batches []applyBatch) error {
 				}
 			}
 			n.sessions.index = e.Index
+			n.sessCkptBytes += int64(len(e.Data))
+			n.sessCkptEntries++
 			loc, ok := n.log.Location(e.Index)
 			if !ok {
 				return fmt.Errorf("committed entry %d has no location in the log", e.Index)
@@ -857,7 +859,7 @@ func (n *Node) applyEntries(batches []applyBatch) error {
 	}
 	last := ents[len(ents)-1].Index
 	n.applied.Store(last)
-	n.countForSessionCheckpoint(batches)
+	n.maybeCheckpointSessions()
 	for i := range ents {
 		if id := ents[i].Command.RequestID; id != 0 {
 			n.proposals.trigger(id, results[i])

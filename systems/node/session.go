@@ -383,18 +383,6 @@ func sessionFiles(dir string) ([]uint64, error) {
 	return out, nil
 }
 
-// removeSessionFilesExcept deletes every table file in dir but keep's
-// (best effort: a leftover file is never read unless it is the compaction
-// point's).
-func removeSessionFilesExcept(dir string, keep uint64) {
-	idx, _ := sessionFiles(dir)
-	for _, i := range idx {
-		if i != keep {
-			os.Remove(filepath.Join(dir, sessionFileName(i)))
-		}
-	}
-}
-
 // loadSessionTable returns the table at the compaction point: empty at 0,
 // else the file of that index. A data directory without a sessions
 // directory was written before sessions existed: its log holds no session,
@@ -403,7 +391,7 @@ func loadSessionTable(dir string, compacted uint64, max int) (t *sessionTable, l
 	if compacted == 0 {
 		return newSessionTable(max), false, nil
 	}
-	b, err := os.ReadFile(filepath.Join(dir, sessionFileName(compacted)))
+	t, err = readSessionFile(dir, compacted, max)
 	switch {
 	case errors.Is(err, os.ErrNotExist):
 		if _, serr := os.Stat(dir); errors.Is(serr, os.ErrNotExist) {
@@ -416,15 +404,26 @@ func loadSessionTable(dir string, compacted uint64, max int) (t *sessionTable, l
 	case err != nil:
 		return nil, false, fmt.Errorf("client sessions: %w", err)
 	}
-	t, err = decodeSessionTable(b, max)
-	if err != nil {
-		return nil, false, fmt.Errorf("client sessions: %s: %w", filepath.Join(dir, sessionFileName(compacted)), err)
-	}
-	if t.index != compacted {
-		return nil, false, fmt.Errorf("client sessions: %s: %w: holds index %d", filepath.Join(dir, sessionFileName(compacted)),
-			errSessionsCorrupt, t.index)
-	}
 	return t, false, nil
+}
+
+// readSessionFile reads and decodes the table file of index in dir; a
+// file that does not decode, or holds another index, is errSessionsCorrupt
+// (named with its path). A missing file is os.ErrNotExist.
+func readSessionFile(dir string, index uint64, max int) (*sessionTable, error) {
+	path := filepath.Join(dir, sessionFileName(index))
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	t, err := decodeSessionTable(b, max)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	if t.index != index {
+		return nil, fmt.Errorf("%s: %w: holds index %d", path, errSessionsCorrupt, t.index)
+	}
+	return t, nil
 }
 
 // Session checkpoints bound the log a restart folds: without them a node
@@ -441,16 +440,10 @@ const (
 	sessionCheckpointEntries = 1 << 18
 )
 
-// countForSessionCheckpoint adds the applied batches to the counts since
-// the last checkpoint and starts one when they are due and none is being
-// written. Apply goroutine.
-func (n *Node) countForSessionCheckpoint(batches []applyBatch) {
-	for _, b := range batches {
-		for _, e := range b.entries {
-			n.sessCkptBytes += int64(len(e.Data))
-		}
-		n.sessCkptEntries += len(b.entries)
-	}
+// maybeCheckpointSessions starts a checkpoint when the entries applied
+// since the last one (counted by applyEntries) make one due and none is
+// being written. Apply goroutine.
+func (n *Node) maybeCheckpointSessions() {
 	every := sessionCheckpointEntries
 	if n.cfg.sessionCheckpointEntries > 0 {
 		every = n.cfg.sessionCheckpointEntries
@@ -521,17 +514,9 @@ func (n *Node) loadSessionCheckpoint(base, applied uint64) *sessionTable {
 		if c <= base || c > applied {
 			continue
 		}
-		path := filepath.Join(n.sessionDir(), sessionFileName(c))
-		b, err := os.ReadFile(path)
-		var t *sessionTable
-		if err == nil {
-			t, err = decodeSessionTable(b, MaxSessions)
-		}
-		if err == nil && t.index != c {
-			err = fmt.Errorf("%w: holds index %d", errSessionsCorrupt, t.index)
-		}
+		t, err := readSessionFile(n.sessionDir(), c, MaxSessions)
 		if err != nil {
-			n.logger.Warn("client sessions: ignoring a checkpoint", "file", path, "err", err)
+			n.logger.Warn("client sessions: ignoring a checkpoint", "err", err)
 			continue
 		}
 		return t

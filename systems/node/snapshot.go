@@ -266,7 +266,7 @@ func (n *Node) installSnapshot(snap raftpb.Snapshot) error {
 	n.sessCkpt = nil
 	n.sessMu.Unlock()
 	n.sessions = sessions.clone()
-	removeSessionFilesExcept(n.sessionDir(), md.Index)
+	pruneSessionFiles(n.sessionDir(), md.Index)
 	os.Remove(sessPath)
 	n.confState = md.ConfState
 	n.applied.Store(md.Index)
