@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -282,13 +283,24 @@ func TestResentWriteAppliesOnce(t *testing.T) {
 		}
 		return r.Index, nil
 	}
+	// mustPut resends a write refused for want of a leader (a node can
+	// learn of a new term between its health check and the put): resending
+	// under the same session is what the test is about, so the index
+	// assertions below still hold.
 	mustPut := func(node int, client, seq uint64, key, value string) uint64 {
 		t.Helper()
-		idx, err := put(node, client, seq, key, value)
-		if err != nil {
-			t.Fatalf("put %s=%s (client %d seq %d) on node %d: %v", key, value, client, seq, node+1, err)
+		end := time.Now().Add(10 * time.Second)
+		for {
+			idx, err := put(node, client, seq, key, value)
+			if err == nil {
+				return idx
+			}
+			if !strings.Contains(err.Error(), "not accepted by raft") || time.Now().After(end) {
+				t.Fatalf("put %s=%s (client %d seq %d) on node %d: %v", key, value, client, seq, node+1, err)
+			}
+			t.Logf("put on node %d: %v; resending", node+1, err)
+			time.Sleep(20 * time.Millisecond)
 		}
-		return idx
 	}
 	expect := func(key, want string) {
 		t.Helper()
@@ -321,6 +333,9 @@ func TestResentWriteAppliesOnce(t *testing.T) {
 		tc.start(i)
 	}
 	tc.waitLeader(10 * time.Second)
+	for _, cfg := range tc.cfgs {
+		waitHealth(t, c, cfg.Address, healthpb.HealthCheckResponse_SERVING, 10*time.Second)
+	}
 	if again := mustPut(1, 42, 2, "k", "c"); again != second {
 		t.Fatalf("after a restart the resent write answered index %d, first copy at %d", again, second)
 	}
