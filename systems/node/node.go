@@ -116,9 +116,11 @@ type Node struct {
 
 	// Written by the loop, read by anyone.
 	term, commit, lead atomic.Uint64
-	raftState          atomic.Uint64 // raft.StateType
-	firstIndex         atomic.Uint64
-	lastIndex          atomic.Uint64
+	// leader: whether a leader is known, for writes Raft dropped.
+	leader     *leaderWatch
+	raftState  atomic.Uint64 // raft.StateType
+	firstIndex atomic.Uint64
+	lastIndex  atomic.Uint64
 	// Written by the apply goroutine.
 	applied atomic.Uint64
 	// Written by the loop: see updateCompactBound.
@@ -206,6 +208,7 @@ func Start(cfg Config) (*Node, error) {
 		applyDone:    make(chan struct{}),
 		failed:       make(chan struct{}),
 		proposals:    newWaitRegistry(),
+		leader:       newLeaderWatch(),
 		appliedWait:  newIndexWait(),
 		pendingReads: map[uint64]*readBatch{},
 		epoch:        time.Now(),
@@ -613,6 +616,7 @@ func (n *Node) handleReady(rd raft.Ready) error {
 		if old := n.lead.Swap(rd.SoftState.Lead); old != rd.SoftState.Lead {
 			n.logger.Info("leader changed", "leader", rd.SoftState.Lead, "state", rd.SoftState.RaftState)
 			n.setHealth(rd.SoftState.Lead != raft.None)
+			n.leader.set(rd.SoftState.Lead != raft.None)
 			n.metrics.leaderChanges.Inc()
 			n.leaseUntil.Store(0)
 			n.failReads(errDropped)
@@ -878,9 +882,65 @@ func (n *Node) proposeAndWait(ctx context.Context, c *systems.Command) (uint64, 
 	return n.proposeDataAndWait(ctx, c.RequestID, systems.AppendCommand(make([]byte, 0, c.EncodedSize()), c))
 }
 
+// maxDroppedResends bounds how often proposeDataAndWait proposes a write
+// again after Raft dropped it while a leader was known (a leadership
+// transfer, a pre-candidate that still names the old leader).
+const maxDroppedResends = 2
+
+// leaderWaitElectionTimeouts is how long, in election timeouts, a write
+// Raft dropped waits for a leader: an election timer runs for up to two
+// (raft randomizes it in [timeout, 2 x timeout)), the third covers the
+// pre-vote and vote rounds.
+const leaderWaitElectionTimeouts = 3
+
 // proposeDataAndWait proposes the encoded command data of request id and
-// waits until it is applied.
+// waits until it is applied. A proposal Raft dropped was never in the log,
+// so it may be proposed again: when the node knows no leader (right after a
+// start or during an election) it waits for one, up to
+// leaderWaitElectionTimeouts from the first drop, and proposes again; when
+// it knows one, it proposes again a tick later, at most maxDroppedResends
+// times. A node cut off from the leader thus still fails the write within a
+// few election timeouts, and the client tries another node.
 func (n *Node) proposeDataAndWait(ctx context.Context, id uint64, data []byte) (uint64, error) {
+	var leaderWait <-chan time.Time // from the first drop
+	for resends := 0; ; {
+		idx, err := n.proposeOnce(ctx, id, data)
+		if !errors.Is(err, errDropped) || ctx.Err() != nil {
+			return idx, err
+		}
+		if leaderWait == nil {
+			leaderWait = time.After(leaderWaitElectionTimeouts * time.Duration(n.cfg.ElectionTicks) * n.cfg.TickInterval)
+		}
+		var tick <-chan time.Time
+		leader := n.leader.wait()
+		select {
+		case <-leader:
+			if resends == maxDroppedResends {
+				return idx, err
+			}
+			resends++
+			tick = time.After(n.cfg.TickInterval)
+			leader = nil
+		default:
+		}
+		select {
+		case <-leader:
+		case <-tick:
+		case <-leaderWait:
+			return 0, err
+		case <-ctx.Done():
+			return 0, err
+		case <-n.stopc:
+			return 0, err
+		case <-n.failed:
+			return 0, err
+		}
+	}
+}
+
+// proposeOnce proposes the encoded command data of request id once and
+// waits until it is applied.
+func (n *Node) proposeOnce(ctx context.Context, id uint64, data []byte) (uint64, error) {
 	ch := n.proposals.register(id)
 	select {
 	case n.propc <- proposal{id: id, data: data}:

@@ -583,3 +583,40 @@ func TestSessionCheckpointAcrossRestart(t *testing.T) {
 		t.Fatalf("the compaction after the restart read %d entries from the log", folded)
 	}
 }
+
+// A write sent to each node of a cluster that has not elected its first
+// leader yet waits for the election and is applied once: Raft drops a
+// proposal while the node knows no leader, and the node proposes it again
+// once one is known (proposeDataAndWait), instead of failing it at once.
+func TestWriteBeforeFirstElection(t *testing.T) {
+	tc := startClusterWith(t, 3, func(c *Config) { c.ElectionTicks = 20 }) // first election after 400-800 ms
+	for i, nd := range tc.nodes {
+		if l := nd.lead.Load(); l != 0 {
+			t.Fatalf("node %d already knows leader %d: the test needs writes sent before the first election", i+1, l)
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	errs := make(chan error, len(tc.nodes))
+	for i := range tc.nodes {
+		kv := rawKV(t, tc.cfgs[i].Address)
+		go func() {
+			_, err := kv.Put(ctx, &kvpb.PutRequest{Key: []byte(fmt.Sprintf("k%d", i)), Value: []byte("v"), ClientId: uint64(100 + i), Seq: 1})
+			if err != nil {
+				err = fmt.Errorf("put on node %d: %w", i+1, err)
+			}
+			errs <- err
+		}()
+	}
+	for range tc.nodes {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	c := tc.client(t)
+	for i := range tc.nodes {
+		if v, _, err := c.Get(ctx, []byte(fmt.Sprintf("k%d", i))); err != nil || string(v) != "v" {
+			t.Fatalf("get k%d = %q %v", i, v, err)
+		}
+	}
+}

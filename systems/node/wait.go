@@ -141,3 +141,34 @@ func (w *indexWait) wait(ctx context.Context, index uint64, abort <-chan struct{
 		return errStopping
 	}
 }
+
+// leaderWatch tells waiters when the node knows a leader: a write that Raft
+// dropped because the node had none (right after a start or an election)
+// waits for one and is proposed again, instead of failing at once.
+type leaderWatch struct {
+	mu    sync.Mutex
+	known bool
+	ch    chan struct{} // closed while a leader is known
+}
+
+func newLeaderWatch() *leaderWatch { return &leaderWatch{ch: make(chan struct{})} }
+
+// set records whether a leader is known. Ready loop only.
+func (w *leaderWatch) set(known bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	switch {
+	case known && !w.known:
+		close(w.ch)
+	case !known && w.known:
+		w.ch = make(chan struct{})
+	}
+	w.known = known
+}
+
+// wait returns a channel closed once a leader is known (at once if one is).
+func (w *leaderWatch) wait() <-chan struct{} {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.ch
+}
