@@ -151,6 +151,11 @@ type collector struct {
 	// guarded by s.applyMu.
 	live map[uint64]int64
 	dead map[uint64]int64
+	// keys holds every key of the index (keyfilter.go); nil: unknown.
+	// filling is a filter being filled by the loop (fillKeys) that becomes
+	// keys once it holds every key present when it was made; applied puts
+	// add their keys to both. Guarded by s.applyMu.
+	keys, filling *keyFilter
 
 	// lastWrite is the clock (UnixNano) of the last applied put or delete
 	// (or of the start); idleDoneFor is the lastWrite an idle round was
@@ -214,10 +219,12 @@ func (c *collector) throttle(ctx context.Context, n int) (time.Duration, error) 
 // discard statistics are not persisted).
 func (c *collector) rebuildLive() error {
 	live := map[uint64]int64{}
+	keys := 0
 	err := c.s.iterateChunks(4096, func(_ [][]byte, locs []systems.Location) error {
 		for _, l := range locs {
 			live[l.Segment] += int64(l.Length)
 		}
+		keys += len(locs)
 		return nil
 	})
 	if err != nil {
@@ -236,9 +243,57 @@ func (c *collector) rebuildLive() error {
 	}
 	c.s.applyMu.Lock()
 	c.live, c.dead = live, dead
+	c.keys, c.filling = nil, newKeyFilter(keys)
 	c.s.applyMu.Unlock()
 	return nil
 }
+
+// fillKeys adds every key of the index to c.filling, a chunk at a time
+// under applyMu, and then makes it c.keys: from then on the live-byte
+// accounting skips the index lookup of keys the filter has never seen.
+// Puts applied meanwhile add their keys themselves. It gives up when ctx
+// ends or the filter was replaced (a snapshot restore). Loop goroutine.
+func (c *collector) fillKeys(ctx context.Context) error {
+	c.s.applyMu.Lock()
+	f := c.filling
+	c.s.applyMu.Unlock()
+	if f == nil {
+		return nil
+	}
+	var next []byte
+	for more := true; more; {
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		var keys [][]byte
+		var err error
+		more, err = c.s.chunk(4096, &next, func(ks [][]byte, _ []systems.Location) error {
+			keys = ks
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+		// applyMu outside the read gate (chunk holds it): CommitRestore
+		// takes applyMu, then the gate.
+		c.s.applyMu.Lock()
+		replaced := c.filling != f
+		for _, k := range keys {
+			f.add(k)
+		}
+		c.s.applyMu.Unlock()
+		if replaced {
+			return nil
+		}
+	}
+	c.s.applyMu.Lock()
+	if c.filling == f {
+		c.keys, c.filling = f, nil
+	}
+	c.s.applyMu.Unlock()
+	return nil
+}
+
 
 // liveAccount collects the live-byte changes of one Apply batch.
 type liveAccount struct {
@@ -258,7 +313,7 @@ func (c *collector) newAccount() *liveAccount {
 func (a *liveAccount) set(key []byte, loc *systems.Location, del systems.Location) error {
 	a.wrote = true
 	old, inBatch := a.seen[string(key)]
-	if !inBatch {
+	if !inBatch && a.c.keys.mayHold(key) {
 		l, found, err := a.c.s.index.Get(key)
 		if err != nil {
 			return err
@@ -275,6 +330,8 @@ func (a *liveAccount) set(key []byte, loc *systems.Location, del systems.Locatio
 		a.delta[loc.Segment] += int64(loc.Length)
 		l := *loc
 		a.seen[string(key)] = &l
+		a.c.keys.add(key)
+		a.c.filling.add(key)
 	} else {
 		a.seen[string(key)] = nil
 		if del.Length > 0 && !isRun(del) {
@@ -323,6 +380,10 @@ func (c *collector) stop() {
 // loop runs rounds when due, single-flight, until ctx ends.
 func (c *collector) loop(ctx context.Context, done chan struct{}) {
 	defer close(done)
+	if err := c.fillKeys(ctx); err != nil && ctx.Err() == nil {
+		// Not fatal: the accounting keeps looking every put up.
+		c.s.logger.Warn("nezha: cannot fill the key filter; GC accounting looks every put up", "err", err)
+	}
 	t := time.NewTicker(c.cfg.GCInterval)
 	defer t.Stop()
 	slot := time.NewTimer(time.Hour)

@@ -170,6 +170,9 @@ func (s *Store) finishRestore(p pendingRestore) error {
 		}
 	}
 	if s.gc != nil {
+		// The collector is stopped; its loop fills the new key filter
+		// when CommitRestore starts it again.
+		s.gc.keys, s.gc.filling = nil, newKeyFilter(int(rn.records))
 		s.gc.live, s.gc.dead = live, map[uint64]int64{}
 		if s.ctl != nil {
 			for _, sg := range s.ctl.Segments() {
