@@ -104,6 +104,8 @@ func Original() systems.System {
 	return systems.System{
 		Name:      string(ModeOriginal),
 		Summary:   "Raft + RocksDB: every committed value is applied into RocksDB (WAL on)",
+		Role:      systems.RoleBaseline,
+		Reference: true,
 		LogDir:    "raftlog",
 		NewConfig: func() systems.SystemConfig { return NewConfig(ModeOriginal) },
 	}
@@ -115,6 +117,7 @@ func PASV() systems.System {
 	return systems.System{
 		Name:      string(ModePASV),
 		Summary:   "PASV: Raft + RocksDB with the RocksDB WAL off; recovery replays the Raft log",
+		Role:      systems.RoleBaseline,
 		LogDir:    "raftlog",
 		NewConfig: func() systems.SystemConfig { return NewConfig(ModePASV) },
 	}
@@ -126,6 +129,7 @@ func BlobDB() systems.System {
 	return systems.System{
 		Name:      string(ModeBlobDB),
 		Summary:   "Raft + RocksDB with integrated BlobDB (KV separation that is not Raft-aware)",
+		Role:      systems.RoleBaseline,
 		LogDir:    "raftlog",
 		NewConfig: func() systems.SystemConfig { return NewConfig(ModeBlobDB) },
 	}

@@ -326,7 +326,7 @@ func (x *Run) readBed(ctx context.Context, sys string) (*testbed, error) {
 		tb.stop(true)
 		return nil, err
 	}
-	if sys == "nezha" && tb.spec != nil {
+	if sys == sysNezha && tb.spec != nil {
 		// The idle round sorts what the load left in the log.
 		if err := x.waitIdleGC(ctx, tb, time.Now()); err != nil {
 			x.fail(sys, "GC after load", err, tb.spec)

@@ -19,13 +19,27 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/nezha-harness/nezha/baseline"
+	"github.com/nezha-harness/nezha/nezha"
 	"github.com/nezha-harness/nezha/systems"
 	"github.com/nezha-harness/nezha/systems/cluster"
 	"github.com/nezha-harness/nezha/workloads"
 )
 
-// DefaultSystems are compared when -systems is not given.
-func DefaultSystems() []string { return []string{"nezha", "nezha-nogc", "original", "pasv", "blobdb"} }
+// The systems whose measurements the experiments single out and the
+// report's prose names (the paper's Nezha, Nezha-NoGC and its Raft+RocksDB
+// baseline), from their packages. System lists come from the registry.
+const (
+	sysNezha     = nezha.Name
+	sysNezhaNoGC = nezha.NameNoGC
+	sysOriginal  = string(baseline.ModeOriginal)
+)
+
+// DefaultSystems are compared when -systems is not given: the studied
+// systems and the baselines of reg, in registration order.
+func DefaultSystems(reg *systems.Registry) []string {
+	return reg.ByRole(systems.RoleStudied, systems.RoleBaseline)
+}
 
 const experimentUsage = `usage: nezha experiment SUBCOMMAND
   list                                      the experiments and what each shows
@@ -37,8 +51,8 @@ const experimentUsage = `usage: nezha experiment SUBCOMMAND
                                             exit 1 if a selected metric regressed beyond PCT (default 10)`
 
 // Command is `nezha experiment list | run NAME...|all | report DIR`.
-// known are the -system names the binary registers.
-func Command(args []string, known []string, stdout, stderr io.Writer) error {
+// reg is the binary's registry of systems.
+func Command(args []string, reg *systems.Registry, stdout, stderr io.Writer) error {
 	if len(args) == 0 {
 		return systems.Usagef("experiment: want list, run NAME...|all, report DIR, or compare DIR_A DIR_B")
 	}
@@ -67,17 +81,18 @@ func Command(args []string, known []string, stdout, stderr io.Writer) error {
 		fmt.Fprintln(stdout, path)
 		return nil
 	case "run":
-		return runCommand(args[1:], known, stdout, stderr)
+		return runCommand(args[1:], reg, stdout, stderr)
 	case "compare":
-		return compareCommand(args[1:], known, stdout)
+		return compareCommand(args[1:], reg.Names(), stdout)
 	}
 	return systems.Usagef("experiment: unknown subcommand %q (want list, run, report, compare)", args[0])
 }
 
-func runCommand(args []string, known []string, stdout, stderr io.Writer) error {
+func runCommand(args []string, reg *systems.Registry, stdout, stderr io.Writer) error {
+	known := reg.Names()
 	fs := flag.NewFlagSet("experiment run", flag.ContinueOnError)
 	profileName := fs.String("profile", "quick", "quick (all in at most 15 min on 2 cores, scaled geometry), standard (the paper's shape at one machine's scale: native geometry, up to 6 GiB per node, at most 60 min and 40 GB) or paper (the paper's sizes, for real clusters)")
-	systemsFlag := fs.String("systems", strings.Join(DefaultSystems(), ","), "systems to compare")
+	systemsFlag := fs.String("systems", strings.Join(DefaultSystems(reg), ","), "systems to compare")
 	out := fs.String("out", "", "results directory (default results/<time>-<profile>)")
 	force := fs.Bool("force", false, "reuse a non-empty -out directory (its content is deleted)")
 	servers := fs.String("servers", "", "use this running cluster (one system, named by -systems) instead of local clusters")

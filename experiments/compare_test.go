@@ -47,7 +47,7 @@ func writeResults(t *testing.T, metrics map[string]float64, samples map[string][
 }
 
 func TestCompareCommand(t *testing.T) {
-	known := []string{"nezha", "original"}
+	reg := testRegistry(t)
 	a := writeResults(t, map[string]float64{"scan_ops_per_sec/nezha": 100, "scan_ops_per_sec/original": 50,
 		"scan_ops_per_sec_disk_read_kb_per_op/nezha": 10, "put_headline_deepest_level/original": 3},
 		map[string][]float64{"scan_ops_per_sec/nezha": {98, 100, 103}})
@@ -58,7 +58,7 @@ func TestCompareCommand(t *testing.T) {
 		map[string][]float64{"scan_ops_per_sec/nezha": {79, 80, 82}})
 	run := func(args ...string) (string, error) {
 		var out bytes.Buffer
-		err := Command(append([]string{"compare"}, args...), known, &out, &out)
+		err := Command(append([]string{"compare"}, args...), reg, &out, &out)
 		return out.String(), err
 	}
 

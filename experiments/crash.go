@@ -184,7 +184,7 @@ func (x *Run) crashArgs(sys string) []string {
 		c.ScaleGeometry(float64(int64(p.CrashKeys)*int64(p.CrashValueBytes)) / baseline.PaperDataBytes)
 		return c.GeometryFlags()
 	}
-	if sys == "nezha" {
+	if sys == sysNezha {
 		return nezhaGCFlags()
 	}
 	return nil

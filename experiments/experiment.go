@@ -247,7 +247,7 @@ func (x *Run) failed(system string) bool {
 // ambiguous writes at the nodes' default 5 s.
 func (x *Run) systemArgs(system string, extra ...string) []string {
 	args := []string{"-segmentSizeBytes", fmt.Sprint(x.Profile.SegmentSizeBytes), "-requestTimeout", "1m"}
-	if system != "nezha" {
+	if system != sysNezha {
 		// Only nezha has GC flags; drop GC overrides meant for it.
 		var kept []string
 		for i := 0; i < len(extra); i++ {

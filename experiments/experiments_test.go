@@ -187,7 +187,7 @@ func TestOutDir(t *testing.T) {
 }
 
 func TestCommandUsageErrors(t *testing.T) {
-	known := DefaultSystems()
+	reg := testRegistry(t)
 	for _, args := range [][]string{
 		{},
 		{"frobnicate"},
@@ -199,7 +199,7 @@ func TestCommandUsageErrors(t *testing.T) {
 		{"run", "scan", "-servers", "bogus", "-systems", "nezha"},
 		{"report"},
 	} {
-		err := Command(args, known, &bytes.Buffer{}, &bytes.Buffer{})
+		err := Command(args, reg, &bytes.Buffer{}, &bytes.Buffer{})
 		var ue *systems.UsageError
 		if !errors.As(err, &ue) {
 			t.Fatalf("%v: %v, want a usage error", args, err)
@@ -209,12 +209,12 @@ func TestCommandUsageErrors(t *testing.T) {
 	dir := t.TempDir()
 	os.WriteFile(filepath.Join(dir, "notes.txt"), []byte("mine"), 0o644)
 	os.WriteFile(filepath.Join(dir, "config.json"), []byte("{}"), 0o644)
-	err := Command([]string{"run", "scan", "-systems", "nezha", "-servers", "bogus", "-out", dir, "-force"}, known, &bytes.Buffer{}, &bytes.Buffer{})
+	err := Command([]string{"run", "scan", "-systems", "nezha", "-servers", "bogus", "-out", dir, "-force"}, reg, &bytes.Buffer{}, &bytes.Buffer{})
 	if _, serr := os.Stat(filepath.Join(dir, "notes.txt")); err == nil || serr != nil {
 		t.Fatalf("refused run: %v; notes.txt: %v", err, serr)
 	}
 	var out bytes.Buffer
-	if err := Command([]string{"list"}, known, &out, &out); err != nil || !strings.Contains(out.String(), "put-vsize") {
+	if err := Command([]string{"list"}, reg, &out, &out); err != nil || !strings.Contains(out.String(), "put-vsize") {
 		t.Fatalf("list: %v\n%s", err, out.String())
 	}
 }

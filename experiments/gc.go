@@ -34,19 +34,19 @@ func gcConfigs(systems, strategies []string) []gcConfig {
 	for _, s := range systems {
 		has[s] = true
 	}
-	if has["nezha-nogc"] {
-		out = append(out, gcConfig{name: "nezha-nogc", system: "nezha-nogc"})
+	if has[sysNezhaNoGC] {
+		out = append(out, gcConfig{name: sysNezhaNoGC, system: sysNezhaNoGC})
 	}
-	if has["nezha"] {
+	if has[sysNezha] {
 		for _, st := range strategies {
-			out = append(out, gcConfig{name: "nezha/" + st, system: "nezha", strategy: st})
+			out = append(out, gcConfig{name: sysNezha + "/" + st, system: sysNezha, strategy: st})
 		}
 	}
-	if has["original"] {
-		out = append(out, gcConfig{name: "original", system: "original"})
+	if has[sysOriginal] {
+		out = append(out, gcConfig{name: sysOriginal, system: sysOriginal})
 	}
-	if has["nezha-nogc"] {
-		out = append(out, gcConfig{name: "nezha-nogc", system: "nezha-nogc", again: true})
+	if has[sysNezhaNoGC] {
+		out = append(out, gcConfig{name: sysNezhaNoGC, system: sysNezhaNoGC, again: true})
 	}
 	return out
 }
@@ -146,10 +146,10 @@ func gcExperiment() Experiment {
 					metric string
 					of     func(gcOutcome) float64
 				}{
-					{9, "nezha-nogc", "gc_put_vs_nogc", func(o gcOutcome) float64 { return o.putOps }},
-					{11, "nezha-nogc", "gc_get_vs_nogc", func(o gcOutcome) float64 { return o.getOps }},
-					{13, "nezha-nogc", "gc_scan_vs_nogc", func(o gcOutcome) float64 { return o.scanOps }},
-					{14, "original", "gc_scan_vs_original", func(o gcOutcome) float64 { return o.scanOps }},
+					{9, sysNezhaNoGC, "gc_put_vs_nogc", func(o gcOutcome) float64 { return o.putOps }},
+					{11, sysNezhaNoGC, "gc_get_vs_nogc", func(o gcOutcome) float64 { return o.getOps }},
+					{13, sysNezhaNoGC, "gc_scan_vs_nogc", func(o gcOutcome) float64 { return o.scanOps }},
+					{14, sysOriginal, "gc_scan_vs_original", func(o gcOutcome) float64 { return o.scanOps }},
 				} {
 					tbl.Rows[i][rc.col] = "-"
 					if b, ok := outcomes[rc.base]; ok && rc.of(b) > 0 {
@@ -219,7 +219,7 @@ func (x *Run) gcRun(ctx context.Context, c gcConfig, threshold int64) (gcOutcome
 	p := x.Profile
 	var out gcOutcome
 	extra := x.geometryArgs(c.system, p.GCKeys*int64(p.GCValueBytes))
-	if c.system == "nezha" {
+	if c.system == sysNezha {
 		extra = append(extra, "-gc", c.strategy, "-gcThresholdBytes", fmt.Sprint(threshold))
 	}
 	label := sanitize(c.name)
@@ -262,7 +262,7 @@ func (x *Run) gcRun(ctx context.Context, c gcConfig, threshold int64) (gcOutcome
 	if err != nil {
 		return fail("overwrite phase", err)
 	}
-	if c.system == "nezha" {
+	if c.system == sysNezha {
 		if err := x.waitIdleGC(ctx, tb, time.Now()); err != nil {
 			return fail("GC after the phase", err)
 		}
@@ -284,7 +284,7 @@ func (x *Run) gcRun(ctx context.Context, c gcConfig, threshold int64) (gcOutcome
 		getS.X, getS.Y = append(getS.X, float64(i)), append(getS.Y, float64(ph.getPerSec[i]))
 	}
 	out.series = []plots.Series{putS, getS}
-	if c.system == "nezha" {
+	if c.system == sysNezha {
 		rounds, err := gcRounds(ctx, tb)
 		if err != nil {
 			return fail("status", err)

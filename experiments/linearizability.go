@@ -34,7 +34,7 @@ func linearizabilityExperiment() Experiment {
 			x.param("duration", p.LinDuration.String())
 			x.param("clients", p.LinClients)
 			x.param("seeds", p.LinSeeds)
-			hasNezha := slices.Contains(x.Systems, "nezha")
+			hasNezha := slices.Contains(x.Systems, sysNezha)
 			if hasNezha {
 				x.param("nezha node flags", nezhaGCFlags())
 			}
@@ -65,7 +65,7 @@ func linearizabilityExperiment() Experiment {
 				dir := filepath.Join(x.Dir, fmt.Sprintf("%s-%s-%s-s%d", r.system, r.nemesis, r.mode, r.seed))
 				o := linearizability.Options{System: r.system, Nemeses: []string{r.nemesis}, Duration: p.LinDuration,
 					Clients: p.LinClients, Seed: r.seed, ReadMode: r.mode, Out: dir, Binary: x.Binary}
-				if r.system == "nezha" {
+				if r.system == sysNezha {
 					o.ExtraArgs = nezhaGCFlags()
 				}
 				if r.mode == "stale" {

@@ -153,7 +153,7 @@ func Quick() Profile {
 		// 30 s: nezha's headline runs last 3-5 s each and moved by up to
 		// -30 %..+20 % within one quick run; 20 s gave 4-5 of them.
 		HeadlineMinSeconds: 30 * time.Second,
-		Conditions:         ConditionNames(), ConditionDataBytes: 128 * mib, HeadlineSystems: []string{"nezha", "nezha-nogc", "original"},
+		Conditions:         ConditionNames(), ConditionDataBytes: 128 * mib, HeadlineSystems: []string{sysNezha, sysNezhaNoGC, sysOriginal},
 		// 6144 keys (96 MiB per node, 8 x the page cache): loading 8192
 		// took 72 s of the quick run's 15 minutes.
 		ReadCache: ReadCacheCgroup, ReadCacheBytes: 12 * mib,
@@ -215,7 +215,7 @@ func Paper() Profile {
 		Geometry:      GeometryNative,
 		PutTotalBytes: 100 * gib / 5, ValueSizesKiB: []int{1, 4, 16, 64, 256},
 		ScaleDataBytes: []int64{25 * gib, 50 * gib, 100 * gib}, ScaleValueBytes: 256 * kib, HeadlineRuns: 3, HeadlineMinSeconds: time.Minute,
-		Conditions: ConditionNames(), ConditionDataBytes: 25 * gib, HeadlineSystems: []string{"nezha", "nezha-nogc", "original"},
+		Conditions: ConditionNames(), ConditionDataBytes: 25 * gib, HeadlineSystems: []string{sysNezha, sysNezhaNoGC, sysOriginal},
 		ReadCache: ReadCacheWarm, ReadCacheBytes: 0,
 		ReadKeys: 100 * gib / (256 * kib), ReadRuns: 3, ReadValueBytes: 256 * kib, GetOps: 1_000_000, Zipf: 1.01,
 		ScanOps: 1000, ScanSize: 100, ScanClients: 1,

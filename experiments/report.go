@@ -39,7 +39,7 @@ type Headline struct {
 }
 
 // headlineSystems are the systems the headline compares with original.
-func headlineSystems() []string { return []string{"nezha", "nezha-nogc"} }
+func headlineSystems() []string { return []string{sysNezha, sysNezhaNoGC} }
 
 // mergeResults gathers every result's metrics in one map, and the
 // parameters by experiment name.
@@ -161,7 +161,7 @@ func WriteHeadlines(w io.Writer, hs []Headline) {
 				ours = fmt.Sprintf("%.2fx (%+.1f %%)", h.Ratio, 100*(h.Ratio-1))
 			}
 			paper := "-"
-			if h.System == "nezha" {
+			if h.System == sysNezha {
 				paper = fmt.Sprintf("%.3fx (%+.1f %%)", h.Paper, 100*(h.Paper-1))
 			}
 			workload := h.Workload
@@ -312,8 +312,8 @@ func writeDifferences(b *strings.Builder, results []*Result, hs []Headline) {
 	}
 	var lines []string
 	add := func(f string, a ...any) { lines = append(lines, fmt.Sprintf(f, a...)) }
-	if nogc, ok := find("PUT", "nezha-nogc", ""); ok {
-		nz, _ := find("PUT", "nezha", "")
+	if nogc, ok := find("PUT", sysNezhaNoGC, ""); ok {
+		nz, _ := find("PUT", sysNezha, "")
 		add("**PUT.** Ours: nezha-nogc %.2fx and nezha %.2fx over original (paper: Nezha %.2fx), with fsync on, incompressible values and %s geometry at %s per node.",
 			nogc.Ratio, nz.Ratio, 1+paperPutGain, paramText(params["put-scale"]["geometry"]), bytesText(int64(m["put_headline_data_bytes"])))
 		deep := m["put_headline_deepest_level/original"]
@@ -342,8 +342,8 @@ func writeDifferences(b *strings.Builder, results []*Result, hs []Headline) {
 		}
 		var conds []string
 		for _, c := range ConditionNames() {
-			if h, ok := find("PUT", "nezha-nogc", c); ok {
-				hz, _ := find("PUT", "nezha", c)
+			if h, ok := find("PUT", sysNezhaNoGC, c); ok {
+				hz, _ := find("PUT", sysNezha, c)
 				conds = append(conds, fmt.Sprintf("%s: nezha-nogc %.2fx, nezha %.2fx", conditionText(c), h.Ratio, hz.Ratio))
 			}
 		}
@@ -353,7 +353,7 @@ func writeDifferences(b *strings.Builder, results []*Result, hs []Headline) {
 		}
 	}
 	for _, rd := range []struct{ workload, exp string }{{"GET", "get-zipf"}, {"SCAN", "scan"}} {
-		h, ok := find(rd.workload, "nezha", "")
+		h, ok := find(rd.workload, sysNezha, "")
 		if !ok {
 			continue
 		}

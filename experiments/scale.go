@@ -103,7 +103,7 @@ func (x *Run) geometryArgs(sys string, dataPerNode int64) []string {
 		c := baseline.NewConfig(baseline.Mode(sys))
 		c.ScaleGeometry(f)
 		return c.GeometryFlags()
-	case sys == "nezha":
+	case sys == sysNezha:
 		return []string{"-gcThresholdBytes", fmt.Sprint(max(int64(paperGCThresholdRatio*float64(dataPerNode)), x.Profile.SegmentSizeBytes))}
 	}
 	return nil
@@ -129,7 +129,7 @@ func conditionArgs(cond, sys string, dataPerNode int64) []string {
 	if has(CondCacheOff) && isBaseline(sys) {
 		args = append(args, "-rocksdb.blockCacheBytes", "0", "-rocksdb.compression", "snappy")
 	}
-	if has(CondPaperGC) && sys == "nezha" {
+	if has(CondPaperGC) && sys == sysNezha {
 		// The paper's GC: merge rounds at the threshold, unpaced, all nodes
 		// at once, no idle rounds.
 		args = append(args, "-gc", "merge", "-gcThresholdBytes", fmt.Sprint(int64(paperGCThresholdRatio*float64(dataPerNode))),
@@ -358,10 +358,10 @@ func (x *Run) putScaleRun(ctx context.Context, phase, sys, cond string, data, ge
 	if user > 0 {
 		r.WriteAmp = r.Window.WriteBytesPerNode / user
 	}
-	if phase == "headline" && rep == 0 && (isBaseline(sys) || sys == "nezha") {
+	if phase == "headline" && rep == 0 && (isBaseline(sys) || sys == sysNezha) {
 		// What the window left to do (RocksDB's compaction debt, nezha's
 		// idle sort): let it finish, then look again.
-		if sys == "nezha" {
+		if sys == sysNezha {
 			err = x.waitIdleGC(ctx, tb, time.Now())
 		}
 		if err == nil {
@@ -468,7 +468,7 @@ func (x *Run) putScaleReport(all []putRun, top int64, limit float64, haveLimit b
 	}
 	for _, data := range p.ScaleDataBytes {
 		base := 0.0
-		if rs := runsOf(all, func(r putRun) bool { return r.System == "original" && r.Phase != "condition" && r.DataBytes == data }); len(rs) > 0 {
+		if rs := runsOf(all, func(r putRun) bool { return r.System == sysOriginal && r.Phase != "condition" && r.DataBytes == data }); len(rs) > 0 {
 			base = medianOf(rs, func(r putRun) float64 { return r.MBPerSec })
 		}
 		for _, sys := range x.Systems {
@@ -483,7 +483,7 @@ func (x *Run) putScaleReport(all []putRun, top int64, limit float64, haveLimit b
 			s := series[sys]
 			s[1].X, s[1].Y = append(s[1].X, mb), append(s[1].Y, med)
 			s[2].X, s[2].Y = append(s[2].X, mb), append(s[2].Y, medianOf(rs, func(r putRun) float64 { return r.WriteAmp }))
-			if base > 0 && sys != "original" {
+			if base > 0 && sys != sysOriginal {
 				s[0].X, s[0].Y = append(s[0].X, mb), append(s[0].Y, med/base)
 				x.metric(fmt.Sprintf("put_scale_ratio/%s/%d", sys, data), med/base)
 			}
@@ -493,7 +493,7 @@ func (x *Run) putScaleReport(all []putRun, top int64, limit float64, haveLimit b
 	}
 	for _, sys := range x.Systems {
 		s := series[sys]
-		if sys != "original" && len(s[0].X) > 0 {
+		if sys != sysOriginal && len(s[0].X) > 0 {
 			ratioFig.Series = append(ratioFig.Series, s[0])
 		}
 		if len(s[1].X) > 0 {
@@ -515,7 +515,7 @@ func (x *Run) putScaleReport(all []putRun, top int64, limit float64, haveLimit b
 	headRuns := func(sys string) []putRun {
 		return runsOf(all, func(r putRun) bool { return r.System == sys && r.Phase == "headline" })
 	}
-	baseMed := medianOf(headRuns("original"), func(r putRun) float64 { return r.MBPerSec })
+	baseMed := medianOf(headRuns(sysOriginal), func(r putRun) float64 { return r.MBPerSec })
 	var cdfs []plots.Series
 	for _, sys := range x.Systems {
 		rs := headRuns(sys)
@@ -583,7 +583,7 @@ func (x *Run) putScaleReport(all []putRun, top int64, limit float64, haveLimit b
 		x.metric("put_headline_settled_write_amp/"+r.System, r.SettledWriteAmp)
 	}
 	// 3. The LSM shape: expected from the geometry vs measured.
-	for _, r := range runsOf(all, func(r putRun) bool { return r.System == "original" && r.Phase == "headline" && r.Rep == 0 }) {
+	for _, r := range runsOf(all, func(r putRun) bool { return r.System == sysOriginal && r.Phase == "headline" && r.Rep == 0 }) {
 		if r.Window.Shape != nil {
 			x.table(x.shapeTable(r, top))
 			x.metric("put_headline_settled_deepest_level/original", float64(deepestLevel(r.Settled)))
@@ -611,7 +611,7 @@ func (x *Run) putScaleReport(all []putRun, top int64, limit float64, haveLimit b
 		s := plots.Series{Name: sys}
 		for ci, c := range conds {
 			rs := runsOf(all, func(r putRun) bool { return r.System == sys && r.Phase == "condition" && r.Condition == c })
-			bs := runsOf(all, func(r putRun) bool { return r.System == "original" && r.Phase == "condition" && r.Condition == c })
+			bs := runsOf(all, func(r putRun) bool { return r.System == sysOriginal && r.Phase == "condition" && r.Condition == c })
 			if len(rs) == 0 {
 				s.Values = append(s.Values, 0)
 				s.Missing = append(s.Missing, ci)
@@ -633,7 +633,7 @@ func (x *Run) putScaleReport(all []putRun, top int64, limit float64, haveLimit b
 				x.metric(fmt.Sprintf("put_condition_ratio/%s/%s", name, sys), rv)
 			}
 		}
-		if sys != "original" {
+		if sys != sysOriginal {
 			cf.Series = append(cf.Series, s)
 		}
 	}

@@ -238,7 +238,7 @@ func (x *Run) since(ctx context.Context, spec *cluster.Spec, from windowSample) 
 		if ws.Shape == nil {
 			ws.Shape = cluster.StorageShapeOf(resp)
 		}
-		if spec.System != "nezha" {
+		if spec.System != sysNezha {
 			continue // the baselines' rounds are log truncations
 		}
 		for _, r := range resp.GcRounds {

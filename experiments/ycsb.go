@@ -87,12 +87,12 @@ func ycsbExperiment() Experiment {
 			for _, ph := range phases {
 				cats = append(cats, strings.ToUpper(ph))
 			}
-			base, haveBase := opsps["original"]
+			base, haveBase := opsps[sysOriginal]
 			abs := plots.Figure{Name: "ycsb-throughput", Title: "YCSB throughput", Kind: plots.Bars,
 				XLabel: "workload", YLabel: "throughput (ops/s)", Categories: cats}
 			norm := plots.Figure{Name: "ycsb-normalized", Title: "YCSB throughput normalized to original", Kind: plots.Bars,
 				XLabel: "workload", YLabel: "throughput / original's", Categories: cats,
-				HLines: []plots.Mark{{At: 1, Label: "original"}}}
+				HLines: []plots.Mark{{At: 1, Label: sysOriginal}}}
 			ratios := Table{Title: "YCSB throughput normalized to original", Columns: append([]string{"system"}, cats...)}
 			for _, sys := range x.Systems {
 				a := plots.Series{Name: sys}

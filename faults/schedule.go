@@ -26,17 +26,17 @@ type ScheduleOptions struct {
 	// Seed drives every choice.
 	Seed int64 `json:"seed"`
 	// WarmUp passes before the first injection.
-	WarmUp time.Duration `json:"warmUp"`
+	WarmUp time.Duration `json:"warm_up"`
 	// CoolDown is the quiet time at the end with everything healed.
-	CoolDown time.Duration `json:"coolDown"`
+	CoolDown time.Duration `json:"cool_down"`
 	// A fault is held for a time in [MinHold, MaxHold], then healed, then
 	// the cluster is left alone for a time in [MinQuiet, MaxQuiet].
-	MinHold  time.Duration `json:"minHold"`
-	MaxHold  time.Duration `json:"maxHold"`
-	MinQuiet time.Duration `json:"minQuiet"`
-	MaxQuiet time.Duration `json:"maxQuiet"`
+	MinHold  time.Duration `json:"min_hold"`
+	MaxHold  time.Duration `json:"max_hold"`
+	MinQuiet time.Duration `json:"min_quiet"`
+	MaxQuiet time.Duration `json:"max_quiet"`
 	// MaxFaults bounds the number of injections. Default 1000.
-	MaxFaults int `json:"maxFaults"`
+	MaxFaults int `json:"max_faults"`
 }
 
 // DefaultScheduleOptions returns the default timing: 3 s warm-up, faults
@@ -206,7 +206,7 @@ func NewSchedule(o ScheduleOptions) (*Schedule, error) {
 // Event is one injection or heal, as it happened.
 type Event struct {
 	// Time since Env.Start (monotonic clock), in nanoseconds in JSON.
-	Time    time.Duration `json:"timeNs"`
+	Time    time.Duration `json:"time_ns"`
 	Wall    time.Time     `json:"wall"`
 	Step    int           `json:"step"`
 	Nemesis string        `json:"nemesis"`
@@ -221,8 +221,8 @@ type Event struct {
 type Window struct {
 	Step    int           `json:"step"`
 	Nemesis string        `json:"nemesis"`
-	Start   time.Duration `json:"startNs"`
-	End     time.Duration `json:"endNs"`
+	Start   time.Duration `json:"start_ns"`
+	End     time.Duration `json:"end_ns"`
 	Nodes   []uint64      `json:"nodes,omitempty"`
 	Detail  string        `json:"detail,omitempty"`
 }

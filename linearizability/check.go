@@ -40,9 +40,9 @@ type CheckOutcome struct {
 	// in a history that is not linearizable, to explain the verdict.
 	Anomalies []Anomaly `json:"anomalies,omitempty"`
 	// AnomalyCount is the number of anomalies found (Run keeps a few).
-	AnomalyCount int           `json:"anomalyCount,omitempty"`
-	Elapsed      time.Duration `json:"elapsedNs"`
-	Timeout      time.Duration `json:"timeoutNs"`
+	AnomalyCount int           `json:"anomaly_count,omitempty"`
+	Elapsed      time.Duration `json:"elapsed_ns"`
+	Timeout      time.Duration `json:"timeout_ns"`
 
 	model   porcupine.Model
 	badOps  []porcupine.Operation

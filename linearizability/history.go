@@ -271,7 +271,7 @@ func Operations(ops []Op) []porcupine.Operation {
 // PatchStats says what Patch changed.
 type PatchStats struct {
 	// DroppedUnobserved: ambiguous puts whose value no read returned.
-	DroppedUnobserved int `json:"droppedUnobserved"`
+	DroppedUnobserved int `json:"dropped_unobserved"`
 	// Closed: ambiguous puts whose value a read returned; their return is
 	// set to the earliest return of such a read.
 	Closed int `json:"closed"`

@@ -57,7 +57,7 @@ type Options struct {
 	// Seed drives the fault schedule and the workload. Default (and 0) 1.
 	Seed int64 `json:"seed"`
 	// ReadMode is one of ReadModes. Default linearizable.
-	ReadMode string `json:"readMode"`
+	ReadMode string `json:"read_mode"`
 	// Out is the directory of the run (cluster, history, result, HTML).
 	// Required.
 	Out string `json:"out"`
@@ -70,26 +70,26 @@ type Options struct {
 	Keys int `json:"keys"`
 	// ScanGroup is the number of keys a scan may span (keys are grouped
 	// in consecutive groups of this size). Default 5.
-	ScanGroup int `json:"scanGroup"`
+	ScanGroup int `json:"scan_group"`
 	// ValueBytes pads written values to this size (0: a short unique id).
 	// Values longer than MaxModelValueBytes are hashed in the model.
-	ValueBytes int `json:"valueBytes"`
+	ValueBytes int `json:"value_bytes"`
 	// ThinkTime is the mean pause of a client between operations.
 	// Default 2ms; it keeps histories at a size Porcupine checks quickly.
-	ThinkTime time.Duration `json:"thinkTime"`
+	ThinkTime time.Duration `json:"think_time"`
 	// ReadTimeout and WriteTimeout bound one operation. Defaults 2s and
 	// 2s: a write stuck on an unreachable leader gives up (ambiguous) soon
 	// enough for its client to write again while the fault lasts.
-	ReadTimeout  time.Duration `json:"readTimeout"`
-	WriteTimeout time.Duration `json:"writeTimeout"`
+	ReadTimeout  time.Duration `json:"read_timeout"`
+	WriteTimeout time.Duration `json:"write_timeout"`
 	// CheckTimeout bounds Porcupine. Default 2m. A timeout is a failure.
-	CheckTimeout time.Duration `json:"checkTimeout"`
+	CheckTimeout time.Duration `json:"check_timeout"`
 	// ExtraArgs are more serve flags for every node.
-	ExtraArgs []string `json:"extraArgs,omitempty"`
+	ExtraArgs []string `json:"extra_args,omitempty"`
 	// Schedule timing; zero fields take faults.DefaultScheduleOptions.
 	Schedule faults.ScheduleOptions `json:"schedule"`
 	// KeepData keeps the nodes' data directories of a passing run.
-	KeepData bool `json:"keepData"`
+	KeepData bool `json:"keep_data"`
 	// Logf receives progress lines. Default: none.
 	Logf func(format string, args ...any) `json:"-"`
 }
@@ -242,7 +242,7 @@ type OpCounts struct {
 	OK        int            `json:"ok"`
 	Ambiguous int            `json:"ambiguous"`
 	Failed    int            `json:"failed"`
-	ByKind    map[string]int `json:"byKind"`
+	ByKind    map[string]int `json:"by_kind"`
 }
 
 // FinalWrite is the write after healing that must succeed.
@@ -258,9 +258,9 @@ type FinalWrite struct {
 // NodeState is one node's answer to Status after the run.
 type NodeState struct {
 	ID             uint64 `json:"id"`
-	AppliedIndex   uint64 `json:"appliedIndex"`
-	StateHash      string `json:"stateHash"`
-	StateHashIndex uint64 `json:"stateHashIndex"`
+	AppliedIndex   uint64 `json:"applied_index"`
+	StateHash      string `json:"state_hash"`
+	StateHashIndex uint64 `json:"state_hash_index"`
 	Error          string `json:"error,omitempty"`
 }
 
@@ -269,7 +269,7 @@ type NodeState struct {
 type Convergence struct {
 	OK      bool          `json:"ok"`
 	Nodes   []NodeState   `json:"nodes"`
-	Elapsed time.Duration `json:"elapsedNs"`
+	Elapsed time.Duration `json:"elapsed_ns"`
 	Error   string        `json:"error,omitempty"`
 }
 
@@ -283,7 +283,7 @@ type Result struct {
 	Failures []string `json:"failures,omitempty"`
 	Options  Options  `json:"options"`
 	// NodeFlags are the serve flags of every node (-dialPeers aside).
-	NodeFlags []string `json:"nodeFlags"`
+	NodeFlags []string `json:"node_flags"`
 	Ops       OpCounts `json:"ops"`
 	// Availability is the fraction of operations that succeeded.
 	Availability float64          `json:"availability"`
@@ -291,15 +291,15 @@ type Result struct {
 	Schedule     *faults.Schedule `json:"schedule"`
 	Events       []faults.Event   `json:"events"`
 	Windows      []faults.Window  `json:"windows"`
-	FinalWrite   FinalWrite       `json:"finalWrite"`
+	FinalWrite   FinalWrite       `json:"final_write"`
 	Convergence  Convergence      `json:"convergence"`
 	Dir          string           `json:"dir"`
 	HistoryPath  string           `json:"history"`
 	HTMLPath     string           `json:"html,omitempty"`
 	ResultPath   string           `json:"result"`
 	Started      time.Time        `json:"started"`
-	Elapsed      time.Duration    `json:"elapsedNs"`
-	GoVersion    string           `json:"goVersion"`
+	Elapsed      time.Duration    `json:"elapsed_ns"`
+	GoVersion    string           `json:"go_version"`
 	Host         string           `json:"host"`
 }
 

@@ -39,8 +39,13 @@ func NezhaNoGC() systems.System {
 	return systems.System{
 		Name:      NameNoGC,
 		Summary:   "KVS-Raft: value persisted once, in the Raft log; index keeps key -> location; no GC",
+		Role:      systems.RoleStudied,
 		LogDir:    ValueLogDir,
 		NewConfig: func() systems.SystemConfig { return newConfig(NameNoGC) },
+		Conformance: []systems.Conformance{
+			{Name: NameNoGC},
+			{Name: NameNoGC + "-memory-index", Args: []string{"-index", IndexMemory}},
+		},
 	}
 }
 
@@ -50,9 +55,27 @@ func Nezha() systems.System {
 	return systems.System{
 		Name:      Name,
 		Summary:   "KVS-Raft with Raft-aware GC: old log compacted into key-sorted runs",
+		Role:      systems.RoleStudied,
 		LogDir:    ValueLogDir,
 		NewConfig: func() systems.SystemConfig { return newConfig(Name) },
+		// GC forced to run continuously during the whole suite, per
+		// strategy, over small segments so that every test spans many
+		// rounds.
+		Conformance: []systems.Conformance{
+			{Name: Name},
+			{Name: "nezha-gc-tiered", Args: append(conformanceGCArgs(StrategyTiered), "-gcFanout", "2"), ExpectGC: true},
+			{Name: "nezha-gc-merge", Args: conformanceGCArgs(StrategyMerge), ExpectGC: true},
+			{Name: "nezha-gc-sort-once", Args: conformanceGCArgs(StrategySortOnce), ExpectGC: true},
+			{Name: "nezha-gc-greedy", Args: conformanceGCArgs(StrategyGreedy), ExpectGC: true},
+			{Name: "nezha-gc-tiered-memory-index", Args: append(conformanceGCArgs(StrategyTiered), "-index", IndexMemory), ExpectGC: true},
+		},
 	}
+}
+
+// conformanceGCArgs are the serve flags of a conformance configuration
+// that runs GC strategy back to back over 64 KiB segments.
+func conformanceGCArgs(strategy string) []string {
+	return []string{"-gc", strategy, "-gcContinuous", "-gcInterval", "20ms", "-segmentSizeBytes", "65536", "-gcGarbageRatio", "0.3"}
 }
 
 // Config is the configuration of a nezha system. It implements

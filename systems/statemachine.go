@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sort"
 	"strings"
 
@@ -136,38 +137,112 @@ type SystemConfig interface {
 	Open(env Env) (StateMachine, error)
 }
 
+// Role is what a system is in the comparison (ARCHITECTURE.md section 1).
+// Experiments and the conformance suite take their system lists from the
+// Registry by role instead of naming systems.
+type Role string
+
+const (
+	// RoleStudied is a store under study (nezha, nezha-nogc): the headline
+	// compares each with the reference baseline.
+	RoleStudied Role = "studied"
+	// RoleBaseline is a system the studied stores are compared with
+	// (original, pasv, blobdb).
+	RoleBaseline Role = "baseline"
+	// RoleExternal is a reference system outside this repository, launched
+	// from its own binary and driven through its own client (etcd:
+	// systems/cluster/etcd.go, systems/client/etcd.go). It is not served
+	// by `nezha serve` and therefore not registered.
+	RoleExternal Role = "external"
+)
+
+// Conformance is one configuration the conformance suite
+// (systems/systemstest TestConformance) runs a system in.
+type Conformance struct {
+	// Name names the subtest; unique across the registry.
+	Name string `json:"name"`
+	// Args are extra `nezha serve` flags.
+	Args []string `json:"args,omitempty"`
+	// ExpectGC makes the suite wait for GC rounds (systems.GCReporter).
+	ExpectGC bool `json:"expect_gc,omitempty"`
+}
+
 // System describes one -system name.
 type System struct {
 	// Name is the -system flag value, e.g. "original".
 	Name string
 	// Summary is one line for `nezha serve -h` and reports.
 	Summary string
+	// Role is RoleStudied or RoleBaseline (required).
+	Role Role
+	// Reference marks the baseline that ratios are taken against
+	// (original); at most one system of a registry has it.
+	Reference bool
 	// LogDir is the name of the Raft log directory under -data: "valuelog"
 	// for systems whose log is their value store, "raftlog" otherwise.
 	LogDir string
 	// NewConfig returns a configuration holding the documented defaults.
 	NewConfig func() SystemConfig
+	// Conformance are the configurations the conformance suite runs;
+	// empty: one, named Name, with no extra flags.
+	Conformance []Conformance
 }
 
-// Registry maps -system names to systems. It is built by the binary's main
-// (not a package-level variable), which is the one place that imports every
-// system.
+// Conformances returns s.Conformance, or the one default configuration.
+func (s System) Conformances() []Conformance {
+	if len(s.Conformance) == 0 {
+		return []Conformance{{Name: s.Name}}
+	}
+	return s.Conformance
+}
+
+// Registry maps -system names to systems, in registration order. It is
+// built by the binary's main (not a package-level variable), which is the
+// one place that imports every system.
 type Registry struct {
 	systems map[string]System
+	order   []string
 }
 
-// NewRegistry returns a registry of the given systems. Duplicate names are
-// a programming error and reported as such.
+// NewRegistry returns a registry of the given systems, in the given order
+// (the order of DefaultSystems-style lists and of reports). Duplicate
+// names, a missing field, an unknown or external role, two references or
+// two conformance configurations of one name are programming errors and
+// reported all at once.
 func NewRegistry(ss ...System) (*Registry, error) {
 	r := &Registry{systems: make(map[string]System, len(ss))}
+	var errs []error
+	refs := 0
+	confs := map[string]bool{}
 	for _, s := range ss {
 		if s.Name == "" || s.NewConfig == nil || s.LogDir == "" {
-			return nil, fmt.Errorf("system %q: Name, LogDir and NewConfig are required", s.Name)
+			errs = append(errs, fmt.Errorf("system %q: Name, LogDir and NewConfig are required", s.Name))
+			continue
+		}
+		if s.Role != RoleStudied && s.Role != RoleBaseline {
+			errs = append(errs, fmt.Errorf("system %q: role %q is not %s or %s", s.Name, s.Role, RoleStudied, RoleBaseline))
+		}
+		if s.Reference {
+			refs++
 		}
 		if _, dup := r.systems[s.Name]; dup {
-			return nil, fmt.Errorf("system %q registered twice", s.Name)
+			errs = append(errs, fmt.Errorf("system %q registered twice", s.Name))
+			continue
+		}
+		for _, c := range s.Conformances() {
+			if confs[c.Name] {
+				errs = append(errs, fmt.Errorf("system %q: conformance configuration %q named twice", s.Name, c.Name))
+			}
+			confs[c.Name] = true
 		}
 		r.systems[s.Name] = s
+		r.order = append(r.order, s.Name)
+	}
+	if refs > 1 {
+		errs = append(errs, fmt.Errorf("%d systems are marked Reference; at most one may be", refs))
+	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
 	}
 	return r, nil
 }
@@ -183,10 +258,40 @@ func (r *Registry) Lookup(name string) (System, error) {
 
 // Names returns the registered names in sorted order.
 func (r *Registry) Names() []string {
-	names := make([]string, 0, len(r.systems))
-	for n := range r.systems {
-		names = append(names, n)
-	}
+	names := slices.Clone(r.order)
 	sort.Strings(names)
 	return names
+}
+
+// Systems returns the registered systems in registration order.
+func (r *Registry) Systems() []System {
+	out := make([]System, 0, len(r.order))
+	for _, n := range r.order {
+		out = append(out, r.systems[n])
+	}
+	return out
+}
+
+// ByRole returns the names of the systems with one of roles, in
+// registration order (e.g. the experiments' default list is
+// ByRole(RoleStudied, RoleBaseline)).
+func (r *Registry) ByRole(roles ...Role) []string {
+	var out []string
+	for _, n := range r.order {
+		if slices.Contains(roles, r.systems[n].Role) {
+			out = append(out, n)
+		}
+	}
+	return out
+}
+
+// Reference returns the name of the reference baseline, "" if none is
+// registered.
+func (r *Registry) Reference() string {
+	for _, n := range r.order {
+		if r.systems[n].Reference {
+			return n
+		}
+	}
+	return ""
 }

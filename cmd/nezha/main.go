@@ -34,6 +34,7 @@ commands:
   ycsb      YCSB core workloads: ycsb load|run -P FILE [-p name=value ...] -servers ...|-cluster DIR
   experiment  named experiments and the report: experiment list | run NAME...|all [-profile quick|paper] | report DIR | compare DIR_A DIR_B
   plot      redraw figures: plot RESULTS_DIR (every figures.json under it -> PNG and SVG)
+  systems   the registered systems and their roles (studied, baseline; reference) [-json]
   version   module version, VCS revision (+dirty) and Go version of this binary (from its build info) [-json]
   help      this text
 
@@ -67,9 +68,11 @@ func run(args []string, stdout, stderr io.Writer) int {
 	case "ycsb":
 		err = ycsb.Command(rest, stdout, stderr)
 	case "experiment":
-		err = experiments.Command(rest, reg.Names(), stdout, stderr)
+		err = experiments.Command(rest, reg, stdout, stderr)
 	case "plot":
 		err = plots.Command(rest, stdout, stderr)
+	case "systems":
+		err = systems.SystemsCommand(rest, reg, stdout)
 	case "version":
 		err = buildinfo.Command(rest, stdout)
 	case "help", "-h", "-help", "--help":

@@ -10,6 +10,7 @@
 package cluster
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -38,7 +39,7 @@ type Node struct {
 	// ID is the Raft id, 1..N in the order of -peers.
 	ID              uint64 `json:"id"`
 	Address         string `json:"address"`
-	InternalAddress string `json:"internalAddress"`
+	InternalAddress string `json:"internal_address"`
 	// PID of the serve process, 0 when it is known to be stopped.
 	PID  int    `json:"pid"`
 	Data string `json:"data"`
@@ -46,9 +47,9 @@ type Node struct {
 	// MetricsAddress serves the node's Prometheus metrics at /metrics
 	// (-metricsAddress); empty for clusters started before it existed and
 	// for external systems.
-	MetricsAddress string `json:"metricsAddress,omitempty"`
+	MetricsAddress string `json:"metrics_address,omitempty"`
 	// ExtraArgs are this node's own serve flags, after the cluster's.
-	ExtraArgs []string `json:"extraArgs,omitempty"`
+	ExtraArgs []string `json:"extra_args,omitempty"`
 }
 
 // Spec is the content of cluster.json.
@@ -58,7 +59,7 @@ type Spec struct {
 	// Binary is the nezha executable that runs the nodes.
 	Binary string `json:"binary"`
 	// ExtraArgs are passed to every serve process (after `--` on `cluster up`).
-	ExtraArgs []string `json:"extraArgs,omitempty"`
+	ExtraArgs []string `json:"extra_args,omitempty"`
 	// Dir is the cluster directory (not stored).
 	Dir string `json:"-"`
 }
@@ -80,6 +81,47 @@ func (s *Spec) Node(id uint64) (*Node, error) {
 		}
 	}
 	return nil, systems.Usagef("no node %d in %s (ids 1..%d)", id, s.Dir, len(s.Nodes))
+}
+
+// UnmarshalJSON reads a cluster.json node, also one written before the
+// keys were snake_case (internalAddress, metricsAddress, extraArgs): a
+// cluster started by an older binary can still be stopped and restarted.
+func (n *Node) UnmarshalJSON(b []byte) error {
+	type plain Node
+	var v struct {
+		plain
+		LegacyInternalAddress string   `json:"internalAddress"`
+		LegacyMetricsAddress  string   `json:"metricsAddress"`
+		LegacyExtraArgs       []string `json:"extraArgs"`
+	}
+	if err := json.Unmarshal(b, &v); err != nil {
+		return err
+	}
+	*n = Node(v.plain)
+	n.InternalAddress = cmp.Or(n.InternalAddress, v.LegacyInternalAddress)
+	n.MetricsAddress = cmp.Or(n.MetricsAddress, v.LegacyMetricsAddress)
+	if n.ExtraArgs == nil {
+		n.ExtraArgs = v.LegacyExtraArgs
+	}
+	return nil
+}
+
+// UnmarshalJSON reads cluster.json, also as written before the keys were
+// snake_case (extraArgs; see Node.UnmarshalJSON).
+func (s *Spec) UnmarshalJSON(b []byte) error {
+	type plain Spec
+	var v struct {
+		plain
+		LegacyExtraArgs []string `json:"extraArgs"`
+	}
+	if err := json.Unmarshal(b, &v); err != nil {
+		return err
+	}
+	*s = Spec(v.plain)
+	if s.ExtraArgs == nil {
+		s.ExtraArgs = v.LegacyExtraArgs
+	}
+	return nil
 }
 
 // Load reads DIR/cluster.json.

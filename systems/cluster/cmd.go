@@ -235,8 +235,8 @@ func loadFlag(dir string) (*Spec, error) {
 	return Load(dir)
 }
 
-// statusJSON is one line of `cluster status -json`.
-type statusJSON struct {
+// StatusRow is one line of `cluster status -json`.
+type StatusRow struct {
 	ID           uint64 `json:"id"`
 	Address      string `json:"address"`
 	PID          int    `json:"pid"`
@@ -245,16 +245,16 @@ type statusJSON struct {
 	State        string `json:"state,omitempty"`
 	Leader       uint64 `json:"leader"`
 	Term         uint64 `json:"term"`
-	CommitIndex  uint64 `json:"commitIndex"`
-	AppliedIndex uint64 `json:"appliedIndex"`
-	FirstIndex   uint64 `json:"firstIndex"`
-	LastIndex    uint64 `json:"lastIndex"`
+	CommitIndex  uint64 `json:"commit_index"`
+	AppliedIndex uint64 `json:"applied_index"`
+	FirstIndex   uint64 `json:"first_index"`
+	LastIndex    uint64 `json:"last_index"`
 	Sync         bool   `json:"sync"`
 	// CompactedIndex and LogBytes describe the Raft log; GCRounds are the
 	// recent GC (nezha) or log truncation (baselines) rounds.
-	CompactedIndex uint64          `json:"compactedIndex"`
-	LogBytes       int64           `json:"logBytes"`
-	GCRounds       []*kvpb.GCRound `json:"gcRounds,omitempty"`
+	CompactedIndex uint64          `json:"compacted_index"`
+	LogBytes       int64           `json:"log_bytes"`
+	GCRounds       []*kvpb.GCRound `json:"gc_rounds,omitempty"`
 	// Storage is the state machine's on-disk shape (LSM levels, value log
 	// and sorted runs), for systems that report one.
 	Storage *systems.StorageShape `json:"storage,omitempty"`
@@ -262,9 +262,9 @@ type statusJSON struct {
 }
 
 func printStatus(w io.Writer, s *Spec, sts []NodeStatus, asJSON bool) error {
-	rows := make([]statusJSON, len(sts))
+	rows := make([]StatusRow, len(sts))
 	for i, st := range sts {
-		r := statusJSON{ID: st.Node.ID, Address: st.Node.Address, PID: st.Node.PID, Alive: st.Alive, Health: st.Health}
+		r := StatusRow{ID: st.Node.ID, Address: st.Node.Address, PID: st.Node.PID, Alive: st.Alive, Health: st.Health}
 		if resp, err := st.Response(); err != nil {
 			r.Error = err.Error()
 		} else {

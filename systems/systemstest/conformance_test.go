@@ -1,12 +1,14 @@
 package systemstest
 
 import (
+	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"testing"
 
+	"github.com/nezha-harness/nezha/systems"
 	"github.com/nezha-harness/nezha/systems/cluster"
 )
 
@@ -29,37 +31,34 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-// The systems and configurations every release must pass.
-var configurations = []struct {
-	name   string
-	system string
-	args   []string
-	gc     bool
-}{
-	{"original", "original", nil, false},
-	{"pasv", "pasv", nil, false},
-	{"blobdb", "blobdb", nil, false},
-	{"nezha-nogc", "nezha-nogc", nil, false},
-	{"nezha-nogc-memory-index", "nezha-nogc", []string{"-index", "memory"}, false},
-	{"nezha", "nezha", nil, false},
-	// GC forced to run continuously during the whole suite, per strategy,
-	// over small segments so that every test spans many rounds.
-	{"nezha-gc-tiered", "nezha", append(gcArgs("tiered"), "-gcFanout", "2"), true},
-	{"nezha-gc-merge", "nezha", gcArgs("merge"), true},
-	{"nezha-gc-sort-once", "nezha", gcArgs("sort-once"), true},
-	{"nezha-gc-greedy", "nezha", gcArgs("greedy"), true},
-	{"nezha-gc-tiered-memory-index", "nezha", append(gcArgs("tiered"), "-index", "memory"), true},
-}
-
-func gcArgs(strategy string) []string {
-	return []string{"-gc", strategy, "-gcContinuous", "-gcInterval", "20ms", "-segmentSizeBytes", "65536", "-gcGarbageRatio", "0.3"}
+// configurations are the conformance configurations every registered
+// system declares (systems.System.Conformance), read from the binary's
+// registry with `nezha systems -json`, in registration order.
+func configurations(t *testing.T) []systems.SystemInfo {
+	out, err := exec.Command(binary, "systems", "-json").Output()
+	if err != nil {
+		t.Fatalf("%s systems -json: %v", binary, err)
+	}
+	var infos []systems.SystemInfo
+	if err := json.Unmarshal(out, &infos); err != nil {
+		t.Fatalf("%s systems -json: %v\n%s", binary, err, out)
+	}
+	if len(infos) == 0 {
+		t.Fatalf("%s systems -json lists no systems", binary)
+	}
+	return infos
 }
 
 func TestConformance(t *testing.T) {
-	for i, c := range configurations {
-		t.Run(c.name, func(t *testing.T) {
-			Run(t, Options{System: c.system, Binary: binary, ExtraArgs: c.args, Seed: int64(i + 1), ExpectGC: c.gc})
-		})
+	seed := int64(0)
+	for _, s := range configurations(t) {
+		for _, c := range s.Conformance {
+			seed++
+			seed := seed
+			t.Run(c.Name, func(t *testing.T) {
+				Run(t, Options{System: s.Name, Binary: binary, ExtraArgs: c.Args, Seed: seed, ExpectGC: c.ExpectGC})
+			})
+		}
 	}
 }
 
@@ -72,4 +71,10 @@ func TestConformanceEtcd(t *testing.T) {
 		t.Skip("etcd is not installed (apt-get install etcd-server; scripts/setup.sh installs it)")
 	}
 	Run(t, Options{System: cluster.Etcd, Binary: binary, Seed: 101})
+}
+
+// gcArgs run GC strategy back to back over 64 KiB segments (as nezha's
+// conformance configurations do).
+func gcArgs(strategy string) []string {
+	return []string{"-gc", strategy, "-gcContinuous", "-gcInterval", "20ms", "-segmentSizeBytes", "65536", "-gcGarbageRatio", "0.3"}
 }

@@ -1,0 +1,205 @@
+package experiments
+
+import (
+	"bytes"
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"slices"
+	"sort"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nezha-harness/nezha/baseline"
+	"github.com/nezha-harness/nezha/nezha"
+	"github.com/nezha-harness/nezha/systems"
+	"github.com/nezha-harness/nezha/systems/node"
+)
+
+// toyName is the -system name of the toy system, defined only in this file.
+const toyName = "toy"
+
+// TestMain lets the test binary double as the node binary: cluster.Up (run
+// by the experiments' Run.start) launches `<binary> serve -system toy ...`,
+// which serves the toy system from a registry built here. No file outside
+// this one knows the toy system.
+func TestMain(m *testing.M) {
+	if len(os.Args) > 1 && os.Args[1] == "serve" {
+		reg, err := registryWith(toySystem())
+		if err == nil {
+			err = node.Serve(os.Args[2:], reg, os.Stdout, os.Stderr)
+		}
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "serve:", err)
+			os.Exit(1)
+		}
+		os.Exit(0)
+	}
+	os.Exit(m.Run())
+}
+
+// registryWith is the binary's registry (cmd/nezha/main.go) plus extra.
+func registryWith(extra ...systems.System) (*systems.Registry, error) {
+	return systems.NewRegistry(append([]systems.System{nezha.Nezha(), nezha.NezhaNoGC(), baseline.Original(), baseline.PASV(), baseline.BlobDB()}, extra...)...)
+}
+
+func testRegistry(t *testing.T, extra ...systems.System) *systems.Registry {
+	t.Helper()
+	reg, err := registryWith(extra...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return reg
+}
+
+// toySM is a trivial in-memory state machine: it keeps nothing on disk, so
+// AppliedIndex is 0 after a restart and the node replays the whole log.
+type toySM struct {
+	mu      sync.RWMutex
+	m       map[string][]byte
+	applied uint64
+}
+
+func (s *toySM) AppliedIndex() uint64 { s.mu.RLock(); defer s.mu.RUnlock(); return s.applied }
+
+func (s *toySM) Apply(ents []systems.AppliedEntry) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, e := range ents {
+		switch e.Command.Op {
+		case systems.OpPut:
+			s.m[string(e.Command.Key)] = e.Command.Value
+		case systems.OpDelete:
+			delete(s.m, string(e.Command.Key))
+		}
+		s.applied = e.Index
+	}
+	return nil
+}
+
+func (s *toySM) Get(key []byte) ([]byte, bool, error) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	v, ok := s.m[string(key)]
+	return slices.Clone(v), ok, nil
+}
+
+func (s *toySM) Scan(start, end []byte, limit, maxBytes int) ([]systems.KeyValue, bool, error) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	var keys []string
+	for k := range s.m {
+		if k >= string(start) && (len(end) == 0 || k < string(end)) {
+			keys = append(keys, k)
+		}
+	}
+	sort.Strings(keys)
+	var out []systems.KeyValue
+	size := 0
+	for _, k := range keys {
+		if limit > 0 && len(out) >= limit {
+			break
+		}
+		if len(out) > 0 && size >= maxBytes {
+			return out, true, nil
+		}
+		out = append(out, systems.KeyValue{Key: []byte(k), Value: slices.Clone(s.m[k])})
+		size += len(k) + len(s.m[k])
+	}
+	return out, false, nil
+}
+
+func (s *toySM) Close() error { return nil }
+
+type toyConfig struct{}
+
+func (toyConfig) RegisterFlags(*flag.FlagSet) {}
+func (toyConfig) Validate() error             { return nil }
+func (toyConfig) Open(systems.Env) (systems.StateMachine, error) {
+	return &toySM{m: map[string][]byte{}}, nil
+}
+
+func toySystem() systems.System {
+	return systems.System{Name: toyName, Summary: "in-memory map (test only)", Role: systems.RoleBaseline, LogDir: "raftlog",
+		NewConfig: func() systems.SystemConfig { return toyConfig{} }}
+}
+
+// TestRegistryRoles: the default system list is the registry's studied
+// systems and baselines in registration order (today's list unchanged),
+// a registered system joins it with no other edit, and -systems accepts it.
+func TestRegistryRoles(t *testing.T) {
+	want := []string{nezha.Name, nezha.NameNoGC, string(baseline.ModeOriginal), string(baseline.ModePASV), string(baseline.ModeBlobDB)}
+	if got := DefaultSystems(testRegistry(t)); !slices.Equal(got, want) {
+		t.Fatalf("DefaultSystems = %v, want %v", got, want)
+	}
+	reg := testRegistry(t, toySystem())
+	if got := DefaultSystems(reg); !slices.Equal(got, append(slices.Clone(want), toyName)) {
+		t.Fatalf("with the toy system, DefaultSystems = %v", got)
+	}
+	if got := reg.Reference(); got != string(baseline.ModeOriginal) {
+		t.Fatalf("Reference = %q", got)
+	}
+	if got := reg.ByRole(systems.RoleStudied); !slices.Equal(got, want[:2]) {
+		t.Fatalf("studied = %v", got)
+	}
+	// A bad -servers address fails validation after -systems is checked:
+	// the toy system passes that check.
+	err := Command([]string{"run", "scan", "-systems", toyName, "-servers", "bogus", "-out", t.TempDir(), "-force"}, reg, &bytes.Buffer{}, &bytes.Buffer{})
+	if err == nil || strings.Contains(err.Error(), "unknown system") || !strings.Contains(err.Error(), "bogus") {
+		t.Fatalf("run -systems toy: %v", err)
+	}
+	if _, err := systems.NewRegistry(toySystem(), func() systems.System { s := toySystem(); s.Name = "toy2"; s.Role = ""; return s }()); err == nil {
+		t.Fatal("a system without a role was registered")
+	}
+}
+
+// TestToySystemThroughExecute runs the toy system, defined only in this
+// file, through the experiments' harness path: Execute -> Run.start ->
+// cluster.Up of three `serve` processes (this test binary) -> client
+// writes and reads -> result.json.
+func TestToySystemThroughExecute(t *testing.T) {
+	reg := testRegistry(t, toySystem())
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	toyExp := Experiment{Name: "toy-roundtrip", Title: "toy", Shows: "a registered system runs", SmallDisk: true,
+		run: func(ctx context.Context, x *Run) error {
+			for _, sys := range x.Systems {
+				tb, err := x.start(ctx, sys, "toy")
+				if err != nil {
+					return err
+				}
+				for i := range 20 {
+					k, v := []byte(fmt.Sprintf("k%02d", i)), []byte(fmt.Sprintf("v%02d", i))
+					if _, err := tb.c.Put(ctx, k, v); err != nil {
+						tb.stop(true)
+						return err
+					}
+					got, found, err := tb.c.Get(ctx, k)
+					if err != nil || !found || !bytes.Equal(got, v) {
+						tb.stop(true)
+						return fmt.Errorf("get %s = %q %v %v", k, got, found, err)
+					}
+				}
+				tb.stop(false)
+				x.metric("toy_keys/"+sys, 20)
+			}
+			return nil
+		}}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	var out bytes.Buffer
+	systemsToRun := slices.DeleteFunc(DefaultSystems(reg), func(s string) bool { return s != toyName })
+	res, err := Execute(ctx, RunOptions{Experiments: []Experiment{toyExp}, Profile: Quick(), Systems: systemsToRun,
+		OutDir: t.TempDir(), Binary: exe, Out: &out})
+	if err != nil {
+		t.Fatalf("Execute: %v\n%s", err, out.String())
+	}
+	if len(res) != 1 || res[0].Error != "" || len(res[0].Failures) > 0 || res[0].Metrics["toy_keys/"+toyName] != 20 {
+		t.Fatalf("result %+v\n%s", res, out.String())
+	}
+}
