@@ -193,7 +193,6 @@ func Start(cfg Config) (*Node, error) {
 	n := &Node{
 		cfg:          cfg,
 		id:           cfg.ID(),
-		logger:       cfg.Logger.With("node", cfg.ID()),
 		propc:        make(chan proposal, 4096),
 		recvc:        make(chan raftpb.Message, 4096),
 		readc:        make(chan readRequest, 4096),
@@ -213,6 +212,9 @@ func Start(cfg Config) (*Node, error) {
 		sessDeltas:   newSessionDeltas(MaxSessionDeltas),
 		metrics:      newMetrics(),
 	}
+	// Every line the node, its log and its state machine write names the
+	// node and the term it is in.
+	n.logger = slog.New(termHandler{Handler: cfg.Logger.Handler(), term: &n.term}).With("node", n.id)
 	n.fs = vfs.New()
 	n.disk = newDiskGuard(cfg.DataDir, cfg.MinFreeDiskBytes, n.fs, cfg.DiskBallastBytes, n.logger)
 	n.minFollowerMatch.Store(math.MaxUint64)
@@ -421,6 +423,10 @@ func (n *Node) setHealth(serving bool) {
 
 // ID returns the node's Raft id.
 func (n *Node) ID() uint64 { return n.id }
+
+// Logger returns the node's logger: Config.Logger with the attributes
+// "node" (the Raft id) and "term" (the current Raft term) on every line.
+func (n *Node) Logger() *slog.Logger { return n.logger }
 
 // Failed is closed when the node met a fatal error (see Err).
 func (n *Node) Failed() <-chan struct{} { return n.failed }

@@ -3,10 +3,13 @@ package systemstest
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
+	"os"
 	"os/exec"
+	"strings"
 	"testing"
 	"time"
 
@@ -107,7 +110,8 @@ func TestMetrics(t *testing.T) {
 		args   []string
 		want   []string // families that must be present
 	}{
-		{"nezha", gcArgs("tiered"), []string{"nezha_gc_rounds_total", "nezha_storage_value_log_bytes", "nezha_storage_sorted_run_bytes"}},
+		// The nezha nodes log JSON (checked at the end).
+		{"nezha", append(gcArgs("tiered"), "-logFormat", "json"), []string{"nezha_gc_rounds_total", "nezha_storage_value_log_bytes", "nezha_storage_sorted_run_bytes"}},
 		{"original", nil, []string{"nezha_rocksdb_flush_written_bytes_total", "nezha_rocksdb_compaction_written_bytes_total",
 			"nezha_rocksdb_write_stall_seconds_total", "nezha_rocksdb_memtable_bytes", "nezha_gc_rounds_total"}},
 	} {
@@ -179,6 +183,43 @@ func TestMetrics(t *testing.T) {
 					t.Errorf("promtool check metrics on node %d: %v\n%s", n.ID, err, out)
 				}
 			}
+			if c.system == "nezha" {
+				for _, n := range h.spec.Nodes {
+					checkJSONLog(t, n)
+				}
+			}
 		})
+	}
+}
+
+// checkJSONLog: every line node n wrote to its log (serve -logFormat json;
+// the launcher's "=== ... start" lines aside) is a JSON object with the
+// node's id under "node" and a Raft term under "term", and the node saw a
+// term above 0 (an election).
+func checkJSONLog(t *testing.T, n cluster.Node) {
+	t.Helper()
+	data, err := os.ReadFile(n.Log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines, maxTerm := 0, 0.0
+	for _, line := range strings.Split(string(data), "\n") {
+		if line == "" || strings.HasPrefix(line, "=== ") {
+			continue
+		}
+		lines++
+		var rec map[string]any
+		if err := json.Unmarshal([]byte(line), &rec); err != nil {
+			t.Errorf("node %d: log line is not JSON (%v): %s", n.ID, err, line)
+			continue
+		}
+		term, ok := rec["term"].(float64)
+		if rec["node"] != float64(n.ID) || !ok {
+			t.Errorf("node %d: log line without node %d and a term: %s", n.ID, n.ID, line)
+		}
+		maxTerm = max(maxTerm, term)
+	}
+	if lines == 0 || maxTerm == 0 {
+		t.Errorf("node %d: %d log lines, highest term %v in %s", n.ID, lines, maxTerm, n.Log)
 	}
 }
