@@ -151,6 +151,9 @@ type collector struct {
 	// guarded by s.applyMu.
 	live map[uint64]int64
 	dead map[uint64]int64
+	// keys is the number of live keys in the index (guarded by s.applyMu),
+	// counted with the live bytes.
+	keys int64
 
 	// lastWrite is the clock (UnixNano) of the last applied put or delete
 	// (or of the start); idleDoneFor is the lastWrite an idle round was
@@ -214,7 +217,9 @@ func (c *collector) throttle(ctx context.Context, n int) (time.Duration, error) 
 // discard statistics are not persisted).
 func (c *collector) rebuildLive() error {
 	live := map[uint64]int64{}
+	var keys int64
 	err := c.s.iterateChunks(4096, func(_ [][]byte, locs []systems.Location) error {
+		keys += int64(len(locs))
 		for _, l := range locs {
 			live[l.Segment] += int64(l.Length)
 		}
@@ -235,7 +240,7 @@ func (c *collector) rebuildLive() error {
 		}
 	}
 	c.s.applyMu.Lock()
-	c.live, c.dead = live, dead
+	c.live, c.dead, c.keys = live, dead, keys
 	c.s.applyMu.Unlock()
 	return nil
 }
@@ -246,6 +251,7 @@ type liveAccount struct {
 	seen  map[string]*systems.Location // key -> location set earlier in the batch (nil: deleted)
 	delta map[uint64]int64
 	dead  map[uint64]int64
+	keys  int64 // change of the number of live keys
 	wrote bool
 }
 
@@ -271,6 +277,12 @@ func (a *liveAccount) set(key []byte, loc *systems.Location, del systems.Locatio
 		a.delta[old.Segment] -= int64(old.Length)
 		a.dead[old.Segment] += int64(old.Length)
 	}
+	switch {
+	case old == nil && loc != nil:
+		a.keys++
+	case old != nil && loc == nil:
+		a.keys--
+	}
 	if loc != nil {
 		a.delta[loc.Segment] += int64(loc.Length)
 		l := *loc
@@ -292,6 +304,7 @@ func (a *liveAccount) commit() {
 	for f, d := range a.dead {
 		a.c.dead[f] += d
 	}
+	a.c.keys += a.keys
 	if a.wrote {
 		a.c.lastWrite.Store(a.c.now().UnixNano())
 	}

@@ -358,17 +358,18 @@ func (n *Node) listen() error {
 	n.setHealth(false) // health.NewServer starts SERVING; not until there is a leader
 	n.transport = newTransport(n, ilis)
 	n.kvLis = klis
-	n.kvServer = grpc.NewServer(
+	n.kvServer = grpc.NewServer(append(n.metrics.serverOptions(),
 		grpc.ForceServerCodecV2(kvCodec{n.codec}),
 		experimental.BufferPool(n.codec.Pool),
 		grpc.MaxRecvMsgSize(2*n.cfg.MaxValueBytes+systems.MaxKeyBytes+(1<<20)),
 		grpc.MaxSendMsgSize(n.cfg.ScanMaxBytes+n.cfg.MaxValueBytes+(4<<20)),
-	)
+	)...)
 	n.kvServer.RegisterService(kvServiceDesc(), &kvServer{n: n})
 	healthpb.RegisterHealthServer(n.kvServer, n.health)
 	if n.cfg.DiskFaults {
 		kvpb.RegisterDiskFaultsServer(n.kvServer, &diskFaultServer{n: n})
 	}
+	n.metrics.grpc.InitializeMetrics(n.kvServer)
 	go func() {
 		if err := n.kvServer.Serve(klis); err != nil && !errors.Is(err, grpc.ErrServerStopped) {
 			n.fail(fmt.Errorf("client API server: %w", err))
@@ -377,15 +378,16 @@ func (n *Node) listen() error {
 	if elis != nil {
 		// etcd's own codec and limits: a request up to the largest value
 		// and key, a response up to a scan page and a value.
-		n.etcdServer = grpc.NewServer(
+		n.etcdServer = grpc.NewServer(append(n.metrics.serverOptions(),
 			grpc.MaxRecvMsgSize(n.cfg.MaxValueBytes+systems.MaxKeyBytes+(1<<20)),
 			grpc.MaxSendMsgSize(n.cfg.ScanMaxBytes+n.cfg.MaxValueBytes+(4<<20)),
-		)
+		)...)
 		kvs := &kvServer{n: n}
 		etcdserverpb.RegisterKVServer(n.etcdServer, etcdapi.New(kvs))
 		etcdserverpb.RegisterMaintenanceServer(n.etcdServer, etcdapi.NewMaintenance(kvs))
 		etcdserverpb.RegisterClusterServer(n.etcdServer, etcdapi.NewCluster(kvs))
 		healthpb.RegisterHealthServer(n.etcdServer, n.health)
+		n.metrics.grpc.InitializeMetrics(n.etcdServer)
 		n.logger.Info("serving etcd's KV API", "etcd_address", elis.Addr().String())
 		go func() {
 			if err := n.etcdServer.Serve(elis); err != nil && !errors.Is(err, grpc.ErrServerStopped) {
