@@ -563,6 +563,21 @@ func (s *Store) StorageShape() systems.StorageShape {
 	return sh
 }
 
+// IndexEntries implements systems.IndexEntriesReporter: RocksDB's
+// estimate of the keys in the data column family (rocksdb.estimate-num-keys:
+// exact in the memtables, while overwritten and deleted keys not yet
+// compacted away in the SST files still count); ok is false while the
+// store is closed or swapped for a snapshot restore.
+func (s *Store) IndexEntries() (n int64, ok bool) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if s.closed || s.db == nil {
+		return 0, false
+	}
+	v, err := strconv.ParseInt(s.db.GetPropertyCF("rocksdb.estimate-num-keys", s.data), 10, 64)
+	return v, err == nil
+}
+
 // Close stops the Raft log truncation goroutine and releases the store;
 // later calls return nil. In pasv mode it first flushes the memtables and
 // the applied index (flushApplied), so that a clean restart replays
@@ -603,12 +618,13 @@ func truncate(b []byte) []byte {
 
 // Interface checks.
 var (
-	_ systems.StateMachine    = (*Store)(nil)
-	_ systems.StateHasher     = (*Store)(nil)
-	_ systems.Snapshotter     = (*Store)(nil)
-	_ systems.GCReporter      = (*Store)(nil)
-	_ systems.SystemConfig    = (*Config)(nil)
-	_ systems.StorageReporter = (*Store)(nil)
+	_ systems.StateMachine         = (*Store)(nil)
+	_ systems.StateHasher          = (*Store)(nil)
+	_ systems.Snapshotter          = (*Store)(nil)
+	_ systems.GCReporter           = (*Store)(nil)
+	_ systems.IndexEntriesReporter = (*Store)(nil)
+	_ systems.SystemConfig         = (*Config)(nil)
+	_ systems.StorageReporter      = (*Store)(nil)
 )
 
 // snapshotReads returns read options pinned to a new RocksDB snapshot that

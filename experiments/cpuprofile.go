@@ -34,8 +34,8 @@ import (
 func pprofArgs() []string { return []string{"-pprofAddress", "127.0.0.1:0"} }
 
 // pprofAddressPattern finds the address a node logs when it serves the
-// profiler (serve's "pprof_address" attribute).
-var pprofAddressPattern = regexp.MustCompile(`pprof_address=(\S+)`)
+// profiler (serve's "pprof_address" attribute, in -logFormat text or json).
+var pprofAddressPattern = regexp.MustCompile(`pprof_address(?:=|":")([^\s"]+)`)
 
 // pprofAddress reads node n's profiler address from its log, waiting up to
 // 5 s for the line.

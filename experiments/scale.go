@@ -174,7 +174,11 @@ type putRun struct {
 	// CPUProfile summarizes the nodes' CPU profiles taken during the run
 	// (the second headline run of each headline system).
 	CPUProfile *cpuProfileSummary `json:"cpu_profile,omitempty"`
-	Error      string             `json:"error,omitempty"`
+	// MetricsCSV is the file, relative to the experiment's directory, of
+	// the nodes' metrics scraped every second during the load (headline
+	// runs on local clusters; scrape.go).
+	MetricsCSV string `json:"metrics_csv,omitempty"`
+	Error      string `json:"error,omitempty"`
 }
 
 // putScale: PUT goodput and in-window write amplification vs data per
@@ -330,7 +334,14 @@ func (x *Run) putScaleRun(ctx context.Context, phase, sys, cond string, data, ge
 			profDone <- files
 		}()
 	}
+	var scr *scraper
+	if phase == "headline" && tb.spec != nil {
+		scr = startScrape(ctx, tb.spec.Nodes, scrapeInterval)
+	}
 	sum, err := workloads.RunPut(ctx, tb.c, o)
+	if scr != nil {
+		r.MetricsCSV = x.keepScrape(sys, label, scr.stop())
+	}
 	if err == nil {
 		err = sum.Failures()
 	}
@@ -577,6 +588,7 @@ func (x *Run) putScaleReport(all []putRun, top int64, limit float64, haveLimit b
 			XLabel: "time (s)", YLabel: "goodput (MB/s)", Series: x.headSeries})
 	}
 
+	x.scrapeReport(all)
 	x.cpuTables(all)
 
 	for _, r := range runsOf(all, func(r putRun) bool { return r.Phase == "headline" && r.Rep == 0 && r.Settled != nil }) {

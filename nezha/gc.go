@@ -156,6 +156,9 @@ type collector struct {
 	// keys once it holds every key present when it was made; applied puts
 	// add their keys to both. Guarded by s.applyMu.
 	keys, filling *keyFilter
+	// liveKeys is the number of live keys in the index (guarded by
+	// s.applyMu), counted with the live bytes.
+	liveKeys int64
 
 	// lastWrite is the clock (UnixNano) of the last applied put or delete
 	// (or of the start); idleDoneFor is the lastWrite an idle round was
@@ -219,12 +222,12 @@ func (c *collector) throttle(ctx context.Context, n int) (time.Duration, error) 
 // discard statistics are not persisted).
 func (c *collector) rebuildLive() error {
 	live := map[uint64]int64{}
-	keys := 0
+	var keys int64
 	err := c.s.iterateChunks(4096, func(_ [][]byte, locs []systems.Location) error {
+		keys += int64(len(locs))
 		for _, l := range locs {
 			live[l.Segment] += int64(l.Length)
 		}
-		keys += len(locs)
 		return nil
 	})
 	if err != nil {
@@ -242,8 +245,8 @@ func (c *collector) rebuildLive() error {
 		}
 	}
 	c.s.applyMu.Lock()
-	c.live, c.dead = live, dead
-	c.keys, c.filling = nil, newKeyFilter(keys)
+	c.live, c.dead, c.liveKeys = live, dead, keys
+	c.keys, c.filling = nil, newKeyFilter(int(keys))
 	c.s.applyMu.Unlock()
 	return nil
 }
@@ -294,13 +297,13 @@ func (c *collector) fillKeys(ctx context.Context) error {
 	return nil
 }
 
-
 // liveAccount collects the live-byte changes of one Apply batch.
 type liveAccount struct {
 	c     *collector
 	seen  map[string]*systems.Location // key -> location set earlier in the batch (nil: deleted)
 	delta map[uint64]int64
 	dead  map[uint64]int64
+	keys  int64 // change of the number of live keys
 	wrote bool
 }
 
@@ -326,6 +329,12 @@ func (a *liveAccount) set(key []byte, loc *systems.Location, del systems.Locatio
 		a.delta[old.Segment] -= int64(old.Length)
 		a.dead[old.Segment] += int64(old.Length)
 	}
+	switch {
+	case old == nil && loc != nil:
+		a.keys++
+	case old != nil && loc == nil:
+		a.keys--
+	}
 	if loc != nil {
 		a.delta[loc.Segment] += int64(loc.Length)
 		l := *loc
@@ -349,6 +358,7 @@ func (a *liveAccount) commit() {
 	for f, d := range a.dead {
 		a.c.dead[f] += d
 	}
+	a.c.liveKeys += a.keys
 	if a.wrote {
 		a.c.lastWrite.Store(a.c.now().UnixNano())
 	}

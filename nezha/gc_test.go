@@ -146,6 +146,9 @@ func (f *gcFixture) check() {
 		f.t.Fatal(err)
 	}
 	checkKVs(f.t, "full scan", got, more, want, false)
+	if n, ok := f.s.IndexEntries(); !ok || n != int64(len(want)) {
+		f.t.Fatalf("IndexEntries = %d, %v; the index holds %d keys", n, ok, len(want))
+	}
 }
 
 func TestGCRoundsKeepStateAndReclaim(t *testing.T) {

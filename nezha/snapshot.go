@@ -128,8 +128,10 @@ func (s *Store) finishRestore(p pendingRestore) error {
 	rn.tier = tierFor(rn.dataBytes, s.cfg.GCFanout)
 	var b IndexBatch
 	live := map[uint64]int64{}
+	var keys int64
 	err = rn.iterate(nil, func(key, _ []byte, loc systems.Location) (bool, error) {
 		b.Put(key, loc)
+		keys++
 		live[loc.Segment] += int64(loc.Length)
 		if b.Len() >= 4096 {
 			b.SetApplied(p.Index)
@@ -172,8 +174,8 @@ func (s *Store) finishRestore(p pendingRestore) error {
 	if s.gc != nil {
 		// The collector is stopped; its loop fills the new key filter
 		// when CommitRestore starts it again.
-		s.gc.keys, s.gc.filling = nil, newKeyFilter(int(rn.records))
-		s.gc.live, s.gc.dead = live, map[uint64]int64{}
+		s.gc.keys, s.gc.filling = nil, newKeyFilter(int(keys))
+		s.gc.live, s.gc.dead, s.gc.liveKeys = live, map[uint64]int64{}, keys
 		if s.ctl != nil {
 			for _, sg := range s.ctl.Segments() {
 				s.gc.dead[sg.ID] = sg.SizeBytes // the log before the snapshot holds no live value

@@ -58,11 +58,12 @@ type Store struct {
 }
 
 var (
-	_ systems.StateMachine    = (*Store)(nil)
-	_ systems.StateHasher     = (*Store)(nil)
-	_ systems.Snapshotter     = (*Store)(nil)
-	_ systems.GCReporter      = (*Store)(nil)
-	_ systems.StorageReporter = (*Store)(nil)
+	_ systems.StateMachine         = (*Store)(nil)
+	_ systems.StateHasher          = (*Store)(nil)
+	_ systems.Snapshotter          = (*Store)(nil)
+	_ systems.GCReporter           = (*Store)(nil)
+	_ systems.StorageReporter      = (*Store)(nil)
+	_ systems.IndexEntriesReporter = (*Store)(nil)
 )
 
 // IndexKind is the kind of the store's index (IndexLevelDB or IndexMemory).
@@ -425,6 +426,20 @@ func (s *Store) StorageShape() systems.StorageShape {
 		s.applyMu.Unlock()
 	}
 	return sh
+}
+
+// IndexEntries implements systems.IndexEntriesReporter: the live keys in
+// the index, counted exactly with GC's live bytes (rebuilt from the index
+// at start and after a snapshot restore); ok is false without GC
+// (nezha-nogc does not look up a key's old location on a put, so it cannot
+// count them).
+func (s *Store) IndexEntries() (n int64, ok bool) {
+	if s.gc == nil {
+		return 0, false
+	}
+	s.applyMu.Lock()
+	defer s.applyMu.Unlock()
+	return s.gc.liveKeys, true
 }
 
 // Close implements systems.StateMachine: it stops GC and closes the index

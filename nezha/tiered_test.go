@@ -379,7 +379,7 @@ func TestGCRateLimitThrottles(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	gc.live, gc.dead = f.s.gc.live, f.s.gc.dead
+	gc.live, gc.dead, gc.liveKeys = f.s.gc.live, f.s.gc.dead, f.s.gc.liveKeys
 	f.s.gc = gc
 	start := time.Now()
 	r, err := gc.round(context.Background(), TriggerIdle)

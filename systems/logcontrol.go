@@ -118,6 +118,15 @@ type StorageReporter interface {
 	StorageShape() StorageShape
 }
 
+// IndexEntriesReporter is implemented by state machines that know, cheaply,
+// how many keys their index holds (the node's nezha_index_entries metric):
+// nezha with GC counts them exactly, the RocksDB systems report RocksDB's
+// estimate (rocksdb.estimate-num-keys). ok is false when the count is
+// unknown (nezha-nogc, a closed store).
+type IndexEntriesReporter interface {
+	IndexEntries() (n int64, ok bool)
+}
+
 // GCReporter is implemented by state machines with a GC.
 type GCReporter interface {
 	// GCRounds returns the most recent rounds, oldest first.

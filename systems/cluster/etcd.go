@@ -118,6 +118,11 @@ func translateEtcd(args []string) (etcdOptions, error) {
 			maxValue = n
 		case "dialPeers":
 			o.dialPeers = systems.SplitList(value())
+		case "logFormat":
+			// etcd's zap logger writes JSON; there is no text format to map to.
+			if v := value(); v != "json" {
+				errs = append(errs, systems.Usagef("etcd: -logFormat %q: etcd logs JSON only (zap); give -logFormat json or leave it out", v))
+			}
 		case "campaign":
 		default:
 			errs = append(errs, systems.Usagef("etcd: flag %s of nezha serve has no etcd equivalent (give etcd's own flags with two dashes, e.g. --snapshot-count=10000)", a))

@@ -11,7 +11,7 @@ import (
 )
 
 func TestTranslateEtcd(t *testing.T) {
-	o, err := translateEtcd([]string{"-sync=false", "-tick", "50ms", "-maxValueBytes=1048576", "-campaign",
+	o, err := translateEtcd([]string{"-sync=false", "-tick", "50ms", "-maxValueBytes=1048576", "-campaign", "-logFormat", "json",
 		"-dialPeers", "127.0.0.1:1,127.0.0.1:2", "--snapshot-count=100"})
 	if err != nil {
 		t.Fatal(err)
@@ -30,12 +30,12 @@ func TestTranslateEtcd(t *testing.T) {
 		t.Errorf("defaults: %v %v", o.args, err)
 	}
 	// Every flag etcd cannot take is reported at once, as a usage error.
-	_, err = translateEtcd([]string{"-leaseRead", "-segmentSizeBytes", "1", "-tick", "soon"})
+	_, err = translateEtcd([]string{"-leaseRead", "-segmentSizeBytes", "1", "-tick", "soon", "-logFormat", "text"})
 	var ue *systems.UsageError
 	if !errors.As(err, &ue) {
 		t.Fatalf("bad flags: %v, want a usage error", err)
 	}
-	for _, want := range []string{"-leaseRead", "-segmentSizeBytes", `-tick "soon"`} {
+	for _, want := range []string{"-leaseRead", "-segmentSizeBytes", `-tick "soon"`, `-logFormat "text"`} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("error %q does not name %s", err, want)
 		}

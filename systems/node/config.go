@@ -107,7 +107,9 @@ type Config struct {
 	// timeout per cluster; campaigning early is always safe in Raft (a
 	// failed election falls back to the timeouts). Default false.
 	CampaignOnBoot bool
-	// Logger defaults to slog.Default().
+	// Logger defaults to slog.Default(). The node adds the attributes
+	// node (its Raft id) and term (its current Raft term) to every line
+	// (termHandler); `serve -logFormat` picks slog's text or JSON handler.
 	Logger *slog.Logger
 
 	// sessionCheckpointEntries overrides sessionCheckpointEntries (tests;

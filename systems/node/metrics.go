@@ -9,10 +9,12 @@ import (
 	"strconv"
 	"time"
 
+	grpcprom "github.com/grpc-ecosystem/go-grpc-middleware/providers/prometheus"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"go.etcd.io/raft/v3"
+	"google.golang.org/grpc"
 
 	"github.com/nezha-harness/nezha/systems"
 )
@@ -35,6 +37,12 @@ type metrics struct {
 	snapshotInstalls prometheus.Counter
 	// appendSeconds and fsyncSeconds go to raftlog.Options.
 	appendSeconds, fsyncSeconds prometheus.Histogram
+	// grpc counts the RPCs of the node's gRPC servers (client API, peer
+	// transport, etcd API): grpc_server_started_total and
+	// grpc_server_handled_total by service, method and code,
+	// grpc_server_handling_seconds, grpc_server_msg_{received,sent}_total
+	// (go-grpc-middleware's providers/prometheus).
+	grpc *grpcprom.ServerMetrics
 
 	srv *http.Server // nil until serve
 }
@@ -61,14 +69,27 @@ func newMetrics() *metrics {
 		fsyncSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "nezha_raftlog_fsync_duration_seconds",
 			Help: "Duration of one fdatasync of a Raft log segment.", Buckets: logLatencyBuckets()}),
 	}
+	m.grpc = grpcprom.NewServerMetrics(grpcprom.WithServerHandlingTimeHistogram(
+		grpcprom.WithHistogramBuckets(prometheus.ExponentialBuckets(100e-6, 2, 18)))) // 100 µs to 13 s
 	// Both results exist from the start, so that a rate over them is
 	// defined before the first snapshot.
 	m.snapshotSends.WithLabelValues("success")
 	m.snapshotSends.WithLabelValues("failure")
 	m.reg.MustRegister(m.leaderChanges, m.proposals, m.proposalsDropped, m.snapshotSends, m.snapshotInstalls,
-		m.appendSeconds, m.fsyncSeconds,
+		m.appendSeconds, m.fsyncSeconds, m.grpc,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
+}
+
+// serverOptions are the gRPC server options that count a server's RPCs
+// in m.grpc; after registering its services, pass the server to
+// m.grpc.InitializeMetrics so that every method has its series from the
+// start.
+func (m *metrics) serverOptions() []grpc.ServerOption {
+	return []grpc.ServerOption{
+		grpc.ChainUnaryInterceptor(m.grpc.UnaryServerInterceptor()),
+		grpc.ChainStreamInterceptor(m.grpc.StreamServerInterceptor()),
+	}
 }
 
 // register adds the collectors that read n at scrape time: n's Raft state
@@ -138,7 +159,7 @@ func desc(name, help string, labels ...string) *prometheus.Desc {
 type nodeDescs struct {
 	info, term, leader, isLeader, commit, applied, first, last, logWritten, logBytes *prometheus.Desc
 	gcRounds, gcFailed, gcRead, gcWritten, gcReclaimed, gcSeconds                    *prometheus.Desc
-	valueLog, sortedRuns, blobFiles, live, levelBytes, levelFiles                    *prometheus.Desc
+	valueLog, sortedRuns, blobFiles, live, levelBytes, levelFiles, indexEntries      *prometheus.Desc
 }
 
 func newNodeDescs() nodeDescs {
@@ -161,12 +182,13 @@ func newNodeDescs() nodeDescs {
 		gcReclaimed: desc("nezha_gc_reclaimed_bytes_total", "Bytes of the log segments and runs GC rounds removed."),
 		gcSeconds:   desc("nezha_gc_duration_seconds_total", "Wall time spent in GC rounds."),
 
-		valueLog:   desc("nezha_storage_value_log_bytes", "Bytes of values still in Raft log segments (nezha)."),
-		sortedRuns: desc("nezha_storage_sorted_run_bytes", "Bytes in GC's sorted runs (nezha)."),
-		blobFiles:  desc("nezha_storage_blob_file_bytes", "Bytes in RocksDB blob files (blobdb)."),
-		live:       desc("nezha_storage_live_bytes", "Live value bytes the index points at (nezha with GC)."),
-		levelBytes: desc("nezha_storage_level_bytes", "Bytes per level: RocksDB LSM levels, or tiers of nezha's sorted runs.", "level"),
-		levelFiles: desc("nezha_storage_level_files", "Files per level: RocksDB LSM levels, or tiers of nezha's sorted runs.", "level"),
+		valueLog:     desc("nezha_storage_value_log_bytes", "Bytes of values still in Raft log segments (nezha)."),
+		sortedRuns:   desc("nezha_storage_sorted_run_bytes", "Bytes in GC's sorted runs (nezha)."),
+		blobFiles:    desc("nezha_storage_blob_file_bytes", "Bytes in RocksDB blob files (blobdb)."),
+		live:         desc("nezha_storage_live_bytes", "Live value bytes the index points at (nezha with GC)."),
+		levelBytes:   desc("nezha_storage_level_bytes", "Bytes per level: RocksDB LSM levels, or tiers of nezha's sorted runs.", "level"),
+		levelFiles:   desc("nezha_storage_level_files", "Files per level: RocksDB LSM levels, or tiers of nezha's sorted runs.", "level"),
+		indexEntries: desc("nezha_index_entries", "Keys in the index: nezha with GC, exact; RocksDB systems, RocksDB's estimate (rocksdb.estimate-num-keys of the data column family). Absent for nezha-nogc."),
 	}
 }
 
@@ -175,7 +197,7 @@ func (c *nodeCollector) Describe(ch chan<- *prometheus.Desc) {
 	d := c.d
 	for _, dd := range []*prometheus.Desc{d.info, d.term, d.leader, d.isLeader, d.commit, d.applied, d.first, d.last,
 		d.logWritten, d.logBytes, d.gcRounds, d.gcFailed, d.gcRead, d.gcWritten, d.gcReclaimed, d.gcSeconds,
-		d.valueLog, d.sortedRuns, d.blobFiles, d.live, d.levelBytes, d.levelFiles} {
+		d.valueLog, d.sortedRuns, d.blobFiles, d.live, d.levelBytes, d.levelFiles, d.indexEntries} {
 		ch <- dd
 	}
 }
@@ -226,6 +248,11 @@ func (c *nodeCollector) Collect(ch chan<- prometheus.Metric) {
 			lv := strconv.Itoa(l.Level)
 			gauge(d.levelBytes, float64(l.Bytes), lv)
 			gauge(d.levelFiles, float64(l.Files), lv)
+		}
+	}
+	if ir, ok := n.sm.(systems.IndexEntriesReporter); ok {
+		if v, ok := ir.IndexEntries(); ok {
+			gauge(d.indexEntries, float64(v))
 		}
 	}
 }

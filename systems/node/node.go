@@ -195,7 +195,6 @@ func Start(cfg Config) (*Node, error) {
 	n := &Node{
 		cfg:          cfg,
 		id:           cfg.ID(),
-		logger:       cfg.Logger.With("node", cfg.ID()),
 		propc:        make(chan proposal, 4096),
 		recvc:        make(chan raftpb.Message, 4096),
 		readc:        make(chan readRequest, 4096),
@@ -216,6 +215,9 @@ func Start(cfg Config) (*Node, error) {
 		sessDeltas:   newSessionDeltas(MaxSessionDeltas),
 		metrics:      newMetrics(),
 	}
+	// Every line the node, its log and its state machine write names the
+	// node and the term it is in.
+	n.logger = slog.New(termHandler{Handler: cfg.Logger.Handler(), term: &n.term}).With("node", n.id)
 	n.fs = vfs.New()
 	n.disk = newDiskGuard(cfg.DataDir, cfg.MinFreeDiskBytes, n.fs, cfg.DiskBallastBytes, n.logger)
 	n.minFollowerMatch.Store(math.MaxUint64)
@@ -359,17 +361,18 @@ func (n *Node) listen() error {
 	n.setHealth(false) // health.NewServer starts SERVING; not until there is a leader
 	n.transport = newTransport(n, ilis)
 	n.kvLis = klis
-	n.kvServer = grpc.NewServer(
+	n.kvServer = grpc.NewServer(append(n.metrics.serverOptions(),
 		grpc.ForceServerCodecV2(kvCodec{n.codec}),
 		experimental.BufferPool(n.codec.Pool),
 		grpc.MaxRecvMsgSize(2*n.cfg.MaxValueBytes+systems.MaxKeyBytes+(1<<20)),
 		grpc.MaxSendMsgSize(n.cfg.ScanMaxBytes+n.cfg.MaxValueBytes+(4<<20)),
-	)
+	)...)
 	n.kvServer.RegisterService(kvServiceDesc(), &kvServer{n: n})
 	healthpb.RegisterHealthServer(n.kvServer, n.health)
 	if n.cfg.DiskFaults {
 		kvpb.RegisterDiskFaultsServer(n.kvServer, &diskFaultServer{n: n})
 	}
+	n.metrics.grpc.InitializeMetrics(n.kvServer)
 	go func() {
 		if err := n.kvServer.Serve(klis); err != nil && !errors.Is(err, grpc.ErrServerStopped) {
 			n.fail(fmt.Errorf("client API server: %w", err))
@@ -378,15 +381,16 @@ func (n *Node) listen() error {
 	if elis != nil {
 		// etcd's own codec and limits: a request up to the largest value
 		// and key, a response up to a scan page and a value.
-		n.etcdServer = grpc.NewServer(
+		n.etcdServer = grpc.NewServer(append(n.metrics.serverOptions(),
 			grpc.MaxRecvMsgSize(n.cfg.MaxValueBytes+systems.MaxKeyBytes+(1<<20)),
 			grpc.MaxSendMsgSize(n.cfg.ScanMaxBytes+n.cfg.MaxValueBytes+(4<<20)),
-		)
+		)...)
 		kvs := &kvServer{n: n}
 		etcdserverpb.RegisterKVServer(n.etcdServer, etcdapi.New(kvs))
 		etcdserverpb.RegisterMaintenanceServer(n.etcdServer, etcdapi.NewMaintenance(kvs))
 		etcdserverpb.RegisterClusterServer(n.etcdServer, etcdapi.NewCluster(kvs))
 		healthpb.RegisterHealthServer(n.etcdServer, n.health)
+		n.metrics.grpc.InitializeMetrics(n.etcdServer)
 		n.logger.Info("serving etcd's KV API", "etcd_address", elis.Addr().String())
 		go func() {
 			if err := n.etcdServer.Serve(elis); err != nil && !errors.Is(err, grpc.ErrServerStopped) {
@@ -424,6 +428,10 @@ func (n *Node) setHealth(serving bool) {
 
 // ID returns the node's Raft id.
 func (n *Node) ID() uint64 { return n.id }
+
+// Logger returns the node's logger: Config.Logger with the attributes
+// "node" (the Raft id) and "term" (the current Raft term) on every line.
+func (n *Node) Logger() *slog.Logger { return n.logger }
 
 // Failed is closed when the node met a fatal error (see Err).
 func (n *Node) Failed() <-chan struct{} { return n.failed }

@@ -88,7 +88,7 @@ func (memConfig) Open(systems.Env) (systems.StateMachine, error) {
 	return &memSM{m: map[string][]byte{}}, nil
 }
 
-var memSystem = systems.System{Name: "mem", Summary: "test", LogDir: "raftlog",
+var memSystem = systems.System{Name: "mem", Summary: "test", LogDir: "raftlog", Role: systems.RoleBaseline,
 	NewConfig: func() systems.SystemConfig { return memConfig{} }}
 
 func freeAddrs(t testing.TB, n int) []string {

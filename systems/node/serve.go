@@ -69,6 +69,7 @@ func Serve(args []string, reg *systems.Registry, stdout, stderr io.Writer) error
 	fs.Int64Var(&cfg.DiskBallastBytes, "diskBallastBytes", cfg.DiskBallastBytes, "size in bytes of the disk ballast, a file deleted when a write meets a full disk so that accepted writes finish (0: none)")
 	fs.BoolVar(&cfg.DiskFaults, "diskFaults", cfg.DiskFaults, "serve the DiskFaults RPC that injects disk faults into this node (tests and nezha check only)")
 	logLevel := fs.String("logLevel", "info", "log level: debug, info, warn, error")
+	logFormat := fs.String("logFormat", LogFormatText, "log format on stderr: text (slog's key=value) or json (one JSON object per line); every line has the node id (node) and Raft term (term)")
 	pprofAddr := fs.String("pprofAddress", "", "serve net/http/pprof on this loopback host:port (profiling; off by default)")
 	if name := systemFlag(args); name != "" {
 		s, err := reg.Lookup(name)
@@ -92,33 +93,42 @@ func Serve(args []string, reg *systems.Registry, stdout, stderr io.Writer) error
 	}
 	cfg.Peers = systems.SplitList(*peers)
 	cfg.DialPeers = systems.SplitList(*dialPeers)
+	// Flag problems are reported together, with those Validate finds.
+	var errs []error
 	var level slog.Level
 	if err := level.UnmarshalText([]byte(*logLevel)); err != nil {
-		return systems.Usagef("serve: -logLevel %q: %v", *logLevel, err)
+		errs = append(errs, systems.Usagef("-logLevel %q: %v", *logLevel, err))
 	}
-	cfg.Logger = slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
-	if err := cfg.Validate(); err != nil {
+	h, err := NewLogHandler(*logFormat, stderr, level)
+	if err != nil {
+		errs = append(errs, err)
+		h = slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level})
+	}
+	cfg.Logger = slog.New(h)
+	if err := errors.Join(append(errs, cfg.Validate())...); err != nil {
 		return systems.OneLine("serve", err)
 	}
+	var pprofAddress string
 	if *pprofAddr != "" {
-		addr, err := servePprof(*pprofAddr)
-		if err != nil {
+		if pprofAddress, err = servePprof(*pprofAddr); err != nil {
 			return err
 		}
-		// With port 0 (every node of `cluster up` gets its own port), the
-		// log says which.
-		cfg.Logger.Info("serving the Go profiler", "pprof_address", addr)
 	}
 	n, err := Start(cfg)
 	if err != nil {
 		return systems.OneLine("serve", err)
+	}
+	if pprofAddress != "" {
+		// With port 0 (every node of `cluster up` gets its own port), the
+		// log says which.
+		n.Logger().Info("serving the Go profiler", "pprof_address", pprofAddress)
 	}
 	sigc := make(chan os.Signal, 1)
 	signal.Notify(sigc, syscall.SIGINT, syscall.SIGTERM)
 	defer signal.Stop(sigc)
 	select {
 	case s := <-sigc:
-		cfg.Logger.Info("signal received; stopping", "signal", s.String())
+		n.Logger().Info("signal received; stopping", "signal", s.String())
 		n.Stop()
 		return nil
 	case <-n.Failed():

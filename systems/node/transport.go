@@ -67,14 +67,15 @@ func maxMsgBytes(n *Node) int { return 2*n.cfg.MaxValueBytes + maxBatchBytes + (
 func newTransport(n *Node, lis net.Listener) *transport {
 	t := &transport{n: n, peers: map[uint64]*peer{}, codec: &batchCodec{Codec: n.codec}}
 	t.ctx, t.cancel = context.WithCancel(context.Background())
-	t.server = grpc.NewServer(
+	t.server = grpc.NewServer(append(n.metrics.serverOptions(),
 		grpc.ForceServerCodecV2(t.codec),
 		experimental.BufferPool(t.codec.Pool),
 		grpc.MaxRecvMsgSize(maxMsgBytes(n)),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 500 * time.Millisecond, PermitWithoutStream: true}),
-	)
+	)...)
 	kvpb.RegisterRaftServer(t.server, &raftServer{n: n})
 	healthpb.RegisterHealthServer(t.server, n.health)
+	n.metrics.grpc.InitializeMetrics(t.server)
 	go func() {
 		if err := t.server.Serve(lis); err != nil && !errors.Is(err, grpc.ErrServerStopped) {
 			n.fail(err)

@@ -3,10 +3,13 @@ package systemstest
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
+	"os"
 	"os/exec"
+	"strings"
 	"testing"
 	"time"
 
@@ -107,7 +110,8 @@ func TestMetrics(t *testing.T) {
 		args   []string
 		want   []string // families that must be present
 	}{
-		{"nezha", gcArgs("tiered"), []string{"nezha_gc_rounds_total", "nezha_storage_value_log_bytes", "nezha_storage_sorted_run_bytes"}},
+		// The nezha nodes log JSON (checked at the end).
+		{"nezha", append(gcArgs("tiered"), "-logFormat", "json"), []string{"nezha_gc_rounds_total", "nezha_storage_value_log_bytes", "nezha_storage_sorted_run_bytes"}},
 		{"original", nil, []string{"nezha_rocksdb_flush_written_bytes_total", "nezha_rocksdb_compaction_written_bytes_total",
 			"nezha_rocksdb_write_stall_seconds_total", "nezha_rocksdb_memtable_bytes", "nezha_gc_rounds_total"}},
 	} {
@@ -126,8 +130,8 @@ func TestMetrics(t *testing.T) {
 				before[n.ID], _ = value(mfs, "nezha_raftlog_fsync_duration_seconds")
 			}
 			// Twice the same keys: the second round makes the first garbage.
-			h.writeMany("m", puts, "first")
-			h.writeMany("m", puts, "second")
+			acked := len(h.writeMany("m", puts, "first"))
+			acked += len(h.writeMany("m", puts, "second"))
 			waitMetrics(t, h, "fsyncs and indexes after the puts", 30*time.Second, func(id uint64, mfs map[string]*dto.MetricFamily) error {
 				fsyncs, _ := value(mfs, "nezha_raftlog_fsync_duration_seconds")
 				applied, _ := value(mfs, "nezha_raft_applied_index")
@@ -147,6 +151,16 @@ func TestMetrics(t *testing.T) {
 			if proposals < 2*puts {
 				t.Errorf("%v proposals on all nodes after %d puts", proposals, 2*puts)
 			}
+			checkGRPCMetrics(t, h, 2*puts, acked)
+			// nezha counts the keys of its index exactly; RocksDB estimates
+			// them (overwritten keys not yet compacted away count).
+			waitMetrics(t, h, "index entries after the puts", 30*time.Second, func(id uint64, mfs map[string]*dto.MetricFamily) error {
+				keys, ok := value(mfs, "nezha_index_entries")
+				if c.system == "nezha" && (keys != puts || !ok) || keys == 0 {
+					return fmt.Errorf("node %d: nezha_index_entries %v (present %v) after puts of %d keys", id, keys, ok, puts)
+				}
+				return nil
+			})
 			if c.system == "nezha" {
 				waitMetrics(t, h, "GC bytes after forced GC rounds", 30*time.Second, func(id uint64, mfs map[string]*dto.MetricFamily) error {
 					rounds, _ := value(mfs, "nezha_gc_rounds_total")
@@ -179,6 +193,92 @@ func TestMetrics(t *testing.T) {
 					t.Errorf("promtool check metrics on node %d: %v\n%s", n.ID, err, out)
 				}
 			}
+			if c.system == "nezha" {
+				for _, n := range h.spec.Nodes {
+					checkJSONLog(t, n)
+				}
+			}
 		})
+	}
+}
+
+// checkJSONLog: every line node n wrote to its log (serve -logFormat json;
+// the launcher's "=== ... start" lines aside) is a JSON object with the
+// node's id under "node" and a Raft term under "term", and the node saw a
+// term above 0 (an election).
+func checkJSONLog(t *testing.T, n cluster.Node) {
+	t.Helper()
+	data, err := os.ReadFile(n.Log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines, maxTerm := 0, 0.0
+	for _, line := range strings.Split(string(data), "\n") {
+		if line == "" || strings.HasPrefix(line, "=== ") {
+			continue
+		}
+		lines++
+		var rec map[string]any
+		if err := json.Unmarshal([]byte(line), &rec); err != nil {
+			t.Errorf("node %d: log line is not JSON (%v): %s", n.ID, err, line)
+			continue
+		}
+		term, ok := rec["term"].(float64)
+		if rec["node"] != float64(n.ID) || !ok {
+			t.Errorf("node %d: log line without node %d and a term: %s", n.ID, n.ID, line)
+		}
+		maxTerm = max(maxTerm, term)
+	}
+	if lines == 0 || maxTerm == 0 {
+		t.Errorf("node %d: %d log lines, highest term %v in %s", n.ID, lines, maxTerm, n.Log)
+	}
+}
+
+// sumSeries sums the series of family name whose labels include want
+// (a histogram's series count as their sample counts).
+func sumSeries(mfs map[string]*dto.MetricFamily, name string, want map[string]string) float64 {
+	var sum float64
+	for _, m := range mfs[name].GetMetric() {
+		n := 0
+		for _, lp := range m.GetLabel() {
+			if v, ok := want[lp.GetName()]; ok && v == lp.GetValue() {
+				n++
+			}
+		}
+		if n != len(want) {
+			continue
+		}
+		switch {
+		case m.Counter != nil:
+			sum += m.Counter.GetValue()
+		case m.Histogram != nil:
+			sum += float64(m.Histogram.GetSampleCount())
+		}
+	}
+	return sum
+}
+
+// checkGRPCMetrics: the nodes' gRPC server metrics (go-grpc-middleware's
+// providers/prometheus) counted every Put the clients sent (started and
+// handled, acknowledged ones with code OK, each with its handling time),
+// and every node serves the peer transport's stream.
+func checkGRPCMetrics(t *testing.T, h *harness, puts, acked int) {
+	t.Helper()
+	put := map[string]string{"grpc_service": "nezha.kv.KV", "grpc_method": "Put"}
+	putOK := map[string]string{"grpc_service": "nezha.kv.KV", "grpc_method": "Put", "grpc_code": "OK"}
+	var started, handled, ok, timed float64
+	for _, n := range h.spec.Nodes {
+		mfs, _ := scrape(t, n)
+		started += sumSeries(mfs, "grpc_server_started_total", put)
+		handled += sumSeries(mfs, "grpc_server_handled_total", put)
+		ok += sumSeries(mfs, "grpc_server_handled_total", putOK)
+		timed += sumSeries(mfs, "grpc_server_handling_seconds", put)
+		if v := sumSeries(mfs, "grpc_server_started_total", map[string]string{"grpc_service": "nezha.kv.Raft", "grpc_method": "Stream"}); v == 0 {
+			t.Errorf("node %d: no peer stream started (grpc_server_started_total{grpc_service=\"nezha.kv.Raft\",grpc_method=\"Stream\"})", n.ID)
+		}
+	}
+	if started < float64(puts) || handled != started || ok < float64(acked) || timed != handled {
+		t.Errorf("Put RPCs on all nodes: %v started, %v handled (%v OK, %v timed) after %d puts (%d acknowledged)",
+			started, handled, ok, timed, puts, acked)
 	}
 }
