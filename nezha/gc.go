@@ -159,6 +159,9 @@ type collector struct {
 	// liveKeys is the number of live keys in the index (guarded by
 	// s.applyMu), counted with the live bytes.
 	liveKeys int64
+	// garbage is the sum of dead, for the write stall (Store.WriteStall)
+	// to read without a lock; set by noteGarbage.
+	garbage atomic.Int64
 
 	// lastWrite is the clock (UnixNano) of the last applied put or delete
 	// (or of the start); idleDoneFor is the lastWrite an idle round was
@@ -247,8 +250,19 @@ func (c *collector) rebuildLive() error {
 	c.s.applyMu.Lock()
 	c.live, c.dead, c.liveKeys = live, dead, keys
 	c.keys, c.filling = nil, newKeyFilter(int(keys))
+	c.noteGarbage()
 	c.s.applyMu.Unlock()
 	return nil
+}
+
+// noteGarbage publishes the sum of the dead bytes of every file (GC's
+// debt) for the write stall. Caller holds applyMu.
+func (c *collector) noteGarbage() {
+	var sum int64
+	for _, d := range c.dead {
+		sum += d
+	}
+	c.garbage.Store(sum)
 }
 
 // fillKeys adds every key of the index to c.filling, a chunk at a time
@@ -357,6 +371,9 @@ func (a *liveAccount) commit() {
 	}
 	for f, d := range a.dead {
 		a.c.dead[f] += d
+	}
+	if len(a.dead) > 0 {
+		a.c.noteGarbage()
 	}
 	a.c.liveKeys += a.keys
 	if a.wrote {
@@ -837,6 +854,7 @@ func (c *collector) round(ctx context.Context, trigger string) (r roundResult, e
 		delete(c.live, runFlag|id)
 		delete(c.dead, runFlag|id)
 	}
+	c.noteGarbage()
 	s.applyMu.Unlock()
 	return r, errors.Join(errs...)
 }
@@ -962,6 +980,7 @@ func (c *collector) switchTo(rn *run, inputs map[uint64]bool, merging bool, r *s
 			c.dead[cur.Segment] += int64(cur.Length)
 			c.live[m.loc.Segment] += int64(m.loc.Length)
 		}
+		c.noteGarbage()
 		chunk = chunk[:0]
 		if b.Len() == 0 {
 			return nil

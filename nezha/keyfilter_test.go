@@ -114,3 +114,30 @@ func TestKeyFilterKeepsLiveBytesExact(t *testing.T) {
 	checkLiveExact(t, f, "after new keys following a restart")
 	f.check()
 }
+
+// GC debt stalls writes: WriteStall reports an error once the garbage not
+// yet reclaimed reaches -gcStallGarbageBytes, and none once a GC round has
+// reclaimed it.
+func TestWriteStallOnGarbage(t *testing.T) {
+	f := newGCFixture(t, IndexLevelDB, StrategyTiered, 13)
+	f.s.gc.cfg.GCStallGarbageBytes = 64 << 10
+	f.putRange(0, 100, 1000) // 100 KB live, no garbage
+	if err := f.s.WriteStall(); err != nil {
+		t.Fatalf("stall with no garbage: %v", err)
+	}
+	f.putRange(0, 100, 1000) // the first copies become 100 KB of garbage
+	if err := f.s.WriteStall(); err == nil {
+		t.Fatalf("no stall with %d bytes of garbage (limit %d)", f.s.gc.garbage.Load(), f.s.gc.cfg.GCStallGarbageBytes)
+	}
+	r := f.round()
+	if err := f.s.WriteStall(); err != nil {
+		t.Fatalf("stall after a round that reclaimed %d bytes: %v", r.ReclaimedBytes, err)
+	}
+	f.check()
+	f.s.gc.cfg.GCStallGarbageBytes = 0
+	f.putRange(0, 100, 1000)
+	f.putRange(0, 100, 1000)
+	if err := f.s.WriteStall(); err != nil {
+		t.Fatalf("-gcStallGarbageBytes 0 stalled: %v", err)
+	}
+}

@@ -181,6 +181,7 @@ func (s *Store) finishRestore(p pendingRestore) error {
 				s.gc.dead[sg.ID] = sg.SizeBytes // the log before the snapshot holds no live value
 			}
 		}
+		s.gc.noteGarbage()
 	}
 	s.logger.Info("nezha: snapshot restored", "index", p.Index, "run", runName(p.Run), "records", rn.records)
 	return nil

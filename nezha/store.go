@@ -133,6 +133,22 @@ func (s *Store) Apply(entries []systems.AppliedEntry) error {
 	return nil
 }
 
+var _ systems.WriteStaller = (*Store)(nil)
+
+// WriteStall implements systems.WriteStaller: an error while the garbage
+// GC has not reclaimed is at least Config.GCStallGarbageBytes (never
+// without GC, or with the limit 0).
+func (s *Store) WriteStall() error {
+	if s.gc == nil || s.gc.cfg.GCStallGarbageBytes == 0 {
+		return nil
+	}
+	if g := s.gc.garbage.Load(); g >= s.gc.cfg.GCStallGarbageBytes {
+		return fmt.Errorf("write stall: %d bytes of garbage not yet reclaimed by GC (-gcStallGarbageBytes %d)",
+			g, s.gc.cfg.GCStallGarbageBytes)
+	}
+	return nil
+}
+
 // Get implements systems.StateMachine: one index lookup, then one positioned
 // read of the value's record, from the log or from a sorted run. The value
 // is the caller's. An error (the record failed its CRC or bounds check,

@@ -133,6 +133,13 @@ type Config struct {
 	// finished between kills and the log grew until the disk was full
 	// (Titan's max_gc_batch_size plays the same part). Default 256 MiB.
 	GCMaxRoundBytes int64
+	// GCStallGarbageBytes is the GC debt at which the node stops taking
+	// writes: while the garbage GC has not reclaimed yet (superseded and
+	// deleted values, by the discard statistics) is at least this many
+	// bytes, puts and deletes wait for GC (RocksDB's
+	// hard_pending_compaction_bytes_limit, for the value log;
+	// -gcStallGarbageBytes; 0: never stall). Default 16 GiB.
+	GCStallGarbageBytes int64
 	// GCStagger is the length of a node's GC time slot: rounds other than
 	// size, checkpoint and continuous ones start only in slot (id-1) of
 	// every nodes x GCStagger of the wall clock, so the nodes take turns
@@ -155,19 +162,20 @@ var _ systems.SystemConfig = (*Config)(nil)
 
 func newConfig(system string) *Config {
 	return &Config{
-		Index:             IndexLevelDB,
-		GC:                StrategyTiered,
-		GCThresholdBytes:  1 << 30,
-		GCGarbageRatio:    0.5,
-		GCMinBytes:        1 << 20,
-		GCFanout:          4,
-		GCIdleAfter:       2 * time.Second,
-		GCScanLogBytes:    64 << 20,
-		GCRateBytesPerSec: 64 << 20,
-		GCMaxRoundBytes:   256 << 20,
-		GCStagger:         time.Second,
-		GCInterval:        time.Second,
-		system:            system,
+		Index:               IndexLevelDB,
+		GC:                  StrategyTiered,
+		GCThresholdBytes:    1 << 30,
+		GCGarbageRatio:      0.5,
+		GCMinBytes:          1 << 20,
+		GCFanout:            4,
+		GCIdleAfter:         2 * time.Second,
+		GCScanLogBytes:      64 << 20,
+		GCRateBytesPerSec:   64 << 20,
+		GCMaxRoundBytes:     256 << 20,
+		GCStallGarbageBytes: 16 << 30,
+		GCStagger:           time.Second,
+		GCInterval:          time.Second,
+		system:              system,
 	}
 }
 
@@ -199,6 +207,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.Int64Var(&c.GCScanLogBytes, "gcScanLogBytes", c.GCScanLogBytes, "sort the log once scans read this many bytes from it since the last round, more than from runs (0: never)")
 	fs.Int64Var(&c.GCRateBytesPerSec, "gcRateBytesPerSec", c.GCRateBytesPerSec, "cap GC writes at this many bytes per second (0: unlimited)")
 	fs.Int64Var(&c.GCMaxRoundBytes, "gcMaxRoundBytes", c.GCMaxRoundBytes, "a tiered round copies at most this many live bytes, oldest log segments first (idle rounds: no bound; 0: no bound)")
+	fs.Int64Var(&c.GCStallGarbageBytes, "gcStallGarbageBytes", c.GCStallGarbageBytes, "writes wait while GC's unreclaimed garbage is at least this many bytes (0: never)")
 	fs.DurationVar(&c.GCStagger, "gcStagger", c.GCStagger, "GC time slot per node: non-urgent rounds start only in the node's slot (0: no slots)")
 	fs.DurationVar(&c.GCInterval, "gcInterval", c.GCInterval, "how often the GC trigger is checked")
 	fs.BoolVar(&c.GCContinuous, "gcContinuous", c.GCContinuous, "run GC rounds back to back (tests, stress)")
@@ -243,6 +252,9 @@ func (c *Config) Validate() error {
 		if c.GCRateBytesPerSec < 0 {
 			errs = append(errs, systems.Usagef("-gcRateBytesPerSec %d must not be negative", c.GCRateBytesPerSec))
 		}
+		if c.GCStallGarbageBytes < 0 {
+			errs = append(errs, systems.Usagef("-gcStallGarbageBytes %d must not be negative", c.GCStallGarbageBytes))
+		}
 		if c.GCMaxRoundBytes < 0 {
 			errs = append(errs, systems.Usagef("-gcMaxRoundBytes %d must not be negative", c.GCMaxRoundBytes))
 		}
@@ -279,6 +291,7 @@ func (c *Config) Describe() map[string]any {
 		d["gc_scan_log_bytes"] = c.GCScanLogBytes
 		d["gc_rate_bytes_per_sec"] = c.GCRateBytesPerSec
 		d["gc_max_round_bytes"] = c.GCMaxRoundBytes
+		d["gc_stall_garbage_bytes"] = c.GCStallGarbageBytes
 		d["gc_stagger"] = c.GCStagger.String()
 		d["gc_interval"] = c.GCInterval.String()
 		d["gc_continuous"] = c.GCContinuous

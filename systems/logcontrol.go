@@ -127,6 +127,18 @@ type IndexEntriesReporter interface {
 	IndexEntries() (n int64, ok bool)
 }
 
+// WriteStaller is implemented by state machines whose background work can
+// fall behind the writes (RocksDB's pending-compaction write stall, applied
+// to nezha's GC debt). Before proposing a put or a delete, the node asks
+// WriteStall; while it returns an error the node holds the write (up to the
+// request's deadline, then refuses it with codes.ResourceExhausted and the
+// error's text), so that a load above the background work's pace cannot
+// grow the storage without bound. Safe for concurrent use; called once per
+// write, so it must be cheap (an atomic load).
+type WriteStaller interface {
+	WriteStall() error
+}
+
 // GCReporter is implemented by state machines with a GC.
 type GCReporter interface {
 	// GCRounds returns the most recent rounds, oldest first.

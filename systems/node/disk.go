@@ -1,6 +1,7 @@
 package node
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -13,6 +14,7 @@ import (
 	"go.etcd.io/raft/v3"
 	"golang.org/x/sys/unix"
 
+	"github.com/nezha-harness/nezha/systems"
 	"github.com/nezha-harness/nezha/systems/vfs"
 )
 
@@ -242,6 +244,43 @@ func (n *Node) retryFullDisk(op func() error) error {
 		case <-n.failed:
 			t.Stop()
 			return errStopping
+		}
+	}
+}
+
+// writeStallPoll is how often a write held by a write stall checks again.
+const writeStallPoll = 10 * time.Millisecond
+
+// awaitWriteStall holds a client write while the state machine stalls
+// writes (systems.WriteStaller: nezha's GC debt), until the stall ends or
+// ctx does; then it returns the stall's error. The write is not proposed
+// meanwhile, so a refused write was surely not applied.
+func (n *Node) awaitWriteStall(ctx context.Context) error {
+	ws, ok := n.sm.(systems.WriteStaller)
+	if !ok {
+		return nil
+	}
+	err := ws.WriteStall()
+	if err == nil {
+		return nil
+	}
+	n.metrics.writeStalls.Inc()
+	start := time.Now()
+	defer func() { n.metrics.writeStallSeconds.Add(time.Since(start).Seconds()) }()
+	t := time.NewTicker(writeStallPoll)
+	defer t.Stop()
+	for {
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			return err
+		case <-n.stopc:
+			return errStopping
+		case <-n.failed:
+			return errStopping
+		}
+		if err = ws.WriteStall(); err == nil {
+			return nil
 		}
 	}
 }

@@ -91,6 +91,9 @@ func (s *kvServer) put(ctx context.Context, key, value []byte, sess clientSessio
 	}
 	ctx, cancel := s.withTimeout(ctx)
 	defer cancel()
+	if err := s.stalled(ctx, "put"); err != nil {
+		return nil, err
+	}
 	c := &systems.Command{Op: systems.OpPut, Key: key, Value: value, RequestID: s.n.nextRequestID(),
 		ClientID: sess.client, Seq: sess.seq}
 	var data []byte
@@ -204,6 +207,20 @@ func (c kvCodec) Unmarshal(data mem.BufferSlice, v any) error {
 	return f.decode(bufferBytes(data))
 }
 
+// stalled holds a write of kind op while the state machine stalls writes
+// (Node.awaitWriteStall) and refuses it with codes.ResourceExhausted if
+// the stall outlasts ctx: the write was not proposed.
+func (s *kvServer) stalled(ctx context.Context, op string) error {
+	err := s.n.awaitWriteStall(ctx)
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, errStopping):
+		return writeError(err)
+	}
+	return status.Errorf(codes.ResourceExhausted, "%s: %v", op, err)
+}
+
 func (s *kvServer) Delete(ctx context.Context, req *kvpb.DeleteRequest) (*kvpb.DeleteResponse, error) {
 	if err := systems.CheckKey(req.Key); err != nil {
 		return nil, status.Errorf(codes.InvalidArgument, "delete: %v", err)
@@ -213,6 +230,9 @@ func (s *kvServer) Delete(ctx context.Context, req *kvpb.DeleteRequest) (*kvpb.D
 	}
 	ctx, cancel := s.withTimeout(ctx)
 	defer cancel()
+	if err := s.stalled(ctx, "delete"); err != nil {
+		return nil, err
+	}
 	idx, err := s.n.proposeAndWait(ctx, &systems.Command{Op: systems.OpDelete, Key: req.Key,
 		ClientID: req.ClientId, Seq: req.Seq})
 	if err != nil {

@@ -35,6 +35,11 @@ type metrics struct {
 	proposalsDropped prometheus.Counter
 	snapshotSends    *prometheus.CounterVec // label result: success, failure
 	snapshotInstalls prometheus.Counter
+	// writeStalls and writeStallSeconds count client writes held by the
+	// state machine's write stall (systems.WriteStaller) and the time
+	// they waited.
+	writeStalls       prometheus.Counter
+	writeStallSeconds prometheus.Counter
 	// appendSeconds and fsyncSeconds go to raftlog.Options.
 	appendSeconds, fsyncSeconds prometheus.Histogram
 	// grpc counts the RPCs of the node's gRPC servers (client API, peer
@@ -64,6 +69,10 @@ func newMetrics() *metrics {
 			Help: "Raft snapshots this node streamed to a follower, by result."}, []string{"result"}),
 		snapshotInstalls: prometheus.NewCounter(prometheus.CounterOpts{Name: "nezha_raft_snapshot_installs_total",
 			Help: "Raft snapshots this node received and installed."}),
+		writeStalls: prometheus.NewCounter(prometheus.CounterOpts{Name: "nezha_write_stalls_total",
+			Help: "Client writes held because the state machine stalls writes (nezha: GC debt at -gcStallGarbageBytes)."}),
+		writeStallSeconds: prometheus.NewCounter(prometheus.CounterOpts{Name: "nezha_write_stall_seconds_total",
+			Help: "Time client writes waited in write stalls, summed over writes."}),
 		appendSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "nezha_raftlog_append_duration_seconds",
 			Help: "Duration of one Raft log append (write and fdatasync) that wrote something.", Buckets: logLatencyBuckets()}),
 		fsyncSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "nezha_raftlog_fsync_duration_seconds",
@@ -76,6 +85,7 @@ func newMetrics() *metrics {
 	m.snapshotSends.WithLabelValues("success")
 	m.snapshotSends.WithLabelValues("failure")
 	m.reg.MustRegister(m.leaderChanges, m.proposals, m.proposalsDropped, m.snapshotSends, m.snapshotInstalls,
+		m.writeStalls, m.writeStallSeconds,
 		m.appendSeconds, m.fsyncSeconds, m.grpc,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m

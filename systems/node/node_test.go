@@ -13,6 +13,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -29,6 +30,15 @@ type memSM struct {
 	mu      sync.RWMutex
 	m       map[string][]byte
 	applied uint64
+	// stall, when set, is the error WriteStall returns (a test's GC debt).
+	stall atomic.Pointer[error]
+}
+
+func (s *memSM) WriteStall() error {
+	if e := s.stall.Load(); e != nil {
+		return *e
+	}
+	return nil
 }
 
 func (s *memSM) AppliedIndex() uint64 { s.mu.RLock(); defer s.mu.RUnlock(); return s.applied }
