@@ -80,6 +80,9 @@ type clientSession struct{ client, seq uint64 }
 // put validates and proposes a put. frame, if not nil, holds key and
 // value, and the entry data is built in it around the value.
 func (s *kvServer) put(ctx context.Context, key, value []byte, sess clientSession, frame *putFrame) (*kvpb.PutResponse, error) {
+	if err := s.n.removedErr(); err != nil {
+		return nil, err
+	}
 	if err := systems.CheckKey(key); err != nil {
 		return nil, status.Errorf(codes.InvalidArgument, "put: %v", err)
 	}
@@ -205,6 +208,9 @@ func (c kvCodec) Unmarshal(data mem.BufferSlice, v any) error {
 }
 
 func (s *kvServer) Delete(ctx context.Context, req *kvpb.DeleteRequest) (*kvpb.DeleteResponse, error) {
+	if err := s.n.removedErr(); err != nil {
+		return nil, err
+	}
 	if err := systems.CheckKey(req.Key); err != nil {
 		return nil, status.Errorf(codes.InvalidArgument, "delete: %v", err)
 	}
@@ -227,6 +233,9 @@ func (s *kvServer) awaitRead(ctx context.Context, c kvpb.ReadConsistency) error 
 	case kvpb.ReadConsistency_STALE:
 		return nil
 	case kvpb.ReadConsistency_LINEARIZABLE:
+		if err := s.n.removedErr(); err != nil {
+			return err
+		}
 		ctx, cancel := s.withTimeout(ctx)
 		defer cancel()
 		return s.n.readIndex(ctx)
@@ -290,8 +299,9 @@ func (s *kvServer) Status(ctx context.Context, req *kvpb.StatusRequest) (*kvpb.S
 		InternalAddress: n.cfg.InternalAddress,
 		Pid:             int64(os.Getpid()),
 	}
-	for i, addr := range n.cfg.Peers {
-		id := uint64(i + 1)
+	ids, addrs, _ := n.cfg.members()
+	for i, addr := range addrs {
+		id := ids[i]
 		m := &kvpb.Member{Id: id, InternalAddress: addr}
 		if id == n.id {
 			m.Address = n.cfg.Address
