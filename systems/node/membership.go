@@ -28,8 +28,9 @@ import (
 //     node that applies the entry adds the member to its transport. The
 //     leader then replicates its log to the learner, or a snapshot if the
 //     log was compacted below the learner's match (snapshot.go).
-//   - PromoteMember waits until the learner's match index is within
-//     promoteMaxLagEntries of the leader's commit index and proposes
+//   - PromoteMember waits until the learner has acknowledged entries and
+//     its match index is within promoteMaxLagEntries of the leader's
+//     commit index, and proposes
 //     ConfChangeAddNode.
 //   - RemoveMember proposes ConfChangeRemoveNode; the leader removing
 //     itself first transfers its leadership to the most caught-up voter
@@ -494,7 +495,7 @@ func (s *adminServer) promote(ctx context.Context, id uint64) (uint64, error) {
 		}
 		prs, c := n.progress()
 		match, commit = prs[id].Match, c
-		if match+promoteMaxLagEntries < commit {
+		if match == 0 || match+promoteMaxLagEntries < commit {
 			return status.Errorf(codes.FailedPrecondition, "promote: learner %d has not caught up: match index %d, leader commit %d (it may trail by %d)",
 				id, match, commit, promoteMaxLagEntries)
 		}
