@@ -92,6 +92,7 @@ const clusterUsage = `usage: nezha cluster SUBCOMMAND [flags]   (nezha cluster S
   restart -cluster DIR -node N                             start node N again, wait until it serves
   down -cluster DIR [-purge]                               stop every node (and delete the directory)
   add -cluster DIR [-learner]                              start a new node, add it as a learner, promote it once caught up
+  promote -cluster DIR -node N                             make learner N a voter once it has caught up
   remove -cluster DIR -node N                              remove member N (a leader hands over first), stop its process
   transfer -cluster DIR [-node N]                          move the leadership to N (default: the most caught-up voter)
   replace -cluster DIR -node N                             remove member N and add a fresh one (new id, empty data) in its place
@@ -101,7 +102,7 @@ const clusterUsage = `usage: nezha cluster SUBCOMMAND [flags]   (nezha cluster S
 // -system names the binary registers.
 func Command(args []string, known []string, stdout, stderr io.Writer) error {
 	if len(args) == 0 {
-		return systems.Usagef("cluster: want a subcommand: up, status, kill, restart, down, add, remove, transfer, replace, members")
+		return systems.Usagef("cluster: want a subcommand: up, status, kill, restart, down, add, promote, remove, transfer, replace, members")
 	}
 	sub, args := args[0], args[1:]
 	if err := systems.SubcommandHelp(sub, stdout, clusterUsage); err != nil {
@@ -219,16 +220,16 @@ func Command(args []string, known []string, stdout, stderr io.Writer) error {
 		}
 		fmt.Fprintf(stdout, "cluster in %s stopped%s\n", s.Dir, map[bool]string{true: " and purged", false: ""}[*purge])
 		return nil
-	case "add", "remove", "transfer", "replace", "members":
+	case "add", "promote", "remove", "transfer", "replace", "members":
 		return membershipCommand(ctx, sub, fs, dir, args, stdout)
 	}
-	return systems.Usagef("cluster: unknown subcommand %q (want up, status, kill, restart, down, add, remove, transfer, replace, members)", sub)
+	return systems.Usagef("cluster: unknown subcommand %q (want up, status, kill, restart, down, add, promote, remove, transfer, replace, members)", sub)
 }
 
-// membershipCommand is `nezha cluster add|remove|transfer|replace|members`.
+// membershipCommand is `nezha cluster add|promote|remove|transfer|replace|members`.
 func membershipCommand(ctx context.Context, sub string, fs *flag.FlagSet, dir *string, args []string, stdout io.Writer) error {
 	id := fs.Uint64("node", 0, "node id")
-	learner := fs.Bool("learner", false, "add: leave the new node a learner (the Admin API's PromoteMember makes it a voter)")
+	learner := fs.Bool("learner", false, "add: leave the new node a learner (cluster promote makes it a voter)")
 	timeout := fs.Duration("timeout", 5*time.Minute, "how long the change may take (a learner catching up through a large snapshot takes a while)")
 	if err := parse(fs, args, stdout); err != nil {
 		return err
@@ -239,7 +240,7 @@ func membershipCommand(ctx context.Context, sub string, fs *flag.FlagSet, dir *s
 	}
 	set := false
 	fs.Visit(func(f *flag.Flag) { set = set || f.Name == "node" })
-	if (sub == "remove" || sub == "replace") && !set {
+	if (sub == "promote" || sub == "remove" || sub == "replace") && !set {
 		return systems.Usagef("cluster %s: -node is required", sub)
 	}
 	if set && *id == 0 {
@@ -266,6 +267,11 @@ func membershipCommand(ctx context.Context, sub string, fs *flag.FlagSet, dir *s
 			role = "learner"
 		}
 		fmt.Fprintf(stdout, "node %d added as a %s: address %s internal %s pid %d log %s\n", n.ID, role, n.Address, n.InternalAddress, n.PID, n.Log)
+	case "promote":
+		if err := s.Promote(ctx, *id); err != nil {
+			return err
+		}
+		fmt.Fprintf(stdout, "node %d is a voter\n", *id)
 	case "remove":
 		if err := s.RemoveMember(ctx, *id); err != nil {
 			return err

@@ -204,22 +204,50 @@ func (s *Spec) AddMember(ctx context.Context, promote bool) (*Node, error) {
 		undo()
 		return nil, err
 	}
+	// Two steps, each retried on another leader and idempotent: an
+	// attempt whose answer was lost may have been applied.
 	err = s.adminCall(ctx, func(ctx context.Context, c kvpb.AdminClient) error {
-		_, err := c.AddMember(ctx, &kvpb.AddMemberRequest{Id: id, InternalAddress: n.InternalAddress, Address: n.Address, Promote: promote})
+		_, err := c.AddMember(ctx, &kvpb.AddMemberRequest{Id: id, InternalAddress: n.InternalAddress, Address: n.Address})
 		if st, _ := status.FromError(err); st.Code() == codes.InvalidArgument && strings.Contains(st.Message(), "already a member") {
-			return nil // an earlier attempt was applied
+			return nil
 		}
 		return err
 	})
 	if err != nil {
 		tail := Tail(added.Log, 10)
 		undo()
-		return nil, fmt.Errorf("%w; last lines of the new node's log:\n%s", adminError(fmt.Sprintf("cluster add: node %d", id), err), tail)
+		return nil, fmt.Errorf("%w (if its outcome is unknown, see `nezha cluster members`); last lines of the new node's log:\n%s",
+			adminError(fmt.Sprintf("cluster add: node %d", id), err), tail)
 	}
+	// A member now: cluster.json lists it whatever follows.
 	if err := s.Save(); err != nil {
 		return nil, err
 	}
+	if promote {
+		if err := s.Promote(ctx, id); err != nil {
+			return nil, fmt.Errorf("cluster add: %w; node %d stays a learner (`nezha cluster promote` or `remove -node %d`)", err, id, id)
+		}
+	}
 	return added, nil
+}
+
+// Promote makes learner id a voter once it has caught up (the leader
+// waits for it).
+func (s *Spec) Promote(ctx context.Context, id uint64) error {
+	if _, err := s.Node(id); err != nil {
+		return err
+	}
+	err := s.adminCall(ctx, func(ctx context.Context, c kvpb.AdminClient) error {
+		_, err := c.PromoteMember(ctx, &kvpb.PromoteMemberRequest{Id: id})
+		if st, _ := status.FromError(err); st.Code() == codes.InvalidArgument && strings.Contains(st.Message(), "already a voter") {
+			return nil // an earlier attempt was applied
+		}
+		return err
+	})
+	if err != nil {
+		return adminError(fmt.Sprintf("promote node %d", id), err)
+	}
+	return nil
 }
 
 // RemoveMember removes node id from the cluster (the leader hands its
