@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"os"
 	"slices"
-	"sort"
 
 	"go.etcd.io/raft/v3"
 	"google.golang.org/grpc"
@@ -299,17 +298,7 @@ func (s *kvServer) Status(ctx context.Context, req *kvpb.StatusRequest) (*kvpb.S
 		InternalAddress: n.cfg.InternalAddress,
 		Pid:             int64(os.Getpid()),
 	}
-	ids, addrs, _ := n.cfg.members()
-	for i, addr := range addrs {
-		id := ids[i]
-		m := &kvpb.Member{Id: id, InternalAddress: addr}
-		if id == n.id {
-			m.Address = n.cfg.Address
-		} else if a, ok := n.peerAddrs.Load(id); ok {
-			m.Address = a.(string)
-		}
-		resp.Members = append(resp.Members, m)
-	}
+	resp.Members = n.memberAddresses()
 	resp.CompactedIndex = n.log.CompactedIndex()
 	for _, seg := range n.log.Segments() {
 		resp.LogBytes += seg.SizeBytes
@@ -333,7 +322,6 @@ func (s *kvServer) Status(ctx context.Context, req *kvpb.StatusRequest) (*kvpb.S
 			resp.Storage.Levels = append(resp.Storage.Levels, &kvpb.LevelShape{Level: int32(l.Level), Files: l.Files, Bytes: l.Bytes})
 		}
 	}
-	sort.Slice(resp.Members, func(i, j int) bool { return resp.Members[i].Id < resp.Members[j].Id })
 	if h, ok := n.sm.(systems.StateHasher); ok && req.WithStateHash {
 		sum, applied, err := h.StateHash()
 		if err != nil {

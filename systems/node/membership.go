@@ -93,6 +93,43 @@ func confContextOf(cc raftpb.ConfChangeI) confContext {
 	return c
 }
 
+// setConfState sets the membership (Ready loop, or open).
+func (n *Node) setConfState(cs raftpb.ConfState) {
+	n.confState = cs
+	pub := cs
+	n.confPub.Store(&pub)
+}
+
+// memberAddresses returns the members of the applied membership with the
+// addresses this node knows (any goroutine).
+func (n *Node) memberAddresses() []*kvpb.Member {
+	cs := n.confPub.Load()
+	if cs == nil {
+		return nil
+	}
+	var out []*kvpb.Member
+	add := func(id uint64, learner bool) {
+		m := &kvpb.Member{Id: id, Learner: learner}
+		if a, ok := n.internalAddrs.Load(id); ok {
+			m.InternalAddress = a.(string)
+		}
+		if id == n.id {
+			m.Address = n.cfg.Address
+		} else if a, ok := n.peerAddrs.Load(id); ok {
+			m.Address = a.(string)
+		}
+		out = append(out, m)
+	}
+	for _, id := range cs.Voters {
+		add(id, false)
+	}
+	for _, id := range cs.Learners {
+		add(id, true)
+	}
+	slices.SortFunc(out, func(a, b *kvpb.Member) int { return cmpUint(a.Id, b.Id) })
+	return out
+}
+
 // isMember reports whether id is a voter or learner of cs.
 func isMember(cs raftpb.ConfState, id uint64) bool {
 	return slices.Contains(cs.Voters, id) || slices.Contains(cs.Learners, id) ||
@@ -118,7 +155,7 @@ func (n *Node) openMembership(applied uint64) error {
 		if !ok {
 			continue
 		}
-		n.confState = *n.rn.ApplyConfChange(cc)
+		n.setConfState(*n.rn.ApplyConfChange(cc))
 		cctx := confContextOf(cc)
 		for _, c := range cc.AsV2().Changes {
 			switch c.Type {
@@ -359,29 +396,14 @@ func (n *Node) progress() (map[uint64]tracker.Progress, uint64) {
 	return st.Progress, st.Commit
 }
 
-// members returns the membership this node applied (Ready loop).
+// membersInLoop returns the membership this node applied, with the
+// leader's match indexes (Ready loop).
 func (n *Node) membersInLoop() []*kvpb.Member {
 	prs, _ := n.progress()
-	var out []*kvpb.Member
-	add := func(id uint64, learner bool) {
-		m := &kvpb.Member{Id: id, Learner: learner, MatchIndex: prs[id].Match}
-		if a, ok := n.internalAddrs.Load(id); ok {
-			m.InternalAddress = a.(string)
-		}
-		if id == n.id {
-			m.Address = n.cfg.Address
-		} else if a, ok := n.peerAddrs.Load(id); ok {
-			m.Address = a.(string)
-		}
-		out = append(out, m)
+	out := n.memberAddresses()
+	for _, m := range out {
+		m.MatchIndex = prs[m.Id].Match
 	}
-	for _, id := range n.confState.Voters {
-		add(id, false)
-	}
-	for _, id := range n.confState.Learners {
-		add(id, true)
-	}
-	slices.SortFunc(out, func(a, b *kvpb.Member) int { return cmpUint(a.Id, b.Id) })
 	return out
 }
 

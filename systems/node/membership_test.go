@@ -3,6 +3,7 @@ package node
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -197,6 +198,21 @@ func TestMembershipChange(t *testing.T) {
 	}
 	tc.waitRemoved(t, i4)
 	put("e", 0, 10)
+	// Status, which clients learn members from, lists the current ones.
+	st, err := (&kvServer{n: tc.nodes[nl]}).Status(ctx, &kvpb.StatusRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ids []uint64
+	for _, m := range st.Members {
+		ids = append(ids, m.Id)
+		if m.Address == "" || m.InternalAddress == "" {
+			t.Errorf("status member %d without addresses: %v", m.Id, m)
+		}
+	}
+	if len(ids) != 2 || slices.Contains(ids, 4) || slices.Contains(ids, tc.nodes[follower].id) {
+		t.Fatalf("status members %v, want the two remaining", ids)
+	}
 	for i := range tc.nodes {
 		if i != i4 && i != follower {
 			tc.checkServes(t, i, acked)

@@ -125,8 +125,10 @@ type Node struct {
 	applied atomic.Uint64
 	// Written by the loop: see updateCompactBound.
 	minFollowerMatch atomic.Uint64
-	// Loop-owned: the membership, for compaction markers.
+	// Loop-owned: the membership, for compaction markers; confPub a copy
+	// for other goroutines (Status). Set both with setConfState.
 	confState raftpb.ConfState
+	confPub   atomic.Pointer[raftpb.ConfState]
 	// leaseUntil (nanoseconds since epoch, monotonic) is when this
 	// leader's read lease ends (Config.LeaseRead); 0: no lease.
 	epoch      time.Time
@@ -288,7 +290,7 @@ func (n *Node) open() error {
 	segs := l.Segments()
 	n.logger.Info("raft log open", "segments", len(segs), "duration", time.Since(began).Round(time.Millisecond))
 	hs, cs, _ := l.InitialState()
-	n.confState = cs
+	n.setConfState(cs)
 	if err := cleanSnapshotDir(n.snapDir()); err != nil {
 		return err
 	}
@@ -718,7 +720,7 @@ func (n *Node) applyConfChange(e raftpb.Entry) {
 		return
 	}
 	cs := n.rn.ApplyConfChange(cc)
-	n.confState = *cs
+	n.setConfState(*cs)
 	n.logger.Info("applied conf change", "index", e.Index, "conf_state", cs.String())
 	n.noteConfChange(e.Index, cc)
 }
