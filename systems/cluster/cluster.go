@@ -269,6 +269,13 @@ func Up(ctx context.Context, o UpOptions) (*Spec, uint64, error) {
 	if err != nil {
 		return nil, 0, err
 	}
+	for i := 1; i <= o.Nodes; i++ {
+		// A member removed from an earlier cluster here left its data.
+		data := filepath.Join(abs, fmt.Sprintf("node%d", i), "data")
+		if des, err := os.ReadDir(data); err == nil && len(des) > 0 {
+			return nil, 0, systems.Usagef("%s holds the data of an earlier node; delete it, or the whole cluster with `nezha cluster down -cluster %s -purge`", data, o.Dir)
+		}
+	}
 	s := &Spec{System: o.System, Binary: o.Binary, ExtraArgs: o.ExtraArgs, Dir: o.Dir, NextID: uint64(o.Nodes) + 1}
 	if !External(o.System) {
 		s.ClusterID = newClusterID()

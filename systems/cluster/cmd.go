@@ -273,10 +273,15 @@ func membershipCommand(ctx context.Context, sub string, fs *flag.FlagSet, dir *s
 		}
 		fmt.Fprintf(stdout, "node %d is a voter\n", *id)
 	case "remove":
+		n, err := s.Node(*id)
+		if err != nil {
+			return err
+		}
+		data := n.Data
 		if err := s.RemoveMember(ctx, *id); err != nil {
 			return err
 		}
-		fmt.Fprintf(stdout, "node %d removed and stopped; its data directory is left in place\n", *id)
+		fmt.Fprintf(stdout, "node %d removed and stopped; its data is left in %s\n", *id, data)
 	case "transfer":
 		leader, err := s.TransferLeader(ctx, *id)
 		if err != nil {
