@@ -585,49 +585,69 @@ func (s *adminServer) TransferLeader(ctx context.Context, req *kvpb.TransferLead
 	return s.response(ctx, 0)
 }
 
+// transferAttempts bounds how often transfer asks raft again: raft gives
+// up a transfer the target did not complete within an election timeout
+// (a slow or busy target).
+const transferAttempts = 5
+
 // transfer moves the leadership to voter to (0: the voter with the highest
-// match index) and waits, up to three election timeouts, until it has it.
+// match index) and waits until it has it, asking raft again each election
+// timeout (up to transferAttempts times) while this node still leads.
 func (s *adminServer) transfer(ctx context.Context, to uint64) (uint64, error) {
 	n := s.n
-	err := n.inLoop(ctx, func() error {
-		if err := n.leaderOnly(); err != nil {
-			return err
-		}
-		prs, _ := n.progress()
-		if to == 0 {
-			for _, id := range n.confState.Voters {
-				if id != n.id && (to == 0 || prs[id].Match > prs[to].Match) {
-					to = id
-				}
-			}
-			if to == 0 {
-				return status.Errorf(codes.FailedPrecondition, "transfer: node %d is the only voter", n.id)
-			}
-		}
-		if !slices.Contains(n.confState.Voters, to) {
-			return status.Errorf(codes.InvalidArgument, "transfer: %d is not a voter (voters %v)", to, n.confState.Voters)
-		}
-		if to != n.id {
-			n.rn.TransferLeader(to)
-		}
-		return nil
-	})
-	if err != nil {
-		return 0, adminError(err)
-	}
-	deadline := time.NewTimer(leaderWaitElectionTimeouts * time.Duration(n.cfg.ElectionTicks) * n.cfg.TickInterval)
-	defer deadline.Stop()
+	electionTimeout := time.Duration(n.cfg.ElectionTicks) * n.cfg.TickInterval
 	tick := time.NewTicker(n.cfg.TickInterval / 4)
 	defer tick.Stop()
-	for n.lead.Load() != to {
-		select {
-		case <-tick.C:
-		case <-deadline.C:
-			return 0, status.Errorf(codes.Unavailable, "transfer: node %d did not take the leadership in time (leader now %d)", to, n.lead.Load())
-		case <-ctx.Done():
-			return 0, status.Errorf(codes.DeadlineExceeded, "transfer: %v", ctx.Err())
+	for attempt := 1; ; attempt++ {
+		err := n.inLoop(ctx, func() error {
+			if n.lead.Load() == to && to != 0 {
+				return nil // done (an earlier attempt)
+			}
+			if err := n.leaderOnly(); err != nil {
+				return err
+			}
+			prs, _ := n.progress()
+			if to == 0 {
+				for _, id := range n.confState.Voters {
+					if id != n.id && (to == 0 || prs[id].Match > prs[to].Match) {
+						to = id
+					}
+				}
+				if to == 0 {
+					return status.Errorf(codes.FailedPrecondition, "transfer: node %d is the only voter", n.id)
+				}
+			}
+			if !slices.Contains(n.confState.Voters, to) {
+				return status.Errorf(codes.InvalidArgument, "transfer: %d is not a voter (voters %v)", to, n.confState.Voters)
+			}
+			if to != n.id {
+				n.rn.TransferLeader(to)
+			}
+			return nil
+		})
+		if err != nil {
+			return 0, adminError(err)
+		}
+		deadline := time.NewTimer(electionTimeout)
+		for n.lead.Load() != to {
+			select {
+			case <-tick.C:
+				continue
+			case <-deadline.C:
+			case <-ctx.Done():
+				deadline.Stop()
+				return 0, status.Errorf(codes.DeadlineExceeded, "transfer: %v", ctx.Err())
+			}
+			break
+		}
+		deadline.Stop()
+		if n.lead.Load() == to {
+			n.logger.Info("leadership transferred", "to", to)
+			return to, nil
+		}
+		if attempt == transferAttempts {
+			return 0, status.Errorf(codes.Unavailable, "transfer: node %d did not take the leadership after %d attempts (leader now %d)",
+				to, attempt, n.lead.Load())
 		}
 	}
-	n.logger.Info("leadership transferred", "to", to)
-	return to, nil
 }
