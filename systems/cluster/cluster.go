@@ -50,6 +50,9 @@ type Node struct {
 	MetricsAddress string `json:"metrics_address,omitempty"`
 	// ExtraArgs are this node's own serve flags, after the cluster's.
 	ExtraArgs []string `json:"extra_args,omitempty"`
+	// BootstrapVoters, for a node added to a running cluster, are the
+	// voters its log starts from (serve -bootstrapVoters; members.go).
+	BootstrapVoters []uint64 `json:"bootstrap_voters,omitempty"`
 }
 
 // Spec is the content of cluster.json.
@@ -60,6 +63,14 @@ type Spec struct {
 	Binary string `json:"binary"`
 	// ExtraArgs are passed to every serve process (after `--` on `cluster up`).
 	ExtraArgs []string `json:"extra_args,omitempty"`
+	// ClusterID is every node's -clusterID, fixed when the cluster starts
+	// (its members change); empty in a cluster.json written before it
+	// existed (the nodes derive it from -peers; members.go fixes it before
+	// the first membership change).
+	ClusterID string `json:"cluster_id,omitempty"`
+	// NextID is the Raft id the next added member gets: ids are never
+	// reused (0 in an older cluster.json: one above the largest).
+	NextID uint64 `json:"next_id,omitempty"`
 	// Dir is the cluster directory (not stored).
 	Dir string `json:"-"`
 }
@@ -80,7 +91,11 @@ func (s *Spec) Node(id uint64) (*Node, error) {
 			return &s.Nodes[i], nil
 		}
 	}
-	return nil, systems.Usagef("no node %d in %s (ids 1..%d)", id, s.Dir, len(s.Nodes))
+	ids := make([]string, len(s.Nodes))
+	for i, n := range s.Nodes {
+		ids[i] = strconv.FormatUint(n.ID, 10)
+	}
+	return nil, systems.Usagef("no node %d in %s (ids %s)", id, s.Dir, strings.Join(ids, ", "))
 }
 
 // UnmarshalJSON reads a cluster.json node, also one written before the
@@ -154,6 +169,10 @@ func (s *Spec) Save() error {
 	return os.Rename(tmp, filepath.Join(s.Dir, FileName))
 }
 
+// MaxNodes bounds a local cluster's size (three ports and a process per
+// node on one machine).
+const MaxNodes = 99
+
 // UpOptions configures Up.
 type UpOptions struct {
 	// Dir is the cluster directory; it must not hold a running cluster.
@@ -216,8 +235,8 @@ func Up(ctx context.Context, o UpOptions) (*Spec, uint64, error) {
 	} else if len(o.KnownSystems) > 0 && !slices.Contains(o.KnownSystems, o.System) && !External(o.System) {
 		errs = append(errs, systems.Usagef("unknown system %q (known: %s, and %s)", o.System, strings.Join(o.KnownSystems, ", "), Label(Etcd)))
 	}
-	if o.Nodes < 1 || o.Nodes > 9 {
-		errs = append(errs, systems.Usagef("-nodes %d is outside 1..9", o.Nodes))
+	if o.Nodes < 1 || o.Nodes > MaxNodes {
+		errs = append(errs, systems.Usagef("-nodes %d is outside 1..%d", o.Nodes, MaxNodes))
 	}
 	if ip := net.ParseIP(o.Host); ip == nil || !ip.IsLoopback() {
 		errs = append(errs, systems.Usagef("host %q is not a loopback address", o.Host))
@@ -250,7 +269,17 @@ func Up(ctx context.Context, o UpOptions) (*Spec, uint64, error) {
 	if err != nil {
 		return nil, 0, err
 	}
-	s := &Spec{System: o.System, Binary: o.Binary, ExtraArgs: o.ExtraArgs, Dir: o.Dir}
+	for i := 1; i <= o.Nodes; i++ {
+		// A member removed from an earlier cluster here left its data.
+		data := filepath.Join(abs, fmt.Sprintf("node%d", i), "data")
+		if des, err := os.ReadDir(data); err == nil && len(des) > 0 {
+			return nil, 0, systems.Usagef("%s holds the data of an earlier node; delete it, or the whole cluster with `nezha cluster down -cluster %s -purge`", data, o.Dir)
+		}
+	}
+	s := &Spec{System: o.System, Binary: o.Binary, ExtraArgs: o.ExtraArgs, Dir: o.Dir, NextID: uint64(o.Nodes) + 1}
+	if !External(o.System) {
+		s.ClusterID = newClusterID()
+	}
 	for i := 0; i < o.Nodes; i++ {
 		nd := filepath.Join(abs, fmt.Sprintf("node%d", i+1))
 		s.Nodes = append(s.Nodes, Node{
@@ -304,12 +333,18 @@ func (s *Spec) Args(n *Node) []string {
 	if External(s.System) {
 		return s.etcdArgs(n)
 	}
-	peers := make([]string, len(s.Nodes))
-	for i, m := range s.Nodes {
-		peers[i] = m.InternalAddress
-	}
 	args := []string{"serve", "-system", s.System, "-address", n.Address,
-		"-internalAddress", n.InternalAddress, "-peers", strings.Join(peers, ","), "-data", n.Data}
+		"-internalAddress", n.InternalAddress, "-peers", s.peersFlag(), "-data", n.Data}
+	if s.ClusterID != "" {
+		args = append(args, "-clusterID", s.ClusterID)
+	}
+	if len(n.BootstrapVoters) > 0 {
+		ids := make([]string, len(n.BootstrapVoters))
+		for i, id := range n.BootstrapVoters {
+			ids[i] = strconv.FormatUint(id, 10)
+		}
+		args = append(args, "-bootstrapVoters", strings.Join(ids, ","))
+	}
 	if n.MetricsAddress != "" {
 		args = append(args, "-metricsAddress", n.MetricsAddress)
 	}
@@ -346,6 +381,26 @@ func (s *Spec) start(n *Node) error {
 // majority agrees on it, or timeout passes. It fails early, with the log
 // tail, if a node process exits.
 func (s *Spec) WaitLeader(ctx context.Context, timeout time.Duration) (uint64, error) {
+	return s.pollLeader(ctx, timeout, true, func(sts []NodeStatus) uint64 {
+		votes := map[uint64]int{}
+		for _, st := range sts {
+			if st.err == nil && st.resp.Header.LeaderId != 0 {
+				votes[st.resp.Header.LeaderId]++
+			}
+		}
+		for id, v := range votes {
+			if v > len(s.Nodes)/2 {
+				return id
+			}
+		}
+		return 0
+	})
+}
+
+// pollLeader polls the nodes' statuses until pick names a leader or
+// timeout passes; with exits, it fails early, with the log tail, if a
+// node process exits.
+func (s *Spec) pollLeader(ctx context.Context, timeout time.Duration, exits bool, pick func([]NodeStatus) uint64) (uint64, error) {
 	c, err := client.New(s.ClientConfig())
 	if err != nil {
 		return 0, err
@@ -354,20 +409,12 @@ func (s *Spec) WaitLeader(ctx context.Context, timeout time.Duration) (uint64, e
 	deadline := time.Now().Add(timeout)
 	for {
 		for _, n := range s.Nodes {
-			if n.PID != 0 && !Alive(n.PID) {
+			if exits && n.PID != 0 && !Alive(n.PID) {
 				return 0, fmt.Errorf("node %d (pid %d) exited; last lines of %s:\n%s", n.ID, n.PID, n.Log, Tail(n.Log, 20))
 			}
 		}
-		votes := map[uint64]int{}
-		for _, st := range s.statuses(ctx, c) {
-			if st.err == nil && st.resp.Header.LeaderId != 0 {
-				votes[st.resp.Header.LeaderId]++
-			}
-		}
-		for id, v := range votes {
-			if v > len(s.Nodes)/2 {
-				return id, nil
-			}
+		if id := pick(s.statuses(ctx, c)); id != 0 {
+			return id, nil
 		}
 		if time.Now().After(deadline) {
 			return 0, fmt.Errorf("no leader elected within %v (logs under %s)", timeout, s.Dir)

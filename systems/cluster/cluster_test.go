@@ -69,8 +69,8 @@ func TestLoadAndSave(t *testing.T) {
 }
 
 func TestUpRejectsBadOptions(t *testing.T) {
-	_, _, err := Up(t.Context(), UpOptions{Dir: t.TempDir(), System: "nope", Nodes: 12, Host: "10.0.0.1", KnownSystems: []string{"original"}, Binary: "/bin/true"})
-	for _, want := range []string{"unknown system", "outside 1..9", "not a loopback"} {
+	_, _, err := Up(t.Context(), UpOptions{Dir: t.TempDir(), System: "nope", Nodes: MaxNodes + 1, Host: "10.0.0.1", KnownSystems: []string{"original"}, Binary: "/bin/true"})
+	for _, want := range []string{"unknown system", "outside 1..99", "not a loopback"} {
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Fatalf("Up error %v lacks %q", err, want)
 		}

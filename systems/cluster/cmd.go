@@ -90,13 +90,19 @@ const clusterUsage = `usage: nezha cluster SUBCOMMAND [flags]   (nezha cluster S
   status -cluster DIR [-json]                              leader, term, commit and applied index per node
   kill -cluster DIR -node N                                SIGKILL node N
   restart -cluster DIR -node N                             start node N again, wait until it serves
-  down -cluster DIR [-purge]                               stop every node (and delete the directory)`
+  down -cluster DIR [-purge]                               stop every node (and delete the directory)
+  add -cluster DIR [-learner]                              start a new node, add it as a learner, promote it once caught up
+  promote -cluster DIR -node N                             make learner N a voter once it has caught up
+  remove -cluster DIR -node N                              remove member N (a leader hands over first), stop its process
+  transfer -cluster DIR [-node N]                          move the leadership to N (default: the most caught-up voter)
+  replace -cluster DIR -node N                             remove member N and add a fresh one (new id, empty data) in its place
+  members -cluster DIR                                     the membership as the leader applied it`
 
 // Command is `nezha cluster up|status|kill|restart|down`; known are the
 // -system names the binary registers.
 func Command(args []string, known []string, stdout, stderr io.Writer) error {
 	if len(args) == 0 {
-		return systems.Usagef("cluster: want a subcommand: up, status, kill, restart, down")
+		return systems.Usagef("cluster: want a subcommand: up, status, kill, restart, down, add, promote, remove, transfer, replace, members")
 	}
 	sub, args := args[0], args[1:]
 	if err := systems.SubcommandHelp(sub, stdout, clusterUsage); err != nil {
@@ -126,7 +132,7 @@ func Command(args []string, known []string, stdout, stderr io.Writer) error {
 			return systems.Usagef("cluster up: -cluster DIR is required")
 		}
 		if o.Nodes == 0 { // UpOptions read 0 as the default; here it was given
-			return systems.Usagef("cluster up: -nodes 0 is outside 1..9")
+			return systems.Usagef("cluster up: -nodes 0 is outside 1..%d", MaxNodes)
 		}
 		unlock, err := Lock(o.Dir)
 		if err != nil {
@@ -214,8 +220,98 @@ func Command(args []string, known []string, stdout, stderr io.Writer) error {
 		}
 		fmt.Fprintf(stdout, "cluster in %s stopped%s\n", s.Dir, map[bool]string{true: " and purged", false: ""}[*purge])
 		return nil
+	case "add", "promote", "remove", "transfer", "replace", "members":
+		return membershipCommand(ctx, sub, fs, dir, args, stdout)
 	}
-	return systems.Usagef("cluster: unknown subcommand %q (want up, status, kill, restart, down)", sub)
+	return systems.Usagef("cluster: unknown subcommand %q (want up, status, kill, restart, down, add, promote, remove, transfer, replace, members)", sub)
+}
+
+// membershipCommand is `nezha cluster add|promote|remove|transfer|replace|members`.
+func membershipCommand(ctx context.Context, sub string, fs *flag.FlagSet, dir *string, args []string, stdout io.Writer) error {
+	id := fs.Uint64("node", 0, "node id")
+	learner := fs.Bool("learner", false, "add: leave the new node a learner (cluster promote makes it a voter)")
+	timeout := fs.Duration("timeout", 5*time.Minute, "how long the change may take (a learner catching up through a large snapshot takes a while)")
+	if err := parse(fs, args, stdout); err != nil {
+		return err
+	}
+	s, err := loadFlag(*dir)
+	if err != nil {
+		return err
+	}
+	set := false
+	fs.Visit(func(f *flag.Flag) { set = set || f.Name == "node" })
+	if (sub == "promote" || sub == "remove" || sub == "replace") && !set {
+		return systems.Usagef("cluster %s: -node is required", sub)
+	}
+	if set && *id == 0 {
+		return systems.Usagef("cluster %s: no node 0", sub)
+	}
+	if *timeout <= 0 {
+		return systems.Usagef("cluster %s: -timeout %v must be positive", sub, *timeout)
+	}
+	unlock, err := Lock(*dir)
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	ctx, cancel := context.WithTimeout(ctx, *timeout)
+	defer cancel()
+	switch sub {
+	case "add":
+		n, err := s.AddMember(ctx, !*learner)
+		if err != nil {
+			return err
+		}
+		role := "voter"
+		if *learner {
+			role = "learner"
+		}
+		fmt.Fprintf(stdout, "node %d added as a %s: address %s internal %s pid %d log %s\n", n.ID, role, n.Address, n.InternalAddress, n.PID, n.Log)
+	case "promote":
+		if err := s.Promote(ctx, *id); err != nil {
+			return err
+		}
+		fmt.Fprintf(stdout, "node %d is a voter\n", *id)
+	case "remove":
+		n, err := s.Node(*id)
+		if err != nil {
+			return err
+		}
+		data := n.Data
+		if err := s.RemoveMember(ctx, *id); err != nil {
+			return err
+		}
+		fmt.Fprintf(stdout, "node %d removed and stopped; its data is left in %s\n", *id, data)
+	case "transfer":
+		leader, err := s.TransferLeader(ctx, *id)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(stdout, "leader is node %d\n", leader)
+	case "replace":
+		n, err := s.Replace(ctx, *id)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(stdout, "node %d removed; node %d added in its place: address %s internal %s pid %d log %s\n", *id, n.ID, n.Address, n.InternalAddress, n.PID, n.Log)
+	case "members":
+		r, err := s.Members(ctx)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(stdout, "leader %d\n", r.LeaderId)
+		tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
+		fmt.Fprintln(tw, "NODE\tROLE\tADDRESS\tINTERNAL\tMATCH")
+		for _, m := range r.Members {
+			role := "voter"
+			if m.Learner {
+				role = "learner"
+			}
+			fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%d\n", m.Id, role, m.Address, m.InternalAddress, m.MatchIndex)
+		}
+		return tw.Flush()
+	}
+	return nil
 }
 
 func parse(fs *flag.FlagSet, args []string, w io.Writer) error {

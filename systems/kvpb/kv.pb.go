@@ -737,7 +737,9 @@ type Member struct {
 	state           protoimpl.MessageState `protogen:"open.v1"`
 	Id              uint64                 `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
 	InternalAddress string                 `protobuf:"bytes,2,opt,name=internal_address,json=internalAddress,proto3" json:"internal_address,omitempty"`
-	Address         string                 `protobuf:"bytes,3,opt,name=address,proto3" json:"address,omitempty"` // client address, empty until learned from the peer
+	Address         string                 `protobuf:"bytes,3,opt,name=address,proto3" json:"address,omitempty"`                          // client address, empty until learned from the peer
+	Learner         bool                   `protobuf:"varint,4,opt,name=learner,proto3" json:"learner,omitempty"`                         // a non-voting member that receives the log
+	MatchIndex      uint64                 `protobuf:"varint,5,opt,name=match_index,json=matchIndex,proto3" json:"match_index,omitempty"` // last log index the leader knows it holds (leader only)
 	unknownFields   protoimpl.UnknownFields
 	sizeCache       protoimpl.SizeCache
 }
@@ -791,6 +793,20 @@ func (x *Member) GetAddress() string {
 		return x.Address
 	}
 	return ""
+}
+
+func (x *Member) GetLearner() bool {
+	if x != nil {
+		return x.Learner
+	}
+	return false
+}
+
+func (x *Member) GetMatchIndex() uint64 {
+	if x != nil {
+		return x.MatchIndex
+	}
+	return 0
 }
 
 type StatusResponse struct {
@@ -1441,11 +1457,14 @@ const file_systems_kvpb_kv_proto_rawDesc = "" +
 	"\x03kvs\x18\x02 \x03(\v2\x12.nezha.kv.KeyValueR\x03kvs\x12\x12\n" +
 	"\x04more\x18\x03 \x01(\bR\x04more\"7\n" +
 	"\rStatusRequest\x12&\n" +
-	"\x0fwith_state_hash\x18\x01 \x01(\bR\rwithStateHash\"]\n" +
+	"\x0fwith_state_hash\x18\x01 \x01(\bR\rwithStateHash\"\x98\x01\n" +
 	"\x06Member\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\x12)\n" +
 	"\x10internal_address\x18\x02 \x01(\tR\x0finternalAddress\x12\x18\n" +
-	"\aaddress\x18\x03 \x01(\tR\aaddress\"\xcc\x04\n" +
+	"\aaddress\x18\x03 \x01(\tR\aaddress\x12\x18\n" +
+	"\alearner\x18\x04 \x01(\bR\alearner\x12\x1f\n" +
+	"\vmatch_index\x18\x05 \x01(\x04R\n" +
+	"matchIndex\"\xcc\x04\n" +
 	"\x0eStatusResponse\x120\n" +
 	"\x06header\x18\x01 \x01(\v2\x18.nezha.kv.ResponseHeaderR\x06header\x12\x1d\n" +
 	"\n" +

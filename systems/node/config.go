@@ -20,6 +20,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -35,7 +36,17 @@ type Config struct {
 	SystemConfig systems.SystemConfig
 	// Peers are the internal (Raft) addresses of all members, in order; the
 	// node's Raft id is the 1-based position of InternalAddress in Peers.
+	// Each entry may name its member's id instead, as ID=host:port (all
+	// entries or none): a cluster whose membership changed (membership.go)
+	// has gaps in its ids.
 	Peers []string
+	// BootstrapVoters are the ids of the voters a new, empty log starts
+	// with. Default: every member of Peers (a new cluster). A node joining
+	// a running cluster gets the membership its leader's log starts from
+	// (MembershipResponse.bootstrap_voters; cluster.json's
+	// bootstrap_voters), which does not name the node itself: it stays
+	// silent until the leader adds it and sends it the log or a snapshot.
+	BootstrapVoters []uint64
 	// DialPeers, if set, are the addresses this node dials to reach each
 	// member (same order and length as Peers); default Peers. Fault
 	// injection routes each directed link through its own proxy this way.
@@ -134,10 +145,52 @@ func Default() Config {
 	}
 }
 
-// ID returns the node's Raft id (1-based position in Peers), or 0.
+// ID returns the node's Raft id (its ID= in Peers, else its 1-based
+// position), or 0 if InternalAddress is not in Peers.
 func (c *Config) ID() uint64 {
-	i := slices.Index(c.Peers, c.InternalAddress)
-	return uint64(i + 1)
+	ids, addrs, err := c.members()
+	if err != nil {
+		return 0
+	}
+	if i := slices.Index(addrs, c.InternalAddress); i >= 0 {
+		return ids[i]
+	}
+	return 0
+}
+
+// members returns the ids and internal addresses of Peers, in order.
+func (c *Config) members() (ids []uint64, addrs []string, err error) {
+	explicit := 0
+	for i, p := range c.Peers {
+		id, addr := uint64(i+1), p
+		if idText, a, ok := strings.Cut(p, "="); ok {
+			explicit++
+			v, perr := strconv.ParseUint(idText, 10, 64)
+			if perr != nil || v == 0 {
+				return nil, nil, fmt.Errorf("-peers entry %q: the id before = is not a positive integer", p)
+			}
+			id, addr = v, a
+		}
+		ids, addrs = append(ids, id), append(addrs, addr)
+	}
+	if explicit != 0 && explicit != len(c.Peers) {
+		return nil, nil, fmt.Errorf("-peers names the ids of %d of its %d members (ID=host:port): all or none", explicit, len(c.Peers))
+	}
+	for i := range ids {
+		if slices.Index(ids, ids[i]) != i {
+			return nil, nil, fmt.Errorf("-peers names id %d twice", ids[i])
+		}
+	}
+	return ids, addrs, nil
+}
+
+// bootstrapVoters returns BootstrapVoters, or the ids of Peers.
+func (c *Config) bootstrapVoters() []uint64 {
+	if len(c.BootstrapVoters) > 0 {
+		return c.BootstrapVoters
+	}
+	ids, _, _ := c.members()
+	return ids
 }
 
 // Validate reports every problem with c at once. Problems with user input
@@ -153,8 +206,12 @@ func (c *Config) Validate() error {
 	if len(c.Peers) == 0 {
 		bad("-peers is required")
 	}
+	_, addrs, perr := c.members()
+	if perr != nil {
+		bad("%v", perr)
+	}
 	seen := map[string]bool{}
-	for _, p := range c.Peers {
+	for _, p := range addrs {
 		if p == "" {
 			bad("-peers has an empty address")
 		} else if seen[p] {
@@ -170,8 +227,13 @@ func (c *Config) Validate() error {
 	}
 	if c.InternalAddress == "" {
 		bad("-internalAddress is required")
-	} else if len(c.Peers) > 0 && c.ID() == 0 {
+	} else if len(c.Peers) > 0 && perr == nil && c.ID() == 0 {
 		bad("-internalAddress %s is not in -peers %v", c.InternalAddress, c.Peers)
+	}
+	for _, v := range c.BootstrapVoters {
+		if v == 0 {
+			bad("-bootstrapVoters names id 0")
+		}
 	}
 	hostPort := func(flagName, a string) {
 		if a == "" {
@@ -190,7 +252,7 @@ func (c *Config) Validate() error {
 			bad("-metricsAddress %q is not a loopback address", c.MetricsAddress)
 		}
 	}
-	for _, p := range c.Peers {
+	for _, p := range addrs {
 		hostPort("-peers", p)
 	}
 	for _, p := range c.DialPeers {
@@ -273,12 +335,18 @@ func (c *Config) clusterID() string {
 	return hex.EncodeToString(sum[:8])
 }
 
-// dialAddress returns the address this node dials for member id.
+// dialAddress returns the address this node dials for member id of Peers
+// ("" if Peers does not name id).
 func (c *Config) dialAddress(id uint64) string {
-	if len(c.DialPeers) > 0 {
-		return c.DialPeers[id-1]
+	ids, addrs, _ := c.members()
+	i := slices.Index(ids, id)
+	switch {
+	case i < 0:
+		return ""
+	case len(c.DialPeers) > 0:
+		return c.DialPeers[i]
 	}
-	return c.Peers[id-1]
+	return addrs[i]
 }
 
 // logDir is where the Raft log lives.

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"os"
 	"slices"
-	"sort"
 
 	"go.etcd.io/raft/v3"
 	"google.golang.org/grpc"
@@ -80,6 +79,9 @@ type clientSession struct{ client, seq uint64 }
 // put validates and proposes a put. frame, if not nil, holds key and
 // value, and the entry data is built in it around the value.
 func (s *kvServer) put(ctx context.Context, key, value []byte, sess clientSession, frame *putFrame) (*kvpb.PutResponse, error) {
+	if err := s.n.removedErr(); err != nil {
+		return nil, err
+	}
 	if err := systems.CheckKey(key); err != nil {
 		return nil, status.Errorf(codes.InvalidArgument, "put: %v", err)
 	}
@@ -222,6 +224,9 @@ func (s *kvServer) stalled(ctx context.Context, op string) error {
 }
 
 func (s *kvServer) Delete(ctx context.Context, req *kvpb.DeleteRequest) (*kvpb.DeleteResponse, error) {
+	if err := s.n.removedErr(); err != nil {
+		return nil, err
+	}
 	if err := systems.CheckKey(req.Key); err != nil {
 		return nil, status.Errorf(codes.InvalidArgument, "delete: %v", err)
 	}
@@ -247,6 +252,9 @@ func (s *kvServer) awaitRead(ctx context.Context, c kvpb.ReadConsistency) error 
 	case kvpb.ReadConsistency_STALE:
 		return nil
 	case kvpb.ReadConsistency_LINEARIZABLE:
+		if err := s.n.removedErr(); err != nil {
+			return err
+		}
 		ctx, cancel := s.withTimeout(ctx)
 		defer cancel()
 		return s.n.readIndex(ctx)
@@ -310,16 +318,7 @@ func (s *kvServer) Status(ctx context.Context, req *kvpb.StatusRequest) (*kvpb.S
 		InternalAddress: n.cfg.InternalAddress,
 		Pid:             int64(os.Getpid()),
 	}
-	for i, addr := range n.cfg.Peers {
-		id := uint64(i + 1)
-		m := &kvpb.Member{Id: id, InternalAddress: addr}
-		if id == n.id {
-			m.Address = n.cfg.Address
-		} else if a, ok := n.peerAddrs.Load(id); ok {
-			m.Address = a.(string)
-		}
-		resp.Members = append(resp.Members, m)
-	}
+	resp.Members = n.memberAddresses()
 	resp.CompactedIndex = n.log.CompactedIndex()
 	for _, seg := range n.log.Segments() {
 		resp.LogBytes += seg.SizeBytes
@@ -343,7 +342,6 @@ func (s *kvServer) Status(ctx context.Context, req *kvpb.StatusRequest) (*kvpb.S
 			resp.Storage.Levels = append(resp.Storage.Levels, &kvpb.LevelShape{Level: int32(l.Level), Files: l.Files, Bytes: l.Bytes})
 		}
 	}
-	sort.Slice(resp.Members, func(i, j int) bool { return resp.Members[i].Id < resp.Members[j].Id })
 	if h, ok := n.sm.(systems.StateHasher); ok && req.WithStateHash {
 		sum, applied, err := h.StateHash()
 		if err != nil {

@@ -125,8 +125,10 @@ type Node struct {
 	applied atomic.Uint64
 	// Written by the loop: see updateCompactBound.
 	minFollowerMatch atomic.Uint64
-	// Loop-owned: the membership, for compaction markers.
+	// Loop-owned: the membership, for compaction markers; confPub a copy
+	// for other goroutines (Status). Set both with setConfState.
 	confState raftpb.ConfState
+	confPub   atomic.Pointer[raftpb.ConfState]
 	// leaseUntil (nanoseconds since epoch, monotonic) is when this
 	// leader's read lease ends (Config.LeaseRead); 0: no lease.
 	epoch      time.Time
@@ -171,6 +173,22 @@ type Node struct {
 	ticks        int
 
 	peerAddrs sync.Map // uint64 id -> string client address
+
+	// Membership (membership.go). removed says why this node is no longer
+	// a member (nil while it is one). removedIDs are the members removed by
+	// conf changes this process applied (id -> index), whose peer streams
+	// are refused; internalAddrs the members' internal addresses (id ->
+	// string). Loop-owned: raftApplied, the last index handed to the apply
+	// goroutine (raft's applied index); leaderSince, the last log index
+	// when this node became leader; lastConfIndex, the newest conf change
+	// entry it appended. etcd raft ignores a conf change proposed while
+	// one of those is above raftApplied (membership.go confPending).
+	removed       atomic.Pointer[string]
+	removedIDs    sync.Map
+	internalAddrs sync.Map
+	raftApplied   uint64
+	leaderSince   uint64
+	lastConfIndex uint64
 
 	// fs is the file layer of the log and the state machine (injected
 	// disk faults; a failed fsync stops the node, ENOSPC makes disk
@@ -256,10 +274,7 @@ func Start(cfg Config) (*Node, error) {
 
 // open opens the Raft log and the state machine and creates the RawNode.
 func (n *Node) open() error {
-	voters := make([]uint64, len(n.cfg.Peers))
-	for i := range voters {
-		voters[i] = uint64(i + 1)
-	}
+	voters := n.cfg.bootstrapVoters()
 	lo := raftlog.DefaultOptions(n.cfg.logDir())
 	lo.SegmentSizeBytes = n.cfg.SegmentSizeBytes
 	lo.EntryCacheBytes = n.cfg.EntryCacheBytes
@@ -277,11 +292,7 @@ func (n *Node) open() error {
 	segs := l.Segments()
 	n.logger.Info("raft log open", "segments", len(segs), "duration", time.Since(began).Round(time.Millisecond))
 	hs, cs, _ := l.InitialState()
-	if len(cs.Voters) != len(n.cfg.Peers) {
-		n.logger.Warn("the log's membership differs from -peers; the log wins",
-			"log_voters", cs.Voters, "peers", n.cfg.Peers)
-	}
-	n.confState = cs
+	n.setConfState(cs)
 	if err := cleanSnapshotDir(n.snapDir()); err != nil {
 		return err
 	}
@@ -333,6 +344,10 @@ func (n *Node) open() error {
 		return fmt.Errorf("raft: %w", err)
 	}
 	n.rn = rn
+	n.raftApplied = applied
+	if err := n.openMembership(applied); err != nil {
+		return err
+	}
 	n.term.Store(hs.Term)
 	n.commit.Store(hs.Commit)
 	return nil
@@ -369,6 +384,7 @@ func (n *Node) listen() error {
 	)...)
 	n.kvServer.RegisterService(kvServiceDesc(), &kvServer{n: n})
 	healthpb.RegisterHealthServer(n.kvServer, n.health)
+	kvpb.RegisterAdminServer(n.kvServer, &adminServer{n: n})
 	if n.cfg.DiskFaults {
 		kvpb.RegisterDiskFaultsServer(n.kvServer, &diskFaultServer{n: n})
 	}
@@ -419,7 +435,7 @@ func unwrapListenErr(err error) error {
 // Shutdown (Stop or a fatal error) it stays NOT_SERVING.
 func (n *Node) setHealth(serving bool) {
 	st := healthpb.HealthCheckResponse_NOT_SERVING
-	if serving {
+	if serving && n.removed.Load() == nil {
 		st = healthpb.HealthCheckResponse_SERVING
 	}
 	n.health.SetServingStatus("", st)
@@ -596,7 +612,8 @@ func (n *Node) step(m raftpb.Message) {
 		// and acknowledgements can no longer be trusted.
 		if last, _ := n.log.LastIndex(); m.Commit > last {
 			n.fail(fmt.Errorf("leader %d says this node acknowledged entries up to %d, but its log ends at %d: "+
-				"acknowledged entries were lost (data directory deleted or truncated?); refusing to continue", m.From, m.Commit, last))
+				"acknowledged entries were lost (data directory deleted or truncated?); refusing to continue: "+
+				"replace this member with a fresh one (nezha cluster replace -cluster DIR -node %d; README, Membership)", m.From, m.Commit, last, n.id))
 			return
 		}
 	}
@@ -671,6 +688,7 @@ func (n *Node) handleReady(rd raft.Ready) error {
 	if !isLeader {
 		n.transport.send(rd.Messages)
 	}
+	n.noteEntries(rd, last)
 	for _, rs := range rd.ReadStates {
 		seq, ok := n.readSeqOf(rs.RequestCtx)
 		if !ok {
@@ -702,29 +720,17 @@ func (n *Node) handleReady(rd raft.Ready) error {
 	return nil
 }
 
+// applyConfChange applies a committed conf change entry to raft and to the
+// node (membership.go noteConfChange); other entries are ignored.
 func (n *Node) applyConfChange(e raftpb.Entry) {
-	var cc raftpb.ConfChangeI
-	switch e.Type {
-	case raftpb.EntryConfChange:
-		var c raftpb.ConfChange
-		if err := c.Unmarshal(e.Data); err != nil {
-			n.logger.Error("undecodable conf change; ignored", "index", e.Index, "err", err)
-			return
-		}
-		cc = c
-	case raftpb.EntryConfChangeV2:
-		var c raftpb.ConfChangeV2
-		if err := c.Unmarshal(e.Data); err != nil {
-			n.logger.Error("undecodable conf change; ignored", "index", e.Index, "err", err)
-			return
-		}
-		cc = c
-	default:
+	cc, ok := decodeConfChange(e, n.logger)
+	if !ok {
 		return
 	}
 	cs := n.rn.ApplyConfChange(cc)
-	n.confState = *cs
+	n.setConfState(*cs)
 	n.logger.Info("applied conf change", "index", e.Index, "conf_state", cs.String())
+	n.noteConfChange(e.Index, cc)
 }
 
 // readCtx is the ReadIndex context of round seq: this node's id and the

@@ -388,12 +388,21 @@ func TestAdmitPeer(t *testing.T) {
 		"other cluster": md(mdCluster, other.clusterID(), mdFrom, "1"),
 		"no cluster":    md(mdFrom, "1"),
 		"itself":        md(mdCluster, c.clusterID(), mdFrom, "2"),
-		"unknown id":    md(mdCluster, c.clusterID(), mdFrom, "9"),
 		"bad id":        md(mdCluster, c.clusterID(), mdFrom, "x"),
 	} {
 		if _, err := n.admitPeer(ctx); status.Code(err) != codes.PermissionDenied {
 			t.Fatalf("%s: %v, want PermissionDenied", name, err)
 		}
+	}
+	// An id -peers does not name may be a member being added (its conf
+	// change tells); a removed member is told so.
+	if id, err := n.admitPeer(md(mdCluster, c.clusterID(), mdFrom, "9")); err != nil || id != 9 {
+		t.Fatalf("new member: %d %v", id, err)
+	}
+	n.removedIDs.Store(uint64(3), uint64(10))
+	if _, err := n.admitPeer(md(mdCluster, c.clusterID(), mdFrom, "3")); status.Code(err) != codes.FailedPrecondition ||
+		!strings.Contains(err.Error(), removedMarker) {
+		t.Fatalf("removed member: %v, want FailedPrecondition saying %q", err, removedMarker)
 	}
 }
 

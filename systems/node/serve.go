@@ -11,6 +11,7 @@ import (
 	"net/http/pprof"
 	"os"
 	"os/signal"
+	"strconv"
 	"strings"
 	"syscall"
 
@@ -47,8 +48,9 @@ func Serve(args []string, reg *systems.Registry, stdout, stderr io.Writer) error
 	cfg := Default()
 	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
 	systemName := fs.String("system", "", "system under test: "+strings.Join(reg.Names(), ", "))
-	peers := fs.String("peers", "", "comma-separated internal (Raft) addresses of all members; the node's id is the position of -internalAddress in it (1-based)")
+	peers := fs.String("peers", "", "comma-separated internal (Raft) addresses of all members; the node's id is the position of -internalAddress in it (1-based), or each entry is ID=host:port")
 	dialPeers := fs.String("dialPeers", "", "comma-separated addresses to dial for each member, in -peers order (default -peers; fault injection puts proxies here)")
+	bootstrapVoters := fs.String("bootstrapVoters", "", "comma-separated ids of the voters a new, empty log starts with (default: every member of -peers); a node joining a running cluster gets its leader's (nezha cluster add sets it)")
 	fs.StringVar(&cfg.Address, "address", "", "client API address host:port")
 	fs.StringVar(&cfg.InternalAddress, "internalAddress", "", "Raft peer address host:port (must appear in -peers)")
 	fs.StringVar(&cfg.EtcdAddress, "etcdAddress", "", "also serve etcd v3's KV API (etcdctl, etcd's benchmark tool) on host:port; port 0: a free port, logged as etcd_address (default off)")
@@ -95,6 +97,14 @@ func Serve(args []string, reg *systems.Registry, stdout, stderr io.Writer) error
 	cfg.DialPeers = systems.SplitList(*dialPeers)
 	// Flag problems are reported together, with those Validate finds.
 	var errs []error
+	for _, v := range systems.SplitList(*bootstrapVoters) {
+		id, err := strconv.ParseUint(v, 10, 64)
+		if err != nil || id == 0 {
+			errs = append(errs, systems.Usagef("-bootstrapVoters %q: %q is not a positive id", *bootstrapVoters, v))
+			continue
+		}
+		cfg.BootstrapVoters = append(cfg.BootstrapVoters, id)
+	}
 	var level slog.Level
 	if err := level.UnmarshalText([]byte(*logLevel)); err != nil {
 		errs = append(errs, systems.Usagef("-logLevel %q: %v", *logLevel, err))

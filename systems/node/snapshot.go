@@ -268,7 +268,11 @@ func (n *Node) installSnapshot(snap raftpb.Snapshot) error {
 	n.sessions = sessions.clone()
 	pruneSessionFiles(n.sessionDir(), md.Index)
 	os.Remove(sessPath)
-	n.confState = md.ConfState
+	n.setConfState(md.ConfState)
+	n.raftApplied = md.Index
+	if !isMember(md.ConfState, n.id) {
+		n.markRemoved(fmt.Sprintf("the snapshot at index %d does not name this node as a member", md.Index))
+	}
 	n.applied.Store(md.Index)
 	n.appliedWait.trigger(md.Index)
 	os.Remove(path)

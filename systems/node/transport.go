@@ -5,9 +5,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -47,6 +49,7 @@ const (
 type transport struct {
 	n      *Node
 	server *grpc.Server
+	mu     sync.Mutex // guards peers (the Ready loop adds and removes them)
 	peers  map[uint64]*peer
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -60,6 +63,9 @@ type peer struct {
 	msgc         chan raftpb.Message
 	conn         *grpc.ClientConn
 	snapshotting atomic.Bool // one snapshot in flight per peer
+	// ctx ends when the peer is removed or the transport stops.
+	ctx    context.Context
+	cancel context.CancelFunc
 }
 
 func maxMsgBytes(n *Node) int { return 2*n.cfg.MaxValueBytes + maxBatchBytes + (1 << 20) }
@@ -81,42 +87,81 @@ func newTransport(n *Node, lis net.Listener) *transport {
 			n.fail(err)
 		}
 	}()
-	for i := range n.cfg.Peers {
-		id := uint64(i + 1)
-		if id == n.id {
-			continue
+	ids, _, _ := n.cfg.members()
+	for _, id := range ids {
+		if id != n.id && isMember(n.confState, id) {
+			t.addPeer(id, n.dialAddress(id))
 		}
-		addr := n.cfg.dialAddress(id)
-		conn, err := grpc.NewClient(addr,
-			grpc.WithTransportCredentials(insecure.NewCredentials()),
-			grpc.WithDefaultCallOptions(grpc.MaxCallSendMsgSize(maxMsgBytes(n)), grpc.ForceCodecV2(t.codec)),
-			experimental.WithBufferPool(t.codec.Pool),
-			grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: time.Second, Timeout: 2 * time.Second, PermitWithoutStream: true}),
-			// Reconnect within a second of a peer's restart (gRPC's default
-			// backoff grows to two minutes).
-			grpc.WithConnectParams(grpc.ConnectParams{
-				Backoff:           backoff.Config{BaseDelay: 50 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: time.Second},
-				MinConnectTimeout: time.Second,
-			}),
-		)
-		if err != nil {
-			// NewClient only fails on a malformed target; Validate accepted it.
-			n.logger.Error("peer address unusable", "peer", id, "address", addr, "err", err)
-			continue
+	}
+	for _, id := range append(slices.Clone(n.confState.Voters), n.confState.Learners...) {
+		if id != n.id && !slices.Contains(ids, id) {
+			// A member -peers does not name: its address came with its
+			// conf change.
+			if addr := n.dialAddress(id); addr != "" {
+				t.addPeer(id, addr)
+			} else {
+				n.logger.Error("a member's address is unknown (not in -peers): this node cannot reach it", "member", id)
+			}
 		}
-		p := &peer{id: id, addr: addr, msgc: make(chan raftpb.Message, peerQueue), conn: conn}
-		t.peers[id] = p
-		t.wg.Add(1)
-		go t.runPeer(p)
 	}
 	return t
+}
+
+// addPeer starts streaming to member id at addr (no-op if it has a
+// stream).
+func (t *transport) addPeer(id uint64, addr string) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if _, ok := t.peers[id]; ok || t.ctx.Err() != nil {
+		return
+	}
+	n := t.n
+	conn, err := grpc.NewClient(addr,
+		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithDefaultCallOptions(grpc.MaxCallSendMsgSize(maxMsgBytes(n)), grpc.ForceCodecV2(t.codec)),
+		experimental.WithBufferPool(t.codec.Pool),
+		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: time.Second, Timeout: 2 * time.Second, PermitWithoutStream: true}),
+		// Reconnect within a second of a peer's restart (gRPC's default
+		// backoff grows to two minutes).
+		grpc.WithConnectParams(grpc.ConnectParams{
+			Backoff:           backoff.Config{BaseDelay: 50 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: time.Second},
+			MinConnectTimeout: time.Second,
+		}),
+	)
+	if err != nil {
+		// NewClient only fails on a malformed target.
+		n.logger.Error("peer address unusable", "peer", id, "address", addr, "err", err)
+		return
+	}
+	ctx, cancel := context.WithCancel(t.ctx)
+	p := &peer{id: id, addr: addr, msgc: make(chan raftpb.Message, peerQueue), conn: conn, ctx: ctx, cancel: cancel}
+	t.peers[id] = p
+	t.wg.Add(1)
+	go t.runPeer(p)
+}
+
+// removePeer stops streaming to member id.
+func (t *transport) removePeer(id uint64) {
+	t.mu.Lock()
+	p := t.peers[id]
+	delete(t.peers, id)
+	t.mu.Unlock()
+	if p != nil {
+		p.cancel()
+	}
+}
+
+func (t *transport) peer(id uint64) *peer {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.peers[id]
 }
 
 // send queues messages for their peers without blocking. A message to a
 // peer whose queue is full is dropped and the peer reported unreachable.
 func (t *transport) send(msgs []raftpb.Message) {
 	for _, m := range msgs {
-		p := t.peers[m.To]
+		p := t.peer(m.To)
 		if p == nil {
 			continue
 		}
@@ -148,17 +193,25 @@ func (t *transport) reportUnreachable(id uint64) {
 // runPeer keeps a stream to p open and writes batches to it.
 func (t *transport) runPeer(p *peer) {
 	defer t.wg.Done()
+	defer p.conn.Close()
 	md := t.n.outgoingMD()
 	backoff := 50 * time.Millisecond
-	for t.ctx.Err() == nil {
-		ctx, cancel := context.WithCancel(metadata.NewOutgoingContext(t.ctx, md))
+	for p.ctx.Err() == nil {
+		ctx, cancel := context.WithCancel(metadata.NewOutgoingContext(p.ctx, md))
 		stream, err := p.conn.NewStream(ctx, &kvpb.Raft_ServiceDesc.Streams[0], kvpb.Raft_Stream_FullMethodName)
 		if err == nil {
 			err = t.pump(p, stream)
+			if errors.Is(err, io.EOF) {
+				// The server ended the stream: its status says why.
+				err = stream.RecvMsg(&kvpb.StreamAck{})
+			}
 		}
 		cancel()
-		if t.ctx.Err() != nil {
+		if p.ctx.Err() != nil {
 			return
+		}
+		if st, ok := status.FromError(err); ok && st.Code() == codes.FailedPrecondition && strings.Contains(st.Message(), removedMarker) {
+			t.n.markRemoved(fmt.Sprintf("member %d refuses this node's Raft messages: %s", p.id, st.Message()))
 		}
 		t.n.logger.Debug("peer stream broken", "peer", p.id, "err", err)
 		t.reportUnreachable(p.id)
@@ -168,7 +221,7 @@ func (t *transport) runPeer(p *peer) {
 		}
 		select {
 		case <-time.After(backoff):
-		case <-t.ctx.Done():
+		case <-p.ctx.Done():
 			return
 		}
 		if backoff < time.Second {
@@ -186,8 +239,8 @@ func (t *transport) pump(p *peer, stream grpc.ClientStream) error {
 		var m raftpb.Message
 		select {
 		case m = <-p.msgc:
-		case <-t.ctx.Done():
-			return t.ctx.Err()
+		case <-p.ctx.Done():
+			return p.ctx.Err()
 		}
 		clear(batch.msgs)
 		batch.msgs = batch.msgs[:0]
@@ -216,9 +269,6 @@ func (t *transport) stop() {
 		t.server.Stop()
 	}
 	t.wg.Wait()
-	for _, p := range t.peers {
-		p.conn.Close()
-	}
 }
 
 // raftServer receives streams from peers.
@@ -238,6 +288,10 @@ func (s *raftServer) Stream(stream grpc.ClientStreamingServer[kvpb.MessageBatch,
 		batch.msgs = batch.msgs[:0]
 		if err := stream.RecvMsg(&batch); err != nil {
 			return err
+		}
+		if at, ok := n.removedIDs.Load(from); ok {
+			// Removed while its stream was open.
+			return status.Errorf(codes.FailedPrecondition, "node %d %s %s at index %d", from, removedMarker, n.cfg.clusterID(), at)
 		}
 		for _, m := range batch.msgs {
 			if m.From != from || m.To != n.id {
@@ -274,9 +328,13 @@ func (n *Node) admitPeer(ctx context.Context) (uint64, error) {
 		return 0, status.Errorf(codes.PermissionDenied, "no sender id")
 	}
 	id, err := strconv.ParseUint(from[0], 10, 64)
-	if err != nil || id == 0 || id == n.id || id > uint64(len(n.cfg.Peers)) {
+	if err != nil || id == 0 || id == n.id {
 		n.logger.Warn("refused a peer stream with a bad sender id", "from", from[0])
 		return 0, status.Errorf(codes.PermissionDenied, "bad sender id %q", from[0])
+	}
+	if at, ok := n.removedIDs.Load(id); ok {
+		// Tell a removed member, which may not have applied its removal.
+		return 0, status.Errorf(codes.FailedPrecondition, "node %d %s %s at index %d", id, removedMarker, n.cfg.clusterID(), at)
 	}
 	if len(addr) == 1 {
 		n.peerAddrs.Store(id, addr[0])

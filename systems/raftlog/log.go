@@ -477,6 +477,23 @@ func (l *Log) InitialState() (raftpb.HardState, raftpb.ConfState, error) {
 	return l.hs, l.snap.ConfState, nil
 }
 
+// ConfChangeIndexes returns the indexes of the conf change entries in
+// [lo, hi] still in the log, in order, from the in-memory index (no read).
+// A node replays them over InitialState's membership (the compaction
+// point's) up to its applied index at open: raft does not.
+func (l *Log) ConfChangeIndexes(lo, hi uint64) []uint64 {
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	lo, hi = max(lo, l.first), min(hi, l.lastIndex())
+	var out []uint64
+	for i := lo; i <= hi && i >= l.first; i++ {
+		if k := l.metas[i-l.first].kind; k == kindEntryConfChange || k == kindEntryConfChangeV2 {
+			out = append(out, i)
+		}
+	}
+	return out
+}
+
 // HardState returns the last persisted HardState.
 func (l *Log) HardState() raftpb.HardState {
 	l.mu.RLock()

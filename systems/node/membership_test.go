@@ -1,0 +1,277 @@
+package node
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"go.etcd.io/raft/v3/raftpb"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/nezha-harness/nezha/systems/client"
+	"github.com/nezha-harness/nezha/systems/kvpb"
+)
+
+// addNode starts a new node with id that joins tc's cluster (not yet a
+// member: the leader's AddMember makes it one) and returns its index.
+func (tc *testCluster) addNode(t *testing.T, id uint64, bootstrap []uint64) int {
+	t.Helper()
+	addrs := freeAddrs(t, 2)
+	c := tc.cfgs[0]
+	c.Address, c.InternalAddress = addrs[0], addrs[1]
+	c.DataDir = t.TempDir()
+	c.CampaignOnBoot = false
+	c.ClusterID = tc.cfgs[0].clusterID()
+	c.BootstrapVoters = bootstrap
+	c.Peers = nil
+	for _, o := range tc.cfgs {
+		c.Peers = append(c.Peers, fmt.Sprintf("%d=%s", o.ID(), o.InternalAddress))
+	}
+	c.Peers = append(c.Peers, fmt.Sprintf("%d=%s", id, c.InternalAddress))
+	tc.cfgs = append(tc.cfgs, c)
+	tc.nodes = append(tc.nodes, nil)
+	tc.start(len(tc.nodes) - 1)
+	return len(tc.nodes) - 1
+}
+
+func (tc *testCluster) admin(i int) *adminServer { return &adminServer{n: tc.nodes[i]} }
+
+func ctxFor(d time.Duration) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.Background(), d)
+}
+
+// wantCode fails unless err is a status with code and a message holding
+// each of parts.
+func wantCode(t *testing.T, what string, err error, code codes.Code, parts ...string) {
+	t.Helper()
+	st, _ := status.FromError(err)
+	if err == nil || st.Code() != code {
+		t.Fatalf("%s: got %v, want %v", what, err, code)
+	}
+	for _, p := range parts {
+		if !strings.Contains(st.Message(), p) {
+			t.Fatalf("%s: %q does not say %q", what, st.Message(), p)
+		}
+	}
+}
+
+func voters(r *kvpb.MembershipResponse) (vs, ls []uint64) {
+	for _, m := range r.Members {
+		if m.Learner {
+			ls = append(ls, m.Id)
+		} else {
+			vs = append(vs, m.Id)
+		}
+	}
+	return vs, ls
+}
+
+// checkServes reads every acknowledged write from node i alone
+// (linearizable reads).
+func (tc *testCluster) checkServes(t *testing.T, i int, acked map[string]string) {
+	t.Helper()
+	c, err := client.New(client.DefaultConfig(tc.cfgs[i].Address))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	ctx, cancel := ctxFor(20 * time.Second)
+	defer cancel()
+	for k, want := range acked {
+		v, ok, err := c.Get(ctx, []byte(k))
+		if err != nil || !ok || string(v) != want {
+			t.Fatalf("node %d: %s = %q (found %v, err %v), want %q", tc.nodes[i].id, k, v, ok, err, want)
+		}
+	}
+}
+
+// waitRemoved waits until node i refuses writes as a removed member.
+func (tc *testCluster) waitRemoved(t *testing.T, i int) {
+	t.Helper()
+	ks := &kvServer{n: tc.nodes[i]}
+	var last error
+	waitFor(t, 10*time.Second, "the removed node refuses writes", func() bool {
+		ctx, cancel := ctxFor(time.Second)
+		defer cancel()
+		_, last = ks.Put(ctx, &kvpb.PutRequest{Key: []byte("removed"), Value: []byte("x")})
+		return status.Code(last) == codes.Aborted && strings.Contains(last.Error(), removedMarker)
+	})
+}
+
+// A learner joins a 3-node cluster under writes, is promoted and serves
+// every acknowledged write; a follower and then the leader are removed;
+// leadership moves on request.
+func TestMembershipChange(t *testing.T) {
+	tc := startCluster(t, 3)
+	c := tc.client(t)
+	ctx, cancel := ctxFor(60 * time.Second)
+	defer cancel()
+	var mu sync.Mutex
+	acked := map[string]string{}
+	put := func(prefix string, from, to int) {
+		for i := from; i < to; i++ {
+			k, v := fmt.Sprintf("%s%03d", prefix, i), fmt.Sprintf("v%d", i)
+			if _, err := c.Put(ctx, []byte(k), []byte(v)); err != nil {
+				t.Errorf("put %s: %v", k, err)
+				return
+			}
+			mu.Lock()
+			acked[k] = v
+			mu.Unlock()
+		}
+	}
+	put("a", 0, 20)
+	l := tc.waitLeader(10 * time.Second)
+	follower := (l + 1) % 3
+	_, err := tc.admin(follower).AddMember(ctx, &kvpb.AddMemberRequest{Id: 4, InternalAddress: "127.0.0.1:1"})
+	wantCode(t, "add on a follower", err, codes.FailedPrecondition, "is not the leader")
+
+	ml, err := tc.admin(l).MemberList(ctx, &kvpb.MemberListRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	i4 := tc.addNode(t, 4, ml.BootstrapVoters)
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() { defer wg.Done(); put("b", 0, 20) }()
+	r, err := tc.admin(l).AddMember(ctx, &kvpb.AddMemberRequest{Id: 4, InternalAddress: tc.cfgs[i4].InternalAddress, Address: tc.cfgs[i4].Address})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if vs, ls := voters(r); len(vs) != 3 || len(ls) != 1 || ls[0] != 4 {
+		t.Fatalf("after AddMember: voters %v learners %v", vs, ls)
+	}
+	wg.Wait()
+	r, err = tc.admin(l).PromoteMember(ctx, &kvpb.PromoteMemberRequest{Id: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if vs, ls := voters(r); len(vs) != 4 || len(ls) != 0 {
+		t.Fatalf("after PromoteMember: voters %v learners %v", vs, ls)
+	}
+	put("c", 0, 10)
+	tc.checkServes(t, i4, acked)
+
+	// Remove a follower: it learns and refuses writes, saying why.
+	r, err = tc.admin(l).RemoveMember(ctx, &kvpb.RemoveMemberRequest{Id: tc.nodes[follower].id})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if vs, _ := voters(r); len(vs) != 3 {
+		t.Fatalf("after removing a follower: voters %v", vs)
+	}
+	tc.waitRemoved(t, follower)
+	put("d", 0, 10)
+
+	// Transfer the leadership to the new node.
+	if _, err := tc.admin(l).TransferLeader(ctx, &kvpb.TransferLeaderRequest{Id: 4}); err != nil {
+		t.Fatal(err)
+	}
+	if got := tc.nodes[i4].lead.Load(); got != 4 {
+		t.Fatalf("leader after transfer: %d, want 4", got)
+	}
+
+	// Remove the leader: it hands over first, then the new leader removes it.
+	_, err = tc.admin(i4).RemoveMember(ctx, &kvpb.RemoveMemberRequest{Id: 4})
+	wantCode(t, "the leader removing itself", err, codes.Unavailable, "leadership transferred")
+	nl := -1
+	waitFor(t, 10*time.Second, "a new leader", func() bool {
+		for i, nd := range tc.nodes {
+			if i != i4 && i != follower && nd.lead.Load() == nd.id {
+				nl = i
+				return true
+			}
+		}
+		return false
+	})
+	r, err = tc.admin(nl).RemoveMember(ctx, &kvpb.RemoveMemberRequest{Id: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if vs, _ := voters(r); len(vs) != 2 {
+		t.Fatalf("after removing the old leader: voters %v", vs)
+	}
+	tc.waitRemoved(t, i4)
+	put("e", 0, 10)
+	// Status, which clients learn members from, lists the current ones.
+	st, err := (&kvServer{n: tc.nodes[nl]}).Status(ctx, &kvpb.StatusRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ids []uint64
+	for _, m := range st.Members {
+		ids = append(ids, m.Id)
+		if m.Address == "" || m.InternalAddress == "" {
+			t.Errorf("status member %d without addresses: %v", m.Id, m)
+		}
+	}
+	if len(ids) != 2 || slices.Contains(ids, 4) || slices.Contains(ids, tc.nodes[follower].id) {
+		t.Fatalf("status members %v, want the two remaining", ids)
+	}
+	for i := range tc.nodes {
+		if i != i4 && i != follower {
+			tc.checkServes(t, i, acked)
+		}
+	}
+}
+
+// Bad membership requests get clear errors, and a second change proposed
+// before the first is applied is refused rather than silently dropped.
+func TestMembershipBadInput(t *testing.T) {
+	tc := startCluster(t, 1)
+	l := tc.waitLeader(10 * time.Second)
+	adm := tc.admin(l)
+	ctx, cancel := ctxFor(30 * time.Second)
+	defer cancel()
+	_, err := adm.RemoveMember(ctx, &kvpb.RemoveMemberRequest{Id: 1})
+	wantCode(t, "remove the last voter", err, codes.InvalidArgument, "last voter")
+	_, err = adm.AddMember(ctx, &kvpb.AddMemberRequest{Id: 2, InternalAddress: tc.cfgs[0].InternalAddress})
+	wantCode(t, "add a member's address", err, codes.InvalidArgument, "already member 1's")
+	_, err = adm.AddMember(ctx, &kvpb.AddMemberRequest{Id: 1, InternalAddress: "127.0.0.1:1"})
+	wantCode(t, "add a member's id", err, codes.InvalidArgument, "already a member")
+	_, err = adm.AddMember(ctx, &kvpb.AddMemberRequest{Id: 0, InternalAddress: "127.0.0.1:1"})
+	wantCode(t, "add id 0", err, codes.InvalidArgument)
+	_, err = adm.RemoveMember(ctx, &kvpb.RemoveMemberRequest{Id: 9})
+	wantCode(t, "remove a stranger", err, codes.InvalidArgument, "not a member")
+	_, err = adm.TransferLeader(ctx, &kvpb.TransferLeaderRequest{Id: 9})
+	wantCode(t, "transfer to a stranger", err, codes.InvalidArgument, "not a voter")
+	_, err = adm.PromoteMember(ctx, &kvpb.PromoteMemberRequest{Id: 9})
+	wantCode(t, "promote a stranger", err, codes.InvalidArgument, "not a learner")
+
+	// Two changes at once: the second is refused while the first is
+	// unapplied (both proposed in one turn of the Ready loop, so the first
+	// cannot have applied).
+	n := tc.nodes[l]
+	first := raftpb.ConfChangeV2{Changes: []raftpb.ConfChangeSingle{{Type: raftpb.ConfChangeAddLearnerNode, NodeID: 7}},
+		Context: []byte(`{"id":7,"internal_address":"127.0.0.1:1"}`)}
+	second := raftpb.ConfChangeV2{Changes: []raftpb.ConfChangeSingle{{Type: raftpb.ConfChangeAddLearnerNode, NodeID: 8}}}
+	var errFirst, errSecond error
+	if err := n.inLoop(ctx, func() error {
+		errFirst = n.proposeConfChangeInLoop(n.nextRequestID(), first)
+		errSecond = n.proposeConfChangeInLoop(n.nextRequestID(), second)
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if errFirst != nil {
+		t.Fatalf("first change: %v", errFirst)
+	}
+	wantCode(t, "a second change at once", errSecond, codes.FailedPrecondition, "not applied yet", "one change at a time")
+	// Once the first applies, the next change is taken.
+	var r *kvpb.MembershipResponse
+	waitFor(t, 10*time.Second, "learner 7 listed", func() bool {
+		r, err = adm.MemberList(ctx, &kvpb.MemberListRequest{})
+		_, ls := voters(r)
+		return err == nil && len(ls) == 1 && ls[0] == 7
+	})
+	if _, err := adm.RemoveMember(ctx, &kvpb.RemoveMemberRequest{Id: 7}); err != nil {
+		t.Fatal(err)
+	}
+	_, err = adm.AddMember(ctx, &kvpb.AddMemberRequest{Id: 7, InternalAddress: "127.0.0.1:2"})
+	wantCode(t, "re-add a removed id", err, codes.InvalidArgument, "never reused")
+}
