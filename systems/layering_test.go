@@ -7,7 +7,7 @@ import (
 )
 
 // TestLayering enforces ARCHITECTURE.md section 2: systems depends on no concrete
-// system and no tool; nezha and baseline never import each other; the
+// system and no tool; nezha, baseline and dwisckey never import each other; the
 // traffic, fault and validation packages never import a concrete system;
 // plots draw from saved results only.
 func TestLayering(t *testing.T) {
@@ -20,14 +20,15 @@ func TestLayering(t *testing.T) {
 		pkg       string   // package path prefix (below the module)
 		forbidden []string // import path prefixes (below the module)
 	}{
-		{"systems", []string{"nezha", "baseline", "workloads", "ycsb", "linearizability", "faults", "plots", "experiments"}},
-		{"nezha", []string{"baseline", "workloads", "ycsb", "linearizability", "faults", "plots", "experiments"}},
-		{"baseline", []string{"nezha", "workloads", "ycsb", "linearizability", "faults", "plots", "experiments"}},
-		{"workloads", []string{"nezha", "baseline", "experiments"}},
-		{"ycsb", []string{"nezha", "baseline", "experiments"}},
-		{"faults", []string{"nezha", "baseline", "experiments"}},
-		{"linearizability", []string{"nezha", "baseline", "experiments"}},
-		{"plots", []string{"nezha", "baseline", "systems/node", "systems/cluster", "systems/client", "experiments"}},
+		{"systems", []string{"nezha", "baseline", "dwisckey", "workloads", "ycsb", "linearizability", "faults", "plots", "experiments"}},
+		{"nezha", []string{"baseline", "dwisckey", "workloads", "ycsb", "linearizability", "faults", "plots", "experiments"}},
+		{"baseline", []string{"nezha", "dwisckey", "workloads", "ycsb", "linearizability", "faults", "plots", "experiments"}},
+		{"dwisckey", []string{"nezha", "baseline", "workloads", "ycsb", "linearizability", "faults", "plots", "experiments"}},
+		{"workloads", []string{"nezha", "baseline", "dwisckey", "experiments"}},
+		{"ycsb", []string{"nezha", "baseline", "dwisckey", "experiments"}},
+		{"faults", []string{"nezha", "baseline", "dwisckey", "experiments"}},
+		{"linearizability", []string{"nezha", "baseline", "dwisckey", "experiments"}},
+		{"plots", []string{"nezha", "baseline", "dwisckey", "systems/node", "systems/cluster", "systems/client", "experiments"}},
 	}
 	checked := 0
 	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {

@@ -178,6 +178,10 @@ type System struct {
 	// Reference marks the baseline that ratios are taken against
 	// (original); at most one system of a registry has it.
 	Reference bool
+	// Optional systems are registered (serve, -systems, the conformance
+	// suite) but left out of the role lists (ByRole), so that experiments
+	// run them only when named: their time budgets count the others.
+	Optional bool
 	// LogDir is the name of the Raft log directory under -data: "valuelog"
 	// for systems whose log is their value store, "raftlog" otherwise.
 	LogDir string
@@ -274,11 +278,11 @@ func (r *Registry) Systems() []System {
 
 // ByRole returns the names of the systems with one of roles, in
 // registration order (e.g. the experiments' default list is
-// ByRole(RoleStudied, RoleBaseline)).
+// ByRole(RoleStudied, RoleBaseline)); Optional systems are left out.
 func (r *Registry) ByRole(roles ...Role) []string {
 	var out []string
 	for _, n := range r.order {
-		if slices.Contains(roles, r.systems[n].Role) {
+		if s := r.systems[n]; slices.Contains(roles, s.Role) && !s.Optional {
 			out = append(out, n)
 		}
 	}

@@ -14,6 +14,7 @@ type SystemInfo struct {
 	Name        string        `json:"name"`
 	Role        Role          `json:"role"`
 	Reference   bool          `json:"reference,omitempty"`
+	Optional    bool          `json:"optional,omitempty"`
 	Summary     string        `json:"summary"`
 	Conformance []Conformance `json:"conformance"`
 }
@@ -33,7 +34,7 @@ func SystemsCommand(args []string, reg *Registry, stdout io.Writer) error {
 	}
 	var infos []SystemInfo
 	for _, s := range reg.Systems() {
-		infos = append(infos, SystemInfo{Name: s.Name, Role: s.Role, Reference: s.Reference, Summary: s.Summary, Conformance: s.Conformances()})
+		infos = append(infos, SystemInfo{Name: s.Name, Role: s.Role, Reference: s.Reference, Optional: s.Optional, Summary: s.Summary, Conformance: s.Conformances()})
 	}
 	if *asJSON {
 		enc := json.NewEncoder(stdout)
@@ -46,6 +47,9 @@ func SystemsCommand(args []string, reg *Registry, stdout io.Writer) error {
 		role := string(in.Role)
 		if in.Reference {
 			role += " (reference)"
+		}
+		if in.Optional {
+			role += " (optional)"
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\n", in.Name, role, in.Summary)
 	}

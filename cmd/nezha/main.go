@@ -10,6 +10,7 @@ import (
 	"os"
 
 	"github.com/nezha-harness/nezha/baseline"
+	"github.com/nezha-harness/nezha/dwisckey"
 	"github.com/nezha-harness/nezha/experiments"
 	"github.com/nezha-harness/nezha/linearizability"
 	"github.com/nezha-harness/nezha/nezha"
@@ -44,7 +45,8 @@ Run 'nezha <command> -h' for the flags of a command.
 func main() { os.Exit(run(os.Args[1:], os.Stdout, os.Stderr)) }
 
 func run(args []string, stdout, stderr io.Writer) int {
-	reg, err := systems.NewRegistry(nezha.Nezha(), nezha.NezhaNoGC(), baseline.Original(), baseline.PASV(), baseline.BlobDB())
+	reg, err := systems.NewRegistry(nezha.Nezha(), nezha.NezhaNoGC(), baseline.Original(), baseline.PASV(), baseline.BlobDB(),
+		dwisckey.System())
 	if err != nil {
 		fmt.Fprintln(stderr, "nezha:", err)
 		return 1
