@@ -3,7 +3,6 @@ package experiments
 import (
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"math"
@@ -102,31 +101,28 @@ type Comparison struct {
 	Regressed bool
 }
 
-const compareUsage = `usage: nezha experiment compare DIR_A DIR_B [-metric REGEX] [-threshold PCT]
-  compares each experiment's result.json in two results directories: a Markdown table per experiment
-  of every metric per system, A, B, the change and the spread; exit 1 if a selected metric got worse
-  in B by more than the threshold, 2 on bad arguments`
+// CompareRequest is one `nezha experiment compare`.
+type CompareRequest struct {
+	// Dirs are the two results directories, A (before) and B (after).
+	Dirs []string
+	// Metric is a regular expression over experiment/metric selecting the
+	// metrics that gate the result; "": every ranked metric.
+	Metric string
+	// ThresholdPct is the percent change of a selected metric, in its
+	// worse direction, that counts as a regression (>= 0; the command's
+	// default is DefaultCompareThresholdPct).
+	ThresholdPct float64
+	// Systems are the known system names (metric keys end in /SYSTEM).
+	Systems []string
+}
 
-// compareCommand is `nezha experiment compare DIR_A DIR_B [-metric REGEX] [-threshold PCT]`.
-func compareCommand(args []string, known []string, stdout io.Writer) error {
-	fs := flag.NewFlagSet("experiment compare", flag.ContinueOnError)
-	metric := fs.String("metric", "", "regular expression over experiment/metric (e.g. 'put-scale/put_headline/'); the metrics that gate the exit status (default: every ranked metric)")
-	threshold := fs.Float64("threshold", DefaultCompareThresholdPct, "percent change of a selected metric, in its worse direction, that counts as a regression")
-	var dirs []string
-	rest := args
-	for {
-		if err := systems.ParseFlags(fs, rest, stdout); err != nil {
-			if errors.Is(err, systems.ErrHelp) {
-				fmt.Fprintln(stdout, compareUsage)
-			}
-			return err
-		}
-		if fs.NArg() == 0 {
-			break
-		}
-		dirs = append(dirs, fs.Arg(0))
-		rest = fs.Args()[1:]
-	}
+// CompareDirs reads both sides of r, writes the Markdown comparison
+// (WriteComparison) to w, and fails if a selected metric regressed beyond
+// the threshold (an ordinary error: exit 1). Bad requests (not two
+// readable results directories, a bad threshold or regular expression, a
+// Metric that selects nothing) are one-line *systems.UsageError.
+func CompareDirs(w io.Writer, r CompareRequest) error {
+	dirs, threshold, metric := r.Dirs, &r.ThresholdPct, &r.Metric
 	var errs []error
 	if len(dirs) != 2 {
 		errs = append(errs, systems.Usagef("want two results directories DIR_A DIR_B, got %d", len(dirs)))
@@ -150,8 +146,8 @@ func compareCommand(args []string, known []string, stdout io.Writer) error {
 	if err := errors.Join(errs...); err != nil {
 		return systems.OneLine("experiment compare", err)
 	}
-	cs := Compare(sides[0], sides[1], CompareOptions{Metric: re, ThresholdPct: *threshold, Systems: known})
-	if err := WriteComparison(stdout, dirs[0], dirs[1], cs, *threshold); err != nil {
+	cs := Compare(sides[0], sides[1], CompareOptions{Metric: re, ThresholdPct: *threshold, Systems: r.Systems})
+	if err := WriteComparison(w, dirs[0], dirs[1], cs, *threshold); err != nil {
 		return err
 	}
 	var bad []string
