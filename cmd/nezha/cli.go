@@ -109,8 +109,17 @@ func noArgs(name string, args []string) error {
 
 // parseInterleaved continues parsing with fs after the first positional
 // argument (ffcli stops there): flags may come before, between or after
-// positional arguments. It returns the positional ones; "--" ends flags.
-func parseInterleaved(fs *flag.FlagSet, args []string) ([]string, error) {
+// positional arguments. It returns the positional ones; "--" ends flags,
+// also when a parse already consumed it.
+func (c *cli) parseInterleaved(fs *flag.FlagSet, args []string) ([]string, error) {
+	// endsFlags: the parse that left rest (a suffix of all) stopped at "--".
+	endsFlags := func(all, rest []string) bool {
+		n := len(all) - len(rest)
+		return n > 0 && all[n-1] == "--"
+	}
+	if endsFlags(c.args, args) {
+		return args, nil
+	}
 	var pos []string
 	for len(args) > 0 {
 		if args[0] == "--" {
@@ -123,16 +132,20 @@ func parseInterleaved(fs *flag.FlagSet, args []string) ([]string, error) {
 		}
 		if err := fs.Parse(args); err != nil {
 			if errors.Is(err, flag.ErrHelp) {
+				c.help.Reset() // ffcli prints the usage for flag.ErrHelp
 				return nil, err
 			}
 			return nil, systems.Usagef("%s: %v", fs.Name(), err)
+		}
+		if endsFlags(args, fs.Args()) {
+			return append(pos, fs.Args()...), nil
 		}
 		args = fs.Args()
 	}
 	return pos, nil
 }
 
-// flagSet reports whether the flag name was given on the command line.
+// flagGiven reports whether the flag name was given on the command line.
 func flagGiven(fs *flag.FlagSet, name string) bool {
 	given := false
 	fs.Visit(func(f *flag.Flag) { given = given || f.Name == name })

@@ -71,7 +71,7 @@ func (c *cli) experimentRun() *ffcli.Command {
 	force := fs.Bool("force", false, "reuse a non-empty -out directory (its content is deleted)")
 	servers := fs.String("servers", "", "use this running cluster (one system, named by -systems; comma-separated host:port) instead of local clusters")
 	return c.command("run", experimentUsage, fs, func(ctx context.Context, args []string) error {
-		names, err := parseInterleaved(fs, args)
+		names, err := c.parseInterleaved(fs, args)
 		if err != nil {
 			return err
 		}
@@ -94,7 +94,7 @@ func (c *cli) experimentCompare() *ffcli.Command {
 	metric := fs.String("metric", "", "regular expression over experiment/metric (e.g. 'put-scale/put_headline/'); the metrics that gate the exit status (default: every ranked metric)")
 	threshold := fs.Float64("threshold", experiments.DefaultCompareThresholdPct, "percent change of a selected metric, in its worse direction, that counts as a regression")
 	return c.command("compare", compareUsage, fs, func(_ context.Context, args []string) error {
-		dirs, err := parseInterleaved(fs, args)
+		dirs, err := c.parseInterleaved(fs, args)
 		if err != nil {
 			return err
 		}

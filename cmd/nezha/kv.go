@@ -46,7 +46,7 @@ func (c *cli) kvSub(sub string, n int) *ffcli.Command {
 	consistency := fs.String("consistency", "linearizable", "read consistency: linearizable or stale")
 	limit := fs.Int("limit", 0, "scan: at most this many keys (0: all)")
 	return c.command(sub, kvUsage, fs, func(ctx context.Context, args []string) error {
-		pos, err := parseInterleaved(fs, args)
+		pos, err := c.parseInterleaved(fs, args)
 		if err != nil {
 			return err
 		}

@@ -166,3 +166,33 @@ func TestServeRefusesBadLogFlags(t *testing.T) {
 		}
 	}
 }
+
+// TestParseInterleaved: flags between and after positional arguments are
+// parsed; "--" makes the rest positional, whether ffcli's parse or a later
+// one met it.
+func TestParseInterleaved(t *testing.T) {
+	for _, c := range []struct {
+		line    []string // the command line after "kv put"
+		pos     []string
+		timeout string
+	}{
+		{[]string{"a", "b"}, []string{"a", "b"}, "0s"},
+		{[]string{"-timeout", "1s", "a", "b"}, []string{"a", "b"}, "1s"},
+		{[]string{"a", "-timeout", "1s", "b"}, []string{"a", "b"}, "1s"},
+		{[]string{"a", "b", "-timeout", "1s"}, []string{"a", "b"}, "1s"},
+		{[]string{"--", "-timeout", "b"}, []string{"-timeout", "b"}, "0s"},
+		{[]string{"a", "--", "-timeout"}, []string{"a", "-timeout"}, "0s"},
+		{[]string{"a", "-timeout", "1s", "--", "-b", "-c"}, []string{"a", "-b", "-c"}, "1s"},
+	} {
+		c0 := &cli{args: append([]string{"kv", "put"}, c.line...)}
+		fs := c0.flagSet("kv put")
+		timeout := fs.Duration("timeout", 0, "")
+		if err := fs.Parse(c.line); err != nil { // as ffcli does first
+			t.Fatal(err)
+		}
+		pos, err := c0.parseInterleaved(fs, fs.Args())
+		if err != nil || strings.Join(pos, " ") != strings.Join(c.pos, " ") || timeout.String() != c.timeout {
+			t.Errorf("%q: positional %q, -timeout %v, %v; want %q, %s", c.line, pos, timeout, err, c.pos, c.timeout)
+		}
+	}
+}
