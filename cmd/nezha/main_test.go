@@ -86,6 +86,9 @@ func TestTopLevel(t *testing.T) {
 		t.Errorf("no arguments: exit %d, stderr %q", code, stderr)
 	}
 	wantUsage(t, `unknown command "frobnicate"`, "frobnicate")
+	wantUsage(t, `unknown command "-x"`, "-x", "serve")
+	wantUsage(t, `unknown command "SERVE"`, "SERVE")
+	wantUsage(t, `unknown command "Put"`, "kv", "Put", "k", "v")
 	for _, c := range []struct{ args []string }{{[]string{"kv", "help"}}, {[]string{"bench", "help"}}, {[]string{"experiment", "help"}}} {
 		if code, stdout, _ := runNezha(t, c.args...); code != 0 || !strings.HasPrefix(stdout, "usage: nezha") {
 			t.Errorf("%v: exit %d, stdout %q", c.args, code, stdout)

@@ -57,9 +57,15 @@ func (c *cli) run(ctx context.Context, args []string) error {
 	if c.early != nil {
 		return c.early
 	}
+	if err := exactNames(root, args); err != nil {
+		return err
+	}
 	if err := root.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return err
+		}
+		if c.failed == "nezha" { // a flag where the command belongs
+			return systems.Usagef("unknown command %q (run 'nezha help')", args[0])
 		}
 		if inner := errors.Unwrap(err); inner != nil {
 			err = inner // ff wraps the flag package's error
@@ -68,4 +74,26 @@ func (c *cli) run(ctx context.Context, args []string) error {
 	}
 	c.help.Reset()
 	return root.Run(ctx)
+}
+
+// exactNames refuses a command or subcommand name spelt in another case:
+// ffcli matches names case-insensitively, the binary never did. Groups
+// have no flags of their own, so names are the leading arguments.
+func exactNames(cmd *ffcli.Command, args []string) error {
+	for _, a := range args {
+		var next *ffcli.Command
+		for _, sub := range cmd.Subcommands {
+			if strings.EqualFold(sub.Name, a) {
+				next = sub
+			}
+		}
+		if next == nil {
+			return nil
+		}
+		if next.Name != a {
+			return systems.Usagef("unknown command %q (commands are lower case; run 'nezha help')", a)
+		}
+		cmd = next
+	}
+	return nil
 }
