@@ -61,32 +61,26 @@ type RunRequest struct {
 	Out io.Writer
 }
 
-// RunAndReport checks r (every problem at once, as one *systems.UsageError,
-// before anything is deleted or started), runs the experiments with
-// Execute, and writes config.json, report-info.json and report.md into the
-// results directory. It fails if an experiment reported failures or ctx
-// was cancelled (the partial results stay).
-func RunAndReport(ctx context.Context, reg *systems.Registry, r RunRequest) error {
-	known := reg.Names()
-	stdout := r.Out
-	names, args := r.Names, r.Args
-	if len(names) == 0 {
-		return systems.Usagef("experiment run: name experiments or all (see `nezha experiment list`)")
-	}
-	exps, err := LookupFor(names, r.Profile)
-	if err != nil {
-		return err
-	}
-	profile, err := ProfileByName(r.Profile)
-	if err != nil {
-		return err
-	}
-	if err := profile.Validate(); err != nil {
-		return systems.OneLine("experiment run", err)
-	}
-	syss := r.Systems
+// Validate reports every problem of r at once (each a *systems.UsageError,
+// flattened into one line): no or unknown experiment names, an unknown
+// profile, unknown, external or no systems, -servers that are not
+// host:port or not of exactly one system, and an OutDir that is not empty
+// (without Force) or, with Force, not an earlier results directory. reg
+// knows the systems. It deletes and starts nothing.
+func (r RunRequest) Validate(reg *systems.Registry) error {
 	var errs []error
-	for _, s := range syss {
+	if len(r.Names) == 0 {
+		errs = append(errs, systems.Usagef("name experiments or all (see `nezha experiment list`)"))
+	} else if _, err := LookupFor(r.Names, r.Profile); err != nil {
+		errs = append(errs, err)
+	}
+	if profile, err := ProfileByName(r.Profile); err != nil {
+		errs = append(errs, err)
+	} else if err := profile.Validate(); err != nil {
+		errs = append(errs, err)
+	}
+	known := reg.Names()
+	for _, s := range r.Systems {
 		switch {
 		case cluster.External(s):
 			errs = append(errs, systems.Usagef("-systems %s: the external reference system is not in the experiments (they read the nodes' Status, GC and storage shape); measure it with bench, ycsb and check -system %s", s, s))
@@ -94,28 +88,49 @@ func RunAndReport(ctx context.Context, reg *systems.Registry, r RunRequest) erro
 			errs = append(errs, systems.Usagef("unknown system %q (known: %s)", s, strings.Join(known, ", ")))
 		}
 	}
-	if len(syss) == 0 {
+	if len(r.Systems) == 0 {
 		errs = append(errs, systems.Usagef("-systems is empty"))
 	}
-	srv := r.Servers
-	if len(srv) > 0 && len(syss) != 1 {
+	if len(r.Servers) > 0 && len(r.Systems) != 1 {
 		errs = append(errs, systems.Usagef("-servers is one cluster: name its one system with -systems"))
 	}
-	for _, a := range srv {
+	for _, a := range r.Servers {
 		if host, port, err := net.SplitHostPort(a); err != nil || host == "" || port == "" {
 			errs = append(errs, systems.Usagef("-servers: %q is not host:port", a))
 		}
 	}
-	dir := r.OutDir
-	if dir == "" {
-		dir = filepath.Join("results", time.Now().Format("20060102-150405")+"-"+profile.Name)
-	}
-	if err := checkOutDir(dir, r.Force); err != nil {
-		errs = append(errs, err)
+	if r.OutDir != "" {
+		if err := checkOutDir(r.OutDir, r.Force); err != nil {
+			errs = append(errs, err)
+		}
 	}
 	if err := errors.Join(errs...); err != nil {
 		return systems.OneLine("experiment run", err)
 	}
+	return nil
+}
+
+// RunAndReport checks r (RunRequest.Validate, before anything is deleted
+// or started), runs the experiments with Execute, and writes config.json,
+// report-info.json and report.md into the results directory (OutDir;
+// default results/<time>-<profile>). It fails if an experiment reported
+// failures or ctx was cancelled (the partial results stay).
+func RunAndReport(ctx context.Context, reg *systems.Registry, r RunRequest) error {
+	if r.OutDir == "" {
+		r.OutDir = filepath.Join("results", time.Now().Format("20060102-150405")+"-"+r.Profile)
+	}
+	if err := r.Validate(reg); err != nil {
+		return err
+	}
+	exps, err := LookupFor(r.Names, r.Profile)
+	if err != nil {
+		return err
+	}
+	profile, err := ProfileByName(r.Profile)
+	if err != nil {
+		return err
+	}
+	stdout, names, args, syss, srv, dir := r.Out, r.Names, r.Args, r.Systems, r.Servers, r.OutDir
 	if abs, err := filepath.Abs(dir); err == nil {
 		dir = abs // result paths in the report are made relative to it
 	}

@@ -116,6 +116,31 @@ type CompareRequest struct {
 	Systems []string
 }
 
+// Validate reports every problem of r at once, as one line: not two
+// directories, a threshold that is not a finite percentage >= 0, a Metric
+// that is not a regular expression. (CompareDirs also reports directories
+// without results.)
+func (r CompareRequest) Validate() error {
+	if err := errors.Join(r.problems()...); err != nil {
+		return systems.OneLine("experiment compare", err)
+	}
+	return nil
+}
+
+func (r CompareRequest) problems() []error {
+	var errs []error
+	if len(r.Dirs) != 2 {
+		errs = append(errs, systems.Usagef("want two results directories DIR_A DIR_B, got %d", len(r.Dirs)))
+	}
+	if t := r.ThresholdPct; math.IsNaN(t) || math.IsInf(t, 0) || t < 0 {
+		errs = append(errs, systems.Usagef("-threshold %v: want a percentage >= 0", t))
+	}
+	if _, err := regexp.Compile(r.Metric); err != nil {
+		errs = append(errs, systems.Usagef("-metric: %v", err))
+	}
+	return errs
+}
+
 // CompareDirs reads both sides of r, writes the Markdown comparison
 // (WriteComparison) to w, and fails if a selected metric regressed beyond
 // the threshold (an ordinary error: exit 1). Bad requests (not two
@@ -123,17 +148,9 @@ type CompareRequest struct {
 // Metric that selects nothing) are one-line *systems.UsageError.
 func CompareDirs(w io.Writer, r CompareRequest) error {
 	dirs, threshold, metric := r.Dirs, &r.ThresholdPct, &r.Metric
-	var errs []error
-	if len(dirs) != 2 {
-		errs = append(errs, systems.Usagef("want two results directories DIR_A DIR_B, got %d", len(dirs)))
-	}
-	if math.IsNaN(*threshold) || math.IsInf(*threshold, 0) || *threshold < 0 {
-		errs = append(errs, systems.Usagef("-threshold %v: want a percentage >= 0", *threshold))
-	}
-	re, err := regexp.Compile(*metric)
-	if err != nil {
-		errs = append(errs, systems.Usagef("-metric: %v", err))
-	}
+	errs := r.problems()
+	re, _ := regexp.Compile(*metric) // problems reported a bad one
+	var err error
 	var sides [2]map[string]*Result
 	for i, d := range dirs {
 		if i >= 2 {
