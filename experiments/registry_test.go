@@ -9,6 +9,7 @@ import (
 	"os"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -55,6 +56,8 @@ func toyServeConfig(args []string) (node.Config, error) {
 	fs.StringVar(&cfg.InternalAddress, "internalAddress", "", "")
 	fs.StringVar(&cfg.MetricsAddress, "metricsAddress", "", "")
 	fs.StringVar(&cfg.DataDir, "data", "", "")
+	fs.StringVar(&cfg.ClusterID, "clusterID", "", "")
+	voters := fs.String("bootstrapVoters", "", "")
 	fs.Int64Var(&cfg.SegmentSizeBytes, "segmentSizeBytes", cfg.SegmentSizeBytes, "")
 	fs.DurationVar(&cfg.RequestTimeout, "requestTimeout", cfg.RequestTimeout, "")
 	fs.BoolVar(&cfg.CampaignOnBoot, "campaign", cfg.CampaignOnBoot, "")
@@ -68,6 +71,13 @@ func toyServeConfig(args []string) (node.Config, error) {
 		return cfg, fmt.Errorf("-system %q: this test binary serves only %s", *system, toyName)
 	}
 	cfg.Peers = systems.SplitList(*peers)
+	for _, v := range systems.SplitList(*voters) {
+		id, err := strconv.ParseUint(v, 10, 64)
+		if err != nil {
+			return cfg, err
+		}
+		cfg.BootstrapVoters = append(cfg.BootstrapVoters, id)
+	}
 	cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, nil))
 	return cfg, cfg.Validate()
 }

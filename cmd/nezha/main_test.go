@@ -34,7 +34,7 @@ func TestEveryCommandHelpAndBadFlag(t *testing.T) {
 		cmd   []string
 		flags []string // some flags -h must list
 	}{
-		{[]string{"serve"}, []string{"-system", "-peers", "-segmentSizeBytes", "-logFormat", "-pprofAddress"}},
+		{[]string{"serve"}, []string{"-system", "-peers", "-bootstrapVoters", "-segmentSizeBytes", "-logFormat", "-pprofAddress"}},
 		{[]string{"serve", "-system", "nezha"}, []string{"-system", "-gcThresholdBytes"}},
 		{[]string{"serve", "-system", "original"}, []string{"-system", "-data"}},
 		{[]string{"cluster"}, []string{"up -system S"}},
