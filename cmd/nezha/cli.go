@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -97,6 +98,14 @@ func (c *cli) group(name, usage, missing string, unknown func(sub string) error,
 	})
 	cmd.Subcommands = subs
 	return cmd
+}
+
+// writeJSON prints v as indented JSON (the -json output of version and
+// systems).
+func writeJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
 }
 
 // noArgs fails with a usage error naming the first positional argument.

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"text/tabwriter"
 
@@ -23,9 +22,7 @@ func (c *cli) systemsCommand() *ffcli.Command {
 			}
 			infos := c.reg.Infos()
 			if *asJSON {
-				enc := json.NewEncoder(c.stdout)
-				enc.SetIndent("", "  ")
-				return enc.Encode(infos)
+				return writeJSON(c.stdout, infos)
 			}
 			tw := tabwriter.NewWriter(c.stdout, 0, 4, 2, ' ', 0)
 			fmt.Fprintln(tw, "NAME\tROLE\tSUMMARY")

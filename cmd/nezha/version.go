@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 
 	"github.com/peterbourgon/ff/v3/ffcli"
@@ -22,9 +21,7 @@ func (c *cli) versionCommand() *ffcli.Command {
 			}
 			in := buildinfo.Read()
 			if *asJSON {
-				enc := json.NewEncoder(c.stdout)
-				enc.SetIndent("", "  ")
-				return enc.Encode(in)
+				return writeJSON(c.stdout, in)
 			}
 			_, err := fmt.Fprintln(c.stdout, "nezha", in.String())
 			return err
