@@ -4,17 +4,13 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"net"
 	"os"
-	"os/signal"
 	"path/filepath"
 	"slices"
 	"strings"
-	"syscall"
-	"text/tabwriter"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -41,91 +37,50 @@ func DefaultSystems(reg *systems.Registry) []string {
 	return reg.ByRole(systems.RoleStudied, systems.RoleBaseline)
 }
 
-const experimentUsage = `usage: nezha experiment SUBCOMMAND
-  list                                      the experiments and what each shows
-  run NAME...|all [-profile quick|standard|paper] [-systems S,...] [-out DIR] [-force] [-servers A,B,C]
-                                            run experiments, write results, figures and report.md
-  report DIR                                rewrite DIR/report.md from saved results
-  compare DIR_A DIR_B [-metric REGEX] [-threshold PCT]
-                                            per experiment and system each metric's change (Markdown);
-                                            exit 1 if a selected metric regressed beyond PCT (default 10)`
-
-// Command is `nezha experiment list | run NAME...|all | report DIR`.
-// reg is the binary's registry of systems.
-func Command(args []string, reg *systems.Registry, stdout, stderr io.Writer) error {
-	if len(args) == 0 {
-		return systems.Usagef("experiment: want list, run NAME...|all, report DIR, or compare DIR_A DIR_B")
-	}
-	if err := systems.SubcommandHelp(args[0], stdout, experimentUsage); err != nil {
-		return err
-	}
-	switch args[0] {
-	case "list":
-		tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
-		fmt.Fprintln(tw, "NAME\tSHOWS")
-		for _, e := range All() {
-			fmt.Fprintf(tw, "%s\t%s\n", e.Name, e.Shows)
-		}
-		return tw.Flush()
-	case "report":
-		if len(args) != 2 {
-			return systems.Usagef("experiment report: want one results directory")
-		}
-		if st, err := os.Stat(args[1]); err != nil || !st.IsDir() {
-			return systems.Usagef("experiment report: %s is not a directory", args[1])
-		}
-		path, err := WriteReport(args[1], readInfo(args[1]))
-		if err != nil {
-			return err
-		}
-		fmt.Fprintln(stdout, path)
-		return nil
-	case "run":
-		return runCommand(args[1:], reg, stdout, stderr)
-	case "compare":
-		return compareCommand(args[1:], reg.Names(), stdout)
-	}
-	return systems.Usagef("experiment: unknown subcommand %q (want list, run, report, compare)", args[0])
+// RunRequest is one `nezha experiment run`: which experiments, on which
+// systems, at which scale, and where the results go.
+type RunRequest struct {
+	// Names are experiment names, or "all" (see Lookup, All).
+	Names []string
+	// Profile is the profile's name: quick, standard or paper.
+	Profile string
+	// Systems are the registered systems to compare (DefaultSystems when
+	// empty is not implied: empty is an error).
+	Systems []string
+	// Servers are the client addresses (host:port) of one running cluster
+	// of the one system in Systems; empty: local clusters.
+	Servers []string
+	// OutDir is the results directory (default results/<time>-<profile>).
+	OutDir string
+	// Force reuses a non-empty OutDir that holds an earlier run (its
+	// content is deleted).
+	Force bool
+	// Args is the command line recorded in config.json.
+	Args []string
+	// Out receives progress, the headline and the report's path.
+	Out io.Writer
 }
 
-func runCommand(args []string, reg *systems.Registry, stdout, stderr io.Writer) error {
-	known := reg.Names()
-	fs := flag.NewFlagSet("experiment run", flag.ContinueOnError)
-	profileName := fs.String("profile", "quick", "quick (all in at most 15 min on 2 cores, scaled geometry), standard (the paper's shape at one machine's scale: native geometry, up to 6 GiB per node, at most 60 min and 40 GB) or paper (the paper's sizes, for real clusters)")
-	systemsFlag := fs.String("systems", strings.Join(DefaultSystems(reg), ","), "systems to compare")
-	out := fs.String("out", "", "results directory (default results/<time>-<profile>)")
-	force := fs.Bool("force", false, "reuse a non-empty -out directory (its content is deleted)")
-	servers := fs.String("servers", "", "use this running cluster (one system, named by -systems) instead of local clusters")
-	// Flags may follow the experiment names.
-	var names []string
-	rest := args
-	for {
-		if err := systems.ParseFlags(fs, rest, stdout); err != nil {
-			return err
-		}
-		if fs.NArg() == 0 {
-			break
-		}
-		names = append(names, fs.Arg(0))
-		rest = fs.Args()[1:]
-	}
-	if len(names) == 0 {
-		return systems.Usagef("experiment run: name experiments or all (see `nezha experiment list`)")
-	}
-	exps, err := LookupFor(names, *profileName)
-	if err != nil {
-		return err
-	}
-	profile, err := ProfileByName(*profileName)
-	if err != nil {
-		return err
-	}
-	if err := profile.Validate(); err != nil {
-		return systems.OneLine("experiment run", err)
-	}
-	syss := systems.SplitList(*systemsFlag)
+// Validate reports every problem of r at once (each a *systems.UsageError,
+// flattened into one line): no or unknown experiment names, an unknown
+// profile, unknown, external or no systems, -servers that are not
+// host:port or not of exactly one system, and an OutDir that is not empty
+// (without Force) or, with Force, not an earlier results directory. reg
+// knows the systems. It deletes and starts nothing.
+func (r RunRequest) Validate(reg *systems.Registry) error {
 	var errs []error
-	for _, s := range syss {
+	if len(r.Names) == 0 {
+		errs = append(errs, systems.Usagef("name experiments or all (see `nezha experiment list`)"))
+	} else if _, err := LookupFor(r.Names, r.Profile); err != nil {
+		errs = append(errs, err)
+	}
+	if profile, err := ProfileByName(r.Profile); err != nil {
+		errs = append(errs, err)
+	} else if err := profile.Validate(); err != nil {
+		errs = append(errs, err)
+	}
+	known := reg.Names()
+	for _, s := range r.Systems {
 		switch {
 		case cluster.External(s):
 			errs = append(errs, systems.Usagef("-systems %s: the external reference system is not in the experiments (they read the nodes' Status, GC and storage shape); measure it with bench, ycsb and check -system %s", s, s))
@@ -133,28 +88,49 @@ func runCommand(args []string, reg *systems.Registry, stdout, stderr io.Writer) 
 			errs = append(errs, systems.Usagef("unknown system %q (known: %s)", s, strings.Join(known, ", ")))
 		}
 	}
-	if len(syss) == 0 {
+	if len(r.Systems) == 0 {
 		errs = append(errs, systems.Usagef("-systems is empty"))
 	}
-	srv := systems.SplitList(*servers)
-	if len(srv) > 0 && len(syss) != 1 {
+	if len(r.Servers) > 0 && len(r.Systems) != 1 {
 		errs = append(errs, systems.Usagef("-servers is one cluster: name its one system with -systems"))
 	}
-	for _, a := range srv {
+	for _, a := range r.Servers {
 		if host, port, err := net.SplitHostPort(a); err != nil || host == "" || port == "" {
 			errs = append(errs, systems.Usagef("-servers: %q is not host:port", a))
 		}
 	}
-	dir := *out
-	if dir == "" {
-		dir = filepath.Join("results", time.Now().Format("20060102-150405")+"-"+profile.Name)
-	}
-	if err := checkOutDir(dir, *force); err != nil {
-		errs = append(errs, err)
+	if r.OutDir != "" {
+		if err := checkOutDir(r.OutDir, r.Force); err != nil {
+			errs = append(errs, err)
+		}
 	}
 	if err := errors.Join(errs...); err != nil {
 		return systems.OneLine("experiment run", err)
 	}
+	return nil
+}
+
+// RunAndReport checks r (RunRequest.Validate, before anything is deleted
+// or started), runs the experiments with Execute, and writes config.json,
+// report-info.json and report.md into the results directory (OutDir;
+// default results/<time>-<profile>). It fails if an experiment reported
+// failures or ctx was cancelled (the partial results stay).
+func RunAndReport(ctx context.Context, reg *systems.Registry, r RunRequest) error {
+	if r.OutDir == "" {
+		r.OutDir = filepath.Join("results", time.Now().Format("20060102-150405")+"-"+r.Profile)
+	}
+	if err := r.Validate(reg); err != nil {
+		return err
+	}
+	exps, err := LookupFor(r.Names, r.Profile)
+	if err != nil {
+		return err
+	}
+	profile, err := ProfileByName(r.Profile)
+	if err != nil {
+		return err
+	}
+	stdout, names, args, syss, srv, dir := r.Out, r.Names, r.Args, r.Systems, r.Servers, r.OutDir
 	if abs, err := filepath.Abs(dir); err == nil {
 		dir = abs // result paths in the report are made relative to it
 	}
@@ -170,9 +146,6 @@ func runCommand(args []string, reg *systems.Registry, stdout, stderr io.Writer) 
 	if err != nil {
 		return err
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-
 	seed := int64(1)
 	cfg := map[string]any{"profile": profile, "systems": syss, "experiments": names, "servers": srv, "binary": binary}
 	info := workloads.NewRunInfo("experiment", append([]string{"nezha", "experiment", "run"}, args...), &seed, cfg)
@@ -222,6 +195,15 @@ func runCommand(args []string, reg *systems.Registry, stdout, stderr io.Writer) 
 		return fmt.Errorf("%d experiment(s) reported failures; see %s", failed, path)
 	}
 	return nil
+}
+
+// Report rewrites DIR/report.md from the results saved in dir and
+// returns its path; dir must be a directory (else a *systems.UsageError).
+func Report(dir string) (string, error) {
+	if st, err := os.Stat(dir); err != nil || !st.IsDir() {
+		return "", systems.Usagef("experiment report: %s is not a directory", dir)
+	}
+	return WriteReport(dir, readInfo(dir))
 }
 
 func expNames(es []Experiment) string {

@@ -3,7 +3,6 @@ package experiments
 import (
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"math"
@@ -102,42 +101,56 @@ type Comparison struct {
 	Regressed bool
 }
 
-const compareUsage = `usage: nezha experiment compare DIR_A DIR_B [-metric REGEX] [-threshold PCT]
-  compares each experiment's result.json in two results directories: a Markdown table per experiment
-  of every metric per system, A, B, the change and the spread; exit 1 if a selected metric got worse
-  in B by more than the threshold, 2 on bad arguments`
+// CompareRequest is one `nezha experiment compare`.
+type CompareRequest struct {
+	// Dirs are the two results directories, A (before) and B (after).
+	Dirs []string
+	// Metric is a regular expression over experiment/metric selecting the
+	// metrics that gate the result; "": every ranked metric.
+	Metric string
+	// ThresholdPct is the percent change of a selected metric, in its
+	// worse direction, that counts as a regression (>= 0; the command's
+	// default is DefaultCompareThresholdPct).
+	ThresholdPct float64
+	// Systems are the known system names (metric keys end in /SYSTEM).
+	Systems []string
+}
 
-// compareCommand is `nezha experiment compare DIR_A DIR_B [-metric REGEX] [-threshold PCT]`.
-func compareCommand(args []string, known []string, stdout io.Writer) error {
-	fs := flag.NewFlagSet("experiment compare", flag.ContinueOnError)
-	metric := fs.String("metric", "", "regular expression over experiment/metric (e.g. 'put-scale/put_headline/'); the metrics that gate the exit status (default: every ranked metric)")
-	threshold := fs.Float64("threshold", DefaultCompareThresholdPct, "percent change of a selected metric, in its worse direction, that counts as a regression")
-	var dirs []string
-	rest := args
-	for {
-		if err := systems.ParseFlags(fs, rest, stdout); err != nil {
-			if errors.Is(err, systems.ErrHelp) {
-				fmt.Fprintln(stdout, compareUsage)
-			}
-			return err
-		}
-		if fs.NArg() == 0 {
-			break
-		}
-		dirs = append(dirs, fs.Arg(0))
-		rest = fs.Args()[1:]
+// Validate reports every problem of r at once, as one line: not two
+// directories, a threshold that is not a finite percentage >= 0, a Metric
+// that is not a regular expression. (CompareDirs also reports directories
+// without results.)
+func (r CompareRequest) Validate() error {
+	if err := errors.Join(r.problems()...); err != nil {
+		return systems.OneLine("experiment compare", err)
 	}
+	return nil
+}
+
+func (r CompareRequest) problems() []error {
 	var errs []error
-	if len(dirs) != 2 {
-		errs = append(errs, systems.Usagef("want two results directories DIR_A DIR_B, got %d", len(dirs)))
+	if len(r.Dirs) != 2 {
+		errs = append(errs, systems.Usagef("want two results directories DIR_A DIR_B, got %d", len(r.Dirs)))
 	}
-	if math.IsNaN(*threshold) || math.IsInf(*threshold, 0) || *threshold < 0 {
-		errs = append(errs, systems.Usagef("-threshold %v: want a percentage >= 0", *threshold))
+	if t := r.ThresholdPct; math.IsNaN(t) || math.IsInf(t, 0) || t < 0 {
+		errs = append(errs, systems.Usagef("-threshold %v: want a percentage >= 0", t))
 	}
-	re, err := regexp.Compile(*metric)
-	if err != nil {
+	if _, err := regexp.Compile(r.Metric); err != nil {
 		errs = append(errs, systems.Usagef("-metric: %v", err))
 	}
+	return errs
+}
+
+// CompareDirs reads both sides of r, writes the Markdown comparison
+// (WriteComparison) to w, and fails if a selected metric regressed beyond
+// the threshold (an ordinary error: exit 1). Bad requests (not two
+// readable results directories, a bad threshold or regular expression, a
+// Metric that selects nothing) are one-line *systems.UsageError.
+func CompareDirs(w io.Writer, r CompareRequest) error {
+	dirs, threshold, metric := r.Dirs, &r.ThresholdPct, &r.Metric
+	errs := r.problems()
+	re, _ := regexp.Compile(*metric) // problems reported a bad one
+	var err error
 	var sides [2]map[string]*Result
 	for i, d := range dirs {
 		if i >= 2 {
@@ -150,8 +163,8 @@ func compareCommand(args []string, known []string, stdout io.Writer) error {
 	if err := errors.Join(errs...); err != nil {
 		return systems.OneLine("experiment compare", err)
 	}
-	cs := Compare(sides[0], sides[1], CompareOptions{Metric: re, ThresholdPct: *threshold, Systems: known})
-	if err := WriteComparison(stdout, dirs[0], dirs[1], cs, *threshold); err != nil {
+	cs := Compare(sides[0], sides[1], CompareOptions{Metric: re, ThresholdPct: *threshold, Systems: r.Systems})
+	if err := WriteComparison(w, dirs[0], dirs[1], cs, *threshold); err != nil {
 		return err
 	}
 	var bad []string

@@ -56,14 +56,20 @@ func TestCompareCommand(t *testing.T) {
 	b := writeResults(t, map[string]float64{"scan_ops_per_sec/nezha": 80, "scan_ops_per_sec/original": 47.5,
 		"scan_ops_per_sec_disk_read_kb_per_op/nezha": 13, "put_headline_deepest_level/original": 4},
 		map[string][]float64{"scan_ops_per_sec/nezha": {79, 80, 82}})
-	run := func(args ...string) (string, error) {
+	// run compares dirs with -metric and -threshold as in r.
+	run := func(r CompareRequest, dirs ...string) (string, error) {
 		var out bytes.Buffer
-		err := Command(append([]string{"compare"}, args...), reg, &out, &out)
+		if r.ThresholdPct == 0 {
+			r.ThresholdPct = DefaultCompareThresholdPct
+		}
+		r.Dirs, r.Systems = dirs, reg.Names()
+		err := CompareDirs(&out, r)
 		return out.String(), err
 	}
+	all := CompareRequest{}
 
 	// Same directory: no change, exit 0.
-	out, err := run(a, a)
+	out, err := run(all, a, a)
 	if err != nil {
 		t.Fatalf("A vs A: %v\n%s", err, out)
 	}
@@ -76,7 +82,7 @@ func TestCompareCommand(t *testing.T) {
 	// Every ranked metric gates: nezha's SCAN ops/s (-20 %) and its device
 	// reads (+30 %) regress beyond 10 %; original's -5 % does not; the
 	// unranked level never gates. Exit 1 (not a usage error).
-	out, err = run(a, b)
+	out, err = run(all, a, b)
 	var ue *systems.UsageError
 	if err == nil || errors.As(err, &ue) {
 		t.Fatalf("A vs B: err %v, want a regression (exit 1)\n%s", err, out)
@@ -94,24 +100,25 @@ func TestCompareCommand(t *testing.T) {
 
 	// Only original's throughput gates: clean exit. A 25 % threshold
 	// lets nezha's -20 % pass but not its +30 % device reads.
-	if out, err := run(a, b, "-metric", `^scan/scan_ops_per_sec/original$`); err != nil {
+	if out, err := run(CompareRequest{Metric: `^scan/scan_ops_per_sec/original$`}, a, b); err != nil {
 		t.Fatalf("-metric original: %v\n%s", err, out)
 	}
-	if _, err := run(a, b, "-threshold", "25"); err == nil || !strings.Contains(err.Error(), "1 of 3") {
+	if _, err := run(CompareRequest{ThresholdPct: 25}, a, b); err == nil || !strings.Contains(err.Error(), "1 of 3") {
 		t.Fatalf("-threshold 25: %v", err)
 	}
-	// Flags before the directories work too; a metric missing in B regresses.
+	// A metric missing in B regresses.
 	c := writeResults(t, map[string]float64{"scan_ops_per_sec/nezha": 100}, nil)
-	if _, err := run("-metric", "original", a, c); err == nil || !strings.Contains(err.Error(), "scan/scan_ops_per_sec/original") {
+	if _, err := run(CompareRequest{Metric: "original"}, a, c); err == nil || !strings.Contains(err.Error(), "scan/scan_ops_per_sec/original") {
 		t.Fatalf("missing in B: %v", err)
 	}
 
 	// Bad arguments: usage errors (exit 2), one line each.
-	for _, args := range [][]string{{a}, {a, b, b}, {a, filepath.Join(a, "nope")}, {a, t.TempDir()}, {a, b, "-threshold", "-1"},
-		{a, b, "-metric", "("}, {a, b, "-metric", "no-such-metric"}} {
-		_, err := run(args...)
+	for _, r := range []CompareRequest{{Dirs: []string{a}}, {Dirs: []string{a, b, b}}, {Dirs: []string{a, filepath.Join(a, "nope")}},
+		{Dirs: []string{a, t.TempDir()}}, {Dirs: []string{a, b}, ThresholdPct: -1},
+		{Dirs: []string{a, b}, Metric: "("}, {Dirs: []string{a, b}, Metric: "no-such-metric"}} {
+		_, err := run(r, r.Dirs...)
 		if !errors.As(err, &ue) || strings.Contains(ue.Msg, "\n") {
-			t.Errorf("%v: err %v, want a one-line usage error", args, err)
+			t.Errorf("%+v: err %v, want a one-line usage error", r, err)
 		}
 	}
 }

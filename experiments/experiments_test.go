@@ -2,6 +2,7 @@ package experiments
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"os"
 	"path/filepath"
@@ -186,36 +187,44 @@ func TestOutDir(t *testing.T) {
 	}
 }
 
-func TestCommandUsageErrors(t *testing.T) {
+func TestRunAndReportUsageErrors(t *testing.T) {
 	reg := testRegistry(t)
-	for _, args := range [][]string{
-		{},
-		{"frobnicate"},
-		{"run"},
-		{"run", "nope"},
-		{"run", "scan", "-profile", "huge"},
-		{"run", "scan", "-systems", "nezha,bogus"},
-		{"run", "scan", "-servers", "127.0.0.1:1", "-systems", "nezha,original"},
-		{"run", "scan", "-servers", "bogus", "-systems", "nezha"},
-		{"report"},
+	req := func(names []string, set func(*RunRequest)) RunRequest {
+		r := RunRequest{Names: names, Profile: "quick", Systems: DefaultSystems(reg), OutDir: t.TempDir(), Out: &bytes.Buffer{}}
+		if set != nil {
+			set(&r)
+		}
+		return r
+	}
+	for name, r := range map[string]RunRequest{
+		"no names":        req(nil, nil),
+		"unknown name":    req([]string{"nope"}, nil),
+		"unknown profile": req([]string{"scan"}, func(r *RunRequest) { r.Profile = "huge" }),
+		"unknown system":  req([]string{"scan"}, func(r *RunRequest) { r.Systems = []string{"nezha", "bogus"} }),
+		"no systems":      req([]string{"scan"}, func(r *RunRequest) { r.Systems = nil }),
+		"servers of two systems": req([]string{"scan"}, func(r *RunRequest) {
+			r.Servers, r.Systems = []string{"127.0.0.1:1"}, []string{"nezha", "original"}
+		}),
+		"bad server": req([]string{"scan"}, func(r *RunRequest) { r.Servers, r.Systems = []string{"bogus"}, []string{"nezha"} }),
 	} {
-		err := Command(args, reg, &bytes.Buffer{}, &bytes.Buffer{})
+		err := RunAndReport(context.Background(), reg, r)
 		var ue *systems.UsageError
 		if !errors.As(err, &ue) {
-			t.Fatalf("%v: %v, want a usage error", args, err)
+			t.Fatalf("%s: %v, want a usage error", name, err)
 		}
+	}
+	if _, err := Report(filepath.Join(t.TempDir(), "nope")); err == nil {
+		t.Fatal("Report of a missing directory succeeded")
 	}
 	// A refused run deletes nothing, even with -force.
 	dir := t.TempDir()
 	os.WriteFile(filepath.Join(dir, "notes.txt"), []byte("mine"), 0o644)
 	os.WriteFile(filepath.Join(dir, "config.json"), []byte("{}"), 0o644)
-	err := Command([]string{"run", "scan", "-systems", "nezha", "-servers", "bogus", "-out", dir, "-force"}, reg, &bytes.Buffer{}, &bytes.Buffer{})
+	err := RunAndReport(context.Background(), reg, req([]string{"scan"}, func(r *RunRequest) {
+		r.Systems, r.Servers, r.OutDir, r.Force = []string{"nezha"}, []string{"bogus"}, dir, true
+	}))
 	if _, serr := os.Stat(filepath.Join(dir, "notes.txt")); err == nil || serr != nil {
 		t.Fatalf("refused run: %v; notes.txt: %v", err, serr)
-	}
-	var out bytes.Buffer
-	if err := Command([]string{"list"}, reg, &out, &out); err != nil || !strings.Contains(out.String(), "put-vsize") {
-		t.Fatalf("list: %v\n%s", err, out.String())
 	}
 }
 

@@ -5,9 +5,11 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"log/slog"
 	"os"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -28,9 +30,9 @@ const toyName = "toy"
 // this one knows the toy system.
 func TestMain(m *testing.M) {
 	if len(os.Args) > 1 && os.Args[1] == "serve" {
-		reg, err := registryWith(toySystem())
+		cfg, err := toyServeConfig(os.Args[2:])
 		if err == nil {
-			err = node.Serve(os.Args[2:], reg, os.Stdout, os.Stderr)
+			err = node.Serve(cfg, "")
 		}
 		if err != nil {
 			fmt.Fprintln(os.Stderr, "serve:", err)
@@ -39,6 +41,45 @@ func TestMain(m *testing.M) {
 		os.Exit(0)
 	}
 	os.Exit(m.Run())
+}
+
+// toyServeConfig parses the serve flags the launcher (cluster.Spec.Args)
+// and the experiments (Run.systemArgs) give a node of the toy system. The
+// binary's full serve command line is cmd/nezha/serve.go; this test binary
+// cannot import it (package main).
+func toyServeConfig(args []string) (node.Config, error) {
+	cfg := node.Default()
+	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
+	system := fs.String("system", "", "")
+	peers := fs.String("peers", "", "")
+	fs.StringVar(&cfg.Address, "address", "", "")
+	fs.StringVar(&cfg.InternalAddress, "internalAddress", "", "")
+	fs.StringVar(&cfg.MetricsAddress, "metricsAddress", "", "")
+	fs.StringVar(&cfg.DataDir, "data", "", "")
+	fs.StringVar(&cfg.ClusterID, "clusterID", "", "")
+	voters := fs.String("bootstrapVoters", "", "")
+	fs.Int64Var(&cfg.SegmentSizeBytes, "segmentSizeBytes", cfg.SegmentSizeBytes, "")
+	fs.DurationVar(&cfg.RequestTimeout, "requestTimeout", cfg.RequestTimeout, "")
+	fs.BoolVar(&cfg.CampaignOnBoot, "campaign", cfg.CampaignOnBoot, "")
+	toy := toySystem()
+	cfg.System, cfg.SystemConfig = toy, toy.NewConfig()
+	cfg.SystemConfig.RegisterFlags(fs)
+	if err := fs.Parse(args); err != nil {
+		return cfg, err
+	}
+	if *system != toyName {
+		return cfg, fmt.Errorf("-system %q: this test binary serves only %s", *system, toyName)
+	}
+	cfg.Peers = systems.SplitList(*peers)
+	for _, v := range systems.SplitList(*voters) {
+		id, err := strconv.ParseUint(v, 10, 64)
+		if err != nil {
+			return cfg, err
+		}
+		cfg.BootstrapVoters = append(cfg.BootstrapVoters, id)
+	}
+	cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, nil))
+	return cfg, cfg.Validate()
 }
 
 // registryWith is the binary's registry (cmd/nezha/main.go) plus extra.
@@ -147,7 +188,8 @@ func TestRegistryRoles(t *testing.T) {
 	}
 	// A bad -servers address fails validation after -systems is checked:
 	// the toy system passes that check.
-	err := Command([]string{"run", "scan", "-systems", toyName, "-servers", "bogus", "-out", t.TempDir(), "-force"}, reg, &bytes.Buffer{}, &bytes.Buffer{})
+	err := RunAndReport(context.Background(), reg, RunRequest{Names: []string{"scan"}, Profile: "quick", Systems: []string{toyName},
+		Servers: []string{"bogus"}, OutDir: t.TempDir(), Force: true, Out: &bytes.Buffer{}})
 	if err == nil || strings.Contains(err.Error(), "unknown system") || !strings.Contains(err.Error(), "bogus") {
 		t.Fatalf("run -systems toy: %v", err)
 	}

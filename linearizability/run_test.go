@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -64,27 +63,42 @@ func isUsage(err error) bool {
 	return errors.As(err, &ue)
 }
 
-func TestCommandBadInput(t *testing.T) {
+// TestRunBadInput: Options that Validate (or Run, before any cluster
+// starts) refuses are one-line usage errors (exit 2). Flag-level cases
+// (unknown flags, positional arguments, bad nemesis names) are tested with
+// the command line in cmd/nezha.
+func TestRunBadInput(t *testing.T) {
 	out := t.TempDir()
-	for name, args := range map[string][]string{
-		"no system":              {"-nemesis", "kill"},
-		"unknown nemesis":        {"-system", "original", "-nemesis", "kill,flood"},
-		"halves on one node":     {"-system", "original", "-nemesis", "partition-halves", "-nodes", "1"},
-		"duration below warm-up": {"-system", "original", "-nemesis", "none", "-duration", "1s"},
-		"no room for a fault":    {"-system", "original", "-nemesis", "kill", "-duration", "5s"},
-		"bad read mode":          {"-system", "original", "-read-mode", "eventual"},
-		"too many clients":       {"-system", "original", "-clients", "1000"},
-		"positional argument":    {"-system", "original", "extra"},
-		"unknown flag":           {"-system", "original", "-nemeses", "kill"},
-		"etcd under delay":       {"-system", "etcd", "-nemesis", "kill,delay", "-duration", "20s"},
-		"etcd with lease reads":  {"-system", "etcd", "-nemesis", "kill", "-read-mode", "lease"},
-		"unknown system":         {"-system", "rocksdb-classic", "-nemesis", "none", "-duration", "5s", "-binary", needBinary(t), "-out", out},
+	opts := func(system, nemesis string, set func(*Options)) Options {
+		o := DefaultOptions()
+		o.System, o.Out = system, out
+		names, err := faults.ParseNemeses(nemesis)
+		if err != nil {
+			t.Fatal(err)
+		}
+		o.Nemeses = names
+		if set != nil {
+			set(&o)
+		}
+		return o
+	}
+	for name, o := range map[string]Options{
+		"no system":              opts("", "kill", nil),
+		"halves on one node":     opts("original", "partition-halves", func(o *Options) { o.Nodes = 1 }),
+		"duration below warm-up": opts("original", "none", func(o *Options) { o.Duration = time.Second }),
+		"no room for a fault":    opts("original", "kill", func(o *Options) { o.Duration = 5 * time.Second }),
+		"bad read mode":          opts("original", "all", func(o *Options) { o.ReadMode = "eventual" }),
+		"too many clients":       opts("original", "all", func(o *Options) { o.Clients = 1000 }),
+		"etcd under delay":       opts("etcd", "kill,delay", func(o *Options) { o.Duration = 20 * time.Second }),
+		"etcd with lease reads":  opts("etcd", "kill", func(o *Options) { o.ReadMode = "lease" }),
+		"unknown system": opts("rocksdb-classic", "none", func(o *Options) {
+			o.Duration, o.Binary = 5*time.Second, needBinary(t)
+		}),
 	} {
-		var stdout, stderr bytes.Buffer
-		err := Command(append(args, "-out", out), &stdout, &stderr)
+		_, err := Run(context.Background(), o)
 		if !isUsage(err) {
 			t.Errorf("%s: %v, want a usage error (exit 2)", name, err)
-		} else if strings.Contains(err.Error(), "\n") {
+		} else if strings.Contains(systems.OneLine("check", err).Error(), "\n") {
 			t.Errorf("%s: usage error spans lines: %q", name, err)
 		}
 	}
@@ -93,7 +107,7 @@ func TestCommandBadInput(t *testing.T) {
 	}
 	// An output directory that holds a run is not reused.
 	os.WriteFile(filepath.Join(out, "result.json"), []byte("{}"), 0o644)
-	err := Command([]string{"-system", "original", "-nemesis", "none", "-duration", "5s", "-binary", needBinary(t), "-out", out}, io.Discard, io.Discard)
+	_, err := Run(context.Background(), opts("original", "none", func(o *Options) { o.Duration, o.Binary = 5*time.Second, needBinary(t) }))
 	if !isUsage(err) {
 		t.Fatalf("reused output directory: %v, want a usage error", err)
 	}

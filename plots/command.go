@@ -2,14 +2,9 @@ package plots
 
 import (
 	"errors"
-	"flag"
 	"fmt"
-	"io"
 	"io/fs"
-	"os"
 	"path/filepath"
-
-	"github.com/nezha-harness/nezha/systems"
 )
 
 // RenderAll walks dir recursively and, for every figures.json it finds,
@@ -20,13 +15,14 @@ import (
 // figures.json path and the figure. Finding no figures.json is not an
 // error (0, nil).
 func RenderAll(dir string) (int, error) {
-	_, drawn, err := renderTree(dir, nil)
+	_, drawn, err := RenderTree(dir, nil)
 	return drawn, err
 }
 
-// renderTree is RenderAll that also counts the figures.json files found
-// and calls done (if not nil) with the PNG path of each figure drawn.
-func renderTree(dir string, done func(png string)) (files, drawn int, err error) {
+// RenderTree is RenderAll that also counts the figures.json files found
+// and calls done (if not nil) with the PNG path of each figure drawn
+// (`nezha plot` prints them).
+func RenderTree(dir string, done func(png string)) (files, drawn int, err error) {
 	var errs []error
 	walkErr := filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
 		if err != nil {
@@ -62,41 +58,4 @@ func renderTree(dir string, done func(png string)) (files, drawn int, err error)
 		errs = append(errs, fmt.Errorf("plots: %w", walkErr))
 	}
 	return files, drawn, errors.Join(errs...)
-}
-
-// Command is `nezha plot RESULTS_DIR`: it redraws every figure saved in a
-// figures.json anywhere under RESULTS_DIR (the data come from those files
-// only; nothing is rerun), prints the PNG path of each figure drawn (its
-// SVG is next to it) and a summary line. A missing or non-directory
-// RESULTS_DIR, or one without any figures.json, is a *systems.UsageError;
-// figures that fail are reported together after the others were drawn.
-func Command(args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("plot", flag.ContinueOnError)
-	fs.Usage = func() {}
-	if err := systems.ParseFlags(fs, args, stdout); err != nil {
-		if errors.Is(err, systems.ErrHelp) {
-			fmt.Fprintln(stdout, "nezha plot RESULTS_DIR: redraw every figure (PNG and SVG) from the figures.json files under RESULTS_DIR")
-		}
-		return err
-	}
-	if fs.NArg() != 1 {
-		return systems.Usagef("plot: want one argument, the results directory (nezha plot RESULTS_DIR)")
-	}
-	dir := fs.Arg(0)
-	st, err := os.Stat(dir)
-	switch {
-	case err != nil:
-		return systems.Usagef("plot: results directory %s: %v", dir, errors.Unwrap(err))
-	case !st.IsDir():
-		return systems.Usagef("plot: %s is not a directory", dir)
-	}
-	files, drawn, err := renderTree(dir, func(png string) { fmt.Fprintln(stdout, png) })
-	if files == 0 && err == nil {
-		return systems.Usagef("plot: no %s under %s (experiments save their figures there)", FileName, dir)
-	}
-	fmt.Fprintf(stdout, "drew %d figures (PNG and SVG) from %d %s files under %s\n", drawn, files, FileName, dir)
-	if err != nil {
-		return fmt.Errorf("plot: some figures were not drawn:\n%w", err)
-	}
-	return nil
 }

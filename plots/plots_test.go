@@ -10,10 +10,10 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 
-	"github.com/nezha-harness/nezha/systems"
 	"gonum.org/v1/plot/vg"
 )
 
@@ -381,63 +381,35 @@ func TestRenderAllDrawsValidAndNamesInvalid(t *testing.T) {
 	}
 }
 
-func TestCommand(t *testing.T) {
+// TestRenderTree: RenderTree reports each PNG drawn and counts the files;
+// a bad figure is an ordinary error after the good ones were drawn. (The
+// command-line checks of `nezha plot` are in cmd/nezha.)
+func TestRenderTree(t *testing.T) {
 	root := t.TempDir()
 	if err := Save(filepath.Join(root, "a"), goodBars(), goodLines()); err != nil {
 		t.Fatal(err)
 	}
-	var out, errw bytes.Buffer
-	if err := Command([]string{root}, &out, &errw); err != nil {
-		t.Fatal(err)
+	var pngs []string
+	files, drawn, err := RenderTree(root, func(png string) { pngs = append(pngs, png) })
+	if err != nil || files != 1 || drawn != 2 {
+		t.Fatalf("RenderTree: %d files, %d drawn, %v; want 1, 2, nil", files, drawn, err)
 	}
-	for _, want := range []string{filepath.Join(root, "a", "bars.png"), filepath.Join(root, "a", "lines.png"), "drew 2 figures"} {
-		if !strings.Contains(out.String(), want) {
-			t.Errorf("output lacks %q:\n%s", want, out.String())
+	for _, want := range []string{filepath.Join(root, "a", "bars.png"), filepath.Join(root, "a", "lines.png")} {
+		if !slices.Contains(pngs, want) {
+			t.Errorf("reported PNGs %v lack %q", pngs, want)
 		}
 	}
 	checkDrawn(t, filepath.Join(root, "a"), goodBars())
 
-	usage := []struct {
-		name string
-		args []string
-		want string
-	}{
-		{"no args", nil, "want one argument"},
-		{"two args", []string{root, root}, "want one argument"},
-		{"missing dir", []string{filepath.Join(root, "nope")}, "results directory"},
-		{"file", []string{filepath.Join(root, "a", FileName)}, "not a directory"},
-		{"no figures", []string{t.TempDir()}, "no figures.json"},
-		{"bad flag", []string{"-bogus", root}, "bogus"},
-	}
-	for _, c := range usage {
-		t.Run(c.name, func(t *testing.T) {
-			err := Command(c.args, &bytes.Buffer{}, &bytes.Buffer{})
-			var ue *systems.UsageError
-			if !errors.As(err, &ue) {
-				t.Fatalf("error %v (%T) is not a *systems.UsageError", err, err)
-			}
-			if !strings.Contains(ue.Msg, c.want) {
-				t.Fatalf("message %q lacks %q", ue.Msg, c.want)
-			}
-		})
-	}
-
-	// A bad figure is an ordinary error after the good ones were drawn.
 	bad := goodCDF()
 	bad.Series[0].Y[0] = 3
 	writeRaw(t, filepath.Join(root, "b"), bad)
-	out.Reset()
-	err := Command([]string{root}, &out, &errw)
-	var ue *systems.UsageError
-	if err == nil || errors.As(err, &ue) || !strings.Contains(err.Error(), `"cdf"`) {
+	files, drawn, err = RenderTree(root, nil)
+	if err == nil || !strings.Contains(err.Error(), `"cdf"`) {
 		t.Fatalf("bad figure: %v", err)
 	}
-	if !strings.Contains(out.String(), "drew 2 figures") {
-		t.Errorf("good figures not drawn:\n%s", out.String())
-	}
-
-	if err := Command([]string{"-h"}, &out, &errw); !errors.Is(err, systems.ErrHelp) {
-		t.Errorf("-h: %v", err)
+	if files != 2 || drawn != 2 {
+		t.Errorf("with a bad figure: %d files, %d drawn; want 2, 2", files, drawn)
 	}
 }
 

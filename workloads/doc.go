@@ -1,5 +1,6 @@
-// Package workloads is `nezha bench put|get|scan`, the paper's
-// micro-workloads (randwrite_goroutine, zipf_read, scan_pro) run by
+// Package workloads runs what `nezha bench put|get|scan` measures (its
+// flags are in cmd/nezha/bench.go): the paper's micro-workloads
+// (randwrite_goroutine, zipf_read, scan_pro) run by
 // closed-loop clients through the Go client against any system, with
 // latency histograms (HDR), per-second throughput series, raw
 // per-operation records and a run record (RunInfo, config.json).

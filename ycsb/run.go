@@ -1,4 +1,5 @@
-// Package ycsb is `nezha ycsb load|run`: the YCSB core workload of go-ycsb
+// Package ycsb runs `nezha ycsb load|run` (flags in cmd/nezha/ycsb.go): the
+// YCSB core workload of go-ycsb
 // (v1.0.3, used as a library) against any system through the harness's Go
 // client.
 //

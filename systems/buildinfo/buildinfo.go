@@ -11,15 +11,10 @@
 package buildinfo
 
 import (
-	"encoding/json"
-	"flag"
 	"fmt"
-	"io"
 	"runtime"
 	"runtime/debug"
 	"time"
-
-	"github.com/nezha-harness/nezha/systems"
 )
 
 // Info is what the binary was built from.
@@ -107,25 +102,4 @@ func (in Info) String() string {
 		s += " (" + in.RevisionTime.UTC().Format(time.RFC3339) + ")"
 	}
 	return s + ", " + in.GoVersion
-}
-
-// Command is `nezha version [-json]`: Info of the running binary, as one
-// line or as JSON.
-func Command(args []string, w io.Writer) error {
-	fs := flag.NewFlagSet("version", flag.ContinueOnError)
-	asJSON := fs.Bool("json", false, "print JSON")
-	if err := systems.ParseFlags(fs, args, w); err != nil {
-		return err
-	}
-	if fs.NArg() > 0 {
-		return systems.Usagef("version: unexpected argument %q", fs.Arg(0))
-	}
-	in := Read()
-	if *asJSON {
-		enc := json.NewEncoder(w)
-		enc.SetIndent("", "  ")
-		return enc.Encode(in)
-	}
-	_, err := fmt.Fprintln(w, "nezha", in.String())
-	return err
 }

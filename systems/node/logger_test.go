@@ -3,14 +3,11 @@ package node
 import (
 	"bytes"
 	"encoding/json"
-	"errors"
 	"io"
 	"log/slog"
 	"strings"
 	"sync/atomic"
 	"testing"
-
-	"github.com/nezha-harness/nezha/systems"
 )
 
 // TestLogLinesCarryNodeAndTerm: a node logging JSON writes one JSON object
@@ -44,24 +41,5 @@ func TestLogLinesCarryNodeAndTerm(t *testing.T) {
 	}
 	if _, err := NewLogHandler("xml", io.Discard, slog.LevelInfo); err == nil {
 		t.Fatal("format xml accepted")
-	}
-}
-
-// TestServeRefusesBadLogFlags: a bad -logFormat is a usage error (exit
-// code 2) on one line, reported together with the other bad flags.
-func TestServeRefusesBadLogFlags(t *testing.T) {
-	reg, err := systems.NewRegistry(memSystem)
-	if err != nil {
-		t.Fatal(err)
-	}
-	err = Serve([]string{"-system", "mem", "-logFormat", "xml", "-logLevel", "loud", "-data", t.TempDir()}, reg, io.Discard, io.Discard)
-	var ue *systems.UsageError
-	if !errors.As(err, &ue) || strings.Contains(err.Error(), "\n") {
-		t.Fatalf("got %v, want a one-line usage error", err)
-	}
-	for _, want := range []string{`-logFormat "xml" is not text or json`, `-logLevel "loud"`, "-peers is required"} {
-		if !strings.Contains(err.Error(), want) {
-			t.Errorf("error %q does not say %q", err, want)
-		}
 	}
 }
