@@ -34,7 +34,7 @@ func (c *cli) benchCommand() *ffcli.Command {
 // benchFlags are the flags of one bench subcommand.
 type benchFlags struct {
 	sub            string
-	af             cluster.AddressFlags
+	af             cluster.Address
 	outs           workloads.Outputs
 	com            *workloads.Common
 	put            workloads.PutOptions
@@ -49,7 +49,7 @@ type benchFlags struct {
 func (c *cli) benchSub(sub string) *ffcli.Command {
 	b := &benchFlags{sub: sub}
 	fs := c.flagSet("bench " + sub)
-	b.af.Register(fs)
+	registerAddress(fs, &b.af)
 	registerOutputs(fs, &b.outs, true)
 	switch sub {
 	case "put":

@@ -40,8 +40,8 @@ func (c *cli) kvCommand() *ffcli.Command {
 // kvSub is `nezha kv SUB` taking n positional arguments (scan: 1 or 2).
 func (c *cli) kvSub(sub string, n int) *ffcli.Command {
 	fs := c.flagSet("kv " + sub)
-	var af cluster.AddressFlags
-	af.Register(fs)
+	var af cluster.Address
+	registerAddress(fs, &af)
 	timeout := fs.Duration("timeout", 10*time.Second, "overall deadline, retries included (a duration, e.g. 10s)")
 	consistency := fs.String("consistency", "linearizable", "read consistency: linearizable or stale")
 	limit := fs.Int("limit", 0, "scan: at most this many keys (0: all)")

@@ -42,7 +42,7 @@ func (c *cli) exitCode(err error) int {
 	var ue *systems.UsageError
 	switch {
 	case err == nil, errors.Is(err, systems.ErrHelp):
-		// systems.ErrHelp: cluster.Command printed its own help.
+		// systems.ErrHelp: runCluster printed its own help.
 		return 0
 	case errors.Is(err, flag.ErrHelp):
 		c.stdout.Write(c.help.Bytes())

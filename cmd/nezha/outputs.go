@@ -36,7 +36,7 @@ type conn struct {
 // connect resolves af and connects with the given read consistency,
 // waiting up to timeout for a server to answer; errors are one line,
 // prefixed with name (e.g. "bench put").
-func connect(ctx context.Context, name string, af *cluster.AddressFlags, consistency string, timeout time.Duration) (conn, error) {
+func connect(ctx context.Context, name string, af *cluster.Address, consistency string, timeout time.Duration) (conn, error) {
 	cfg, system, err := af.ClientConfig()
 	if err != nil {
 		return conn{}, systems.OneLine(name, err)

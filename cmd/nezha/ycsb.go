@@ -35,7 +35,7 @@ func (c *cli) ycsbCommand() *ffcli.Command {
 // ycsbFlags are the flags of ycsb load or run.
 type ycsbFlags struct {
 	o              ycsb.Options
-	af             cluster.AddressFlags
+	af             cluster.Address
 	outs           workloads.Outputs
 	files, sets    listFlag
 	consistency    string
@@ -46,7 +46,7 @@ func (c *cli) ycsbPhase(phase string) *ffcli.Command {
 	y := &ycsbFlags{o: ycsb.DefaultOptions(phase)}
 	o := &y.o
 	fs := c.flagSet("ycsb " + phase)
-	y.af.Register(fs)
+	registerAddress(fs, &y.af)
 	registerOutputs(fs, &y.outs, false)
 	fs.Var(&y.files, "P", "property `FILE` (repeatable; shipped: "+strings.Join(ycsb.ShippedNames(), ", ")+")")
 	fs.Var(&y.sets, "p", "property `name=value` overriding the files (repeatable)")

@@ -51,7 +51,7 @@ func TestLoadAndSave(t *testing.T) {
 		t.Fatal("node 2 of a 1-node cluster found")
 	}
 	// Clients of a cluster none of whose nodes runs fail at once.
-	af := AddressFlags{Cluster: dir}
+	af := Address{Cluster: dir}
 	if _, err := af.Resolve(); err == nil || !strings.Contains(err.Error(), "no node of the cluster") {
 		t.Fatalf("Resolve of a stopped cluster: %v", err)
 	}

@@ -1,4 +1,4 @@
-package cluster
+package main
 
 import (
 	"context"
@@ -6,83 +6,19 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"strings"
 	"text/tabwriter"
 	"time"
 
 	"github.com/nezha-harness/nezha/systems"
-	"github.com/nezha-harness/nezha/systems/client"
-	"github.com/nezha-harness/nezha/systems/kvpb"
+	"github.com/nezha-harness/nezha/systems/cluster"
 )
 
-// AddressFlags registers the two ways tools name a cluster: -servers A,B,C
-// or -cluster DIR. Call Resolve after parsing.
-type AddressFlags struct {
-	Servers string
-	Cluster string
-	// API is the servers' client API for -servers (client.APINezha or
-	// client.APIEtcd); -cluster knows its system's.
-	API string
-}
-
-// Register adds -servers, -cluster and -api to fs.
-func (a *AddressFlags) Register(fs *flag.FlagSet) {
+// registerAddress adds -servers, -cluster and -api, the two ways to name a
+// cluster, to fs.
+func registerAddress(fs *flag.FlagSet, a *cluster.Address) {
 	fs.StringVar(&a.Servers, "servers", "", "comma-separated client addresses of cluster members")
 	fs.StringVar(&a.Cluster, "cluster", "", "`DIR` written by nezha cluster up (instead of -servers)")
 	fs.StringVar(&a.API, "api", "", "client API of -servers: nezha (default) or etcd (an etcd cluster, or our nodes' -etcdAddress, through etcd's Go client); -cluster knows its own")
-}
-
-// ClientConfig resolves the flags into a client configuration (the
-// cluster's API and fsync setting for -cluster) and, for -cluster, the
-// cluster's system name.
-func (a *AddressFlags) ClientConfig() (client.Config, string, error) {
-	addrs, err := a.Resolve()
-	if err != nil {
-		return client.Config{}, "", err
-	}
-	if a.Cluster != "" {
-		if a.API != "" {
-			return client.Config{}, "", systems.Usagef("-api is for -servers; -cluster knows its system's API")
-		}
-		s, err := Load(a.Cluster)
-		if err != nil {
-			return client.Config{}, "", err
-		}
-		return s.ClientConfig(), s.System, nil
-	}
-	cfg := client.DefaultConfig(addrs...)
-	cfg.API = a.API
-	if err := cfg.Validate(); err != nil {
-		return client.Config{}, "", err
-	}
-	return cfg, "", nil
-}
-
-// Resolve returns the client addresses named by the flags.
-func (a *AddressFlags) Resolve() ([]string, error) {
-	switch {
-	case a.Servers != "" && a.Cluster != "":
-		return nil, systems.Usagef("give -servers or -cluster, not both")
-	case a.Servers != "":
-		return systems.SplitList(a.Servers), nil
-	case a.Cluster != "":
-		s, err := Load(a.Cluster)
-		if err != nil {
-			return nil, err
-		}
-		running := 0
-		for _, n := range s.Nodes {
-			if Alive(n.PID) {
-				running++
-			}
-		}
-		if running == 0 {
-			// Fail now rather than retry until the deadline.
-			return nil, fmt.Errorf("no node of the cluster in %s is running (restart its nodes: nezha cluster restart -cluster %s -node N)", a.Cluster, a.Cluster)
-		}
-		return s.Addresses(), nil
-	}
-	return nil, systems.Usagef("no cluster given: use -servers HOST:PORT,... or -cluster DIR")
 }
 
 const clusterUsage = `usage: nezha cluster SUBCOMMAND [flags]   (nezha cluster SUBCOMMAND -h lists its flags)
@@ -98,9 +34,9 @@ const clusterUsage = `usage: nezha cluster SUBCOMMAND [flags]   (nezha cluster S
   replace -cluster DIR -node N                             remove member N and add a fresh one (new id, empty data) in its place
   members -cluster DIR                                     the membership as the leader applied it`
 
-// Command is `nezha cluster up|status|kill|restart|down`; known are the
-// -system names the binary registers.
-func Command(args []string, known []string, stdout, stderr io.Writer) error {
+// runCluster is `nezha cluster up|status|...`; known are the -system names
+// the binary registers.
+func runCluster(args []string, known []string, stdout, stderr io.Writer) error {
 	if len(args) == 0 {
 		return systems.Usagef("cluster: want a subcommand: up, status, kill, restart, down, add, promote, remove, transfer, replace, members")
 	}
@@ -113,7 +49,7 @@ func Command(args []string, known []string, stdout, stderr io.Writer) error {
 	ctx := context.Background()
 	switch sub {
 	case "up":
-		o := UpOptions{}
+		o := cluster.UpOptions{}
 		fs.StringVar(&o.System, "system", "", "system under test (or etcd: the external reference system, Debian's etcd on PATH)")
 		fs.IntVar(&o.Nodes, "nodes", 3, "number of nodes")
 		fs.DurationVar(&o.ReadyTimeout, "timeout", 30*time.Second, "how long to wait for a leader")
@@ -124,26 +60,26 @@ func Command(args []string, known []string, stdout, stderr io.Writer) error {
 				break
 			}
 		}
-		if err := parse(fs, args, stdout); err != nil {
+		if err := parseCluster(fs, args, stdout); err != nil {
 			return err
 		}
 		o.Dir, o.ExtraArgs, o.KnownSystems = *dir, extra, known
 		if o.Dir == "" {
 			return systems.Usagef("cluster up: -cluster DIR is required")
 		}
-		if o.Nodes == 0 { // UpOptions read 0 as the default; here it was given
-			return systems.Usagef("cluster up: -nodes 0 is outside 1..%d", MaxNodes)
+		if o.Nodes == 0 { // cluster.UpOptions read 0 as the default; here it was given
+			return systems.Usagef("cluster up: -nodes 0 is outside 1..%d", cluster.MaxNodes)
 		}
-		unlock, err := Lock(o.Dir)
+		unlock, err := cluster.Lock(o.Dir)
 		if err != nil {
 			return err
 		}
 		defer unlock()
-		s, leader, err := Up(ctx, o)
+		s, leader, err := cluster.Up(ctx, o)
 		if err != nil {
 			return systems.OneLine("cluster up", err)
 		}
-		fmt.Fprintf(stdout, "cluster of %d %s nodes up in %s, leader %d\n", len(s.Nodes), Label(s.System), s.Dir, leader)
+		fmt.Fprintf(stdout, "cluster of %d %s nodes up in %s, leader %d\n", len(s.Nodes), cluster.Label(s.System), s.Dir, leader)
 		for _, n := range s.Nodes {
 			fmt.Fprintf(stdout, "  node %d  address %s  internal %s  pid %d  log %s", n.ID, n.Address, n.InternalAddress, n.PID, n.Log)
 			if n.MetricsAddress != "" {
@@ -154,10 +90,7 @@ func Command(args []string, known []string, stdout, stderr io.Writer) error {
 		return nil
 	case "status":
 		asJSON := fs.Bool("json", false, "print JSON")
-		if err := parse(fs, args, stdout); err != nil {
-			return err
-		}
-		s, err := loadFlag(*dir)
+		s, err := parseAndLoad(fs, args, stdout, dir)
 		if err != nil {
 			return err
 		}
@@ -168,10 +101,7 @@ func Command(args []string, known []string, stdout, stderr io.Writer) error {
 		return printStatus(stdout, s, sts, *asJSON)
 	case "kill", "restart":
 		id := fs.Uint64("node", 0, "node id (1..N)")
-		if err := parse(fs, args, stdout); err != nil {
-			return err
-		}
-		s, err := loadFlag(*dir)
+		s, err := parseAndLoad(fs, args, stdout, dir)
 		if err != nil {
 			return err
 		}
@@ -183,7 +113,7 @@ func Command(args []string, known []string, stdout, stderr io.Writer) error {
 		if *id == 0 {
 			return systems.Usagef("cluster %s: no node 0 (ids are 1..%d)", sub, len(s.Nodes))
 		}
-		unlock, err := Lock(*dir)
+		unlock, err := cluster.Lock(*dir)
 		if err != nil {
 			return err
 		}
@@ -203,14 +133,11 @@ func Command(args []string, known []string, stdout, stderr io.Writer) error {
 		return nil
 	case "down":
 		purge := fs.Bool("purge", false, "also delete the cluster directory and its data")
-		if err := parse(fs, args, stdout); err != nil {
-			return err
-		}
-		s, err := loadFlag(*dir)
+		s, err := parseAndLoad(fs, args, stdout, dir)
 		if err != nil {
 			return err
 		}
-		unlock, err := Lock(*dir)
+		unlock, err := cluster.Lock(*dir)
 		if err != nil {
 			return err
 		}
@@ -221,20 +148,17 @@ func Command(args []string, known []string, stdout, stderr io.Writer) error {
 		fmt.Fprintf(stdout, "cluster in %s stopped%s\n", s.Dir, map[bool]string{true: " and purged", false: ""}[*purge])
 		return nil
 	case "add", "promote", "remove", "transfer", "replace", "members":
-		return membershipCommand(ctx, sub, fs, dir, args, stdout)
+		return clusterMembership(ctx, sub, fs, dir, args, stdout)
 	}
 	return systems.Usagef("cluster: unknown subcommand %q (want up, status, kill, restart, down, add, promote, remove, transfer, replace, members)", sub)
 }
 
-// membershipCommand is `nezha cluster add|promote|remove|transfer|replace|members`.
-func membershipCommand(ctx context.Context, sub string, fs *flag.FlagSet, dir *string, args []string, stdout io.Writer) error {
+// clusterMembership is `nezha cluster add|promote|remove|transfer|replace|members`.
+func clusterMembership(ctx context.Context, sub string, fs *flag.FlagSet, dir *string, args []string, stdout io.Writer) error {
 	id := fs.Uint64("node", 0, "node id")
 	learner := fs.Bool("learner", false, "add: leave the new node a learner (cluster promote makes it a voter)")
 	timeout := fs.Duration("timeout", 5*time.Minute, "how long the change may take (a learner catching up through a large snapshot takes a while)")
-	if err := parse(fs, args, stdout); err != nil {
-		return err
-	}
-	s, err := loadFlag(*dir)
+	s, err := parseAndLoad(fs, args, stdout, dir)
 	if err != nil {
 		return err
 	}
@@ -249,7 +173,7 @@ func membershipCommand(ctx context.Context, sub string, fs *flag.FlagSet, dir *s
 	if *timeout <= 0 {
 		return systems.Usagef("cluster %s: -timeout %v must be positive", sub, *timeout)
 	}
-	unlock, err := Lock(*dir)
+	unlock, err := cluster.Lock(*dir)
 	if err != nil {
 		return err
 	}
@@ -314,7 +238,7 @@ func membershipCommand(ctx context.Context, sub string, fs *flag.FlagSet, dir *s
 	return nil
 }
 
-func parse(fs *flag.FlagSet, args []string, w io.Writer) error {
+func parseCluster(fs *flag.FlagSet, args []string, w io.Writer) error {
 	if err := systems.ParseFlags(fs, args, w); err != nil {
 		return err
 	}
@@ -324,61 +248,30 @@ func parse(fs *flag.FlagSet, args []string, w io.Writer) error {
 	return nil
 }
 
-func loadFlag(dir string) (*Spec, error) {
+// parseAndLoad parses a subcommand's flags, then loads the cluster that
+// -cluster (dir) names.
+func parseAndLoad(fs *flag.FlagSet, args []string, stdout io.Writer, dir *string) (*cluster.Spec, error) {
+	if err := parseCluster(fs, args, stdout); err != nil {
+		return nil, err
+	}
+	return loadCluster(*dir)
+}
+
+func loadCluster(dir string) (*cluster.Spec, error) {
 	if dir == "" {
 		return nil, systems.Usagef("-cluster DIR is required")
 	}
-	return Load(dir)
+	return cluster.Load(dir)
 }
 
-// StatusRow is one line of `cluster status -json`.
-type StatusRow struct {
-	ID           uint64 `json:"id"`
-	Address      string `json:"address"`
-	PID          int    `json:"pid"`
-	Alive        bool   `json:"alive"`
-	Health       string `json:"health"`
-	State        string `json:"state,omitempty"`
-	Leader       uint64 `json:"leader"`
-	Term         uint64 `json:"term"`
-	CommitIndex  uint64 `json:"commit_index"`
-	AppliedIndex uint64 `json:"applied_index"`
-	FirstIndex   uint64 `json:"first_index"`
-	LastIndex    uint64 `json:"last_index"`
-	Sync         bool   `json:"sync"`
-	// CompactedIndex and LogBytes describe the Raft log; GCRounds are the
-	// recent GC (nezha) or log truncation (baselines) rounds.
-	CompactedIndex uint64          `json:"compacted_index"`
-	LogBytes       int64           `json:"log_bytes"`
-	GCRounds       []*kvpb.GCRound `json:"gc_rounds,omitempty"`
-	// Storage is the state machine's on-disk shape (LSM levels, value log
-	// and sorted runs), for systems that report one.
-	Storage *systems.StorageShape `json:"storage,omitempty"`
-	Error   string                `json:"error,omitempty"`
-}
-
-func printStatus(w io.Writer, s *Spec, sts []NodeStatus, asJSON bool) error {
-	rows := make([]StatusRow, len(sts))
-	for i, st := range sts {
-		r := StatusRow{ID: st.Node.ID, Address: st.Node.Address, PID: st.Node.PID, Alive: st.Alive, Health: st.Health}
-		if resp, err := st.Response(); err != nil {
-			r.Error = err.Error()
-		} else {
-			r.State = strings.TrimPrefix(resp.RaftState, "State")
-			r.Leader, r.Term = resp.Header.LeaderId, resp.Header.Term
-			r.CommitIndex, r.AppliedIndex = resp.CommitIndex, resp.Header.AppliedIndex
-			r.FirstIndex, r.LastIndex, r.Sync = resp.FirstIndex, resp.LastIndex, resp.Sync
-			r.CompactedIndex, r.LogBytes, r.GCRounds = resp.CompactedIndex, resp.LogBytes, resp.GcRounds
-			r.Storage = StorageShapeOf(resp)
-		}
-		rows[i] = r
-	}
+func printStatus(w io.Writer, s *cluster.Spec, sts []cluster.NodeStatus, asJSON bool) error {
+	rows := cluster.StatusRows(sts)
 	if asJSON {
 		enc := json.NewEncoder(w)
 		enc.SetIndent("", "  ")
 		return enc.Encode(map[string]any{"system": s.System, "nodes": rows})
 	}
-	fmt.Fprintf(w, "system %s, cluster %s\n", Label(s.System), s.Dir)
+	fmt.Fprintf(w, "system %s, cluster %s\n", cluster.Label(s.System), s.Dir)
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "NODE\tADDRESS\tPID\tHEALTH\tSTATE\tLEADER\tTERM\tCOMMIT\tAPPLIED\tLOG ENTRIES\tSYNC")
 	for _, r := range rows {
@@ -397,7 +290,7 @@ func printStatus(w io.Writer, s *Spec, sts []NodeStatus, asJSON bool) error {
 			sync = "OFF (comparison only)"
 		}
 		logRange := fmt.Sprintf("%d..%d", r.FirstIndex, r.LastIndex)
-		if r.Error != "" || External(s.System) {
+		if r.Error != "" || cluster.External(s.System) {
 			logRange = "-" // etcd does not report its log's range
 		} else if r.FirstIndex > r.LastIndex {
 			logRange = fmt.Sprintf("none after %d", r.LastIndex)
