@@ -55,6 +55,10 @@ type RunRequest struct {
 	// Force reuses a non-empty OutDir that holds an earlier run (its
 	// content is deleted).
 	Force bool
+	// Nodes, if not 0, replaces the profile's number of nodes (replicas)
+	// of every local cluster (1..cluster.MaxNodes); recorded with the
+	// profile in config.json.
+	Nodes int
 	// Args is the command line recorded in config.json.
 	Args []string
 	// Out receives progress, the headline and the report's path.
@@ -90,6 +94,12 @@ func (r RunRequest) Validate(reg *systems.Registry) error {
 	}
 	if len(r.Systems) == 0 {
 		errs = append(errs, systems.Usagef("-systems is empty"))
+	}
+	if r.Nodes < 0 || r.Nodes > cluster.MaxNodes {
+		errs = append(errs, systems.Usagef("-nodes %d is outside 1..%d", r.Nodes, cluster.MaxNodes))
+	}
+	if r.Nodes != 0 && len(r.Servers) > 0 {
+		errs = append(errs, systems.Usagef("-nodes is for local clusters; -servers names a running one"))
 	}
 	if len(r.Servers) > 0 && len(r.Systems) != 1 {
 		errs = append(errs, systems.Usagef("-servers is one cluster: name its one system with -systems"))
@@ -129,6 +139,9 @@ func RunAndReport(ctx context.Context, reg *systems.Registry, r RunRequest) erro
 	profile, err := ProfileByName(r.Profile)
 	if err != nil {
 		return err
+	}
+	if r.Nodes != 0 {
+		profile.Nodes = r.Nodes
 	}
 	stdout, names, args, syss, srv, dir := r.Out, r.Names, r.Args, r.Systems, r.Servers, r.OutDir
 	if abs, err := filepath.Abs(dir); err == nil {

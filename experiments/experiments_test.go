@@ -205,7 +205,10 @@ func TestRunAndReportUsageErrors(t *testing.T) {
 		"servers of two systems": req([]string{"scan"}, func(r *RunRequest) {
 			r.Servers, r.Systems = []string{"127.0.0.1:1"}, []string{"nezha", "original"}
 		}),
-		"bad server": req([]string{"scan"}, func(r *RunRequest) { r.Servers, r.Systems = []string{"bogus"}, []string{"nezha"} }),
+		"bad server":         req([]string{"scan"}, func(r *RunRequest) { r.Servers, r.Systems = []string{"bogus"}, []string{"nezha"} }),
+		"too many nodes":     req([]string{"scan"}, func(r *RunRequest) { r.Nodes = 100 }),
+		"negative nodes":     req([]string{"scan"}, func(r *RunRequest) { r.Nodes = -1 }),
+		"nodes with servers": req([]string{"scan"}, func(r *RunRequest) { r.Nodes, r.Servers, r.Systems = 5, []string{"127.0.0.1:1"}, []string{"nezha"} }),
 	} {
 		err := RunAndReport(context.Background(), reg, r)
 		var ue *systems.UsageError

@@ -69,6 +69,7 @@ func (c *cli) experimentRun() *ffcli.Command {
 	syss := fs.String("systems", strings.Join(experiments.DefaultSystems(c.reg), ","), "systems to compare (comma-separated)")
 	out := fs.String("out", "", "results directory (default results/<time>-<profile>)")
 	force := fs.Bool("force", false, "reuse a non-empty -out directory (its content is deleted)")
+	nodes := fs.Int("nodes", 0, "replicas (nodes) of every local cluster, 1..99 (0: the profile's, 3)")
 	servers := fs.String("servers", "", "use this running cluster (one system, named by -systems; comma-separated host:port) instead of local clusters")
 	return c.command("run", experimentUsage, fs, func(ctx context.Context, args []string) error {
 		names, err := c.parseInterleaved(fs, args)
@@ -80,7 +81,7 @@ func (c *cli) experimentRun() *ffcli.Command {
 		raw := c.args[min(2, len(c.args)):] // after "experiment run"
 		return experiments.RunAndReport(ctx, c.reg, experiments.RunRequest{
 			Names: names, Profile: *profile, Systems: systems.SplitList(*syss), Servers: systems.SplitList(*servers),
-			OutDir: *out, Force: *force, Out: c.stdout,
+			OutDir: *out, Force: *force, Nodes: *nodes, Out: c.stdout,
 			Args: append([]string{"nezha", "experiment", "run"}, raw...),
 		})
 	})
