@@ -59,7 +59,8 @@ type RunRequest struct {
 	// of every local cluster (1..cluster.MaxNodes); recorded with the
 	// profile in config.json.
 	Nodes int
-	// Args is the command line recorded in config.json.
+	// Args are the arguments after `nezha experiment run`, recorded in
+	// config.json after that prefix.
 	Args []string
 	// Out receives progress, the headline and the report's path.
 	Out io.Writer

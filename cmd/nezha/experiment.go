@@ -82,7 +82,7 @@ func (c *cli) experimentRun() *ffcli.Command {
 		return experiments.RunAndReport(ctx, c.reg, experiments.RunRequest{
 			Names: names, Profile: *profile, Systems: systems.SplitList(*syss), Servers: systems.SplitList(*servers),
 			OutDir: *out, Force: *force, Nodes: *nodes, Out: c.stdout,
-			Args: append([]string{"nezha", "experiment", "run"}, raw...),
+			Args: raw,
 		})
 	})
 }
