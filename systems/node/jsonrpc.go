@@ -346,7 +346,7 @@ func (s *jsonrpcServer) call(method string, params json.RawMessage) (any, error)
 			return nil, err
 		}
 		return nil, rpcErrorf(jsonrpcNotSupported,
-			"TakeSnapshot is not supported: the system compacts the Raft log itself (nezha after its GC, the baselines from their flushed state); snapshots are sent to followers that need them")
+			"TakeSnapshot is not supported: the system compacts the Raft log itself (nezha behind its GC, the baselines past -rocksdb.logRetainBytes); snapshots are sent to followers that need them")
 	case "GetServerState":
 		if err := decodeParams(params, &struct{}{}); err != nil {
 			return nil, err
