@@ -210,7 +210,7 @@ func (o *Options) Validate() error {
 			}
 		}
 		if len(unsupported) > 0 {
-			bad("-system %s: nemeses %s do not apply to an external system (delay: its HTTP peer links have no per-message latency; torn-tail and lose-tail: they tear our Raft log's segments); the others do", o.System, strings.Join(unsupported, ", "))
+			bad("-system %s: nemeses %s do not apply to an external system (delay: its HTTP peer links have no per-message latency; torn-tail and lose-tail: they tear our Raft log's segments; membership: nezha does not change etcd's members); the others do", o.System, strings.Join(unsupported, ", "))
 		}
 		if o.ReadMode == ReadLease {
 			bad("-system %s: -read-mode lease does not apply (etcd serves linearizable reads by ReadIndex only)", o.System)
@@ -221,7 +221,7 @@ func (o *Options) Validate() error {
 
 // externalUnsupported are the nemeses an external system (etcd) cannot be
 // put under.
-var externalUnsupported = []string{faults.Delay, faults.TornTail, faults.LoseTail}
+var externalUnsupported = []string{faults.Delay, faults.TornTail, faults.LoseTail, faults.Membership}
 
 // NodeArgs returns the serve flags the run gives every node (besides the
 // per-node -dialPeers).
@@ -431,6 +431,13 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 		return nil, werr
 	}
 
+	// The membership nemesis changes the members; cluster.json (saved on
+	// every change) is the final membership the last steps check.
+	final, err := cluster.Load(clusterDir)
+	if err != nil {
+		return nil, fmt.Errorf("reload the final membership: %w", err)
+	}
+	spec.Nodes = final.Nodes
 	interrupted := ctx.Err() != nil
 	if !interrupted {
 		res.FinalWrite = finalWrite(ctx, spec, rec, wl.keys, logf)
