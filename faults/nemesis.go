@@ -452,7 +452,7 @@ func (e *Env) killAndDamage(id, pick uint64, damage func(data, mode string) (str
 
 // membershipTimeout bounds each membership change of the membership
 // nemesis (adding a node includes its catching up).
-const membershipTimeout = 60 * time.Second
+const membershipTimeout = 20 * time.Second
 
 // injectMembership adds a node (cluster.Spec.AddMember: learner, then
 // voter), by s.Pick transfers the leadership to it, and on healing removes

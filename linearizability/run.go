@@ -420,10 +420,13 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 	start := time.Now()
 	rec := NewRecorder(start)
 	env := &faults.Env{Cluster: spec, Net: network, Start: start, Logf: logf, DiskFaults: faults.NeedsDiskFaults(o.Nemeses)}
+	// The workload's clients are pinned to the nodes of the start: the
+	// schedule's goroutine may change spec.Nodes (the membership nemesis).
+	startNodes := slices.Clone(spec.Nodes)
 	scheduleDone := make(chan []faults.Event, 1)
 	go func() { scheduleDone <- sched.Run(ctx, env) }()
 	wl := &workload{o: o, rec: rec, keys: Keys(o.Keys), groups: ScanGroups(Keys(o.Keys), o.ScanGroup), until: start.Add(o.Duration)}
-	werr := wl.run(ctx, spec)
+	werr := wl.run(ctx, spec, startNodes)
 	res.Events = <-scheduleDone
 	workEnd := time.Duration(rec.Now())
 	logf("workload done after %v: %d operations", workEnd.Round(time.Millisecond), len(rec.Ops()))
