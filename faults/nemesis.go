@@ -465,6 +465,9 @@ func injectMembership(ctx context.Context, e *Env, s Step) (fault, error) {
 	actx, cancel := context.WithTimeout(ctx, membershipTimeout)
 	defer cancel()
 	nd, err := e.Cluster.AddMember(actx, true)
+	if rerr := e.refreshDialPeers(); rerr != nil {
+		err = errors.Join(err, rerr)
+	}
 	if err != nil {
 		return fault{}, fmt.Errorf("add a node: %w", err)
 	}
@@ -482,10 +485,39 @@ func injectMembership(ctx context.Context, e *Env, s Step) (fault, error) {
 		defer cancel()
 		victim := e.shuffled(s.Pick / 2)[0]
 		e.logf("membership: removing node %d", victim)
-		if err := e.Cluster.RemoveMember(hctx, victim); err != nil {
+		err := e.Cluster.RemoveMember(hctx, victim)
+		if rerr := e.refreshDialPeers(); rerr != nil {
+			err = errors.Join(err, rerr)
+		}
+		if err != nil {
 			return fmt.Errorf("remove node %d: %w", victim, err)
 		}
 		return nil
 	}
 	return fault{nodes: []uint64{added}, detail: detail, heal: heal}, nil
+}
+
+// refreshDialPeers rewrites every member's -dialPeers in cluster.json for
+// the current members: -dialPeers is positional in -peers order, and a
+// node restarted (kill, restart-all) after a membership change gets the
+// new -peers. Without proxies (no Net) there is nothing to rewrite.
+func (e *Env) refreshDialPeers() error {
+	if e.Net == nil {
+		return nil
+	}
+	for i := range e.Cluster.Nodes {
+		n := &e.Cluster.Nodes[i]
+		dial := e.Net.DialPeers(*n, e.Cluster.Nodes)
+		if dial == "" {
+			return nil
+		}
+		args := slices.Clone(n.ExtraArgs)
+		if j := slices.Index(args, "-dialPeers"); j >= 0 && j+1 < len(args) {
+			args[j+1] = dial
+		} else {
+			args = append(args, "-dialPeers", dial)
+		}
+		n.ExtraArgs = args
+	}
+	return e.Cluster.Save()
 }
