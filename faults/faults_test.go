@@ -32,8 +32,8 @@ func TestParseNemeses(t *testing.T) {
 		t.Fatalf("all = %v, %v", all, err)
 	}
 	for _, n := range all {
-		if n == LoseTail {
-			t.Fatal("the opt-in lose-tail is part of all")
+		if n == LoseTail || n == Membership {
+			t.Fatalf("the opt-in %s is part of all", n)
 		}
 	}
 	got, err := ParseNemeses("kill, pause,kill,lose-tail")

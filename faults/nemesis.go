@@ -30,6 +30,8 @@ const (
 	TornTail        = "torn-tail"
 	// LoseTail is opt-in: not part of "all" (see its summary).
 	LoseTail = "lose-tail"
+	// Membership is opt-in: not part of "all" (see its summary).
+	Membership = "membership"
 )
 
 // nemesis is one kind of fault. inject breaks something and returns how to
@@ -42,7 +44,9 @@ type nemesis struct {
 	network  bool
 	inject   func(ctx context.Context, e *Env, s Step) (fault, error)
 	// optIn nemeses are left out of "all": they break an assumption of
-	// Raft itself, so a failure under them says nothing about a system.
+	// Raft itself, so a failure under them says nothing about a system
+	// (lose-tail), or they change the cluster the other nemeses act on
+	// (membership).
 	optIn bool
 	// disk nemeses inject faults inside the nodes (Env.DiskFaults).
 	disk bool
@@ -70,6 +74,7 @@ var nemeses = []nemesis{
 	{DiskFull, "fill a random node's disk (injected in the node: its writes return ENOSPC beyond the room its ballast frees); it refuses writes and serves reads; cleared when healing", 1, false, injectDiskFull, false, true},
 	{FsyncError, "make a random node's fsyncs return EIO (injected in the node); it stops at its next fsync without acknowledging what that fsync covered; restarted when healing", 1, false, injectFsyncError, false, true},
 	{SlowDisk, "add 20-200 ms to every fsync of a random node or of every node (injected in the nodes); cleared when healing", 1, false, injectSlowDisk, false, true},
+	{Membership, "opt-in, not in all: add a node (learner, promoted once caught up; by the seed, leadership then transferred to it), and remove a member chosen by the seed (the leader too) when healing; cluster.json follows. Peer links of added nodes are not proxied: network nemeses cut only the original nodes' links", 2, false, injectMembership, true, false},
 	{LoseTail, "opt-in, not in all: SIGKILL a follower, cut or flip its last fsynced log bytes in place (a disk that lied about fsync; Raft does not tolerate it), restart it when healing", 1, false, injectLoseTail, true, false},
 }
 
@@ -245,6 +250,24 @@ func without(ids []uint64, x uint64) []uint64 {
 }
 
 func (e *Env) cutFault(links []Link, nodes []uint64, detail string) (fault, error) {
+	// Members added during the run (the membership nemesis) dial and are
+	// dialed directly: their links have no proxy and stay up.
+	var kept, unproxied []Link
+	known := e.Net.Links()
+	for _, l := range links {
+		if slices.Contains(known, l) {
+			kept = append(kept, l)
+		} else {
+			unproxied = append(unproxied, l)
+		}
+	}
+	if len(unproxied) > 0 {
+		detail += "; not proxied, left up: " + linkList(unproxied)
+	}
+	if len(kept) == 0 {
+		return fault{}, fmt.Errorf("%s: none of its links is proxied", detail)
+	}
+	links = kept
 	if err := e.Net.Cut(links...); err != nil {
 		_ = e.Net.Restore(links...)
 		return fault{}, err
@@ -425,4 +448,76 @@ func (e *Env) killAndDamage(id, pick uint64, damage func(data, mode string) (str
 	}
 	f.detail = prefix + what + suffix
 	return f, nil
+}
+
+// membershipTimeout bounds each membership change of the membership
+// nemesis (adding a node includes its catching up).
+const membershipTimeout = 20 * time.Second
+
+// injectMembership adds a node (cluster.Spec.AddMember: learner, then
+// voter), by s.Pick transfers the leadership to it, and on healing removes
+// a member chosen by s.Pick (possibly the new node or the leader), so that
+// the cluster keeps its size and changes its members.
+func injectMembership(ctx context.Context, e *Env, s Step) (fault, error) {
+	if cluster.External(e.Cluster.System) {
+		return fault{}, fmt.Errorf("membership: %s clusters are not changed by nezha", cluster.Label(e.Cluster.System))
+	}
+	actx, cancel := context.WithTimeout(ctx, membershipTimeout)
+	defer cancel()
+	nd, err := e.Cluster.AddMember(actx, true)
+	if rerr := e.refreshDialPeers(); rerr != nil {
+		err = errors.Join(err, rerr)
+	}
+	if err != nil {
+		return fault{}, fmt.Errorf("add a node: %w", err)
+	}
+	added := nd.ID
+	detail := fmt.Sprintf("node %d added and promoted", added)
+	if s.Pick%2 == 0 {
+		if to, err := e.Cluster.TransferLeader(actx, added); err != nil {
+			detail += fmt.Sprintf("; leadership transfer to it failed: %v", err)
+		} else {
+			detail += fmt.Sprintf("; leadership transferred to node %d", to)
+		}
+	}
+	heal := func() error {
+		hctx, cancel := context.WithTimeout(context.Background(), membershipTimeout)
+		defer cancel()
+		victim := e.shuffled(s.Pick / 2)[0]
+		e.logf("membership: removing node %d", victim)
+		err := e.Cluster.RemoveMember(hctx, victim)
+		if rerr := e.refreshDialPeers(); rerr != nil {
+			err = errors.Join(err, rerr)
+		}
+		if err != nil {
+			return fmt.Errorf("remove node %d: %w", victim, err)
+		}
+		return nil
+	}
+	return fault{nodes: []uint64{added}, detail: detail, heal: heal}, nil
+}
+
+// refreshDialPeers rewrites every member's -dialPeers in cluster.json for
+// the current members: -dialPeers is positional in -peers order, and a
+// node restarted (kill, restart-all) after a membership change gets the
+// new -peers. Without proxies (no Net) there is nothing to rewrite.
+func (e *Env) refreshDialPeers() error {
+	if e.Net == nil {
+		return nil
+	}
+	for i := range e.Cluster.Nodes {
+		n := &e.Cluster.Nodes[i]
+		dial := e.Net.DialPeers(*n, e.Cluster.Nodes)
+		if dial == "" {
+			return nil
+		}
+		args := slices.Clone(n.ExtraArgs)
+		if j := slices.Index(args, "-dialPeers"); j >= 0 && j+1 < len(args) {
+			args[j+1] = dial
+		} else {
+			args = append(args, "-dialPeers", dial)
+		}
+		n.ExtraArgs = args
+	}
+	return e.Cluster.Save()
 }

@@ -385,3 +385,24 @@ func (n *Net) closeLocked() {
 	n.proxies = map[Link]*toxiproxy.Proxy{}
 	n.cut = map[Link]bool{}
 }
+
+// DialPeers returns self's -dialPeers value for the members all (in
+// -peers order) after a membership change: the proxy of each link that
+// has one, the member's own internal address for members added since the
+// proxies were created (and for self). The HTTP net (etcd) keeps its
+// members: "" there.
+func (n *Net) DialPeers(self cluster.Node, all []cluster.Node) string {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.http != nil || n.createErr != nil {
+		return ""
+	}
+	dial := make([]string, len(all))
+	for i, m := range all {
+		dial[i] = m.InternalAddress
+		if p, ok := n.proxies[Link{From: self.ID, To: m.ID}]; ok && m.ID != self.ID {
+			dial[i] = p.Listen
+		}
+	}
+	return strings.Join(dial, ",")
+}

@@ -210,7 +210,7 @@ func (o *Options) Validate() error {
 			}
 		}
 		if len(unsupported) > 0 {
-			bad("-system %s: nemeses %s do not apply to an external system (delay: its HTTP peer links have no per-message latency; torn-tail and lose-tail: they tear our Raft log's segments); the others do", o.System, strings.Join(unsupported, ", "))
+			bad("-system %s: nemeses %s do not apply to an external system (delay: its HTTP peer links have no per-message latency; torn-tail and lose-tail: they tear our Raft log's segments; membership: nezha does not change etcd's members); the others do", o.System, strings.Join(unsupported, ", "))
 		}
 		if o.ReadMode == ReadLease {
 			bad("-system %s: -read-mode lease does not apply (etcd serves linearizable reads by ReadIndex only)", o.System)
@@ -221,7 +221,7 @@ func (o *Options) Validate() error {
 
 // externalUnsupported are the nemeses an external system (etcd) cannot be
 // put under.
-var externalUnsupported = []string{faults.Delay, faults.TornTail, faults.LoseTail}
+var externalUnsupported = []string{faults.Delay, faults.TornTail, faults.LoseTail, faults.Membership}
 
 // NodeArgs returns the serve flags the run gives every node (besides the
 // per-node -dialPeers).
@@ -420,10 +420,13 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 	start := time.Now()
 	rec := NewRecorder(start)
 	env := &faults.Env{Cluster: spec, Net: network, Start: start, Logf: logf, DiskFaults: faults.NeedsDiskFaults(o.Nemeses)}
+	// The workload's clients are pinned to the nodes of the start: the
+	// schedule's goroutine may change spec.Nodes (the membership nemesis).
+	startNodes := slices.Clone(spec.Nodes)
 	scheduleDone := make(chan []faults.Event, 1)
 	go func() { scheduleDone <- sched.Run(ctx, env) }()
 	wl := &workload{o: o, rec: rec, keys: Keys(o.Keys), groups: ScanGroups(Keys(o.Keys), o.ScanGroup), until: start.Add(o.Duration)}
-	werr := wl.run(ctx, spec)
+	werr := wl.run(ctx, spec, startNodes)
 	res.Events = <-scheduleDone
 	workEnd := time.Duration(rec.Now())
 	logf("workload done after %v: %d operations", workEnd.Round(time.Millisecond), len(rec.Ops()))
@@ -431,6 +434,13 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 		return nil, werr
 	}
 
+	// The membership nemesis changes the members; cluster.json (saved on
+	// every change) is the final membership the last steps check.
+	final, err := cluster.Load(clusterDir)
+	if err != nil {
+		return nil, fmt.Errorf("reload the final membership: %w", err)
+	}
+	spec.Nodes = final.Nodes
 	interrupted := ctx.Err() != nil
 	if !interrupted {
 		res.FinalWrite = finalWrite(ctx, spec, rec, wl.keys, logf)

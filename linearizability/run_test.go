@@ -156,6 +156,8 @@ func TestCheck(t *testing.T) {
 		// The external reference system: its peer links go through one
 		// HTTP proxy per member (faults.NewHTTPNet).
 		{cluster.Etcd, []string{faults.PartitionLeader, faults.Kill}, 4, nil},
+		// Members come and go; convergence is checked on the final ones.
+		{"nezha-nogc", []string{faults.Membership, faults.Kill}, 5, nil},
 	} {
 		t.Run(c.system, func(t *testing.T) {
 			if _, err := exec.LookPath("etcd"); cluster.External(c.system) && err != nil {
@@ -185,6 +187,23 @@ func TestCheck(t *testing.T) {
 			}
 			if _, err := os.Stat(res.HistoryPath); err != nil {
 				t.Fatal(err)
+			}
+			if !slices.Contains(c.nemeses, faults.Membership) {
+				return
+			}
+			final, err := cluster.Load(filepath.Join(filepath.Dir(res.HistoryPath), "cluster"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			var want, got []uint64
+			for _, n := range final.Nodes {
+				want = append(want, n.ID)
+			}
+			for _, n := range res.Convergence.Nodes {
+				got = append(got, n.ID)
+			}
+			if !slices.Equal(got, want) || final.NextID <= 4 {
+				t.Fatalf("convergence checked nodes %v; cluster.json lists %v (next id %d, want > 4: a node added)", got, want, final.NextID)
 			}
 		})
 	}

@@ -67,7 +67,7 @@ func (wl *workload) value(w, seq int) []byte {
 // node observable. Clients N..2N-1 (and 3N..4N-1, ...) only read: a write
 // through an isolated node hangs until its timeout, and a client that
 // also writes would spend most of a partition waiting instead of reading.
-func (wl *workload) run(ctx context.Context, spec *cluster.Spec) error {
+func (wl *workload) run(ctx context.Context, spec *cluster.Spec, nodes []cluster.Node) error {
 	var clients []*client.Client
 	defer func() {
 		for _, c := range clients {
@@ -76,7 +76,7 @@ func (wl *workload) run(ctx context.Context, spec *cluster.Spec) error {
 	}()
 	var wg sync.WaitGroup
 	for w := 0; w < wl.o.Clients; w++ {
-		node := spec.Nodes[w%len(spec.Nodes)]
+		node := nodes[w%len(nodes)]
 		cfg := spec.ClientConfig(node.Address)
 		cfg.AttemptTimeout = time.Second
 		if wl.o.ReadMode == ReadStale {
@@ -90,7 +90,7 @@ func (wl *workload) run(ctx context.Context, spec *cluster.Spec) error {
 		rc := wl.rec.Client(c, w, node.ID)
 		rng := rand.New(rand.NewSource(wl.o.Seed*1_000_003 + int64(w)))
 		wg.Add(1)
-		readOnly := (w/len(spec.Nodes))%2 == 1
+		readOnly := (w/len(nodes))%2 == 1
 		go func(w int) {
 			defer wg.Done()
 			wl.worker(ctx, w, rc, rng, readOnly)

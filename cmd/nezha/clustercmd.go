@@ -85,6 +85,9 @@ func runCluster(args []string, known []string, stdout, stderr io.Writer) error {
 			if n.MetricsAddress != "" {
 				fmt.Fprintf(stdout, "  metrics http://%s/metrics", n.MetricsAddress)
 			}
+			if n.JSONRPCAddress != "" {
+				fmt.Fprintf(stdout, "  jsonrpc %s", n.JSONRPCAddress)
+			}
 			fmt.Fprintln(stdout)
 		}
 		return nil

@@ -48,6 +48,10 @@ type Node struct {
 	// (-metricsAddress); empty for clusters started before it existed and
 	// for external systems.
 	MetricsAddress string `json:"metrics_address,omitempty"`
+	// JSONRPCAddress serves the node's JSON-RPC 2.0 cluster API
+	// (-jsonrpcAddress; README "JSON-RPC cluster API"); empty for clusters
+	// started before it existed and for external systems.
+	JSONRPCAddress string `json:"jsonrpc_address,omitempty"`
 	// ExtraArgs are this node's own serve flags, after the cluster's.
 	ExtraArgs []string `json:"extra_args,omitempty"`
 	// BootstrapVoters, for a node added to a running cluster, are the
@@ -264,8 +268,8 @@ func Up(ctx context.Context, o UpOptions) (*Spec, uint64, error) {
 	if err != nil {
 		return nil, 0, err
 	}
-	// Client, internal and metrics port per node.
-	ports, err := freePorts(o.Host, 3*o.Nodes)
+	// Client, internal, metrics and JSON-RPC port per node.
+	ports, err := freePorts(o.Host, 4*o.Nodes)
 	if err != nil {
 		return nil, 0, err
 	}
@@ -291,6 +295,7 @@ func Up(ctx context.Context, o UpOptions) (*Spec, uint64, error) {
 		})
 		if !External(o.System) {
 			s.Nodes[i].MetricsAddress = net.JoinHostPort(o.Host, strconv.Itoa(ports[2*o.Nodes+i]))
+			s.Nodes[i].JSONRPCAddress = net.JoinHostPort(o.Host, strconv.Itoa(ports[3*o.Nodes+i]))
 		}
 	}
 	if o.NodeArgs != nil {
@@ -347,6 +352,9 @@ func (s *Spec) Args(n *Node) []string {
 	}
 	if n.MetricsAddress != "" {
 		args = append(args, "-metricsAddress", n.MetricsAddress)
+	}
+	if n.JSONRPCAddress != "" {
+		args = append(args, "-jsonrpcAddress", n.JSONRPCAddress)
 	}
 	args = append(args, s.ExtraArgs...)
 	return append(args, n.ExtraArgs...)

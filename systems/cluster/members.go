@@ -168,7 +168,7 @@ func (s *Spec) AddMember(ctx context.Context, promote bool) (*Node, error) {
 	if h, _, err := net.SplitHostPort(s.Nodes[0].Address); err == nil {
 		host = h
 	}
-	ports, err := freePorts(host, 3)
+	ports, err := freePorts(host, 4)
 	if err != nil {
 		return nil, err
 	}
@@ -186,6 +186,7 @@ func (s *Spec) AddMember(ctx context.Context, promote bool) (*Node, error) {
 		Address:         net.JoinHostPort(host, strconv.Itoa(ports[0])),
 		InternalAddress: net.JoinHostPort(host, strconv.Itoa(ports[1])),
 		MetricsAddress:  net.JoinHostPort(host, strconv.Itoa(ports[2])),
+		JSONRPCAddress:  net.JoinHostPort(host, strconv.Itoa(ports[3])),
 		Data:            filepath.Join(nd, "data"),
 		Log:             filepath.Join(nd, "node.log"),
 		BootstrapVoters: ml.BootstrapVoters,

@@ -63,6 +63,15 @@ type Config struct {
 	// port, logged as metrics_address. Default: off (`cluster up` gives
 	// every node a port).
 	MetricsAddress string
+	// JSONRPCAddress, if set, serves the JSON-RPC 2.0 cluster API
+	// (jsonrpc.go: raftpico's methods, one JSON object per line over TCP)
+	// on this loopback host:port; port 0 picks a free port, logged as
+	// jsonrpc_address. Default: off.
+	JSONRPCAddress string
+	// JSONRPCMaxLineBytes bounds one JSON-RPC request line, in bytes; a
+	// longer line is refused with an error reply (-32600) and the
+	// connection goes on. Default: 4 MiB.
+	JSONRPCMaxLineBytes int
 	// ClusterID names the cluster; a node refuses peer streams from another
 	// cluster. Default: derived from Peers (all members share it).
 	ClusterID string
@@ -142,6 +151,8 @@ func Default() Config {
 		ScanMaxBytes:     16 << 20,
 		MinFreeDiskBytes: 256 << 20,
 		DiskBallastBytes: 16 << 20,
+
+		JSONRPCMaxLineBytes: 4 << 20,
 	}
 }
 
@@ -247,10 +258,16 @@ func (c *Config) Validate() error {
 	hostPort("-internalAddress", c.InternalAddress)
 	hostPort("-etcdAddress", c.EtcdAddress)
 	hostPort("-metricsAddress", c.MetricsAddress)
-	if host, _, err := net.SplitHostPort(c.MetricsAddress); err == nil {
-		if ip := net.ParseIP(host); host != "localhost" && (ip == nil || !ip.IsLoopback()) {
-			bad("-metricsAddress %q is not a loopback address", c.MetricsAddress)
+	hostPort("-jsonrpcAddress", c.JSONRPCAddress)
+	for _, a := range [][2]string{{"-metricsAddress", c.MetricsAddress}, {"-jsonrpcAddress", c.JSONRPCAddress}} {
+		if host, _, err := net.SplitHostPort(a[1]); err == nil {
+			if ip := net.ParseIP(host); host != "localhost" && (ip == nil || !ip.IsLoopback()) {
+				bad("%s %q is not a loopback address", a[0], a[1])
+			}
 		}
+	}
+	if c.JSONRPCMaxLineBytes < 1024 {
+		bad("JSONRPCMaxLineBytes %d is below 1024 bytes", c.JSONRPCMaxLineBytes)
 	}
 	for _, p := range addrs {
 		hostPort("-peers", p)

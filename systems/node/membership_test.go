@@ -275,3 +275,45 @@ func TestMembershipBadInput(t *testing.T) {
 	_, err = adm.AddMember(ctx, &kvpb.AddMemberRequest{Id: 7, InternalAddress: "127.0.0.1:2"})
 	wantCode(t, "re-add a removed id", err, codes.InvalidArgument, "never reused")
 }
+
+// A node joins with bootstrap voters that do not hold the leader (the
+// leader's own log began before it joined, and MemberList reports that
+// log's start): it must still answer the leader, which -peers names, and
+// catch up. Found by check -nemesis membership -seed 2.
+func TestJoinWithStaleBootstrapVoters(t *testing.T) {
+	tc := startCluster(t, 3)
+	ctx, cancel := ctxFor(60 * time.Second)
+	defer cancel()
+	l := tc.waitLeader(10 * time.Second)
+	ml, err := tc.admin(l).MemberList(ctx, &kvpb.MemberListRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	i4 := tc.addNode(t, 4, ml.BootstrapVoters)
+	if _, err := tc.admin(l).AddMember(ctx, &kvpb.AddMemberRequest{Id: 4, InternalAddress: tc.cfgs[i4].InternalAddress,
+		Address: tc.cfgs[i4].Address, Promote: true}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tc.admin(l).TransferLeader(ctx, &kvpb.TransferLeaderRequest{Id: 4}); err != nil {
+		t.Fatal(err)
+	}
+	ml, err = tc.admin(i4).MemberList(ctx, &kvpb.MemberListRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if slices.Contains(ml.BootstrapVoters, 4) {
+		t.Fatalf("bootstrap voters %v hold the leader 4: the case is not reproduced", ml.BootstrapVoters)
+	}
+	i5 := tc.addNode(t, 5, ml.BootstrapVoters)
+	pctx, pcancel := ctxFor(15 * time.Second)
+	defer pcancel()
+	if _, err := tc.admin(i4).AddMember(pctx, &kvpb.AddMemberRequest{Id: 5, InternalAddress: tc.cfgs[i5].InternalAddress,
+		Address: tc.cfgs[i5].Address, Promote: true}); err != nil {
+		t.Fatalf("add node 5 with bootstrap voters %v: %v", ml.BootstrapVoters, err)
+	}
+	c := tc.client(t)
+	if _, err := c.Put(ctx, []byte("k"), []byte("v")); err != nil {
+		t.Fatal(err)
+	}
+	tc.checkServes(t, i5, map[string]string{"k": "v"})
+}

@@ -93,6 +93,8 @@ type Node struct {
 	kvLis     net.Listener
 	// etcdServer serves etcd's KV API on cfg.EtcdAddress (nil if off).
 	etcdServer *grpc.Server
+	// jsonrpc serves the JSON-RPC API on cfg.JSONRPCAddress (nil if off).
+	jsonrpc *jsonrpcServer
 	// health is the standard gRPC health service (grpc.health.v1.Health)
 	// on all three servers: SERVING while the node knows a leader and has
 	// not failed (see setHealth), NOT_SERVING otherwise.
@@ -256,7 +258,19 @@ func Start(cfg Config) (*Node, error) {
 		}
 		n.logger.Info("serving Prometheus metrics", "metrics_address", addr)
 	}
+	var jlis net.Listener
+	if cfg.JSONRPCAddress != "" {
+		var err error
+		if jlis, err = net.Listen("tcp", cfg.JSONRPCAddress); err != nil {
+			n.metrics.stop()
+			n.closeStorage()
+			return nil, systems.Usagef("cannot listen on -jsonrpcAddress %s: %v", cfg.JSONRPCAddress, unwrapListenErr(err))
+		}
+	}
 	if err := n.listen(); err != nil {
+		if jlis != nil {
+			jlis.Close()
+		}
 		n.metrics.stop()
 		n.closeStorage()
 		return nil, err
@@ -265,6 +279,10 @@ func Start(cfg Config) (*Node, error) {
 	go n.watchDisk()
 	go n.runLoop()
 	go n.runApply()
+	if jlis != nil {
+		n.jsonrpc = n.serveJSONRPC(jlis)
+		n.logger.Info("serving the JSON-RPC API", "jsonrpc_address", n.jsonrpc.addr())
+	}
 	n.logger.Info("node started", "config", cfg.String())
 	if !cfg.Sync {
 		n.logger.Warn("-sync=false: the Raft log is NOT fsynced; results are for comparison only")
@@ -493,6 +511,9 @@ func (n *Node) Stop() {
 			if n.etcdServer != nil {
 				n.etcdServer.Stop()
 			}
+		}
+		if n.jsonrpc != nil {
+			n.jsonrpc.stop()
 		}
 		close(n.stopc)
 		<-n.loopDone

@@ -354,6 +354,12 @@ func TestStartErrors(t *testing.T) {
 	if err := bad.Validate(); !errors.As(err, &ue) || !strings.Contains(err.Error(), `-metricsAddress "0.0.0.0:9100" is not a loopback address`) {
 		t.Fatalf("non-loopback -metricsAddress: %v", err)
 	}
+	bad = c
+	bad.JSONRPCAddress, bad.JSONRPCMaxLineBytes = "10.0.0.1:7000", 10
+	if err := bad.Validate(); !errors.As(err, &ue) || !strings.Contains(err.Error(), `-jsonrpcAddress "10.0.0.1:7000" is not a loopback address`) ||
+		!strings.Contains(err.Error(), "JSONRPCMaxLineBytes 10") {
+		t.Fatalf("non-loopback -jsonrpcAddress, short lines: %v", err)
+	}
 	// A port in use is named.
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -366,6 +372,12 @@ func TestStartErrors(t *testing.T) {
 	_, err = Start(c)
 	if err == nil || !strings.Contains(err.Error(), l.Addr().String()) || !strings.Contains(err.Error(), "in use") {
 		t.Fatalf("port in use: %v", err)
+	}
+	// The JSON-RPC port in use is named too, before anything is served.
+	c.Address, c.JSONRPCAddress = addrs[0], l.Addr().String()
+	_, err = Start(c)
+	if err == nil || !strings.Contains(err.Error(), "-jsonrpcAddress "+c.JSONRPCAddress) || !strings.Contains(err.Error(), "in use") {
+		t.Fatalf("JSON-RPC port in use: %v", err)
 	}
 }
 

@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -72,6 +73,19 @@ func (t *transport) sendSnapshot(p *peer, m raftpb.Message) {
 	if err != nil {
 		n.logger.Warn("snapshot stream", "peer", p.id, "err", err)
 		return
+	}
+	if cs := m.Snapshot.Metadata.ConfState; !isMember(cs, p.id) {
+		// The snapshot is the log's compaction point, taken before p was
+		// added: raft on p ignores a snapshot whose membership lacks it
+		// ("should never happen"), and p would get this one again and
+		// again until the next compaction. p is a learner from its add
+		// on and learns every later change from the entries after the
+		// snapshot (adding a learner that is one already changes nothing).
+		snap := *m.Snapshot
+		snap.Metadata.ConfState.Learners = append(slices.Clone(cs.Learners), p.id)
+		m.Snapshot = &snap
+		n.logger.Info("the snapshot's membership predates the peer; sent with the peer as a learner in it",
+			"peer", p.id, "index", snap.Metadata.Index, "conf_state", cs.String())
 	}
 	mb, err := m.Marshal()
 	if err != nil {

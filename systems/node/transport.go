@@ -163,6 +163,9 @@ func (t *transport) send(msgs []raftpb.Message) {
 	for _, m := range msgs {
 		p := t.peer(m.To)
 		if p == nil {
+			p = t.peerOnDemand(m.To)
+		}
+		if p == nil {
 			continue
 		}
 		if m.Type == raftpb.MsgSnap {
@@ -181,6 +184,26 @@ func (t *transport) send(msgs []raftpb.Message) {
 			t.reportUnreachable(p.id)
 		}
 	}
+}
+
+// peerOnDemand starts streaming to id, which raft sends to but this
+// node's applied membership does not list, if -peers names it and it was
+// not removed: a node that joined with bootstrap voters older than the
+// current membership (its leader's log began before the leader joined)
+// must answer the leader before the log or a snapshot tells it who the
+// members are. Returns nil if id has no known address.
+func (t *transport) peerOnDemand(id uint64) *peer {
+	n := t.n
+	if _, removed := n.removedIDs.Load(id); removed || id == n.id {
+		return nil
+	}
+	addr := n.cfg.dialAddress(id)
+	if addr == "" {
+		return nil
+	}
+	n.logger.Info("streaming to a peer outside the applied membership that raft sends to", "peer", id, "address", addr)
+	t.addPeer(id, addr)
+	return t.peer(id)
 }
 
 func (t *transport) reportUnreachable(id uint64) {

@@ -110,3 +110,40 @@ func TestReplaceFollowerWithCutSegment(t *testing.T) {
 	h.convergence()
 	h.checkNode(nn.ID, acked, nil)
 }
+
+// A member added after the leader compacted its log, with no compaction
+// since, catches up through a snapshot whose membership (the compaction
+// point's) predates it: the leader sends it with the new member as a
+// learner in it, which raft on the new member would otherwise ignore
+// ("not in the ConfState"), again and again. Found by check -nemesis
+// membership -seed 2.
+func TestAddAfterCompaction(t *testing.T) {
+	h := startWith(t, Options{System: "original", Binary: binary, Seed: 301,
+		ExtraArgs: []string{"-segmentSizeBytes", "65536", "-rocksdb.logRetainBytes", "65536", "-rocksdb.logTruncateInterval", "50ms"}}, nil)
+	acked := h.writeMany("a", 300, "before")
+	ln, _ := h.spec.Node(h.leader())
+	var compacted uint64
+	for round := 0; ; round++ {
+		ctx, cancel := ctxFor(5 * time.Second)
+		st, err := h.c.Status(ctx, ln.Address, false)
+		cancel()
+		if err == nil && st.CompactedIndex > 0 {
+			compacted = st.CompactedIndex
+			break
+		}
+		if round == 20 {
+			t.Fatalf("leader never compacted its log; log tail:\n%s", cluster.Tail(ln.Log, 20))
+		}
+		for k, v := range h.writeMany(fmt.Sprintf("c%d-", round), 100, "compact") {
+			acked[k] = v
+		}
+	}
+	ctx, cancel := ctxFor(20 * time.Second)
+	defer cancel()
+	nn, err := h.spec.AddMember(ctx, true)
+	if err != nil {
+		t.Fatalf("add a member after compaction to %d: %v", compacted, err)
+	}
+	h.convergence()
+	h.checkNode(nn.ID, acked, nil)
+}
