@@ -55,6 +55,7 @@ func toyServeConfig(args []string) (node.Config, error) {
 	fs.StringVar(&cfg.Address, "address", "", "")
 	fs.StringVar(&cfg.InternalAddress, "internalAddress", "", "")
 	fs.StringVar(&cfg.MetricsAddress, "metricsAddress", "", "")
+	fs.StringVar(&cfg.JSONRPCAddress, "jsonrpcAddress", "", "")
 	fs.StringVar(&cfg.DataDir, "data", "", "")
 	fs.StringVar(&cfg.ClusterID, "clusterID", "", "")
 	voters := fs.String("bootstrapVoters", "", "")

@@ -54,6 +54,7 @@ func (c *cli) serveCommand() *ffcli.Command {
 	fs.StringVar(&cfg.InternalAddress, "internalAddress", "", "Raft peer address host:port (must appear in -peers)")
 	fs.StringVar(&cfg.EtcdAddress, "etcdAddress", "", "also serve etcd v3's KV API (etcdctl, etcd's benchmark tool) on host:port; port 0: a free port, logged as etcd_address (default off)")
 	fs.StringVar(&cfg.MetricsAddress, "metricsAddress", "", "serve Prometheus metrics at /metrics on this loopback host:port; port 0: a free port, logged as metrics_address (default off; `cluster up` sets it)")
+	fs.StringVar(&cfg.JSONRPCAddress, "jsonrpcAddress", "", "serve the JSON-RPC 2.0 cluster API (raftpico's methods, newline-delimited JSON over TCP) on this loopback host:port; port 0: a free port, logged as jsonrpc_address (default off)")
 	fs.StringVar(&cfg.DataDir, "data", "", "data directory")
 	fs.StringVar(&cfg.ClusterID, "clusterID", "", "cluster name; peers of another cluster are refused (default: derived from -peers)")
 	fs.BoolVar(&cfg.Sync, "sync", cfg.Sync, "fdatasync the Raft log once per Ready; false is for comparison only")
