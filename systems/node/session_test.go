@@ -589,13 +589,15 @@ func TestSessionCheckpointAcrossRestart(t *testing.T) {
 // proposal while the node knows no leader, and the node proposes it again
 // once one is known (proposeDataAndWait), instead of failing it at once.
 func TestWriteBeforeFirstElection(t *testing.T) {
-	tc := startClusterWith(t, 3, func(c *Config) { c.ElectionTicks = 20 }) // first election after 400-800 ms
+	// First election after 3-6 s: the nodes are surely up before it, even
+	// on a slow machine under -race.
+	tc := startClusterWith(t, 3, func(c *Config) { c.ElectionTicks, c.RequestTimeout = 150, 20*time.Second })
 	for i, nd := range tc.nodes {
 		if l := nd.lead.Load(); l != 0 {
 			t.Fatalf("node %d already knows leader %d: the test needs writes sent before the first election", i+1, l)
 		}
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	errs := make(chan error, len(tc.nodes))
 	for i := range tc.nodes {
