@@ -1,6 +1,7 @@
 package experiments
 
 import (
+	"cmp"
 	"context"
 	"encoding/csv"
 	"errors"
@@ -288,19 +289,9 @@ func scrapePoints(samples []scrapeSample, series string) map[uint64][][2]float64
 		}
 	}
 	for _, pts := range out {
-		slices.SortFunc(pts, func(a, b [2]float64) int { return cmpFloat(a[0], b[0]) })
+		slices.SortFunc(pts, func(a, b [2]float64) int { return cmp.Compare(a[0], b[0]) })
 	}
 	return out
-}
-
-func cmpFloat(a, b float64) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }
 
 // rateSeries is the per-second rate of counter series between

@@ -160,7 +160,8 @@ type collector struct {
 	// s.applyMu), counted with the live bytes.
 	liveKeys int64
 	// garbage is the sum of dead, for the write stall (Store.WriteStall)
-	// to read without a lock; set by noteGarbage.
+	// to read without a lock; set by noteGarbage, and moved by each
+	// applied batch's dead bytes (liveAccount.commit).
 	garbage atomic.Int64
 
 	// lastWrite is the clock (UnixNano) of the last applied put or delete
@@ -369,12 +370,12 @@ func (a *liveAccount) commit() {
 	for f, d := range a.delta {
 		a.c.live[f] += d
 	}
+	var garbage int64
 	for f, d := range a.dead {
 		a.c.dead[f] += d
+		garbage += d
 	}
-	if len(a.dead) > 0 {
-		a.c.noteGarbage()
-	}
+	a.c.garbage.Add(garbage) // the batch's part of noteGarbage's sum
 	a.c.liveKeys += a.keys
 	if a.wrote {
 		a.c.lastWrite.Store(a.c.now().UnixNano())

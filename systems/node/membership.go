@@ -1,6 +1,7 @@
 package node
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -126,7 +127,7 @@ func (n *Node) memberAddresses() []*kvpb.Member {
 	for _, id := range cs.Learners {
 		add(id, true)
 	}
-	slices.SortFunc(out, func(a, b *kvpb.Member) int { return cmpUint(a.Id, b.Id) })
+	slices.SortFunc(out, func(a, b *kvpb.Member) int { return cmp.Compare(a.Id, b.Id) })
 	return out
 }
 
@@ -405,16 +406,6 @@ func (n *Node) membersInLoop() []*kvpb.Member {
 		m.MatchIndex = prs[m.Id].Match
 	}
 	return out
-}
-
-func cmpUint(a, b uint64) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }
 
 // adminServer serves kvpb.Admin.
