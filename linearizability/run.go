@@ -440,7 +440,7 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 	if err != nil {
 		return nil, fmt.Errorf("reload the final membership: %w", err)
 	}
-	spec.Nodes = final.Nodes
+	spec.Nodes = final.Nodes // spec keeps Detach false: the nodes die with this process
 	interrupted := ctx.Err() != nil
 	if !interrupted {
 		res.FinalWrite = finalWrite(ctx, spec, rec, wl.keys, logf)

@@ -107,11 +107,11 @@ func (c *cli) check(ctx context.Context, fs *flag.FlagSet, o linearizability.Opt
 		return systems.OneLine("check", err)
 	}
 
-	// Ctrl-C (or SIGTERM) cancels the run, which heals every fault and
-	// tears the cluster down before returning. A second Ctrl-C kills this
-	// process at once (the nodes are then left running: `nezha cluster
-	// down -cluster OUT/cluster`).
-	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
+	// Ctrl-C (or SIGTERM, SIGHUP, or SIGPIPE when the output is cut)
+	// cancels the run, which heals every fault and tears the cluster down
+	// before returning. A second Ctrl-C kills this process at once; its
+	// nodes die with it (cluster.Spec.Detach).
+	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGPIPE)
 	defer stop()
 	go func() {
 		<-ctx.Done()

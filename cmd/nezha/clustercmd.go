@@ -63,7 +63,7 @@ func runCluster(args []string, known []string, stdout, stderr io.Writer) error {
 		if err := parseCluster(fs, args, stdout); err != nil {
 			return err
 		}
-		o.Dir, o.ExtraArgs, o.KnownSystems = *dir, extra, known
+		o.Dir, o.ExtraArgs, o.KnownSystems, o.Detach = *dir, extra, known, true
 		if o.Dir == "" {
 			return systems.Usagef("cluster up: -cluster DIR is required")
 		}

@@ -76,7 +76,7 @@ func (c *cli) experimentRun() *ffcli.Command {
 		if err != nil {
 			return err
 		}
-		ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
+		ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGPIPE)
 		defer stop()
 		raw := c.args[min(2, len(c.args)):] // after "experiment run"
 		return experiments.RunAndReport(ctx, c.reg, experiments.RunRequest{

@@ -77,6 +77,14 @@ type Spec struct {
 	NextID uint64 `json:"next_id,omitempty"`
 	// Dir is the cluster directory (not stored).
 	Dir string `json:"-"`
+	// Detach makes the node processes this Spec starts outlive the process
+	// that starts them (`nezha cluster up|restart|add`: a cluster is a
+	// long-lived thing). Otherwise (experiments, `nezha check`, tests) each
+	// node is killed with SIGKILL when its starter dies, by a signal it does
+	// not handle (SIGKILL, or SIGPIPE when its output is cut) included, so
+	// that no orphaned node keeps ports, disk and CPU (Linux
+	// PR_SET_PDEATHSIG; prctl(2)). Not stored; Load sets it.
+	Detach bool `json:"-"`
 }
 
 // Addresses returns the client addresses of all nodes.
@@ -157,6 +165,7 @@ func Load(dir string) (*Spec, error) {
 		return nil, systems.Usagef("%s: %v", filepath.Join(dir, FileName), err)
 	}
 	s.Dir = dir
+	s.Detach = true // a loaded cluster is the CLI's, which exits at once
 	return &s, nil
 }
 
@@ -201,6 +210,9 @@ type UpOptions struct {
 	// KnownSystems, if set, are the valid System names (checked before any
 	// process starts).
 	KnownSystems []string
+	// Detach lets the nodes outlive the caller (Spec.Detach); otherwise
+	// they die with it.
+	Detach bool
 }
 
 // Up starts a cluster and returns once a leader is elected, with the
@@ -280,7 +292,7 @@ func Up(ctx context.Context, o UpOptions) (*Spec, uint64, error) {
 			return nil, 0, systems.Usagef("%s holds the data of an earlier node; delete it, or the whole cluster with `nezha cluster down -cluster %s -purge`", data, o.Dir)
 		}
 	}
-	s := &Spec{System: o.System, Binary: o.Binary, ExtraArgs: o.ExtraArgs, Dir: o.Dir, NextID: uint64(o.Nodes) + 1}
+	s := &Spec{System: o.System, Binary: o.Binary, ExtraArgs: o.ExtraArgs, Dir: o.Dir, NextID: uint64(o.Nodes) + 1, Detach: o.Detach}
 	if !External(o.System) {
 		s.ClusterID = newClusterID()
 	}
@@ -360,8 +372,9 @@ func (s *Spec) Args(n *Node) []string {
 	return append(args, n.ExtraArgs...)
 }
 
-// start launches node n's serve process, detached into its own session so
-// that it outlives the command that started it.
+// start launches node n's serve process in its own session (a terminal's
+// ^C reaches the starter, which stops the nodes itself), detached or tied
+// to the starter's life as s.Detach says.
 func (s *Spec) start(n *Node) error {
 	if err := os.MkdirAll(filepath.Dir(n.Log), 0o755); err != nil {
 		return err
@@ -375,6 +388,12 @@ func (s *Spec) start(n *Node) error {
 	cmd := exec.Command(s.Binary, s.Args(n)...)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	if !s.Detach {
+		// Delivered when the thread that forked exits; Go keeps its
+		// threads for the life of the process unless a goroutine locked to
+		// one exits, which nothing here does (golang/go#27505).
+		cmd.SysProcAttr.Pdeathsig = syscall.SIGKILL
+	}
 	if err := cmd.Start(); err != nil {
 		return fmt.Errorf("start node %d: %w", n.ID, err)
 	}

@@ -110,6 +110,7 @@ func init() {
 }
 
 func TestMain(m *testing.M) {
+	helperRole()
 	if os.Getenv(leaderExitEnv) != "" {
 		if syscall.Gettid() != os.Getpid() {
 			os.Exit(notLeaderExit)
