@@ -60,6 +60,21 @@ func diskLimit() Experiment {
 				}})
 			x.note("A local 3-node cluster writes every value on this one disk three times: its PUT goodput is bounded by %.1f MB/s / 3 = %.1f MB/s.", mbps, mbps/3)
 			x.logf("%.1f MB/s in %d KiB fsynced writes; %.0f 4 KiB write+fsync/s", mbps, p.DiskLimitWriteBytes/kib, small*1e6/(4*kib))
+			speed, err := calibrate(ctx, 5, 100*time.Millisecond)
+			if err != nil {
+				return err
+			}
+			// Unranked metrics (no direction in compare.go): a fact about
+			// the machine, shown beside a comparison of two runs.
+			x.metric("machine_loopback_round_trip_ns", speed.LoopbackRoundTripNs)
+			x.metric("machine_memmove_gb_s", speed.MemmoveGBPerSec)
+			x.table(Table{Title: "This machine's CPU at the start of the run (one goroutine each, best of 5 samples of 0.1 s)", Columns: []string{"calibration", "value"},
+				Rows: [][]string{
+					{"loopback TCP round trip of 64 bytes", fmt.Sprintf("%.1f µs", speed.LoopbackRoundTripNs/1e3)},
+					{"copy between 256 KiB buffers", fmt.Sprintf("%.1f GB/s", speed.MemmoveGBPerSec)},
+				}})
+			x.note("CPU-bound systems (nezha's PUT path) move with these between runs on a shared VM more than disk- or compaction-bound ones (original); compare two runs' ratios beside them (`nezha experiment compare` lists both).")
+			x.logf("CPU calibration: loopback round trip %.1f µs, copy %.1f GB/s", speed.LoopbackRoundTripNs/1e3, speed.MemmoveGBPerSec)
 			return nil
 		},
 	}
