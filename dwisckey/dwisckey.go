@@ -55,7 +55,7 @@ const (
 // (serve, -systems, the conformance suite) but not in the default system
 // lists of the experiments, whose time budgets count the other systems.
 func System() systems.System {
-	return systems.System{Name: Name, Role: systems.RoleBaseline, Optional: true, LogDir: "raftlog",
+	return systems.System{Name: Name, Role: systems.RoleBaseline, Optional: true, LogDir: "raftlog", MapsDataFiles: true,
 		Summary:   "Raft + Badger (WiscKey: values in Badger's value log, keys in its LSM tree), the paper's Dwisckey",
 		NewConfig: func() systems.SystemConfig { return NewConfig() }}
 }
@@ -77,6 +77,32 @@ var _ systems.SystemConfig = (*Config)(nil)
 func NewConfig() *Config {
 	return &Config{ValueThresholdBytes: DefaultValueThresholdBytes, MemTableBytes: DefaultMemTableBytes,
 		BlockCacheBytes: DefaultBlockCacheBytes}
+}
+
+// Floors of ScaleGeometry: Badger's smallest memtable Validate accepts, and
+// RocksDB's smallest geometry size (baseline), for the block cache.
+const (
+	minMemTableBytes   = 1 << 20
+	minBlockCacheBytes = 64 << 10
+)
+
+// ScaleGeometry multiplies Badger's memory sizes (memtable, block cache) by
+// f, as baseline.Config.ScaleGeometry does RocksDB's, so that a small run
+// (f = data per node / 100 GB) holds as little of its data in memory as
+// the paper's 100 GB did. Sizes are floored at minMemTableBytes and
+// minBlockCacheBytes; a block cache that is off stays off. f must be
+// positive.
+func (c *Config) ScaleGeometry(f float64) {
+	c.MemTableBytes = max(int64(float64(c.MemTableBytes)*f), minMemTableBytes)
+	if c.BlockCacheBytes > 0 {
+		c.BlockCacheBytes = max(int64(float64(c.BlockCacheBytes)*f), minBlockCacheBytes)
+	}
+}
+
+// GeometryFlags renders c's memory sizes as -badger.* flags for a node's
+// command line (the harness passes a scaled geometry this way).
+func (c *Config) GeometryFlags() []string {
+	return []string{"-badger.memTableBytes", fmt.Sprint(c.MemTableBytes), "-badger.blockCacheBytes", fmt.Sprint(c.BlockCacheBytes)}
 }
 
 // RegisterFlags implements systems.SystemConfig.

@@ -98,3 +98,31 @@ func TestConfigValidate(t *testing.T) {
 		}
 	}
 }
+
+// TestScaleGeometry: sizes scale by f, are floored, and stay valid; a
+// block cache that is off stays off.
+func TestScaleGeometry(t *testing.T) {
+	c := NewConfig()
+	c.ScaleGeometry(0.5)
+	if c.MemTableBytes != DefaultMemTableBytes/2 || c.BlockCacheBytes != DefaultBlockCacheBytes/2 {
+		t.Fatalf("x0.5: memtable %d, block cache %d", c.MemTableBytes, c.BlockCacheBytes)
+	}
+	c = NewConfig()
+	c.ScaleGeometry(1e-6)
+	if c.MemTableBytes != minMemTableBytes || c.BlockCacheBytes != minBlockCacheBytes {
+		t.Fatalf("x1e-6: memtable %d, block cache %d, want the floors", c.MemTableBytes, c.BlockCacheBytes)
+	}
+	if err := c.Validate(); err != nil {
+		t.Fatalf("scaled config invalid: %v", err)
+	}
+	c = NewConfig()
+	c.BlockCacheBytes = 0
+	c.ScaleGeometry(1e-6)
+	if c.BlockCacheBytes != 0 {
+		t.Fatalf("a block cache that was off is %d after scaling", c.BlockCacheBytes)
+	}
+	got := c.GeometryFlags()
+	if len(got) != 4 || got[0] != "-badger.memTableBytes" || got[2] != "-badger.blockCacheBytes" {
+		t.Fatalf("GeometryFlags = %v", got)
+	}
+}

@@ -349,7 +349,75 @@ func (x *Run) readBed(ctx context.Context, sys string) (*testbed, error) {
 			return nil, err
 		}
 	}
+	if slices.Contains(x.mapsDataFiles, sys) && tb.spec != nil && x.Profile.ReadCache != ReadCacheWarm {
+		if err := x.restartQuiet(ctx, tb); err != nil {
+			x.fail(sys, "restart after load", err, tb.spec)
+			tb.stop(true)
+			return nil, err
+		}
+	}
 	return tb, nil
+}
+
+// restartQuiet stops every node of tb (SIGTERM: the engine closes cleanly)
+// and starts them again, for an engine that reads through mmap (Badger):
+// pages a process maps stay in memory whatever drop_caches does, and stay
+// charged where they were faulted in. With the cgroup arrangement each
+// node starts inside its memory group (arrangeReads adopts it), so that
+// what it maps at open (Badger reads its last value log file through) and
+// later counts against the group's limit like any other system's page
+// cache; otherwise the fresh processes at least map nothing of the load.
+func (x *Run) restartQuiet(ctx context.Context, tb *testbed) error {
+	if err := tb.spec.Down(false); err != nil {
+		return err
+	}
+	if x.Profile.ReadCache == ReadCacheCgroup && isRoot() && cgroupVersion() != "" {
+		dirs := map[uint64]string{}
+		var errs []error
+		for _, n := range tb.spec.Nodes {
+			name := groupName(tb.spec.System, n.ID)
+			// No limit yet: the engine's start (memtables, caches) must not
+			// meet the group's OOM killer; arrangeReads' follower sets it.
+			dir, err := newMemoryGroup(name, 0)
+			if err != nil {
+				errs = append(errs, err)
+				if dir != "" {
+					_ = os.Remove(dir)
+				}
+				continue
+			}
+			dirs[n.ID] = dir
+		}
+		if err := errors.Join(errs...); err != nil {
+			for _, dir := range dirs {
+				_ = os.Remove(dir)
+			}
+			x.logf("%s: memory cgroups for the restart not available (%v); restarting outside them", tb.spec.System, err)
+		} else {
+			if x.beds.startedIn == nil {
+				x.beds.startedIn = map[string]string{}
+			}
+			for id, dir := range dirs {
+				x.beds.startedIn[groupName(tb.spec.System, id)] = dir
+			}
+			// A page in the page cache stays charged to the group that
+			// brought it in (the load's, outside): drop what the stopped
+			// nodes left, so that the new ones read it in their groups.
+			if err := dropCaches(); err != nil {
+				x.logf("%s: dropping the page cache before the restart failed: %v", tb.spec.System, err)
+			}
+			tb.spec.Wrap = intoGroupWrap(dirs)
+			defer func() { tb.spec.Wrap = nil }()
+			x.logf("%s: restarting the nodes after the load inside their memory cgroups (the engine maps its files: pages mapped before would stay in memory)", tb.spec.System)
+		}
+	}
+	for _, n := range tb.spec.Nodes {
+		if err := tb.spec.Restart(n.ID); err != nil {
+			return err
+		}
+	}
+	_, err := tb.spec.WaitLeader(ctx, 30*time.Second)
+	return err
 }
 
 // bedPool keeps the read beds (one loaded cluster per system) and their
@@ -361,6 +429,18 @@ type bedPool struct {
 	beds  map[string]*testbed
 	rc    *readCache
 	users int // experiments of this Execute that still use the beds
+	// startedIn are the memory cgroups (name -> directory) that
+	// restartQuiet started nodes in; arrangeReads adopts them.
+	startedIn map[string]string
+}
+
+// startedInGroup is the directory of memory cgroup name if restartQuiet
+// started a node in it, else "".
+func (p *bedPool) startedInGroup(name string) string {
+	if p == nil {
+		return ""
+	}
+	return p.startedIn[name]
 }
 
 // readBeds returns the loaded beds of every system (loading the missing
@@ -517,6 +597,9 @@ func (x *Run) readExperiment(ctx context.Context, op string) error {
 			}
 			if err == nil && sum.Misses > 0 {
 				err = fmt.Errorf("%d %s operations missed keys that were written", sum.Misses, op)
+			}
+			if err == nil && b.tb.spec != nil {
+				err = rc.oomKilled(b.tb.spec)
 			}
 			if err != nil {
 				x.fail(sys, op, err, b.tb.spec)

@@ -5,8 +5,10 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -24,18 +26,29 @@ import (
 // A process moved into a memory cgroup keeps its earlier pages charged
 // where they were (cgroup v2 never moves charges; v1 stopped in Linux 6.8):
 // only memory it touches afterwards counts against the new group's limit,
-// the page cache of its reads first among it. So the limit is
-// Profile.ReadCacheBytes plus anonHeadroomBytes for heap pages the node
-// faults in later, and the page cache it actually held is read back from
-// the group (memory.stat) and reported.
+// the page cache of its reads first among it. Heap pages count too: a Go
+// node returns freed heap to the OS and faults it in again, RocksDB opens
+// table readers, so the anonymous memory charged to the group grows during
+// the reads, and a fixed limit ends in the group's OOM killer killing the
+// node (seen in quick runs: original's leader, in the middle of a read
+// run). So a follower (followLimits) resets each group's limit every
+// followInterval to what it holds besides page cache plus Profile.ReadCacheBytes plus
+// anonHeadroomBytes: the page cache stays bounded, heap growth does not
+// kill the node. The page cache each node actually held is read back from
+// the group (memory.stat) and reported, and a node the OOM killer took
+// anyway fails its system in the experiment (oomKilled).
 
 // cgroupRoot is where the cgroup file systems are mounted.
 const cgroupRoot = "/sys/fs/cgroup"
 
-// anonHeadroomBytes is the memory a node may newly fault in besides its
-// page cache once moved into its group (heap it returned to the OS and
-// takes back); the page cache gives way to it first.
+// anonHeadroomBytes is the memory a node may newly fault in, between two
+// looks of the follower, besides its page cache and the rest (heap, kernel
+// memory) already charged to its group; the page cache gives way to it
+// first.
 const anonHeadroomBytes = 32 << 20
+
+// followInterval is how often followLimits resets the groups' limits.
+const followInterval = 50 * time.Millisecond
 
 // readCache is the arrangement in force for one experiment's read beds.
 type readCache struct {
@@ -45,6 +58,8 @@ type readCache struct {
 	Mode, Text, Short string
 	groups            []string       // cgroup directories to remove
 	byPID             map[int]string // each node's cgroup directory
+	stopFollow        chan struct{}  // closed by release: stops followLimits
+	followDone        chan struct{}  // closed when followLimits returns
 }
 
 // arrangeReads applies the profile's read cache arrangement to the nodes
@@ -62,10 +77,17 @@ func (x *Run) arrangeReads(specs []*cluster.Spec) *readCache {
 		return rc
 	}
 	if want == ReadCacheCgroup {
+		removeStaleGroups()
 		var errs []error
 		for _, s := range specs {
 			for _, n := range s.Nodes {
-				dir, err := limitMemory(fmt.Sprintf("nezha-harness-%d-%s-%d", os.Getpid(), s.System, n.ID), n.PID, p.ReadCacheBytes+anonHeadroomBytes)
+				if dir := x.beds.startedInGroup(groupName(s.System, n.ID)); dir != "" {
+					// Restarted into its group (restartQuiet).
+					rc.groups = append(rc.groups, dir)
+					rc.byPID[n.PID] = dir
+					continue
+				}
+				dir, err := limitMemory(groupName(s.System, n.ID), n.PID, p.ReadCacheBytes+anonHeadroomBytes)
 				if dir != "" {
 					rc.groups = append(rc.groups, dir)
 					rc.byPID[n.PID] = dir
@@ -82,8 +104,10 @@ func (x *Run) arrangeReads(specs []*cluster.Spec) *readCache {
 		} else {
 			rc.Mode = ReadCacheCgroup
 			rc.Short = fmt.Sprintf("disk (%s page cache per node, %s memory cgroup)", bytesText(p.ReadCacheBytes), cgroupVersion())
-			rc.Text = fmt.Sprintf("disk: the memory each node touches after the load limited to %s of page cache + %s of heap (%s memory cgroup), page cache dropped once",
-				bytesText(p.ReadCacheBytes), bytesText(anonHeadroomBytes), cgroupVersion())
+			rc.Text = fmt.Sprintf("disk: the memory each node touches after the load limited to %s of page cache + %s of slack above the heap it faults in (%s memory cgroup whose limit follows the heap every %v), page cache dropped once",
+				bytesText(p.ReadCacheBytes), bytesText(anonHeadroomBytes), cgroupVersion(), followInterval)
+			rc.stopFollow, rc.followDone = make(chan struct{}), make(chan struct{})
+			go rc.followLimits(slices.Clone(rc.groups), p.ReadCacheBytes+anonHeadroomBytes)
 		}
 	}
 	if want == ReadCacheDrop {
@@ -117,9 +141,98 @@ func (rc *readCache) beforeRun() error {
 	return dropCaches()
 }
 
+// followLimits sets each group's limit to what it holds besides page
+// cache (heap, kernel memory: usage minus cache) plus aboveAnonBytes, every
+// followInterval, until release.
+func (rc *readCache) followLimits(groups []string, aboveAnonBytes int64) {
+	defer close(rc.followDone)
+	limitFile, usageFile, cacheKey := "memory.limit_in_bytes", "memory.usage_in_bytes", "cache" // v1
+	if cgroupVersion() == "v2" {
+		limitFile, usageFile, cacheKey = "memory.max", "memory.current", "file"
+	}
+	set := map[string]int64{}
+	t := time.NewTicker(followInterval)
+	defer t.Stop()
+	for {
+		for _, dir := range groups {
+			b, err := os.ReadFile(filepath.Join(dir, usageFile))
+			usage, perr := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
+			cache, ok := memoryStat(dir, cacheKey)
+			if err != nil || perr != nil || !ok {
+				continue
+			}
+			limit := max(usage-cache, 0) + aboveAnonBytes
+			// Lowering the limit reclaims clean page cache (the nodes are
+			// quiet: no dirty pages), never what is not page cache.
+			if d := limit - set[dir]; d > 1<<20 || d < -(1<<20) {
+				if os.WriteFile(filepath.Join(dir, limitFile), []byte(strconv.FormatInt(limit, 10)), 0o644) == nil {
+					set[dir] = limit
+				}
+			}
+		}
+		select {
+		case <-rc.stopFollow:
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// memoryStat reads one counter (bytes) of a group's memory.stat.
+func memoryStat(dir, key string) (int64, bool) {
+	b, err := os.ReadFile(filepath.Join(dir, "memory.stat"))
+	if err != nil {
+		return 0, false
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		k, v, _ := strings.Cut(line, " ")
+		if k == key {
+			x, err := strconv.ParseInt(v, 10, 64)
+			return x, err == nil
+		}
+	}
+	return 0, false
+}
+
+// oomKilled returns an error naming the nodes of spec that their group's
+// OOM killer has killed (v1 memory.oom_control, v2 memory.events:
+// "oom_kill N"), nil if none (or without cgroups).
+func (rc *readCache) oomKilled(spec *cluster.Spec) error {
+	if rc.Mode != ReadCacheCgroup {
+		return nil
+	}
+	var killed []string
+	for _, n := range spec.Nodes {
+		dir := rc.byPID[n.PID]
+		if dir == "" {
+			continue
+		}
+		for _, f := range []string{"memory.oom_control", "memory.events"} {
+			b, err := os.ReadFile(filepath.Join(dir, f))
+			if err != nil {
+				continue
+			}
+			for _, line := range strings.Split(string(b), "\n") {
+				if k, v, _ := strings.Cut(line, " "); k == "oom_kill" && v != "0" {
+					killed = append(killed, fmt.Sprintf("node %d (%s kills)", n.ID, v))
+				}
+			}
+		}
+	}
+	if len(killed) == 0 {
+		return nil
+	}
+	return fmt.Errorf("the memory cgroup's OOM killer killed %s during the reads: its heap outgrew the limit between two looks of the follower (%v, %s of slack); the run's figures are not comparable", strings.Join(killed, ", "), followInterval, bytesText(anonHeadroomBytes))
+}
+
 // release removes the cgroups (their processes must have exited or be
 // moved back: the nodes are moved to the root group first).
 func (rc *readCache) release() {
+	if rc.stopFollow != nil {
+		close(rc.stopFollow)
+		<-rc.followDone
+		rc.stopFollow = nil
+	}
 	for _, dir := range rc.groups {
 		if b, err := os.ReadFile(filepath.Join(dir, "cgroup.procs")); err == nil {
 			parent := filepath.Dir(dir)
@@ -130,6 +243,33 @@ func (rc *readCache) release() {
 		_ = os.Remove(dir)
 	}
 	rc.groups = nil
+}
+
+// groupPrefix names this harness's memory cgroups: groupPrefix + the
+// harness's pid + "-" + system + "-" + node id.
+const groupPrefix = "nezha-harness-"
+
+// removeStaleGroups removes the empty memory cgroups that an earlier run,
+// killed before it released them, left behind (their harness pid is gone).
+func removeStaleGroups() {
+	parent := filepath.Join(cgroupRoot, "memory") // v1
+	if cgroupVersion() == "v2" {
+		parent = cgroupRoot
+	}
+	des, err := os.ReadDir(parent)
+	if err != nil {
+		return
+	}
+	for _, de := range des {
+		rest, ok := strings.CutPrefix(de.Name(), groupPrefix)
+		if !ok || !de.IsDir() {
+			continue
+		}
+		pidText, _, _ := strings.Cut(rest, "-")
+		if pid, err := strconv.Atoi(pidText); err == nil && pid != os.Getpid() && !cluster.Alive(pid) {
+			_ = os.Remove(filepath.Join(parent, de.Name())) // fails, harmlessly, if a process is still in it
+		}
+	}
 }
 
 // cgroupVersion is "v1" if the memory controller is mounted on its own,
@@ -148,6 +288,20 @@ func cgroupVersion() string {
 // moves pid (every thread) into it. It returns the group's directory once
 // created (to remove later), and any error.
 func limitMemory(name string, pid int, limitBytes int64) (string, error) {
+	dir, err := newMemoryGroup(name, limitBytes)
+	if err != nil {
+		return dir, err
+	}
+	if err := os.WriteFile(filepath.Join(dir, "cgroup.procs"), []byte(strconv.Itoa(pid)), 0o644); err != nil {
+		return dir, fmt.Errorf("move pid %d: %w", pid, err)
+	}
+	return dir, nil
+}
+
+// newMemoryGroup creates cgroup name with a memory limit of limitBytes (none
+// if limitBytes <= 0) and returns its directory once created (to remove
+// later), and any error.
+func newMemoryGroup(name string, limitBytes int64) (string, error) {
 	var dir, limitFile string
 	switch cgroupVersion() {
 	case "v1":
@@ -160,13 +314,27 @@ func limitMemory(name string, pid int, limitBytes int64) (string, error) {
 	if err := os.Mkdir(dir, 0o755); err != nil {
 		return "", err
 	}
+	if limitBytes <= 0 {
+		return dir, nil
+	}
 	if err := os.WriteFile(filepath.Join(dir, limitFile), []byte(strconv.FormatInt(limitBytes, 10)), 0o644); err != nil {
 		return dir, fmt.Errorf("set %s: %w", limitFile, err)
 	}
-	if err := os.WriteFile(filepath.Join(dir, "cgroup.procs"), []byte(strconv.Itoa(pid)), 0o644); err != nil {
-		return dir, fmt.Errorf("move pid %d: %w", pid, err)
-	}
 	return dir, nil
+}
+
+// groupName is the memory cgroup of node id of system sys in this run.
+func groupName(sys string, id uint64) string {
+	return fmt.Sprintf("%s%d-%s-%d", groupPrefix, os.Getpid(), sys, id)
+}
+
+// intoGroupWrap is a cluster.Spec.Wrap that starts each node in the
+// memory group dirs[node id] (made by newMemoryGroup): a shell writes its
+// own pid into the group, then execs the node.
+func intoGroupWrap(dirs map[uint64]string) func(n *cluster.Node) []string {
+	return func(n *cluster.Node) []string {
+		return []string{"/bin/sh", "-c", `echo $$ > "$0" && exec "$@"`, filepath.Join(dirs[n.ID], "cgroup.procs")}
+	}
 }
 
 // pageCacheBytes is the page cache charged to the cgroups of the nodes of
@@ -181,18 +349,10 @@ func (rc *readCache) pageCacheBytes(spec *cluster.Spec) int64 {
 		if dir == "" {
 			continue
 		}
-		b, err := os.ReadFile(filepath.Join(dir, "memory.stat"))
-		if err != nil {
-			continue
-		}
-		for _, line := range strings.Split(string(b), "\n") {
-			k, v, _ := strings.Cut(line, " ")
-			if k == "cache" || k == "file" {
-				if x, err := strconv.ParseInt(v, 10, 64); err == nil {
-					total += x
-				}
-				break
-			}
+		if v, ok := memoryStat(dir, "cache"); ok { // v1
+			total += v
+		} else if v, ok := memoryStat(dir, "file"); ok { // v2
+			total += v
 		}
 	}
 	return total

@@ -163,13 +163,20 @@ func RunAndReport(ctx context.Context, reg *systems.Registry, r RunRequest) erro
 	seed := int64(1)
 	cfg := map[string]any{"profile": profile, "systems": syss, "experiments": names, "servers": srv, "binary": binary}
 	info := workloads.NewRunInfo("experiment", append([]string{"nezha", "experiment", "run"}, args...), &seed, cfg)
+	info.SetDataDir(dir)
 	if err := writeJSON(filepath.Join(dir, "config.json"), info); err != nil {
 		return err
 	}
 	fmt.Fprintf(stdout, "%s\nsystems: %s\nexperiments: %s\nresults: %s\n", profile.String(), strings.Join(syss, ", "), expNames(exps), dir)
 	start := time.Now()
+	var mapped []string
+	for _, s := range syss {
+		if sys, err := reg.Lookup(s); err == nil && sys.MapsDataFiles {
+			mapped = append(mapped, s)
+		}
+	}
 	results, err := Execute(ctx, RunOptions{Experiments: exps, Profile: profile, Systems: syss, OutDir: dir,
-		Binary: binary, Servers: srv, Out: stdout, Info: info})
+		Binary: binary, Servers: srv, Out: stdout, Info: info, MapsDataFiles: mapped})
 	if err != nil {
 		return err
 	}
@@ -180,7 +187,7 @@ func RunAndReport(ctx context.Context, reg *systems.Registry, r RunRequest) erro
 		"took":         time.Since(start).Round(time.Second).String(),
 		"git commit":   info.GitCommit + map[bool]string{true: "+dirty"}[info.GitDirty] + " (" + info.GitCommitSource + ")",
 		"build":        info.Build.String(),
-		"machine":      fmt.Sprintf("%s, %d CPUs (%s), kernel %s, %s", info.Hostname, info.CPUs, info.CPUModel, info.Kernel, info.GoVersion),
+		"machine":      fmt.Sprintf("%s, %d CPUs (%s), kernel %s, %s; data on %s, readahead %d KiB", info.Hostname, info.CPUs, info.CPUModel, info.Kernel, info.GoVersion, info.DataDevice, info.ReadAheadKB),
 	}
 	if err := writeJSON(filepath.Join(dir, "report-info.json"), rinfo); err != nil {
 		return err

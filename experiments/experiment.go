@@ -175,6 +175,8 @@ type Run struct {
 	headSeries []plots.Series
 	// beds are the read beds shared by get-zipf and scan.
 	beds *bedPool
+	// mapsDataFiles are RunOptions.MapsDataFiles.
+	mapsDataFiles []string
 }
 
 // logf prints a progress line prefixed with the experiment name.
@@ -375,6 +377,10 @@ type RunOptions struct {
 	Out         io.Writer
 	// Info is the run record written to config.json.
 	Info any
+	// MapsDataFiles are the systems whose engines read through mmap
+	// (systems.System.MapsDataFiles): their read beds restart their nodes
+	// after the load.
+	MapsDataFiles []string
 }
 
 // Execute runs the experiments one after the other, writes each result,
@@ -402,7 +408,7 @@ func Execute(ctx context.Context, o RunOptions) ([]*Result, error) {
 		res := &Result{Name: e.Name, Title: e.Title, Shows: e.Shows, Params: map[string]any{},
 			Metrics: map[string]float64{}, Start: time.Now(), Build: &build}
 		x := &Run{Profile: o.Profile, Systems: o.Systems, Dir: dir, Binary: o.Binary, Servers: o.Servers,
-			Out: o.Out, Prior: prior, res: res, beds: beds}
+			Out: o.Out, Prior: prior, res: res, beds: beds, mapsDataFiles: o.MapsDataFiles}
 		fmt.Fprintf(o.Out, "\n=== [%d/%d] %s: %s\n", i+1, len(o.Experiments), e.Name, e.Shows)
 		var err error
 		if e.NeedsLocal && len(o.Servers) > 0 {

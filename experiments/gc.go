@@ -337,6 +337,9 @@ func (x *Run) gcRun(ctx context.Context, c gcConfig, threshold int64) (gcOutcome
 		if err == nil {
 			err = ssum.Failures()
 		}
+		if err == nil {
+			err = rc.oomKilled(tb.spec)
+		}
 		if err != nil {
 			return fail("scan", err)
 		}

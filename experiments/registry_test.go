@@ -29,6 +29,9 @@ const toyName = "toy"
 // which serves the toy system from a registry built here. No file outside
 // this one knows the toy system.
 func TestMain(m *testing.M) {
+	if os.Getenv(growHeapEnv) != "" {
+		growHeap()
+	}
 	if len(os.Args) > 1 && os.Args[1] == "serve" {
 		cfg, err := toyServeConfig(os.Args[2:])
 		if err == nil {

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/nezha-harness/nezha/baseline"
+	"github.com/nezha-harness/nezha/dwisckey"
 	"github.com/nezha-harness/nezha/plots"
 	"github.com/nezha-harness/nezha/systems"
 	"github.com/nezha-harness/nezha/workloads"
@@ -105,6 +106,10 @@ func (x *Run) geometryArgs(sys string, dataPerNode int64) []string {
 		return c.GeometryFlags()
 	case sys == sysNezha:
 		return []string{"-gcThresholdBytes", fmt.Sprint(max(int64(paperGCThresholdRatio*float64(dataPerNode)), x.Profile.SegmentSizeBytes))}
+	case sys == dwisckey.Name:
+		c := dwisckey.NewConfig()
+		c.ScaleGeometry(f)
+		return c.GeometryFlags()
 	}
 	return nil
 }

@@ -182,6 +182,12 @@ type System struct {
 	// suite) but left out of the role lists (ByRole), so that experiments
 	// run them only when named: their time budgets count the others.
 	Optional bool
+	// MapsDataFiles marks a system whose engine reads its data files
+	// through mmap (Badger): pages it has mapped survive drop_caches and
+	// stay charged to the memory cgroup they were faulted in, so the
+	// experiments that read from the disk restart its nodes after the load
+	// (a fresh process maps nothing yet) before limiting their memory.
+	MapsDataFiles bool
 	// LogDir is the name of the Raft log directory under -data: "valuelog"
 	// for systems whose log is their value store, "raftlog" otherwise.
 	LogDir string

@@ -4,12 +4,16 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"strconv"
 	"strings"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/nezha-harness/nezha/systems/buildinfo"
 	"github.com/nezha-harness/nezha/systems/kvpb"
@@ -39,9 +43,17 @@ type RunInfo struct {
 	CPUs            int            `json:"cpus"`
 	CPUModel        string         `json:"cpu_model"`
 	Kernel          string         `json:"kernel"`
-	System          string         `json:"system,omitempty"`
-	Servers         []ServerInfo   `json:"servers,omitempty"`
-	Config          any            `json:"config"`
+	// DataDevice is the block device (name and major:minor) holding the
+	// results and node data directories, and ReadAheadKB its kernel
+	// readahead (/sys/block/DEV/queue/read_ahead_kb; 0: unknown). Reads
+	// through mmap (Badger) fault in a whole readahead window per miss, so
+	// a large window (8 MiB on some VMs, against Linux's default 128 KiB)
+	// multiplies their device reads. Set by SetDataDir.
+	DataDevice  string       `json:"data_device,omitempty"`
+	ReadAheadKB int          `json:"read_ahead_kb,omitempty"`
+	System      string       `json:"system,omitempty"`
+	Servers     []ServerInfo `json:"servers,omitempty"`
+	Config      any          `json:"config"`
 }
 
 // ServerInfo is what a server said about itself before the run.
@@ -69,6 +81,29 @@ func NewRunInfo(tool string, command []string, seed *int64, config any) RunInfo 
 	}
 	r.GitCommit, r.GitDirty, r.GitCommitSource = Revision(r.Build)
 	return r
+}
+
+// SetDataDir records the block device that holds dir and its readahead
+// (DataDevice, ReadAheadKB); it leaves them empty where /sys does not say.
+func (r *RunInfo) SetDataDir(dir string) {
+	var st unix.Stat_t
+	if unix.Stat(dir, &st) != nil {
+		return
+	}
+	dev := fmt.Sprintf("%d:%d", unix.Major(st.Dev), unix.Minor(st.Dev))
+	sys := filepath.Join("/sys/dev/block", dev)
+	name := dev
+	if target, err := filepath.EvalSymlinks(sys); err == nil {
+		name = filepath.Base(target) + " (" + dev + ")"
+	}
+	r.DataDevice = name
+	// A partition has no queue of its own: its disk's is one level up.
+	for _, q := range []string{filepath.Join(sys, "queue", "read_ahead_kb"), filepath.Join(sys, "..", "queue", "read_ahead_kb")} {
+		if b, err := os.ReadFile(q); err == nil {
+			r.ReadAheadKB, _ = strconv.Atoi(strings.TrimSpace(string(b)))
+			return
+		}
+	}
 }
 
 // SetServers records the servers' statuses (from client.Discover).

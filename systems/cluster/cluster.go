@@ -85,6 +85,12 @@ type Spec struct {
 	// that no orphaned node keeps ports, disk and CPU (Linux
 	// PR_SET_PDEATHSIG; prctl(2)). Not stored; Load sets it.
 	Detach bool `json:"-"`
+	// Wrap, if set, returns a command line that node n's process is
+	// started through: it must end by exec'ing its remaining arguments (the
+	// binary and its arguments, appended), so that the node keeps the pid
+	// Wrap's process started with. The harness uses it to place a node in
+	// a memory cgroup before the node opens its store. Not stored.
+	Wrap func(n *Node) []string `json:"-"`
 }
 
 // Addresses returns the client addresses of all nodes.
@@ -385,7 +391,11 @@ func (s *Spec) start(n *Node) error {
 	}
 	defer logf.Close()
 	fmt.Fprintf(logf, "=== %s start: %s %s\n", time.Now().Format(time.RFC3339Nano), s.Binary, strings.Join(s.Args(n), " "))
-	cmd := exec.Command(s.Binary, s.Args(n)...)
+	argv := append([]string{s.Binary}, s.Args(n)...)
+	if s.Wrap != nil {
+		argv = append(s.Wrap(n), argv...)
+	}
+	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
 	if !s.Detach {
