@@ -191,17 +191,22 @@ func (h *harness) rejoinThroughSnapshot(acked map[string]string, deleted []strin
 	h.sessionIndex = h.sessionPut(*fn, sessionClient, 1, "session-key", "first")
 	h.put("session-key", "second")
 	acked["session-key"] = "second"
+	if err := h.spec.Kill(follower); err != nil {
+		t.Fatal(err)
+	}
+	// A bound on what the dead follower holds: the leader's last index
+	// after the kill (a follower never holds more than its leader). The
+	// follower's own last index read before the kill is not one: an entry
+	// can reach it between that read and the kill (GC's own proposals
+	// come at any time), and it would then catch up from the log.
+	ln, _ := h.spec.Node(leader)
 	ctx, cancel := ctxFor(5 * time.Second)
-	st, err := h.c.Status(ctx, fn.Address, false)
+	st, err := h.c.Status(ctx, ln.Address, false)
 	cancel()
 	if err != nil {
 		t.Fatal(err)
 	}
 	followerLast := st.LastIndex
-	if err := h.spec.Kill(follower); err != nil {
-		t.Fatal(err)
-	}
-	ln, _ := h.spec.Node(leader)
 	deadline := time.Now().Add(60 * time.Second)
 	for round := 0; ; round++ {
 		for k, v := range h.writeMany(fmt.Sprintf("t%d-", round), 100, "during") {
