@@ -103,7 +103,12 @@ func Open(dir string, opts Options) (*DB, error) {
 	}
 	db := &DB{dir: dir, opts: opts, log: l, reqc: make(chan *request, 1024),
 		quit: make(chan struct{}), stopped: make(chan struct{})}
+	if opts.Clock == nil {
+		opts.Clock = time.Now
+	}
+	db.opts.Clock = opts.Clock
 	cfg := *opts.Store
+	cfg.Clock = opts.Clock
 	s, err := cfg.OpenStore(systems.Env{Dir: dir, Log: l, Control: logControl{db}, Logger: logger, NodeID: 1, Nodes: 1})
 	if err != nil {
 		l.Close()
@@ -178,6 +183,18 @@ func (db *DB) Put(key, value []byte) error {
 	return db.Write(&b)
 }
 
+// PutWithTTL sets key to value until ttl from now (Options.Clock): from
+// then on Get, Scan and Backup treat the key as absent and GC drops it.
+// The expiry time is stored with the write, so it survives restarts and
+// backups. ttl must be positive.
+func (db *DB) PutWithTTL(key, value []byte, ttl time.Duration) error {
+	var b Batch
+	if err := b.PutWithTTL(key, value, ttl); err != nil {
+		return err
+	}
+	return db.Write(&b)
+}
+
 // Delete removes key (no error if it is absent), durably as Put.
 func (db *DB) Delete(key []byte) error {
 	var b Batch
@@ -193,8 +210,12 @@ func (db *DB) Write(b *Batch) error {
 	if len(b.cmds) == 0 {
 		return nil
 	}
+	now := db.opts.Clock()
 	for i := range b.cmds {
 		c := &b.cmds[i]
+		if b.ttls != nil && b.ttls[i] > 0 {
+			c.ExpiresUnixNano = now.Add(b.ttls[i]).UnixNano()
+		}
 		if err := systems.CheckKey(c.Key); err != nil {
 			return fmt.Errorf("embedded: %w", err)
 		}
@@ -412,19 +433,36 @@ func (db *DB) Close() error {
 // must not change until Write returns.
 type Batch struct {
 	cmds []systems.Command
+	// ttls[i] is the TTL of cmds[i] (0: none); nil when no op has one.
+	ttls []time.Duration
 	size int64
 }
 
 // Put adds key = value to b.
-func (b *Batch) Put(key, value []byte) {
-	b.cmds = append(b.cmds, systems.Command{Op: systems.OpPut, Key: key, Value: value})
-	b.size += int64(len(key) + len(value))
+func (b *Batch) Put(key, value []byte) { b.add(systems.OpPut, key, value, 0) }
+
+// PutWithTTL adds key = value to b, expiring ttl after DB.Write is called
+// (see DB.PutWithTTL). ttl must be positive.
+func (b *Batch) PutWithTTL(key, value []byte, ttl time.Duration) error {
+	if ttl <= 0 {
+		return fmt.Errorf("embedded: TTL %v must be positive", ttl)
+	}
+	b.add(systems.OpPut, key, value, ttl)
+	return nil
 }
 
 // Delete adds the removal of key to b.
-func (b *Batch) Delete(key []byte) {
-	b.cmds = append(b.cmds, systems.Command{Op: systems.OpDelete, Key: key})
-	b.size += int64(len(key))
+func (b *Batch) Delete(key []byte) { b.add(systems.OpDelete, key, nil, 0) }
+
+func (b *Batch) add(op systems.Op, key, value []byte, ttl time.Duration) {
+	b.cmds = append(b.cmds, systems.Command{Op: op, Key: key, Value: value})
+	if ttl > 0 && b.ttls == nil {
+		b.ttls = make([]time.Duration, len(b.cmds)-1, cap(b.cmds))
+	}
+	if b.ttls != nil {
+		b.ttls = append(b.ttls, ttl)
+	}
+	b.size += int64(len(key) + len(value))
 }
 
 // Len is the number of operations in b.
@@ -433,7 +471,7 @@ func (b *Batch) Len() int { return len(b.cmds) }
 // Reset empties b for reuse.
 func (b *Batch) Reset() {
 	clear(b.cmds)
-	b.cmds, b.size = b.cmds[:0], 0
+	b.cmds, b.ttls, b.size = b.cmds[:0], nil, 0
 }
 
 // logControl implements systems.LogControl for the store's GC over the

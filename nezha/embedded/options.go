@@ -45,6 +45,10 @@ type Options struct {
 	// Logger receives the store's and the log's messages. Default
 	// slog.Default().
 	Logger *slog.Logger
+	// Clock gives the time a TTL counts from (PutWithTTL) and that expiry
+	// is judged against on every read path and by GC; it replaces
+	// Store.Clock. nil: time.Now.
+	Clock func() time.Time
 }
 
 // DefaultOptions returns Options with the documented defaults.
