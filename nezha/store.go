@@ -141,6 +141,12 @@ func (s *Store) Apply(entries []systems.AppliedEntry) error {
 
 var _ systems.WriteStaller = (*Store)(nil)
 
+var _ systems.TTLStore = (*Store)(nil)
+
+// SupportsTTL implements systems.TTLStore: expiry times are kept in the
+// index and honoured by Get, Scan, snapshots, StateHash and GC.
+func (s *Store) SupportsTTL() bool { return true }
+
 // WriteStall implements systems.WriteStaller: an error while the garbage
 // GC has not reclaimed is at least Config.GCStallGarbageBytes (never
 // without GC, or with the limit 0).
