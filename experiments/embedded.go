@@ -25,6 +25,7 @@ func embeddedExperiment() Experiment {
 			p := x.Profile
 			o := enginebench.DefaultOptions(filepath.Join(x.Dir, "engines"))
 			o.PutDuration, o.PutMaxBytes = p.EmbeddedPutDuration, p.EmbeddedPutMaxBytes
+			o.ReadSetBytes = p.EmbeddedReadSetBytes
 			o.GetDuration, o.ScanDuration = p.EmbeddedReadDuration, p.EmbeddedReadDuration
 			o.Writers, o.Readers = p.EmbeddedWriters, p.EmbeddedReaders
 			o.Logf = x.logf
@@ -38,6 +39,8 @@ func embeddedExperiment() Experiment {
 			x.param("readers", o.Readers)
 			x.param("put_duration", o.PutDuration.String())
 			x.param("put_max_bytes", o.PutMaxBytes)
+			x.param("read_set_bytes", o.ReadSetBytes)
+			x.param("read_set_max_keys", o.ReadSetMaxKeys)
 			x.param("read_duration", o.GetDuration.String())
 			x.param("scan_length", o.ScanLength)
 			rs, err := enginebench.Run(ctx, o)
@@ -119,8 +122,9 @@ func (x *Run) embeddedReport(o enginebench.Options, rs []enginebench.Result) {
 		}
 		x.note("Target (issue 18): nezha's %s within 20 %% of Badger's or ahead (>= 0.8x): %s (%s).", strings.ToUpper(op), strings.Join(parts, ", "), verdict(all))
 	}
-	x.note("All engines run in this process, one after the other (order rotated per value size), on the same disk, with their default caches; nezha uses the %s index and GC on, and its reads start after its idle GC round sorted the load (settle_seconds in engines.csv); Badger keeps values of %d B and more in its value log. Reads hit the page cache (the data is at most %s per engine and size). PUT: %d writers until %v or %s; GET and SCAN (%d pairs): %d readers for %v each.",
-		o.Engine.NezhaIndex, o.Engine.BadgerValueThresholdBytes, bytesText(o.PutMaxBytes), o.Writers, o.PutDuration, bytesText(o.PutMaxBytes), o.ScanLength, o.Readers, o.GetDuration)
+	x.note("All engines run in this process, one after the other (order rotated per value size), on the same disk, with their default caches. Per engine and size: the read set (%s of values, at most %d keys: the same keys for every engine) loaded in batches of about 1 MiB, GET and SCAN (%d pairs) by %d readers for %v each, then PUT of new keys by %d writers until %v or %s. nezha uses the %s index with GC on, and its reads start after its idle GC round sorted the read set (settle_seconds in engines.csv); Badger keeps values of %d B and more in its value log. Reads hit the page cache. nezha checks a CRC on every value it reads; Badger and Pebble as configured by default.",
+		bytesText(o.ReadSetBytes), o.ReadSetMaxKeys, o.ScanLength, o.Readers, o.GetDuration, o.Writers, o.PutDuration, bytesText(o.PutMaxBytes),
+		o.Engine.NezhaIndex, o.Engine.BadgerValueThresholdBytes)
 	var cats []string
 	for _, size := range o.ValueSizesBytes {
 		cats = append(cats, sizeText(float64(size)))

@@ -16,7 +16,7 @@ import (
 func TestEmbeddedThroughExecute(t *testing.T) {
 	p := Quick()
 	p.EmbeddedPutDuration, p.EmbeddedPutMaxBytes, p.EmbeddedReadDuration = 200*time.Millisecond, 2*mib, 100*time.Millisecond
-	p.EmbeddedWriters, p.EmbeddedReaders = 4, 2
+	p.EmbeddedWriters, p.EmbeddedReaders, p.EmbeddedReadSetBytes = 4, 2, mib
 	out := t.TempDir()
 	var log bytes.Buffer
 	res, err := Execute(context.Background(), RunOptions{Experiments: []Experiment{embeddedExperiment()}, Profile: p, OutDir: out, Out: &log})

@@ -130,10 +130,12 @@ type Profile struct {
 	CrashSeed             int64         `json:"crash_seed"`
 
 	// The embedded experiment (nezha/embedded against Badger and Pebble,
-	// in process): per engine and value size, a load of
-	// EmbeddedWriters writers for EmbeddedPutDuration or
-	// EmbeddedPutMaxBytes of values, then GET and SCAN with
-	// EmbeddedReaders readers for EmbeddedReadDuration each.
+	// in process): per engine and value size, EmbeddedReadSetBytes of
+	// values (at most 100,000 keys) loaded in batches, GET and SCAN with
+	// EmbeddedReaders readers for EmbeddedReadDuration each, then PUT of
+	// new keys by EmbeddedWriters writers for EmbeddedPutDuration or
+	// EmbeddedPutMaxBytes of values.
+	EmbeddedReadSetBytes int64         `json:"embedded_read_set_bytes"`
 	EmbeddedPutDuration  time.Duration `json:"embedded_put_duration_ns"`
 	EmbeddedPutMaxBytes  int64         `json:"embedded_put_max_bytes"`
 	EmbeddedReadDuration time.Duration `json:"embedded_read_duration_ns"`
@@ -186,7 +188,8 @@ func Quick() Profile {
 		CrashKills: 20, CrashKeys: 2000, CrashValueBytes: 16 * kib, CrashWriters: 4, CrashMaxWrites: 200_000,
 		CrashDuration: 5 * time.Minute, CrashLoadBetweenKills: time.Second, CrashSeed: 1,
 		// 9 loads and 18 read phases: about 45-60 s in all.
-		EmbeddedPutDuration: 1500 * time.Millisecond, EmbeddedPutMaxBytes: 64 * mib, EmbeddedReadDuration: time.Second,
+		EmbeddedReadSetBytes: 32 * mib,
+		EmbeddedPutDuration:  1500 * time.Millisecond, EmbeddedPutMaxBytes: 64 * mib, EmbeddedReadDuration: time.Second,
 		EmbeddedWriters: 16, EmbeddedReaders: 4,
 		MinFreeDiskBytes: 4 * gib,
 	}
@@ -214,6 +217,7 @@ func Standard() Profile {
 	p.LinNemeses, p.LinDuration = []string{"partition-leader", "kill-leader"}, 10*time.Second
 	p.CrashKills, p.CrashKeys, p.CrashDuration = 50, 8000, 15*time.Minute
 	p.EmbeddedPutDuration, p.EmbeddedPutMaxBytes, p.EmbeddedReadDuration = 5*time.Second, 512*mib, 3*time.Second
+	p.EmbeddedReadSetBytes = 256 * mib
 	p.MinFreeDiskBytes = 40 * gib
 	return p
 }
@@ -242,7 +246,8 @@ func Paper() Profile {
 		LinNemeses:   faults.Names(), LinDuration: 30 * time.Second, LinClients: 5, LinSeeds: []int64{1, 2, 3, 4, 5},
 		CrashKills: 200, CrashKeys: 20_000, CrashValueBytes: 256 * kib, CrashWriters: 16, CrashMaxWrites: 10_000_000,
 		CrashDuration: 2 * time.Hour, CrashLoadBetweenKills: 5 * time.Second, CrashSeed: 1,
-		EmbeddedPutDuration: time.Minute, EmbeddedPutMaxBytes: 16 * gib, EmbeddedReadDuration: 20 * time.Second,
+		EmbeddedReadSetBytes: 4 * gib,
+		EmbeddedPutDuration:  time.Minute, EmbeddedPutMaxBytes: 16 * gib, EmbeddedReadDuration: 20 * time.Second,
 		EmbeddedWriters: 100, EmbeddedReaders: 32,
 		MinFreeDiskBytes: 1000 * gib,
 	}
@@ -292,6 +297,7 @@ func (p *Profile) Validate() error {
 		{"crash_kills", int64(p.CrashKills)}, {"crash_keys", int64(p.CrashKeys)}, {"crash_value_bytes", int64(p.CrashValueBytes)},
 		{"crash_writers", int64(p.CrashWriters)}, {"crash_max_writes", p.CrashMaxWrites},
 		{"embedded_put_max_bytes", p.EmbeddedPutMaxBytes}, {"embedded_writers", int64(p.EmbeddedWriters)},
+		{"embedded_read_set_bytes", p.EmbeddedReadSetBytes},
 		{"embedded_readers", int64(p.EmbeddedReaders)},
 	} {
 		if c.v < 1 {

@@ -37,6 +37,8 @@ func Engines() []string { return []string{EngineNezha, EngineBadger, EnginePebbl
 type Engine interface {
 	// Put writes key = value, durably when the engine was opened with sync.
 	Put(key, value []byte) error
+	// Load writes the pairs as one batch (one commit).
+	Load(keys, values [][]byte) error
 	// Get returns the value of key (the caller's copy); found is false if
 	// the key is absent.
 	Get(key []byte) (value []byte, found bool, err error)
@@ -102,6 +104,13 @@ func Open(name, dir string, c EngineConfig) (Engine, error) {
 type nezhaEngine struct{ db *embedded.DB }
 
 func (e nezhaEngine) Put(k, v []byte) error { return e.db.Put(k, v) }
+func (e nezhaEngine) Load(ks, vs [][]byte) error {
+	var b embedded.Batch
+	for i := range ks {
+		b.Put(ks[i], vs[i])
+	}
+	return e.db.Write(&b)
+}
 func (e nezhaEngine) Get(k []byte) ([]byte, bool, error) {
 	v, err := e.db.Get(k)
 	if errors.Is(err, embedded.ErrNotFound) {
@@ -134,6 +143,16 @@ type badgerEngine struct{ db *badger.DB }
 
 func (e badgerEngine) Put(k, v []byte) error {
 	return e.db.Update(func(txn *badger.Txn) error { return txn.Set(k, v) })
+}
+func (e badgerEngine) Load(ks, vs [][]byte) error {
+	wb := e.db.NewWriteBatch()
+	for i := range ks {
+		if err := wb.Set(ks[i], vs[i]); err != nil {
+			wb.Cancel()
+			return err
+		}
+	}
+	return wb.Flush()
 }
 func (e badgerEngine) Get(k []byte) (v []byte, found bool, err error) {
 	err = e.db.View(func(txn *badger.Txn) error {
@@ -176,6 +195,16 @@ type pebbleEngine struct {
 }
 
 func (e pebbleEngine) Put(k, v []byte) error { return e.db.Set(k, v, e.wo) }
+func (e pebbleEngine) Load(ks, vs [][]byte) error {
+	b := e.db.NewBatch()
+	for i := range ks {
+		if err := b.Set(ks[i], vs[i], nil); err != nil {
+			b.Close()
+			return err
+		}
+	}
+	return b.Commit(e.wo)
+}
 func (e pebbleEngine) Get(k []byte) ([]byte, bool, error) {
 	v, closer, err := e.db.Get(k)
 	if errors.Is(err, pebble.ErrNotFound) {

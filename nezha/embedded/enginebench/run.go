@@ -42,9 +42,15 @@ type Options struct {
 	Writers int
 	// Readers are the concurrent GET and SCAN goroutines. Default 4.
 	Readers int
-	// PutDuration bounds the PUT phase (the load), as does
-	// PutMaxBytes (values written per engine and size). Defaults 3s and
-	// 256 MiB.
+	// ReadSetBytes of values (at most ReadSetMaxKeys keys) are loaded into
+	// every engine before its reads, in batches of about 1 MiB (one commit
+	// each), so that every engine reads the same keys. Defaults 64 MiB and
+	// 100,000.
+	ReadSetBytes   int64
+	ReadSetMaxKeys int64
+	// PutDuration bounds the PUT phase (after the reads, on new keys), as
+	// does PutMaxBytes (values written per engine and size). Defaults 3s
+	// and 256 MiB.
 	PutDuration time.Duration
 	PutMaxBytes int64
 	// GetDuration and ScanDuration are the lengths of the read phases.
@@ -70,15 +76,17 @@ func DefaultOptions(dir string) Options {
 		ValueSizesBytes: []int{100, 4 << 10, 256 << 10},
 		Engine: EngineConfig{Sync: true, NezhaIndex: nezha.IndexMemory, NezhaGCIdleAfter: time.Second,
 			BadgerValueThresholdBytes: 1 << 10},
-		Writers:       16,
-		Readers:       4,
-		PutDuration:   3 * time.Second,
-		PutMaxBytes:   256 << 20,
-		GetDuration:   2 * time.Second,
-		ScanDuration:  2 * time.Second,
-		ScanLength:    100,
-		SettleTimeout: 15 * time.Second,
-		Seed:          1,
+		Writers:        16,
+		Readers:        4,
+		ReadSetBytes:   64 << 20,
+		ReadSetMaxKeys: 100_000,
+		PutDuration:    3 * time.Second,
+		PutMaxBytes:    256 << 20,
+		GetDuration:    2 * time.Second,
+		ScanDuration:   2 * time.Second,
+		ScanLength:     100,
+		SettleTimeout:  15 * time.Second,
+		Seed:           1,
 	}
 }
 
@@ -120,8 +128,9 @@ func (o *Options) Validate() error {
 		errs = append(errs, fmt.Errorf("enginebench: PutDuration %v, GetDuration %v, ScanDuration %v and SettleTimeout %v must be positive",
 			o.PutDuration, o.GetDuration, o.ScanDuration, o.SettleTimeout))
 	}
-	if o.PutMaxBytes <= 0 {
-		errs = append(errs, fmt.Errorf("enginebench: PutMaxBytes %d must be positive", o.PutMaxBytes))
+	if o.PutMaxBytes <= 0 || o.ReadSetBytes <= 0 || o.ReadSetMaxKeys <= 0 {
+		errs = append(errs, fmt.Errorf("enginebench: PutMaxBytes %d, ReadSetBytes %d and ReadSetMaxKeys %d must be positive",
+			o.PutMaxBytes, o.ReadSetBytes, o.ReadSetMaxKeys))
 	}
 	if o.ScanLength <= 0 {
 		errs = append(errs, fmt.Errorf("enginebench: ScanLength %d must be positive", o.ScanLength))
@@ -143,7 +152,8 @@ type Result struct {
 	// P50Us and P99Us are latencies of one op in microseconds.
 	P50Us float64 `json:"p50_us"`
 	P99Us float64 `json:"p99_us"`
-	// Keys is the number of keys loaded (the key space of the reads).
+	// Keys: for GET and SCAN the keys loaded (the same for every engine),
+	// for PUT the keys the phase wrote.
 	Keys int64 `json:"keys"`
 	// SettleSeconds (nezha, reads only): how long the idle GC round took
 	// to sort the load before the reads.
@@ -164,10 +174,10 @@ func key(i uint64) []byte {
 }
 
 // Run measures every engine at every value size, one after the other:
-// PUT (the load: Writers goroutines writing keys 0, 1, ... until
-// PutDuration or PutMaxBytes), then GET of uniformly random loaded keys and
-// SCAN of ScanLength pairs from uniformly random loaded keys, Readers
-// goroutines each. Every GET must find its key with the full value. The
+// the read set loaded in batches (not measured), GET of uniformly random
+// loaded keys and SCAN of ScanLength pairs from uniformly random loaded
+// keys (Readers goroutines each), then PUT (Writers goroutines writing new
+// keys until PutDuration or PutMaxBytes). Every GET must find its key with the full value. The
 // engines run one after the other, their order rotated by one per value
 // size; each engine's directory is removed after its size.
 func Run(ctx context.Context, o Options) ([]Result, error) {
@@ -210,32 +220,31 @@ func runOne(ctx context.Context, o Options, name string, size int, logf func(str
 	defer func() {
 		err = errors.Join(err, e.Close(), os.RemoveAll(dir))
 	}()
-	maxKeys := max(int64(1), o.PutMaxBytes/int64(size))
 	// Values: a random block shared by all keys, its first 4 KiB made
 	// unique per key (no value compresses, within itself or against its
 	// neighbours in a 4 KiB LSM block).
 	base := make([]byte, size)
 	fill(base, uint64(o.Seed))
-	put, n, err := measure(ctx, o.Writers, o.PutDuration, func(_ *rand.Rand, next func() (uint64, bool)) (int64, error) {
-		i, ok := next()
-		if !ok || int64(i) >= maxKeys {
-			return 0, errStop
-		}
+	value := func(i uint64) []byte {
 		v := append([]byte(nil), base...)
 		fill(v[:min(size, 4<<10)], i+1)
 		binary.LittleEndian.PutUint64(v, i)
-		k := key(i)
-		return int64(len(k) + size), e.Put(k, v)
-	}, o.Seed)
-	if err != nil {
-		return nil, fmt.Errorf("put: %w", err)
+		return v
 	}
-	keys := min(n, maxKeys)
-	if keys == 0 {
-		return nil, errors.New("put: no key written")
+	keys := max(1, min(o.ReadSetMaxKeys, o.ReadSetBytes/int64(size)))
+	perBatch := max(1, (1<<20)/int64(size))
+	for lo := int64(0); lo < keys; lo += perBatch {
+		var ks, vs [][]byte
+		for i := lo; i < min(keys, lo+perBatch); i++ {
+			ks, vs = append(ks, key(uint64(i))), append(vs, value(uint64(i)))
+		}
+		if err := e.Load(ks, vs); err != nil {
+			return nil, fmt.Errorf("load: %w", err)
+		}
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
 	}
-	put.Keys = keys
-	res := []Result{put}
 	var settle time.Duration
 	if ne, ok := e.(nezhaEngine); ok {
 		start := time.Now()
@@ -274,12 +283,26 @@ func runOne(ctx context.Context, o Options, name string, size int, logf func(str
 	if err != nil {
 		return nil, fmt.Errorf("scan: %w", err)
 	}
-	for _, r := range []*Result{&res[0], &get, &scan} {
-		r.Engine, r.ValueBytes, r.Keys = name, size, keys
+	maxPuts := max(int64(1), o.PutMaxBytes/int64(size))
+	put, n, err := measure(ctx, o.Writers, o.PutDuration, func(_ *rand.Rand, next func() (uint64, bool)) (int64, error) {
+		i, ok := next()
+		if !ok || int64(i) >= maxPuts {
+			return 0, errStop
+		}
+		j := uint64(keys) + i // keys after the read set
+		k := key(j)
+		return int64(len(k) + size), e.Put(k, value(j))
+	}, o.Seed)
+	if err != nil {
+		return nil, fmt.Errorf("put: %w", err)
 	}
-	res[0].Op, get.Op, scan.Op = OpPut, OpGet, OpScan
+	get.Keys, scan.Keys, put.Keys = keys, keys, min(n, maxPuts)
+	for _, r := range []*Result{&get, &scan, &put} {
+		r.Engine, r.ValueBytes = name, size
+	}
+	put.Op, get.Op, scan.Op = OpPut, OpGet, OpScan
 	get.SettleSeconds, scan.SettleSeconds = settle.Seconds(), settle.Seconds()
-	return append(res, get, scan), nil
+	return []Result{put, get, scan}, nil
 }
 
 // errStop ends a worker of measure without an error.

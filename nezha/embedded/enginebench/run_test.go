@@ -16,7 +16,7 @@ func TestRunSmall(t *testing.T) {
 	o.ValueSizesBytes = []int{8 << 10}
 	o.Writers, o.Readers = 4, 2
 	o.PutDuration, o.GetDuration, o.ScanDuration = 200*time.Millisecond, 100*time.Millisecond, 100*time.Millisecond
-	o.PutMaxBytes = 2 << 20
+	o.PutMaxBytes, o.ReadSetBytes = 2<<20, 1<<20
 	o.Engine.NezhaGCIdleAfter = 50 * time.Millisecond
 	o.Logf = t.Logf
 	rs, err := Run(context.Background(), o)
