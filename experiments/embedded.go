@@ -19,7 +19,7 @@ func embeddedExperiment() Experiment {
 		Name: "embedded", Title: "Embedded engines: nezha vs Badger vs Pebble",
 		Shows:      "Nezha's value log, index and GC as an embedded store (no Raft, no network) against Badger (WiscKey in Go) and Pebble (an LSM): PUT with fsync, GET and SCAN at 100 B, 4 KiB and 256 KiB",
 		NeedsLocal: true, SmallDisk: true,
-		// About 45-60 s in quick; run it by name.
+		// About 60-70 s in quick on a busy 2-vCPU machine; run it by name.
 		OutsideQuickAll: true,
 		run: func(ctx context.Context, x *Run) error {
 			p := x.Profile

@@ -187,7 +187,8 @@ func Quick() Profile {
 		// in this profile (Experiment.OutsideQuickAll); name it to run it.
 		CrashKills: 20, CrashKeys: 2000, CrashValueBytes: 16 * kib, CrashWriters: 4, CrashMaxWrites: 200_000,
 		CrashDuration: 5 * time.Minute, CrashLoadBetweenKills: time.Second, CrashSeed: 1,
-		// 9 loads and 18 read phases: about 45-60 s in all.
+		// 9 loads, 18 read phases and 9 PUT phases: about 60-70 s in all
+		// (nezha waits 2-3 s per size for its idle GC round).
 		EmbeddedReadSetBytes: 32 * mib,
 		EmbeddedPutDuration:  1500 * time.Millisecond, EmbeddedPutMaxBytes: 64 * mib, EmbeddedReadDuration: time.Second,
 		EmbeddedWriters: 16, EmbeddedReaders: 4,
