@@ -55,6 +55,7 @@ type Experiment struct {
 func All() []Experiment {
 	return []Experiment{
 		diskLimit(), putVsize(), putScale(), getZipf(), scan(), ycsbExperiment(), amplification(), gcExperiment(), linearizabilityExperiment(), crashExperiment(),
+		embeddedExperiment(),
 	}
 }
 

@@ -129,6 +129,19 @@ type Profile struct {
 	CrashLoadBetweenKills time.Duration `json:"crash_load_between_kills_ns"`
 	CrashSeed             int64         `json:"crash_seed"`
 
+	// The embedded experiment (nezha/embedded against Badger and Pebble,
+	// in process): per engine and value size, EmbeddedReadSetBytes of
+	// values (at most 100,000 keys) loaded in batches, GET and SCAN with
+	// EmbeddedReaders readers for EmbeddedReadDuration each, then PUT of
+	// new keys by EmbeddedWriters writers for EmbeddedPutDuration or
+	// EmbeddedPutMaxBytes of values.
+	EmbeddedReadSetBytes int64         `json:"embedded_read_set_bytes"`
+	EmbeddedPutDuration  time.Duration `json:"embedded_put_duration_ns"`
+	EmbeddedPutMaxBytes  int64         `json:"embedded_put_max_bytes"`
+	EmbeddedReadDuration time.Duration `json:"embedded_read_duration_ns"`
+	EmbeddedWriters      int           `json:"embedded_writers"`
+	EmbeddedReaders      int           `json:"embedded_readers"`
+
 	// MinFreeDiskBytes must be free under the output directory before a
 	// run starts.
 	MinFreeDiskBytes int64 `json:"min_free_disk_bytes"`
@@ -174,6 +187,11 @@ func Quick() Profile {
 		// in this profile (Experiment.OutsideQuickAll); name it to run it.
 		CrashKills: 20, CrashKeys: 2000, CrashValueBytes: 16 * kib, CrashWriters: 4, CrashMaxWrites: 200_000,
 		CrashDuration: 5 * time.Minute, CrashLoadBetweenKills: time.Second, CrashSeed: 1,
+		// 9 loads, 18 read phases and 9 PUT phases: about 60-70 s in all
+		// (nezha waits 2-3 s per size for its idle GC round).
+		EmbeddedReadSetBytes: 32 * mib,
+		EmbeddedPutDuration:  1500 * time.Millisecond, EmbeddedPutMaxBytes: 64 * mib, EmbeddedReadDuration: time.Second,
+		EmbeddedWriters: 16, EmbeddedReaders: 4,
 		MinFreeDiskBytes: 4 * gib,
 	}
 }
@@ -199,6 +217,8 @@ func Standard() Profile {
 	p.GCKeys, p.GCDuration, p.GCStrategies = 8192, 30*time.Second, nezha.Strategies()
 	p.LinNemeses, p.LinDuration = []string{"partition-leader", "kill-leader"}, 10*time.Second
 	p.CrashKills, p.CrashKeys, p.CrashDuration = 50, 8000, 15*time.Minute
+	p.EmbeddedPutDuration, p.EmbeddedPutMaxBytes, p.EmbeddedReadDuration = 5*time.Second, 512*mib, 3*time.Second
+	p.EmbeddedReadSetBytes = 256 * mib
 	p.MinFreeDiskBytes = 40 * gib
 	return p
 }
@@ -227,6 +247,9 @@ func Paper() Profile {
 		LinNemeses:   faults.Names(), LinDuration: 30 * time.Second, LinClients: 5, LinSeeds: []int64{1, 2, 3, 4, 5},
 		CrashKills: 200, CrashKeys: 20_000, CrashValueBytes: 256 * kib, CrashWriters: 16, CrashMaxWrites: 10_000_000,
 		CrashDuration: 2 * time.Hour, CrashLoadBetweenKills: 5 * time.Second, CrashSeed: 1,
+		EmbeddedReadSetBytes: 4 * gib,
+		EmbeddedPutDuration:  time.Minute, EmbeddedPutMaxBytes: 16 * gib, EmbeddedReadDuration: 20 * time.Second,
+		EmbeddedWriters: 100, EmbeddedReaders: 32,
 		MinFreeDiskBytes: 1000 * gib,
 	}
 }
@@ -274,6 +297,9 @@ func (p *Profile) Validate() error {
 		{"read_runs", int64(p.ReadRuns)}, {"scale_value_bytes", int64(p.ScaleValueBytes)},
 		{"crash_kills", int64(p.CrashKills)}, {"crash_keys", int64(p.CrashKeys)}, {"crash_value_bytes", int64(p.CrashValueBytes)},
 		{"crash_writers", int64(p.CrashWriters)}, {"crash_max_writes", p.CrashMaxWrites},
+		{"embedded_put_max_bytes", p.EmbeddedPutMaxBytes}, {"embedded_writers", int64(p.EmbeddedWriters)},
+		{"embedded_read_set_bytes", p.EmbeddedReadSetBytes},
+		{"embedded_readers", int64(p.EmbeddedReaders)},
 	} {
 		if c.v < 1 {
 			bad("profile %s: %s = %d must be positive", p.Name, c.name, c.v)
@@ -329,7 +355,8 @@ func (p *Profile) Validate() error {
 			bad("profile %s: gc strategy %q: want one of %v", p.Name, st, nezha.Strategies())
 		}
 	}
-	if p.GCDuration <= 0 || p.LinDuration <= 0 || p.CrashDuration <= 0 || p.CrashLoadBetweenKills < 0 {
+	if p.GCDuration <= 0 || p.LinDuration <= 0 || p.CrashDuration <= 0 || p.CrashLoadBetweenKills < 0 ||
+		p.EmbeddedPutDuration <= 0 || p.EmbeddedReadDuration <= 0 {
 		bad("profile %s: durations must be positive", p.Name)
 	}
 	return errors.Join(errs...)

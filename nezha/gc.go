@@ -754,7 +754,7 @@ func (c *collector) round(ctx context.Context, trigger string) (r roundResult, e
 	// 3. Copy the live values of the inputs, in key order, into a new run
 	// (nothing to copy when no input holds a live byte).
 	if p.copyBytes > 0 {
-		newRun, err := c.copyLive(ctx, inputs, &r.GCRound)
+		newRun, expired, err := c.copyLive(ctx, inputs, &r.GCRound)
 		if err != nil {
 			return r, err
 		}
@@ -767,6 +767,9 @@ func (c *collector) round(ctx context.Context, trigger string) (r roundResult, e
 			if err := c.switchTo(newRun, inputs, len(inputRuns) >= 2, &r.GCRound); err != nil {
 				return r, err
 			}
+		}
+		if err := c.dropExpired(expired, inputs); err != nil {
+			return r, err
 		}
 	}
 	if trigger == TriggerSize && r.KeysMoved == 0 {
@@ -862,7 +865,10 @@ func (c *collector) round(ctx context.Context, trigger string) (r roundResult, e
 
 // copyLive writes the live values of the input files into a new run and
 // registers it; nil if there was nothing live.
-func (c *collector) copyLive(ctx context.Context, inputs map[uint64]bool, r *systems.GCRound) (*run, error) {
+//
+// Keys whose TTL expired (by the store's clock) are not copied: they are
+// returned in expired, for dropExpired to delete from the index.
+func (c *collector) copyLive(ctx context.Context, inputs map[uint64]bool, r *systems.GCRound) (_ *run, expired []keyLoc, err error) {
 	s := c.s
 	s.manMu.Lock()
 	id := s.man.NextRun
@@ -870,14 +876,19 @@ func (c *collector) copyLive(ctx context.Context, inputs map[uint64]bool, r *sys
 	s.manMu.Unlock()
 	var w *runWriter
 	crashed := false
-	err := s.iterateChunks(1024, func(keys [][]byte, locs []systems.Location) error {
+	now := s.nowUnixNano()
+	err = s.iterateChunks(1024, func(keys [][]byte, locs []systems.Location) error {
 		if err := ctx.Err(); err != nil {
 			return err
 		}
 		var ks [][]byte
 		var ls []systems.Location
 		for i, l := range locs {
-			if inputs[l.Segment] {
+			switch {
+			case !inputs[l.Segment]:
+			case l.Expired(now):
+				expired = append(expired, keyLoc{key: keys[i], loc: l})
+			default:
 				ks, ls = append(ks, keys[i]), append(ls, l)
 			}
 		}
@@ -903,7 +914,7 @@ func (c *collector) copyLive(ctx context.Context, inputs map[uint64]bool, r *sys
 			}
 		}
 		for i := range ks {
-			if _, err := w.Add(ks[i], vals[i], ls[i].Index); err != nil {
+			if _, err := w.Add(ks[i], vals[i], ls[i].Index, ls[i].ExpiresUnixNano); err != nil {
 				return err
 			}
 			r.BytesRead += int64(ls[i].Length)
@@ -919,22 +930,22 @@ func (c *collector) copyLive(ctx context.Context, inputs map[uint64]bool, r *sys
 		if w != nil {
 			w.Abort()
 		}
-		return nil, fmt.Errorf("copy live values: %w", err)
+		return nil, nil, fmt.Errorf("copy live values: %w", err)
 	}
 	if w == nil {
-		return nil, nil
+		return nil, expired, nil
 	}
 	size, err := w.Finish()
 	if err != nil {
 		w.Abort()
-		return nil, err
+		return nil, nil, err
 	}
 	r.BytesWritten += size
 	r.LiveBytes += size
 	rn, err := openRun(s.fs, s.sortedDir, id)
 	if err != nil {
 		os.Remove(w.path)
-		return nil, err
+		return nil, nil, err
 	}
 	rn.tier = tierFor(rn.dataBytes, c.cfg.GCFanout)
 	s.manMu.Lock()
@@ -947,10 +958,55 @@ func (c *collector) copyLive(ctx context.Context, inputs map[uint64]bool, r *sys
 	if err != nil {
 		rn.close()
 		os.Remove(rn.path)
-		return nil, err
+		return nil, nil, err
 	}
 	s.runs.add(rn)
-	return rn, nil
+	return rn, expired, nil
+}
+
+// keyLoc is a key and the location the index held for it.
+type keyLoc struct {
+	key []byte
+	loc systems.Location
+}
+
+// dropExpired deletes from the index the expired keys copyLive left
+// behind, each only if the index still holds the location it saw (a newer
+// write wins), so that no key points into an input file once the round
+// deletes it: GC drops expired keys.
+func (c *collector) dropExpired(expired []keyLoc, inputs map[uint64]bool) error {
+	s := c.s
+	for len(expired) > 0 {
+		chunk := expired[:min(len(expired), 1024)]
+		expired = expired[len(chunk):]
+		if err := func() error {
+			s.applyMu.Lock()
+			defer s.applyMu.Unlock()
+			var b IndexBatch
+			for _, e := range chunk {
+				cur, found, err := s.index.Get(e.key)
+				if err != nil {
+					return err
+				}
+				if !found || cur.Index != e.loc.Index || !inputs[cur.Segment] {
+					continue
+				}
+				b.Delete(e.key)
+				c.live[cur.Segment] -= int64(cur.Length)
+				c.dead[cur.Segment] += int64(cur.Length)
+				c.liveKeys--
+			}
+			c.noteGarbage()
+			if b.Len() == 0 {
+				return nil
+			}
+			b.SetApplied(s.index.AppliedIndex())
+			return s.index.Write(&b)
+		}(); err != nil {
+			return fmt.Errorf("drop expired keys: %w", err)
+		}
+	}
+	return nil
 }
 
 // switchTo points every key of the new run at it, if the index still holds

@@ -40,34 +40,41 @@ func userRange(start, end []byte) (lo, hi []byte) {
 	return lo, userKey(end)
 }
 
-// maxLocationBytes is the longest encoding of a Location: four uvarints.
-const maxLocationBytes = 3*binary.MaxVarintLen64 + binary.MaxVarintLen32
+// maxLocationBytes is the longest encoding of a Location: five uvarints.
+const maxLocationBytes = 4*binary.MaxVarintLen64 + binary.MaxVarintLen32
 
 // appendLocation appends the index value of loc to dst: uvarints of
-// Segment, Offset, Length and Index (typically 8-12 bytes).
+// Segment, Offset, Length and Index (typically 8-12 bytes), then, for a
+// value with a TTL, of ExpiresUnixNano (values written before TTLs existed
+// have four fields, and decode with no expiry).
 func appendLocation(dst []byte, loc systems.Location) []byte {
 	dst = binary.AppendUvarint(dst, loc.Segment)
 	dst = binary.AppendUvarint(dst, uint64(loc.Offset))
 	dst = binary.AppendUvarint(dst, uint64(loc.Length))
-	return binary.AppendUvarint(dst, loc.Index)
+	dst = binary.AppendUvarint(dst, loc.Index)
+	if loc.ExpiresUnixNano != 0 {
+		dst = binary.AppendUvarint(dst, uint64(loc.ExpiresUnixNano))
+	}
+	return dst
 }
 
 // decodeLocation parses appendLocation's output. Errors wrap
 // systems.ErrCorrupt.
 func decodeLocation(b []byte) (systems.Location, error) {
-	var f [4]uint64
+	var f [5]uint64
 	rest := b
-	for i := range f {
+	fields := 0
+	for ; fields < len(f) && (fields < 4 || len(rest) > 0); fields++ {
 		v, n := binary.Uvarint(rest)
 		if n <= 0 {
-			return systems.Location{}, fmt.Errorf("%w: index value %x is not a location (field %d)", systems.ErrCorrupt, b, i)
+			return systems.Location{}, fmt.Errorf("%w: index value %x is not a location (field %d)", systems.ErrCorrupt, b, fields)
 		}
-		f[i], rest = v, rest[n:]
+		f[fields], rest = v, rest[n:]
 	}
-	if len(rest) != 0 || f[2] > math.MaxUint32 || f[1] > math.MaxInt64 {
+	if len(rest) != 0 || f[2] > math.MaxUint32 || f[1] > math.MaxInt64 || f[4] > math.MaxInt64 || (fields == 5 && f[4] == 0) {
 		return systems.Location{}, fmt.Errorf("%w: index value %x is not a location", systems.ErrCorrupt, b)
 	}
-	return systems.Location{Segment: f[0], Offset: int64(f[1]), Length: uint32(f[2]), Index: f[3]}, nil
+	return systems.Location{Segment: f[0], Offset: int64(f[1]), Length: uint32(f[2]), Index: f[3], ExpiresUnixNano: int64(f[4])}, nil
 }
 
 // appendApplied encodes an applied index (8 bytes, big endian).

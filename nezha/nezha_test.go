@@ -690,6 +690,9 @@ func TestLocationEncoding(t *testing.T) {
 	for i := 0; i < 1000; i++ {
 		loc := systems.Location{Segment: rng.Uint64() >> rng.Intn(64), Offset: rng.Int63() >> rng.Intn(63),
 			Length: rng.Uint32() >> rng.Intn(32), Index: rng.Uint64() >> rng.Intn(64)}
+		if i%2 == 1 { // a TTL (at least two bytes: a cut one does not decode)
+			loc.ExpiresUnixNano = rng.Int63()>>rng.Intn(40) | 1<<8
+		}
 		enc := appendLocation(nil, loc)
 		if len(enc) > maxLocationBytes {
 			t.Fatalf("%s encodes to %d bytes", loc, len(enc))
@@ -704,6 +707,15 @@ func TestLocationEncoding(t *testing.T) {
 	}
 	if n := len(appendLocation(nil, systems.Location{Segment: 3, Offset: 40 << 20, Length: 256 << 10, Index: 1 << 20})); n > 12 {
 		t.Fatalf("typical location takes %d bytes", n)
+	}
+	// A location written before TTLs existed (four fields) decodes with no
+	// expiry; a fifth field of 0 is not a location.
+	old := []byte{0x03, 0x80, 0x01, 0x80, 0x08, 0x07}
+	if got, err := decodeLocation(old); err != nil || got != (systems.Location{Segment: 3, Offset: 128, Length: 1024, Index: 7}) {
+		t.Fatalf("old location decoded as %s, %v", got, err)
+	}
+	if _, err := decodeLocation(append(old, 0)); !errors.Is(err, systems.ErrCorrupt) {
+		t.Fatalf("expiry 0 decoded: %v", err)
 	}
 }
 

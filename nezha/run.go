@@ -25,22 +25,28 @@ import (
 // section 4.3). GC writes the live values it relocates into a run, in key order, so
 // that a SCAN reads them sequentially. File sorted/NNNNNN.run:
 //
-//	record*: crc32c (4) | length of the rest (4) | raft index (8) | key length (4) | key | value
+//	record*: crc32c (4) | length of the rest (4) | raft index (8) | key length (4) | [expiry (8)] | key | value
 //	block index: (uvarint len(key) | key | uvarint offset)* of the first record of every ~64 KiB
 //	footer (40): block index offset (8) | block index length (8) | records (8) | magic (8) | crc32c of the previous 32 bytes and the block index (4) | zero (4)
 //
 // The record CRC covers everything after it. All integers little endian.
+// A value with a TTL has runKeyExpiryFlag set in its key length, and its
+// expiry time (Unix nanoseconds) before the key; runs written before TTLs
+// existed never set it.
 // A value in a run is addressed by a systems.Location whose Segment has
 // runFlag set (the rest is the run id), Offset/Length are the record's, and
 // Index is the Raft index of the write that produced the value.
 const (
-	runHeaderSize   = 20
-	runFooterSize   = 40
-	runMagic        = 0x4e5a52554e310a00 // "NZRUN1\n\0"
-	runBlockBytes   = 64 << 10
-	runFlag         = uint64(1) << 63
-	runFileSuffix   = ".run"
-	runWriteBufSize = 1 << 20
+	runHeaderSize = 20
+	runFooterSize = 40
+	runMagic      = 0x4e5a52554e310a00 // "NZRUN1\n\0"
+	runBlockBytes = 64 << 10
+	runFlag       = uint64(1) << 63
+	// runKeyExpiryFlag, in a record's key length, marks a record with an
+	// expiry time (keys are at most 64 KiB, so the bit is free).
+	runKeyExpiryFlag = uint32(1) << 31
+	runFileSuffix    = ".run"
+	runWriteBufSize  = 1 << 20
 	// runBytesPerSync: a run being written has its dirty pages pushed to
 	// the disk every this many bytes (sync_file_range, asynchronous;
 	// RocksDB's bytes_per_sync), so that the final fsync does not flush
@@ -85,6 +91,7 @@ type runWriter struct {
 	nextMark int64  // offset at which the next block starts
 	lastKey  []byte
 	hdr      [runHeaderSize]byte
+	exp      [8]byte
 	synced   int64 // bytes handed to sync_file_range
 }
 
@@ -97,8 +104,9 @@ func newRunWriter(create fileCreator, dir string, id uint64) (*runWriter, error)
 	return &runWriter{id: id, path: p, f: f, w: bufio.NewWriterSize(f, runWriteBufSize)}, nil
 }
 
-// Add appends a record; keys must ascend. It returns the value's Location.
-func (rw *runWriter) Add(key, value []byte, raftIndex uint64) (systems.Location, error) {
+// Add appends a record; keys must ascend. expires is the value's expiry
+// time (Unix nanoseconds; 0: none). It returns the value's Location.
+func (rw *runWriter) Add(key, value []byte, raftIndex uint64, expires int64) (systems.Location, error) {
 	if rw.records > 0 && bytes.Compare(key, rw.lastKey) <= 0 {
 		return systems.Location{}, fmt.Errorf("nezha: run %d: key %s after %s", rw.id, keyString(key), keyString(rw.lastKey))
 	}
@@ -109,20 +117,27 @@ func (rw *runWriter) Add(key, value []byte, raftIndex uint64) (systems.Location,
 		rw.nextMark = rw.off + runBlockBytes
 	}
 	h := rw.hdr[:]
-	binary.LittleEndian.PutUint32(h[4:], uint32(12+len(key)+len(value)))
+	var exp []byte
+	kl := uint32(len(key))
+	if expires != 0 {
+		exp = binary.LittleEndian.AppendUint64(rw.exp[:0], uint64(expires))
+		kl |= runKeyExpiryFlag
+	}
+	binary.LittleEndian.PutUint32(h[4:], uint32(12+len(exp)+len(key)+len(value)))
 	binary.LittleEndian.PutUint64(h[8:], raftIndex)
-	binary.LittleEndian.PutUint32(h[16:], uint32(len(key)))
+	binary.LittleEndian.PutUint32(h[16:], kl)
 	crc := crc32.Update(0, castagnoli, h[4:])
+	crc = crc32.Update(crc, castagnoli, exp)
 	crc = crc32.Update(crc, castagnoli, key)
 	crc = crc32.Update(crc, castagnoli, value)
 	binary.LittleEndian.PutUint32(h[0:], crc)
-	for _, b := range [][]byte{h, key, value} {
+	for _, b := range [][]byte{h, exp, key, value} {
 		if _, err := rw.w.Write(b); err != nil {
 			return systems.Location{}, fmt.Errorf("nezha: write run %s: %w", rw.path, err)
 		}
 	}
-	n := runHeaderSize + len(key) + len(value)
-	loc := systems.Location{Segment: runFlag | rw.id, Offset: rw.off, Length: uint32(n), Index: raftIndex}
+	n := runHeaderSize + len(exp) + len(key) + len(value)
+	loc := systems.Location{Segment: runFlag | rw.id, Offset: rw.off, Length: uint32(n), Index: raftIndex, ExpiresUnixNano: expires}
 	rw.off += int64(n)
 	rw.startWriteback()
 	rw.records++
@@ -268,25 +283,34 @@ func readRunFooter(f *vfs.File, id uint64, p string) (*run, error) {
 }
 
 // decodeRunRecord checks one record (header and body) read at off.
-func decodeRunRecord(r *run, rec []byte, off int64) (key, value []byte, raftIndex uint64, err error) {
+func decodeRunRecord(r *run, rec []byte, off int64) (key, value []byte, raftIndex uint64, expires int64, err error) {
 	bad := func(why string) error {
 		return fmt.Errorf("nezha: %w: run %s at offset %d: %s", systems.ErrCorrupt, r.path, off, why)
 	}
 	if len(rec) < runHeaderSize {
-		return nil, nil, 0, bad("short record")
+		return nil, nil, 0, 0, bad("short record")
 	}
 	n := binary.LittleEndian.Uint32(rec[4:])
 	if int(n) != len(rec)-8 {
-		return nil, nil, 0, bad(fmt.Sprintf("record length %d does not match %d bytes", n, len(rec)-8))
+		return nil, nil, 0, 0, bad(fmt.Sprintf("record length %d does not match %d bytes", n, len(rec)-8))
 	}
 	if crc32.Update(0, castagnoli, rec[4:]) != binary.LittleEndian.Uint32(rec[0:]) {
-		return nil, nil, 0, bad("CRC mismatch")
+		return nil, nil, 0, 0, bad("CRC mismatch")
 	}
 	kl := binary.LittleEndian.Uint32(rec[16:])
-	if int(kl) > len(rec)-runHeaderSize {
-		return nil, nil, 0, bad("key length past the record")
+	at := runHeaderSize
+	if kl&runKeyExpiryFlag != 0 {
+		kl &^= runKeyExpiryFlag
+		if len(rec) < at+8 {
+			return nil, nil, 0, 0, bad("expiry past the record")
+		}
+		expires = int64(binary.LittleEndian.Uint64(rec[at:]))
+		at += 8
 	}
-	return rec[runHeaderSize : runHeaderSize+kl], rec[runHeaderSize+kl:], binary.LittleEndian.Uint64(rec[8:]), nil
+	if int(kl) > len(rec)-at {
+		return nil, nil, 0, 0, bad("key length past the record")
+	}
+	return rec[at : at+int(kl)], rec[at+int(kl):], binary.LittleEndian.Uint64(rec[8:]), expires, nil
 }
 
 // read reads the bytes [off, off+len(buf)) of the run.
@@ -337,12 +361,12 @@ func (r *run) iterate(start []byte, fn func(key, value []byte, loc systems.Locat
 		if _, err := io.ReadFull(br, rec[runHeaderSize:]); err != nil {
 			return fmt.Errorf("nezha: %w: run %s at offset %d: %v", systems.ErrCorrupt, r.path, off, err)
 		}
-		key, value, idx, err := decodeRunRecord(r, rec, off)
+		key, value, idx, exp, err := decodeRunRecord(r, rec, off)
 		if err != nil {
 			return err
 		}
 		if bytes.Compare(key, start) >= 0 {
-			more, err := fn(key, value, systems.Location{Segment: runFlag | r.id, Offset: off, Length: uint32(n), Index: idx})
+			more, err := fn(key, value, systems.Location{Segment: runFlag | r.id, Offset: off, Length: uint32(n), Index: idx, ExpiresUnixNano: exp})
 			if err != nil || !more {
 				return err
 			}
@@ -428,7 +452,7 @@ func (rs *runSet) readValue(key []byte, loc systems.Location) ([]byte, error) {
 	if err := r.read(rec, loc.Offset); err != nil {
 		return nil, err
 	}
-	k, v, idx, err := decodeRunRecord(r, rec, loc.Offset)
+	k, v, idx, _, err := decodeRunRecord(r, rec, loc.Offset)
 	if err != nil {
 		return nil, err
 	}
@@ -502,7 +526,7 @@ func (rs *runSet) readValues(keys [][]byte, locs []systems.Location) ([][]byte, 
 		}
 		for i := start; i < end; i++ {
 			rel := locs[i].Offset - locs[start].Offset
-			k, v, idx, err := decodeRunRecord(r, buf[rel:rel+int64(locs[i].Length)], locs[i].Offset)
+			k, v, idx, _, err := decodeRunRecord(r, buf[rel:rel+int64(locs[i].Length)], locs[i].Offset)
 			if err != nil {
 				return nil, err
 			}

@@ -24,19 +24,36 @@ import (
 // value is its value at some moment after the snapshot's index, which is
 // all a follower that then replays the log from that index needs
 // (replaying puts and deletes in order is idempotent).
+//
+// Keys expired by the store's clock are left out; a key with a TTL carries
+// its expiry time in the stream (SnapshotWriter.AddExpiring).
 func (s *Store) WriteSnapshot(w *systems.SnapshotWriter) error {
 	return s.iterateChunks(256, func(keys [][]byte, locs []systems.Location) error {
+		keys, locs = liveOnly(keys, locs, s.nowUnixNano())
 		vals, err := s.readValues(keys, locs)
 		if err != nil {
 			return err
 		}
 		for i := range keys {
-			if err := w.Add(keys[i], vals[i]); err != nil {
+			if err := w.AddExpiring(keys[i], vals[i], locs[i].ExpiresUnixNano); err != nil {
 				return err
 			}
 		}
 		return nil
 	})
+}
+
+// liveOnly returns the pairs of keys and locs not expired at now (in
+// place).
+func liveOnly(keys [][]byte, locs []systems.Location, now int64) ([][]byte, []systems.Location) {
+	n := 0
+	for i := range keys {
+		if !locs[i].Expired(now) {
+			keys[n], locs[n] = keys[i], locs[i]
+			n++
+		}
+	}
+	return keys[:n], locs[:n]
 }
 
 // PrepareRestore implements systems.Snapshotter: it writes the pairs of r
@@ -56,7 +73,7 @@ func (s *Store) PrepareRestore(index uint64, r *systems.SnapshotReader) error {
 		return err
 	}
 	for r.Next() {
-		if _, err := w.Add(r.Key(), r.Value(), index); err != nil {
+		if _, err := w.Add(r.Key(), r.Value(), index, r.ExpiresUnixNano()); err != nil {
 			w.Abort()
 			return err
 		}

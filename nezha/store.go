@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/nezha-harness/nezha/systems"
 	"github.com/nezha-harness/nezha/systems/vfs"
@@ -36,6 +37,9 @@ type Store struct {
 	// fs opens the runs, the manifest and the checkpoint (nil: plain
 	// files; see systems/vfs).
 	fs *vfs.FS
+	// clock is Config.Clock (default time.Now): TTL expiry is judged
+	// against it.
+	clock func() time.Time
 
 	// applyMu serializes the writers of the index: Apply and GC's switch.
 	applyMu sync.Mutex
@@ -101,9 +105,11 @@ func (s *Store) Apply(entries []systems.AppliedEntry) error {
 				return fmt.Errorf("nezha: put of key %s at index %d has location %s, not one of its entry",
 					keyString(e.Command.Key), e.Index, e.Location)
 			}
-			b.Put(e.Command.Key, e.Location)
+			loc := e.Location
+			loc.ExpiresUnixNano = e.Command.ExpiresUnixNano
+			b.Put(e.Command.Key, loc)
 			if acct != nil {
-				if err := acct.set(e.Command.Key, &e.Location, systems.Location{}); err != nil {
+				if err := acct.set(e.Command.Key, &loc, systems.Location{}); err != nil {
 					return err
 				}
 			}
@@ -135,6 +141,12 @@ func (s *Store) Apply(entries []systems.AppliedEntry) error {
 
 var _ systems.WriteStaller = (*Store)(nil)
 
+var _ systems.TTLStore = (*Store)(nil)
+
+// SupportsTTL implements systems.TTLStore: expiry times are kept in the
+// index and honoured by Get, Scan, snapshots, StateHash and GC.
+func (s *Store) SupportsTTL() bool { return true }
+
 // WriteStall implements systems.WriteStaller: an error while the garbage
 // GC has not reclaimed is at least Config.GCStallGarbageBytes (never
 // without GC, or with the limit 0).
@@ -159,7 +171,7 @@ func (s *Store) Get(key []byte) ([]byte, bool, error) {
 	s.gate.RLock()
 	defer s.gate.RUnlock()
 	loc, found, err := s.index.Get(key)
-	if err != nil || !found {
+	if err != nil || !found || loc.Expired(s.nowUnixNano()) {
 		return nil, false, err
 	}
 	v, err := s.readValue(key, loc)
@@ -168,6 +180,9 @@ func (s *Store) Get(key []byte) ([]byte, bool, error) {
 	}
 	return v, true, nil
 }
+
+// nowUnixNano is the store's clock in Unix nanoseconds (TTL expiry).
+func (s *Store) nowUnixNano() int64 { return s.clock().UnixNano() }
 
 // readValue reads the value of key at loc (a log record or a run record),
 // checking that the record is a put of key. Caller holds gate.
@@ -269,8 +284,12 @@ func (s *Store) Scan(start, end []byte, limit int, maxBytes int) ([]systems.KeyV
 		locs     []systems.Location
 		estimate int // record bytes: at least key + value each
 		more     bool
+		now      = s.nowUnixNano()
 	)
 	err = view.Iterate(start, end, func(key []byte, loc systems.Location) (bool, error) {
+		if loc.Expired(now) {
+			return true, nil
+		}
 		// Enough records to reach maxBytes even at the largest overhead?
 		if len(keys) > 0 && maxBytes > 0 && estimate >= maxBytes+recordOverheadMax*len(keys) {
 			more = true
@@ -320,7 +339,9 @@ func (s *Store) Scan(start, end []byte, limit int, maxBytes int) ([]systems.KeyV
 //	  uvarint(len(key)) | key | uvarint(len(value)) | value
 //
 // It reads every value, so its cost is that of a full scan. The layout of
-// values (log or runs) does not change the sum.
+// values (log or runs) does not change the sum. Keys expired by the
+// store's clock are left out (replicas whose clocks straddle an expiry
+// time may disagree until both passed it).
 func (s *Store) StateHash() ([]byte, uint64, error) {
 	s.gate.RLock()
 	defer s.gate.RUnlock()
@@ -333,7 +354,11 @@ func (s *Store) StateHash() ([]byte, uint64, error) {
 	h := sha256.New()
 	var buf [binary.MaxVarintLen64]byte
 	h.Write(binary.BigEndian.AppendUint64(buf[:0], applied))
+	now := s.nowUnixNano()
 	err = view.Iterate(nil, nil, func(key []byte, loc systems.Location) (bool, error) {
+		if loc.Expired(now) {
+			return true, nil
+		}
 		v, err := s.readValue(key, loc)
 		if err != nil {
 			return false, err

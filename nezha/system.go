@@ -155,6 +155,11 @@ type Config struct {
 	// round (-gcCrashPoint; tests only). See CrashPoints.
 	GCCrashPoint string
 
+	// Clock is the time against which TTL expiry times
+	// (systems.Command.ExpiresUnixNano) are compared on every read path and
+	// by GC. nil: time.Now. Not a flag (embedded users and tests set it).
+	Clock func() time.Time
+
 	system string // Name or NameNoGC
 }
 
@@ -333,8 +338,12 @@ func (c *Config) OpenStore(env systems.Env) (*Store, error) {
 	if err := os.MkdirAll(sortedDir, 0o755); err != nil {
 		return nil, fmt.Errorf("nezha: %w", err)
 	}
+	clock := c.Clock
+	if clock == nil {
+		clock = time.Now
+	}
 	s := &Store{name: c.system, cfg: *c, dir: env.Dir, sortedDir: sortedDir, vlog: env.Log, ctl: env.Control,
-		logger: logger, runs: newRunSet(sortedDir), fs: env.FS}
+		logger: logger, runs: newRunSet(sortedDir), fs: env.FS, clock: clock}
 	if c.gcEnabled() {
 		gc, err := newCollector(s, &s.cfg, env)
 		if err != nil {

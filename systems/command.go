@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"math"
 )
 
 // Op is the kind of a replicated command.
@@ -38,9 +39,13 @@ func (o Op) String() string {
 //	op (1 byte) | request id (uvarint) | key length (uvarint) | key | value
 //	op|0x80 (1 byte) | request id | client id (uvarint) | sequence (uvarint) | key length | key | value
 //
-// The second form carries a client session (ClientID != 0). The value is the
-// tail of the payload, so a reader that holds the record can return it
-// without copying.
+// The second form carries a client session (ClientID != 0). Either form may
+// have 0x40 set in the op byte: an expiry time (uvarint, ExpiresUnixNano)
+// then follows the request id and session fields, before the key length
+// (a put with a TTL; encodings without the flag, written before TTLs
+// existed, decode with ExpiresUnixNano 0). The value is the tail of the
+// payload, so a reader that holds the record can return it without
+// copying.
 type Command struct {
 	Op Op
 	// RequestID identifies the proposal so that the node that proposed it can
@@ -51,13 +56,22 @@ type Command struct {
 	// client may resend a write whose outcome it does not know. ClientID 0:
 	// no session (every copy of the command applies).
 	ClientID, Seq uint64
-	Key           []byte
+	// ExpiresUnixNano is when a put's key expires, in Unix nanoseconds
+	// (0: never): from then on every read path treats the key as absent
+	// and GC drops it. The proposer computes it (now + TTL) once, so every
+	// replica applies the same expiry time.
+	ExpiresUnixNano int64
+	Key             []byte
 	// Value is nil for OpDelete.
 	Value []byte
 }
 
-// opSessionFlag marks, in the op byte, a command that carries a session.
-const opSessionFlag = 0x80
+// opSessionFlag marks, in the op byte, a command that carries a session;
+// opExpiryFlag one that carries an expiry time.
+const (
+	opSessionFlag = 0x80
+	opExpiryFlag  = 0x40
+)
 
 // ErrMalformedCommand is returned by DecodeCommand for payloads that are not
 // a Command.
@@ -74,19 +88,34 @@ func (c *Command) headerSize() int {
 	if c.ClientID != 0 {
 		n += uvarintLen(c.ClientID) + uvarintLen(c.Seq)
 	}
+	if c.ExpiresUnixNano != 0 {
+		n += uvarintLen(uint64(c.ExpiresUnixNano))
+	}
 	return n
+}
+
+// opByte is the op with the flags of the fields c carries.
+func (c *Command) opByte() byte {
+	op := byte(c.Op)
+	if c.ClientID != 0 {
+		op |= opSessionFlag
+	}
+	if c.ExpiresUnixNano != 0 {
+		op |= opExpiryFlag
+	}
+	return op
 }
 
 // AppendCommand appends the wire form of c to dst.
 func AppendCommand(dst []byte, c *Command) []byte {
+	dst = append(dst, c.opByte())
+	dst = binary.AppendUvarint(dst, c.RequestID)
 	if c.ClientID != 0 {
-		dst = append(dst, byte(c.Op)|opSessionFlag)
-		dst = binary.AppendUvarint(dst, c.RequestID)
 		dst = binary.AppendUvarint(dst, c.ClientID)
 		dst = binary.AppendUvarint(dst, c.Seq)
-	} else {
-		dst = append(dst, byte(c.Op))
-		dst = binary.AppendUvarint(dst, c.RequestID)
+	}
+	if c.ExpiresUnixNano != 0 {
+		dst = binary.AppendUvarint(dst, uint64(c.ExpiresUnixNano))
 	}
 	dst = binary.AppendUvarint(dst, uint64(len(c.Key)))
 	dst = append(dst, c.Key...)
@@ -110,9 +139,11 @@ func PrependCommandHeader(buf []byte, valueStart int, c *Command) ([]byte, bool)
 	copy(buf[i:], c.Key) // memmove: the key may overlap its new place
 	i -= uvarintLen(uint64(len(c.Key)))
 	binary.PutUvarint(buf[i:], uint64(len(c.Key)))
-	op := byte(c.Op)
+	if c.ExpiresUnixNano != 0 {
+		i -= uvarintLen(uint64(c.ExpiresUnixNano))
+		binary.PutUvarint(buf[i:], uint64(c.ExpiresUnixNano))
+	}
 	if c.ClientID != 0 {
-		op |= opSessionFlag
 		i -= uvarintLen(c.Seq)
 		binary.PutUvarint(buf[i:], c.Seq)
 		i -= uvarintLen(c.ClientID)
@@ -120,7 +151,7 @@ func PrependCommandHeader(buf []byte, valueStart int, c *Command) ([]byte, bool)
 	}
 	i -= uvarintLen(c.RequestID)
 	binary.PutUvarint(buf[i:], c.RequestID)
-	buf[start] = op
+	buf[start] = c.opByte()
 	return buf[start:], true
 }
 
@@ -130,7 +161,7 @@ func DecodeCommand(data []byte) (Command, error) {
 	if len(data) == 0 {
 		return Command{Op: OpNone}, nil
 	}
-	c := Command{Op: Op(data[0] &^ opSessionFlag)}
+	c := Command{Op: Op(data[0] &^ (opSessionFlag | opExpiryFlag))}
 	if c.Op != OpPut && c.Op != OpDelete {
 		return Command{}, fmt.Errorf("%w: unknown op %d", ErrMalformedCommand, data[0])
 	}
@@ -149,6 +180,14 @@ func DecodeCommand(data []byte) (Command, error) {
 		if c.Seq, n = binary.Uvarint(rest); n <= 0 {
 			return Command{}, fmt.Errorf("%w: bad sequence number", ErrMalformedCommand)
 		}
+		rest = rest[n:]
+	}
+	if data[0]&opExpiryFlag != 0 {
+		exp, n := binary.Uvarint(rest)
+		if n <= 0 || exp == 0 || exp > math.MaxInt64 || c.Op != OpPut {
+			return Command{}, fmt.Errorf("%w: bad expiry time", ErrMalformedCommand)
+		}
+		c.ExpiresUnixNano = int64(exp)
 		rest = rest[n:]
 	}
 	klen, n := binary.Uvarint(rest)

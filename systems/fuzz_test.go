@@ -15,6 +15,7 @@ func FuzzDecodeCommand(f *testing.F) {
 		{Op: OpDelete, RequestID: 1 << 40, Key: []byte("key")},
 		{Op: OpPut, RequestID: 7, ClientID: 3, Seq: 9, Key: []byte("k"), Value: bytes.Repeat([]byte("x"), 300)},
 		{Op: OpDelete, RequestID: 2, ClientID: 1 << 50, Seq: 1, Key: []byte{}},
+		{Op: OpPut, RequestID: 3, ClientID: 4, Seq: 5, ExpiresUnixNano: 1_800_000_000_000_000_000, Key: []byte("t"), Value: []byte("v")},
 	} {
 		f.Add(AppendCommand(nil, &c))
 	}
@@ -35,7 +36,7 @@ func FuzzDecodeCommand(f *testing.F) {
 		if err != nil {
 			t.Fatalf("re-encoded command does not decode: %v", err)
 		}
-		if again.Op != c.Op || again.RequestID != c.RequestID || again.ClientID != c.ClientID || again.Seq != c.Seq ||
+		if again.Op != c.Op || again.RequestID != c.RequestID || again.ClientID != c.ClientID || again.Seq != c.Seq || again.ExpiresUnixNano != c.ExpiresUnixNano ||
 			!bytes.Equal(again.Key, c.Key) || !bytes.Equal(again.Value, c.Value) {
 			t.Fatalf("round trip: %+v became %+v", c, again)
 		}

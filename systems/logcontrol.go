@@ -139,6 +139,16 @@ type WriteStaller interface {
 	WriteStall() error
 }
 
+// TTLStore is implemented by state machines that honour the expiry time of
+// a put (Command.ExpiresUnixNano): an expired key reads as absent on
+// every path. The node refuses a put with a TTL (codes.Unimplemented) for
+// a state machine that does not implement it, instead of storing the
+// value forever.
+type TTLStore interface {
+	// SupportsTTL reports whether expiry times are honoured.
+	SupportsTTL() bool
+}
+
 // GCReporter is implemented by state machines with a GC.
 type GCReporter interface {
 	// GCRounds returns the most recent rounds, oldest first.

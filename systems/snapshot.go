@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"hash/crc32"
 	"io"
+	"math"
 )
 
 // Snapshot stream format (what a leader sends a follower that is behind its
@@ -14,14 +15,18 @@ import (
 //
 //	magic "NZSNAP1\n"
 //	pair*: 0x01 | uvarint len(key) | uvarint len(value) | crc32c(key|value) (4, LE) | key | value
+//	    or 0x03 | uvarint len(key) | uvarint len(value) | uvarint expiry | crc32c(expiry (8, LE)|key|value) (4, LE) | key | value
 //	end:   0x02 | uvarint number of pairs
 //
-// Keys must be strictly ascending.
+// Keys must be strictly ascending. A 0x03 pair carries the expiry time of
+// a value with a TTL (Unix nanoseconds, > 0); streams written before TTLs
+// existed hold only 0x01 pairs.
 const snapshotMagic = "NZSNAP1\n"
 
 const (
-	snapPair byte = 1
-	snapEnd  byte = 2
+	snapPair         byte = 1
+	snapEnd          byte = 2
+	snapPairExpiring byte = 3
 )
 
 var crcTable = crc32.MakeTable(crc32.Castagnoli)
@@ -42,7 +47,11 @@ func NewSnapshotWriter(w io.Writer) *SnapshotWriter {
 }
 
 // Add writes one pair. Keys must be strictly ascending.
-func (s *SnapshotWriter) Add(key, value []byte) error {
+func (s *SnapshotWriter) Add(key, value []byte) error { return s.AddExpiring(key, value, 0) }
+
+// AddExpiring writes one pair whose value expires at expiresUnixNano (0:
+// never, the same as Add). Keys must be strictly ascending.
+func (s *SnapshotWriter) AddExpiring(key, value []byte, expiresUnixNano int64) error {
 	if !s.started {
 		if _, err := s.w.WriteString(snapshotMagic); err != nil {
 			return err
@@ -51,11 +60,21 @@ func (s *SnapshotWriter) Add(key, value []byte) error {
 	} else if string(key) <= string(s.lastKey) {
 		return fmt.Errorf("snapshot: key %q after %q: keys must ascend", key, s.lastKey)
 	}
-	var hdr [1 + 2*binary.MaxVarintLen64 + 4]byte
+	var hdr [1 + 3*binary.MaxVarintLen64 + 4]byte
 	b := append(hdr[:0], snapPair)
+	crc := uint32(0)
+	if expiresUnixNano != 0 {
+		b[0] = snapPairExpiring
+	}
 	b = binary.AppendUvarint(b, uint64(len(key)))
 	b = binary.AppendUvarint(b, uint64(len(value)))
-	crc := crc32.Update(crc32.Update(0, crcTable, key), crcTable, value)
+	if expiresUnixNano != 0 {
+		b = binary.AppendUvarint(b, uint64(expiresUnixNano))
+		var e [8]byte
+		binary.LittleEndian.PutUint64(e[:], uint64(expiresUnixNano))
+		crc = crc32.Update(crc, crcTable, e[:])
+	}
+	crc = crc32.Update(crc32.Update(crc, crcTable, key), crcTable, value)
 	b = binary.LittleEndian.AppendUint32(b, crc)
 	if _, err := s.w.Write(b); err != nil {
 		return err
@@ -94,6 +113,7 @@ type SnapshotReader struct {
 	err   error
 	key   []byte
 	value []byte
+	exp   int64
 	// MaxPairBytes bounds one key+value (a corrupt length must not make the
 	// reader allocate gigabytes). Default 1 GiB.
 	MaxPairBytes uint64
@@ -135,16 +155,28 @@ func (s *SnapshotReader) Next() bool {
 		}
 		s.done = true
 		return false
-	case snapPair:
+	case snapPair, snapPairExpiring:
 	default:
 		s.err = fmt.Errorf("%w: unknown frame type %d", ErrSnapshotCorrupt, t)
 		return false
 	}
 	kl, err1 := binary.ReadUvarint(s.r)
 	vl, err2 := binary.ReadUvarint(s.r)
+	var exp uint64
+	var errExp error
+	crc := uint32(0)
+	if t == snapPairExpiring {
+		exp, errExp = binary.ReadUvarint(s.r)
+		if errExp == nil && (exp == 0 || exp > math.MaxInt64) {
+			errExp = errors.New("bad expiry")
+		}
+		var e [8]byte
+		binary.LittleEndian.PutUint64(e[:], exp)
+		crc = crc32.Update(crc, crcTable, e[:])
+	}
 	var crcb [4]byte
 	_, err3 := io.ReadFull(s.r, crcb[:])
-	if err := errors.Join(err1, err2, err3); err != nil || kl+vl > s.MaxPairBytes {
+	if err := errors.Join(err1, err2, errExp, err3); err != nil || kl > s.MaxPairBytes || vl > s.MaxPairBytes || kl+vl > s.MaxPairBytes {
 		s.err = fmt.Errorf("%w: bad pair header after %d pairs", ErrSnapshotCorrupt, s.n)
 		return false
 	}
@@ -153,7 +185,7 @@ func (s *SnapshotReader) Next() bool {
 		s.err = fmt.Errorf("%w: truncated pair after %d pairs", ErrSnapshotCorrupt, s.n)
 		return false
 	}
-	if crc32.Checksum(buf, crcTable) != binary.LittleEndian.Uint32(crcb[:]) {
+	if crc32.Update(crc, crcTable, buf) != binary.LittleEndian.Uint32(crcb[:]) {
 		s.err = fmt.Errorf("%w: CRC mismatch in pair %d", ErrSnapshotCorrupt, s.n)
 		return false
 	}
@@ -162,10 +194,13 @@ func (s *SnapshotReader) Next() bool {
 		s.err = fmt.Errorf("%w: key %q after %q", ErrSnapshotCorrupt, key, s.key)
 		return false
 	}
-	s.key, s.value = key, buf[kl:]
+	s.key, s.value, s.exp = key, buf[kl:], int64(exp)
 	s.n++
 	return true
 }
+
+// ExpiresUnixNano is the current pair's expiry time (0: none).
+func (s *SnapshotReader) ExpiresUnixNano() int64 { return s.exp }
 
 // Key and Value of the current pair; the slices are the caller's to keep.
 func (s *SnapshotReader) Key() []byte   { return s.key }

@@ -21,10 +21,23 @@ type Location struct {
 	Offset  int64
 	Length  uint32
 	Index   uint64
+	// ExpiresUnixNano is when the value expires (Command.ExpiresUnixNano;
+	// 0: never). Nezha's index keeps it beside the location, so that reads
+	// skip an expired key without reading its value.
+	ExpiresUnixNano int64
 }
 
 func (l Location) String() string {
-	return fmt.Sprintf("segment %d offset %d length %d index %d", l.Segment, l.Offset, l.Length, l.Index)
+	s := fmt.Sprintf("segment %d offset %d length %d index %d", l.Segment, l.Offset, l.Length, l.Index)
+	if l.ExpiresUnixNano != 0 {
+		s += fmt.Sprintf(" expires %d", l.ExpiresUnixNano)
+	}
+	return s
+}
+
+// Expired reports whether the value at l has expired at nowUnixNano.
+func (l Location) Expired(nowUnixNano int64) bool {
+	return l.ExpiresUnixNano != 0 && l.ExpiresUnixNano <= nowUnixNano
 }
 
 // AppliedEntry is one committed Raft entry handed to StateMachine.Apply.

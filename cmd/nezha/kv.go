@@ -20,7 +20,8 @@ import (
 var errNotFound = errors.New("not found")
 
 const kvUsage = `usage: nezha kv SUBCOMMAND ARGS (-cluster DIR | -servers A,B,C) [-timeout D]
-  put KEY VALUE                       write
+  put KEY VALUE [-ttl D]              write; with -ttl the key expires D after the leader proposes it
+                                      (nezha and nezha-nogc only; other systems refuse it)
   get KEY [-consistency stale]        print the value; a missing key prints "not found" on stderr, exit 1
   delete KEY                          delete (deleting a missing key is not an error)
   scan START [END] [-limit N]         keys in [START, END) in order, one "key<TAB>value" per line;
@@ -45,6 +46,7 @@ func (c *cli) kvSub(sub string, n int) *ffcli.Command {
 	timeout := fs.Duration("timeout", 10*time.Second, "overall deadline, retries included (a duration, e.g. 10s)")
 	consistency := fs.String("consistency", "linearizable", "read consistency: linearizable or stale")
 	limit := fs.Int("limit", 0, "scan: at most this many keys (0: all)")
+	ttl := fs.Duration("ttl", 0, "put: time to live, e.g. 30s (0: none; nezha and nezha-nogc only)")
 	return c.command(sub, kvUsage, fs, func(ctx context.Context, args []string) error {
 		pos, err := c.parseInterleaved(fs, args)
 		if err != nil {
@@ -58,6 +60,9 @@ func (c *cli) kvSub(sub string, n int) *ffcli.Command {
 		}
 		if *timeout <= 0 {
 			return systems.Usagef("kv: -timeout %v must be positive", *timeout)
+		}
+		if *ttl < 0 || *ttl != 0 && sub != "put" {
+			return systems.Usagef("kv %s: -ttl %v: only a positive TTL of a put", sub, *ttl)
 		}
 		cfg, _, err := af.ClientConfig()
 		if err != nil {
@@ -77,12 +82,12 @@ func (c *cli) kvSub(sub string, n int) *ffcli.Command {
 		defer kc.Close()
 		ctx, cancel := context.WithTimeout(ctx, *timeout)
 		defer cancel()
-		return c.kvRequest(ctx, kc, sub, pos, *limit)
+		return c.kvRequest(ctx, kc, sub, pos, *limit, *ttl)
 	})
 }
 
 // kvRequest sends one request and prints its answer.
-func (c *cli) kvRequest(ctx context.Context, kc *client.Client, sub string, pos []string, limit int) error {
+func (c *cli) kvRequest(ctx context.Context, kc *client.Client, sub string, pos []string, limit int, ttl time.Duration) error {
 	if sub != "scan" {
 		if err := systems.CheckKey([]byte(pos[0])); err != nil {
 			return systems.Usagef("kv %s: %v", sub, err)
@@ -90,7 +95,13 @@ func (c *cli) kvRequest(ctx context.Context, kc *client.Client, sub string, pos 
 	}
 	switch sub {
 	case "put":
-		if _, err := kc.Put(ctx, []byte(pos[0]), []byte(pos[1])); err != nil {
+		var err error
+		if ttl > 0 {
+			_, err = kc.PutWithTTL(ctx, []byte(pos[0]), []byte(pos[1]), ttl)
+		} else {
+			_, err = kc.Put(ctx, []byte(pos[0]), []byte(pos[1]))
+		}
+		if err != nil {
 			return fmt.Errorf("kv put: %w", err)
 		}
 		fmt.Fprintln(c.stdout, "OK")

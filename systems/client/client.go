@@ -418,9 +418,29 @@ func (c *Client) Put(ctx context.Context, key, value []byte) (uint64, error) {
 	if c.etcd != nil {
 		return c.etcd.put(ctx, key, value)
 	}
+	return c.put(ctx, key, value, 0)
+}
+
+// PutWithTTL is Put with a time to live (rounded up to a millisecond; it
+// must be positive): the leader that proposes the write sets its expiry
+// time to its clock + ttl, and from then on every replica reads the key as
+// absent. Systems whose state machine does not support TTLs refuse it with
+// codes.Unimplemented (a definite error: nothing was written); so does
+// etcd through this client.
+func (c *Client) PutWithTTL(ctx context.Context, key, value []byte, ttl time.Duration) (uint64, error) {
+	if ttl <= 0 {
+		return 0, fmt.Errorf("put: TTL %v must be positive", ttl)
+	}
+	if c.etcd != nil {
+		return 0, status.Errorf(codes.Unimplemented, "put: TTLs are not supported through etcd's API here")
+	}
+	return c.put(ctx, key, value, uint64((ttl+time.Millisecond-1)/time.Millisecond))
+}
+
+func (c *Client) put(ctx context.Context, key, value []byte, ttlMs uint64) (uint64, error) {
 	var idx uint64
 	err := c.write(ctx, func(ctx context.Context, s *server, sess *session) (*kvpb.ResponseHeader, error) {
-		r, err := s.kv.Put(ctx, &kvpb.PutRequest{Key: key, Value: value, ClientId: sess.id, Seq: sess.seq})
+		r, err := s.kv.Put(ctx, &kvpb.PutRequest{Key: key, Value: value, ClientId: sess.id, Seq: sess.seq, TtlMs: ttlMs})
 		if err != nil {
 			return nil, err
 		}

@@ -41,7 +41,7 @@ func (c *Codec) Marshal(v any) (mem.BufferSlice, error) {
 	switch m := v.(type) {
 	case *PutRequest:
 		if len(m.Value) >= LargeValueBytes {
-			return marshalWithTail(&PutRequest{Key: m.Key, ClientId: m.ClientId, Seq: m.Seq}, 2, m.Value)
+			return marshalWithTail(&PutRequest{Key: m.Key, ClientId: m.ClientId, Seq: m.Seq, TtlMs: m.TtlMs}, 2, m.Value)
 		}
 	case *GetResponse:
 		if len(m.Value) >= LargeValueBytes {

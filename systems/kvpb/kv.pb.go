@@ -159,11 +159,17 @@ func (x *ResponseHeader) GetSystem() string {
 // long as the session is among the most recently used (node.MaxSessions).
 // client_id 0: no session.
 type PutRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Key           []byte                 `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
-	Value         []byte                 `protobuf:"bytes,2,opt,name=value,proto3" json:"value,omitempty"`
-	ClientId      uint64                 `protobuf:"varint,3,opt,name=client_id,json=clientId,proto3" json:"client_id,omitempty"`
-	Seq           uint64                 `protobuf:"varint,4,opt,name=seq,proto3" json:"seq,omitempty"`
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Key      []byte                 `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
+	Value    []byte                 `protobuf:"bytes,2,opt,name=value,proto3" json:"value,omitempty"`
+	ClientId uint64                 `protobuf:"varint,3,opt,name=client_id,json=clientId,proto3" json:"client_id,omitempty"`
+	Seq      uint64                 `protobuf:"varint,4,opt,name=seq,proto3" json:"seq,omitempty"`
+	// Time to live in milliseconds (0: none). The leader turns it into an
+	// expiry time (its clock + ttl) in the replicated command, so every
+	// replica expires the key at the same time; a system whose state machine
+	// does not honour expiry times (systems.TTLStore) refuses it with
+	// UNIMPLEMENTED.
+	TtlMs         uint64 `protobuf:"varint,5,opt,name=ttl_ms,json=ttlMs,proto3" json:"ttl_ms,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -222,6 +228,13 @@ func (x *PutRequest) GetClientId() uint64 {
 func (x *PutRequest) GetSeq() uint64 {
 	if x != nil {
 		return x.Seq
+	}
+	return 0
+}
+
+func (x *PutRequest) GetTtlMs() uint64 {
+	if x != nil {
+		return x.TtlMs
 	}
 	return 0
 }
@@ -1419,13 +1432,14 @@ const file_systems_kvpb_kv_proto_rawDesc = "" +
 	"\tleader_id\x18\x02 \x01(\x04R\bleaderId\x12\x12\n" +
 	"\x04term\x18\x03 \x01(\x04R\x04term\x12#\n" +
 	"\rapplied_index\x18\x04 \x01(\x04R\fappliedIndex\x12\x16\n" +
-	"\x06system\x18\x05 \x01(\tR\x06system\"c\n" +
+	"\x06system\x18\x05 \x01(\tR\x06system\"z\n" +
 	"\n" +
 	"PutRequest\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\fR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\fR\x05value\x12\x1b\n" +
 	"\tclient_id\x18\x03 \x01(\x04R\bclientId\x12\x10\n" +
-	"\x03seq\x18\x04 \x01(\x04R\x03seq\"U\n" +
+	"\x03seq\x18\x04 \x01(\x04R\x03seq\x12\x15\n" +
+	"\x06ttl_ms\x18\x05 \x01(\x04R\x05ttlMs\"U\n" +
 	"\vPutResponse\x120\n" +
 	"\x06header\x18\x01 \x01(\v2\x18.nezha.kv.ResponseHeaderR\x06header\x12\x14\n" +
 	"\x05index\x18\x02 \x01(\x04R\x05index\"[\n" +

@@ -569,7 +569,7 @@ func (s *jsonrpcServer) apply(params json.RawMessage) (any, error) {
 		if in.Put.Key == nil || in.Put.Value == nil {
 			return nil, rpcErrorf(jsonrpcInvalidParams, `Apply: Put needs "key" and "value"`)
 		}
-		r, err := s.kv.put(ctx, []byte(*in.Put.Key), []byte(*in.Put.Value), clientSession{}, nil)
+		r, err := s.kv.put(ctx, []byte(*in.Put.Key), []byte(*in.Put.Value), clientSession{}, 0, nil)
 		if err != nil {
 			return nil, err
 		}

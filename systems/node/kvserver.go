@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"slices"
+	"time"
 
 	"go.etcd.io/raft/v3"
 	"google.golang.org/grpc"
@@ -70,15 +71,16 @@ func readError(err error) error {
 }
 
 func (s *kvServer) Put(ctx context.Context, req *kvpb.PutRequest) (*kvpb.PutResponse, error) {
-	return s.put(ctx, req.Key, req.Value, clientSession{req.ClientId, req.Seq}, nil)
+	return s.put(ctx, req.Key, req.Value, clientSession{req.ClientId, req.Seq}, req.TtlMs, nil)
 }
 
 // clientSession is the optional session of a write (session.go).
 type clientSession struct{ client, seq uint64 }
 
-// put validates and proposes a put. frame, if not nil, holds key and
-// value, and the entry data is built in it around the value.
-func (s *kvServer) put(ctx context.Context, key, value []byte, sess clientSession, frame *putFrame) (*kvpb.PutResponse, error) {
+// put validates and proposes a put. ttlMs > 0 gives the key an expiry time
+// of this node's clock + ttlMs, carried in the command. frame, if not nil,
+// holds key and value, and the entry data is built in it around the value.
+func (s *kvServer) put(ctx context.Context, key, value []byte, sess clientSession, ttlMs uint64, frame *putFrame) (*kvpb.PutResponse, error) {
 	if err := s.n.removedErr(); err != nil {
 		return nil, err
 	}
@@ -87,6 +89,16 @@ func (s *kvServer) put(ctx context.Context, key, value []byte, sess clientSessio
 	}
 	if err := systems.CheckValue(value, s.n.cfg.MaxValueBytes); err != nil {
 		return nil, status.Errorf(codes.InvalidArgument, "put: %v", err)
+	}
+	var expires int64
+	if ttlMs > 0 {
+		if ts, ok := s.n.sm.(systems.TTLStore); !ok || !ts.SupportsTTL() {
+			return nil, status.Errorf(codes.Unimplemented, "put: this system's state machine does not support TTLs")
+		}
+		if ttlMs > maxTTLMs {
+			return nil, status.Errorf(codes.InvalidArgument, "put: TTL of %d ms is over the maximum of %d ms", ttlMs, uint64(maxTTLMs))
+		}
+		expires = time.Now().Add(time.Duration(ttlMs) * time.Millisecond).UnixNano()
 	}
 	if err := s.n.disk.check(len(key) + len(value)); err != nil {
 		return nil, status.Errorf(codes.ResourceExhausted, "put: %v", err)
@@ -97,7 +109,7 @@ func (s *kvServer) put(ctx context.Context, key, value []byte, sess clientSessio
 		return nil, err
 	}
 	c := &systems.Command{Op: systems.OpPut, Key: key, Value: value, RequestID: s.n.nextRequestID(),
-		ClientID: sess.client, Seq: sess.seq}
+		ClientID: sess.client, Seq: sess.seq, ExpiresUnixNano: expires}
 	var data []byte
 	if frame != nil && frame.valueLast {
 		data, _ = systems.PrependCommandHeader(frame.buf, frame.valueStart, c)
@@ -112,6 +124,10 @@ func (s *kvServer) put(ctx context.Context, key, value []byte, sess clientSessio
 	return &kvpb.PutResponse{Header: s.header(), Index: idx}, nil
 }
 
+// maxTTLMs bounds a put's TTL (100 years), so that the expiry time fits
+// an int64 of Unix nanoseconds.
+const maxTTLMs = 100 * 365 * 24 * 3600 * 1000
+
 // putFrame is a PutRequest as kvCodec decodes it: one buffer holding
 // putHeadroomBytes, then the request's bytes, with key and value aliasing
 // it. When the value is the buffer's tail (as every protobuf encoder writes
@@ -124,12 +140,13 @@ type putFrame struct {
 	valueStart int
 	valueLast  bool
 	session    clientSession
+	ttlMs      uint64
 }
 
 // putHeadroomBytes is room for the op, request id, client id, sequence
-// number and key length of a command (1 + 4 x 10 bytes, at most) beyond
-// what the request's own field headers leave.
-const putHeadroomBytes = 48
+// number, expiry time and key length of a command (1 + 5 x 10 bytes, at
+// most) beyond what the request's own field headers leave.
+const putHeadroomBytes = 58
 
 // decode fills f from the bytes of a PutRequest in parts.
 func (f *putFrame) decode(parts [][]byte) error {
@@ -145,12 +162,15 @@ func (f *putFrame) decode(parts [][]byte) error {
 		if vn < 0 {
 			return protowire.ParseError(vn)
 		}
-		if typ == protowire.VarintType && (num == 3 || num == 4) {
+		if typ == protowire.VarintType && (num == 3 || num == 4 || num == 5) {
 			v, _ := protowire.ConsumeVarint(b[n:])
-			if num == 3 {
+			switch num {
+			case 3:
 				f.session.client = v
-			} else {
+			case 4:
 				f.session.seq = v
+			default:
+				f.ttlMs = v
 			}
 		}
 		if typ == protowire.BytesType && (num == 1 || num == 2) {
@@ -189,12 +209,12 @@ func putFrameHandler(srv any, ctx context.Context, dec func(any) error, intercep
 	}
 	s := srv.(*kvServer)
 	if interceptor == nil {
-		return s.put(ctx, f.key, f.value, f.session, f)
+		return s.put(ctx, f.key, f.value, f.session, f.ttlMs, f)
 	}
 	info := &grpc.UnaryServerInfo{Server: srv, FullMethod: kvpb.KV_Put_FullMethodName}
 	return interceptor(ctx, f, info, func(ctx context.Context, req any) (any, error) {
 		f := req.(*putFrame)
-		return s.put(ctx, f.key, f.value, f.session, f)
+		return s.put(ctx, f.key, f.value, f.session, f.ttlMs, f)
 	})
 }
 

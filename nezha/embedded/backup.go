@@ -1,0 +1,97 @@
+package embedded
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+
+	"go.etcd.io/raft/v3/raftpb"
+
+	"github.com/nezha-harness/nezha/nezha"
+	"github.com/nezha-harness/nezha/systems"
+	"github.com/nezha-harness/nezha/systems/raftlog"
+)
+
+// Backup writes a consistent copy of the DB into dir (created; it must not
+// exist or be empty): a DB directory that Open opens, holding every live
+// pair as of one applied index. It is the replicated store's snapshot
+// path (nezha.Store.WriteSnapshot streamed into PrepareRestore and
+// CommitRestore of a new store, whose log records the snapshot like a
+// follower's): the copy holds one sorted run and an empty value log.
+// Writes wait while it runs (the committer is held, so the copy is one
+// point in time); reads and GC go on.
+func (db *DB) Backup(dir string) error {
+	if err := db.readable(); err != nil {
+		return err
+	}
+	if ents, err := os.ReadDir(dir); err == nil && len(ents) > 0 {
+		return fmt.Errorf("embedded: backup: %s is not empty", dir)
+	} else if err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("embedded: backup: %w", err)
+	}
+	db.commitMu.Lock()
+	defer db.commitMu.Unlock()
+	index := db.applied.Load()
+
+	lo := raftlog.DefaultOptions(filepath.Join(dir, nezha.ValueLogDir))
+	lo.SegmentSizeBytes = db.opts.SegmentSizeBytes
+	lo.Bootstrap = confState
+	lo.EntryCacheBytes = 0
+	lo.Logger = db.opts.Logger
+	l, err := raftlog.Open(lo)
+	if err != nil {
+		return fmt.Errorf("embedded: backup: %w", err)
+	}
+	// The copy's store has no GC: it only restores. Open gives it the
+	// DB's own configuration.
+	cfg, err := nezha.DefaultConfig(nezha.NameNoGC)
+	if err != nil {
+		l.Close()
+		return err
+	}
+	cfg.Index = db.opts.Store.Index
+	s, err := cfg.OpenStore(systems.Env{Dir: dir, Log: l, Logger: db.opts.Logger})
+	if err != nil {
+		l.Close()
+		return fmt.Errorf("embedded: backup: %w", err)
+	}
+	err = db.restoreInto(s, l, index)
+	return errors.Join(err, s.Close(), l.Close())
+}
+
+// restoreInto streams the DB's pairs into s at index and records the
+// snapshot in l. Caller holds commitMu.
+func (db *DB) restoreInto(s *nezha.Store, l *raftlog.Log, index uint64) error {
+	if index == 0 {
+		return nil // nothing was ever written
+	}
+	pr, pw := io.Pipe()
+	written := make(chan error, 1)
+	go func() {
+		w := systems.NewSnapshotWriter(pw)
+		err := db.store.WriteSnapshot(w)
+		if err == nil {
+			err = w.Close()
+		}
+		pw.CloseWithError(err)
+		written <- err
+	}()
+	err := s.PrepareRestore(index, systems.NewSnapshotReader(pr))
+	pr.CloseWithError(errors.New("embedded: backup: restore ended"))
+	werr := <-written
+	if err != nil {
+		return fmt.Errorf("embedded: backup: %w", err)
+	}
+	if werr != nil {
+		return fmt.Errorf("embedded: backup: write snapshot: %w", werr)
+	}
+	if err := l.ApplySnapshot(raftpb.SnapshotMetadata{Index: index, Term: term, ConfState: confState}); err != nil {
+		return fmt.Errorf("embedded: backup: %w", err)
+	}
+	if err := s.CommitRestore(index); err != nil {
+		return fmt.Errorf("embedded: backup: %w", err)
+	}
+	return nil
+}

@@ -1,0 +1,123 @@
+package enginebench
+
+import (
+	"encoding/binary"
+	"fmt"
+	"math/rand"
+	"sync/atomic"
+	"testing"
+)
+
+// benchConfig: fsync on, as the experiment's headline; run with
+// -benchtime to size the load, e.g.
+//
+//	go test ./nezha/embedded/enginebench -run XXX -bench . -benchtime 2000x
+func benchConfig() EngineConfig { return DefaultOptions("").Engine }
+
+var benchSizes = []int{100, 4 << 10, 256 << 10}
+
+// BenchmarkPut: b.N puts of distinct keys from 8 goroutines per CPU
+// (group commit shares fsyncs), per engine and value size, with fsync.
+func BenchmarkPut(b *testing.B) {
+	for _, size := range benchSizes {
+		for _, name := range Engines() {
+			b.Run(fmt.Sprintf("%s/%dB", name, size), func(b *testing.B) {
+				e := openBench(b, name)
+				base := make([]byte, size)
+				fill(base, 1)
+				var next atomic.Uint64
+				b.SetBytes(int64(size + 16))
+				b.SetParallelism(8)
+				b.ResetTimer()
+				b.RunParallel(func(pb *testing.PB) {
+					v := append([]byte(nil), base...)
+					for pb.Next() {
+						i := next.Add(1)
+						binary.LittleEndian.PutUint64(v, i)
+						if err := e.Put(key(i), v); err != nil {
+							b.Error(err)
+							return
+						}
+					}
+				})
+			})
+		}
+	}
+}
+
+// loadBench writes n keys of size bytes (no fsync) for the read benchmarks.
+func loadBench(b *testing.B, name string, size, n int) Engine {
+	b.Helper()
+	c := benchConfig()
+	c.Sync = false
+	e, err := Open(name, b.TempDir(), c)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { e.Close() })
+	v := make([]byte, size)
+	fill(v, 2)
+	for i := 0; i < n; i++ {
+		binary.LittleEndian.PutUint64(v, uint64(i))
+		if err := e.Put(key(uint64(i)), v); err != nil {
+			b.Fatal(err)
+		}
+	}
+	return e
+}
+
+func openBench(b *testing.B, name string) Engine {
+	b.Helper()
+	e, err := Open(name, b.TempDir(), benchConfig())
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { e.Close() })
+	return e
+}
+
+// readKeys is how many keys the read benchmarks load: 16 MiB of values,
+// at least 1000 keys.
+func readKeys(size int) int { return max(1000, (16<<20)/size) }
+
+// BenchmarkGet: uniformly random GETs of loaded keys (page cache warm).
+func BenchmarkGet(b *testing.B) {
+	benchRead(b, 1, func(e Engine, k []byte) error {
+		if _, found, err := e.Get(k); err != nil || !found {
+			return fmt.Errorf("get %s: found %v, %v", k, found, err)
+		}
+		return nil
+	})
+}
+
+// BenchmarkScan: SCANs of 100 pairs from uniformly random loaded keys.
+func BenchmarkScan(b *testing.B) {
+	benchRead(b, 100, func(e Engine, k []byte) error {
+		_, _, err := e.Scan(k, 100)
+		return err
+	})
+}
+
+// benchRead runs op from random loaded keys in parallel, per engine and
+// value size; pairs is how many pairs one op reads (for SetBytes).
+func benchRead(b *testing.B, pairs int64, op func(e Engine, k []byte) error) {
+	for _, size := range benchSizes {
+		for _, name := range Engines() {
+			b.Run(fmt.Sprintf("%s/%dB", name, size), func(b *testing.B) {
+				n := readKeys(size)
+				e := loadBench(b, name, size, n)
+				b.SetBytes(pairs * int64(size+16))
+				b.ResetTimer()
+				b.RunParallel(func(pb *testing.PB) {
+					rng := rand.New(rand.NewSource(rand.Int63()))
+					for pb.Next() {
+						if err := op(e, key(uint64(rng.Intn(n)))); err != nil {
+							b.Error(err)
+							return
+						}
+					}
+				})
+			})
+		}
+	}
+}

@@ -1,0 +1,243 @@
+// Package enginebench measures Nezha's embedded engine (nezha/embedded)
+// against the best-known embedded key-value-separated store, Badger
+// (github.com/dgraph-io/badger/v4: WiscKey in Go), and an LSM, Pebble
+// (github.com/cockroachdb/pebble/v2), in one run with the same fsync
+// setting: PUT, GET and SCAN at the value sizes of issue 18 (100 B, 4 KiB,
+// 256 KiB). Run does the measurement; the `embedded` experiment
+// (experiments/embedded.go) and the package's Go benchmarks call it.
+package enginebench
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"time"
+
+	"github.com/cockroachdb/pebble/v2"
+	"github.com/dgraph-io/badger/v4"
+
+	"github.com/nezha-harness/nezha/nezha"
+	"github.com/nezha-harness/nezha/nezha/embedded"
+	"github.com/nezha-harness/nezha/systems"
+)
+
+// Engine names, the values of Options.Engines.
+const (
+	EngineNezha  = "nezha"
+	EngineBadger = "badger"
+	EnginePebble = "pebble"
+)
+
+// Engines returns every engine name, Nezha's first.
+func Engines() []string { return []string{EngineNezha, EngineBadger, EnginePebble} }
+
+// Engine is one embedded store under measurement. Its methods are safe for
+// concurrent use.
+type Engine interface {
+	// Put writes key = value, durably when the engine was opened with sync.
+	Put(key, value []byte) error
+	// Load writes the pairs as one batch (one commit).
+	Load(keys, values [][]byte) error
+	// Get returns the value of key (the caller's copy); found is false if
+	// the key is absent.
+	Get(key []byte) (value []byte, found bool, err error)
+	// Scan reads up to n pairs from the first key >= start, in key order,
+	// copying each value, and returns how many it read and their bytes.
+	Scan(start []byte, n int) (pairs int, bytes int64, err error)
+	// Close releases the engine.
+	Close() error
+}
+
+// EngineConfig says how an engine is opened.
+type EngineConfig struct {
+	// Sync: every acknowledged Put is fsynced (each engine's group commit
+	// shares fsyncs among concurrent writers).
+	Sync bool
+	// NezhaIndex is the index of the nezha engine (nezha.IndexMemory or
+	// nezha.IndexLevelDB).
+	NezhaIndex string
+	// NezhaGCIdleAfter: nezha's GC sorts the log into a run once no write
+	// was applied for this long (nezha.Config.GCIdleAfter).
+	NezhaGCIdleAfter time.Duration
+	// BadgerValueThresholdBytes: values at least this long go to Badger's
+	// value log (the rest stay in its LSM tree); 1 KiB as the dwisckey
+	// system's default.
+	BadgerValueThresholdBytes int64
+}
+
+// Open opens the named engine in dir (created).
+func Open(name, dir string, c EngineConfig) (Engine, error) {
+	switch name {
+	case EngineNezha:
+		o := embedded.DefaultOptions()
+		o.Sync = c.Sync
+		o.Store.Index = c.NezhaIndex
+		o.Store.GCIdleAfter = c.NezhaGCIdleAfter
+		o.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+		db, err := embedded.Open(dir, o)
+		if err != nil {
+			return nil, err
+		}
+		return nezhaEngine{db}, nil
+	case EngineBadger:
+		o := badger.DefaultOptions(dir).WithSyncWrites(c.Sync).WithValueThreshold(c.BadgerValueThresholdBytes).WithLogger(nil)
+		db, err := badger.Open(o)
+		if err != nil {
+			return nil, fmt.Errorf("badger: %w", err)
+		}
+		return badgerEngine{db}, nil
+	case EnginePebble:
+		db, err := pebble.Open(dir, &pebble.Options{Logger: quietPebble{}})
+		if err != nil {
+			return nil, fmt.Errorf("pebble: %w", err)
+		}
+		wo := pebble.NoSync
+		if c.Sync {
+			wo = pebble.Sync
+		}
+		return pebbleEngine{db, wo}, nil
+	}
+	return nil, systems.Usagef("engine %q: want one of %v", name, Engines())
+}
+
+type nezhaEngine struct{ db *embedded.DB }
+
+func (e nezhaEngine) Put(k, v []byte) error { return e.db.Put(k, v) }
+func (e nezhaEngine) Load(ks, vs [][]byte) error {
+	var b embedded.Batch
+	for i := range ks {
+		b.Put(ks[i], vs[i])
+	}
+	return e.db.Write(&b)
+}
+func (e nezhaEngine) Get(k []byte) ([]byte, bool, error) {
+	v, err := e.db.Get(k)
+	if errors.Is(err, embedded.ErrNotFound) {
+		return nil, false, nil
+	}
+	return v, err == nil, err
+}
+func (e nezhaEngine) Scan(start []byte, n int) (int, int64, error) {
+	kvs, err := e.db.Scan(start, nil, n)
+	var b int64
+	for _, kv := range kvs {
+		b += int64(len(kv.Key) + len(kv.Value))
+	}
+	return len(kvs), b, err
+}
+func (e nezhaEngine) Close() error { return e.db.Close() }
+
+// idleSorted reports whether nezha's GC has finished an idle round (the
+// load sorted into a run, as the replicated read beds wait for).
+func (e nezhaEngine) idleSorted() bool {
+	for _, r := range e.db.GCRounds() {
+		if r.Trigger == nezha.TriggerIdle && r.Error == "" {
+			return true
+		}
+	}
+	return false
+}
+
+type badgerEngine struct{ db *badger.DB }
+
+func (e badgerEngine) Put(k, v []byte) error {
+	return e.db.Update(func(txn *badger.Txn) error { return txn.Set(k, v) })
+}
+func (e badgerEngine) Load(ks, vs [][]byte) error {
+	wb := e.db.NewWriteBatch()
+	for i := range ks {
+		if err := wb.Set(ks[i], vs[i]); err != nil {
+			wb.Cancel()
+			return err
+		}
+	}
+	return wb.Flush()
+}
+func (e badgerEngine) Get(k []byte) (v []byte, found bool, err error) {
+	err = e.db.View(func(txn *badger.Txn) error {
+		it, err := txn.Get(k)
+		if err != nil {
+			return err
+		}
+		v, err = it.ValueCopy(nil)
+		return err
+	})
+	if errors.Is(err, badger.ErrKeyNotFound) {
+		return nil, false, nil
+	}
+	return v, err == nil, err
+}
+func (e badgerEngine) Scan(start []byte, n int) (pairs int, b int64, err error) {
+	err = e.db.View(func(txn *badger.Txn) error {
+		o := badger.DefaultIteratorOptions
+		o.PrefetchSize = n
+		it := txn.NewIterator(o)
+		defer it.Close()
+		for it.Seek(start); it.Valid() && pairs < n; it.Next() {
+			item := it.Item()
+			v, err := item.ValueCopy(nil)
+			if err != nil {
+				return err
+			}
+			pairs++
+			b += int64(len(item.Key()) + len(v))
+		}
+		return nil
+	})
+	return pairs, b, err
+}
+func (e badgerEngine) Close() error { return e.db.Close() }
+
+type pebbleEngine struct {
+	db *pebble.DB
+	wo *pebble.WriteOptions
+}
+
+func (e pebbleEngine) Put(k, v []byte) error { return e.db.Set(k, v, e.wo) }
+func (e pebbleEngine) Load(ks, vs [][]byte) error {
+	b := e.db.NewBatch()
+	for i := range ks {
+		if err := b.Set(ks[i], vs[i], nil); err != nil {
+			b.Close()
+			return err
+		}
+	}
+	return b.Commit(e.wo)
+}
+func (e pebbleEngine) Get(k []byte) ([]byte, bool, error) {
+	v, closer, err := e.db.Get(k)
+	if errors.Is(err, pebble.ErrNotFound) {
+		return nil, false, nil
+	}
+	if err != nil {
+		return nil, false, err
+	}
+	out := append([]byte(nil), v...)
+	return out, true, closer.Close()
+}
+func (e pebbleEngine) Scan(start []byte, n int) (pairs int, b int64, err error) {
+	it, err := e.db.NewIter(&pebble.IterOptions{LowerBound: start})
+	if err != nil {
+		return 0, 0, err
+	}
+	for ok := it.First(); ok && pairs < n; ok = it.Next() {
+		v, err := it.ValueAndErr()
+		if err != nil {
+			it.Close()
+			return pairs, b, err
+		}
+		v = append([]byte(nil), v...)
+		pairs++
+		b += int64(len(it.Key()) + len(v))
+	}
+	return pairs, b, it.Close()
+}
+func (e pebbleEngine) Close() error { return e.db.Close() }
+
+// quietPebble discards Pebble's log messages (Fatalf still stops).
+type quietPebble struct{}
+
+func (quietPebble) Infof(string, ...any)         {}
+func (quietPebble) Errorf(string, ...any)        {}
+func (quietPebble) Fatalf(f string, args ...any) { panic(fmt.Sprintf(f, args...)) }

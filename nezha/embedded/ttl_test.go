@@ -1,0 +1,127 @@
+package embedded
+
+import (
+	"errors"
+	"fmt"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nezha-harness/nezha/nezha"
+)
+
+// clock is a manual clock for TTL tests.
+type clock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func (c *clock) now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.t
+}
+
+func (c *clock) advance(d time.Duration) {
+	c.mu.Lock()
+	c.t = c.t.Add(d)
+	c.mu.Unlock()
+}
+
+// visible checks Get and Scan of db against the live keys want (in key
+// order) among every key named in all.
+func visible(t *testing.T, what string, db *DB, all, want []string) {
+	t.Helper()
+	live := map[string]bool{}
+	for _, k := range want {
+		live[k] = true
+	}
+	for _, k := range all {
+		v, err := db.Get([]byte(k))
+		switch {
+		case live[k] && (err != nil || string(v) != "v-"+k):
+			t.Fatalf("%s: Get(%s) = %q, %v; want it", what, k, v, err)
+		case !live[k] && !errors.Is(err, ErrNotFound):
+			t.Fatalf("%s: Get(%s) = %q, %v; want ErrNotFound", what, k, v, err)
+		}
+	}
+	kvs, err := db.Scan(nil, nil, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, kv := range kvs {
+		got = append(got, string(kv.Key))
+	}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("%s: Scan = %v, want %v", what, got, want)
+	}
+}
+
+// TestTTL: an expired key is absent from Get, Scan and a backup, after a
+// restart and in a restored backup too; a put without a TTL clears one.
+// (GC's dropping of expired keys: nezha's TestGCDropsExpiredKeys.)
+func TestTTL(t *testing.T) {
+	for _, index := range nezha.IndexKinds() {
+		t.Run(index, func(t *testing.T) {
+			c := &clock{t: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
+			o := testOptions(t, index, true)
+			o.Clock = c.now
+			dir := t.TempDir()
+			db := mustOpen(t, dir, o)
+			all := []string{"keep", "late", "renewed", "soon"}
+			put := func(k string, ttl time.Duration) {
+				t.Helper()
+				var err error
+				if ttl == 0 {
+					err = db.Put([]byte(k), []byte("v-"+k))
+				} else {
+					err = db.PutWithTTL([]byte(k), []byte("v-"+k), ttl)
+				}
+				if err != nil {
+					t.Fatal(err)
+				}
+			}
+			put("keep", 0)
+			put("soon", time.Second)
+			put("late", time.Hour)
+			var b Batch
+			if err := b.PutWithTTL([]byte("renewed"), []byte("v-renewed"), time.Second); err != nil {
+				t.Fatal(err)
+			}
+			b.Put([]byte("renewed"), []byte("v-renewed")) // the later put, without a TTL, wins
+			if err := db.Write(&b); err != nil {
+				t.Fatal(err)
+			}
+			if err := b.PutWithTTL([]byte("x"), nil, 0); err == nil {
+				t.Fatal("a TTL of 0 was accepted")
+			}
+			visible(t, "at once", db, all, []string{"keep", "late", "renewed", "soon"})
+			c.advance(time.Second)
+			visible(t, "after 1s", db, all, []string{"keep", "late", "renewed"})
+
+			// A backup leaves the expired key out and keeps the others' expiry.
+			bdir := filepath.Join(t.TempDir(), "backup")
+			if err := db.Backup(bdir); err != nil {
+				t.Fatal(err)
+			}
+			bk := mustOpen(t, bdir, o)
+			visible(t, "backup", bk, all, []string{"keep", "late", "renewed"})
+
+			// Restart: expiry times come back with the index or the log.
+			if err := db.Close(); err != nil {
+				t.Fatal(err)
+			}
+			db = mustOpen(t, dir, o)
+			visible(t, "after restart", db, all, []string{"keep", "late", "renewed"})
+			c.advance(time.Hour)
+			visible(t, "after restart and 1h", db, all, []string{"keep", "renewed"})
+			visible(t, "backup after 1h", bk, all, []string{"keep", "renewed"})
+
+			// An expired key written again is back.
+			put("soon", 0)
+			visible(t, "soon again", db, all, []string{"keep", "renewed", "soon"})
+		})
+	}
+}
