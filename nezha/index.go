@@ -12,9 +12,10 @@ const (
 	// the paper's code does (dbfile/keyIndex). It survives restarts: the node
 	// replays only the entries above the stored applied index.
 	IndexLevelDB = "leveldb"
-	// IndexMemory keeps key -> Location in an ordered in-memory skiplist. It
-	// starts empty (applied index 0) and is rebuilt by replaying the whole
-	// Raft log on every start.
+	// IndexMemory keeps key -> Location in memory (MemoryIndex: a sharded
+	// hash table with lock-free reads beside an ordered B-tree of the keys).
+	// It starts empty (applied index 0, or the GC checkpoint's) and is
+	// rebuilt by replaying the Raft log on every start.
 	IndexMemory = "memory"
 )
 
@@ -39,7 +40,8 @@ type Index interface {
 	// restart, the one stored in the index; always 0 for IndexMemory).
 	AppliedIndex() uint64
 	// View returns a consistent read-only view of the index. The caller
-	// must Release it; an IndexMemory view blocks Write until then.
+	// must Release it. Neither kind's view blocks Write until Release (an
+	// IndexMemory View waits for a Write in progress to finish).
 	View() (IndexView, error)
 	// Sync makes every Write so far durable (IndexMemory: a no-op; its
 	// durability is the checkpoint GC writes).
@@ -60,10 +62,11 @@ type IndexView interface {
 	Release()
 }
 
-// indexOp is one change of an IndexBatch.
+// indexOp is one change of an IndexBatch. key is a copy that nothing
+// modifies: an Index may keep it after Write.
 type indexOp struct {
-	key    []byte // index key: userPrefix + user key
-	value  []byte // encoded Location; nil for a delete
+	key    string // user key
+	loc    systems.Location
 	delete bool
 }
 
@@ -78,16 +81,15 @@ type IndexBatch struct {
 
 // Put records key -> loc. key is copied.
 func (b *IndexBatch) Put(key []byte, loc systems.Location) {
-	op := indexOp{key: userKey(key), value: appendLocation(make([]byte, 0, maxLocationBytes), loc)}
-	b.ops = append(b.ops, op)
-	b.bytes += len(op.key) + len(op.value)
+	b.ops = append(b.ops, indexOp{key: string(key), loc: loc})
+	var enc [maxLocationBytes]byte
+	b.bytes += 1 + len(key) + len(appendLocation(enc[:0], loc))
 }
 
 // Delete records the removal of key. key is copied.
 func (b *IndexBatch) Delete(key []byte) {
-	op := indexOp{key: userKey(key), delete: true}
-	b.ops = append(b.ops, op)
-	b.bytes += len(op.key)
+	b.ops = append(b.ops, indexOp{key: string(key), delete: true})
+	b.bytes += 1 + len(key)
 }
 
 // SetApplied sets the applied index stored with the batch.

@@ -29,6 +29,8 @@ type LevelDBIndex struct {
 	applied atomic.Uint64
 	wo      opt.WriteOptions
 	lb      leveldb.Batch // reused by Write (one writer goroutine)
+	kbuf    []byte        // index key scratch of Write
+	vbuf    []byte        // index value scratch of Write
 }
 
 var _ Index = (*LevelDBIndex)(nil)
@@ -81,10 +83,12 @@ func (x *LevelDBIndex) Get(key []byte) (systems.Location, bool, error) {
 func (x *LevelDBIndex) Write(b *IndexBatch) error {
 	x.lb.Reset()
 	for _, op := range b.ops {
+		x.kbuf = append(append(x.kbuf[:0], userPrefix), op.key...)
 		if op.delete {
-			x.lb.Delete(op.key)
+			x.lb.Delete(x.kbuf) // the batch copies key and value
 		} else {
-			x.lb.Put(op.key, op.value)
+			x.vbuf = appendLocation(x.vbuf[:0], op.loc)
+			x.lb.Put(x.kbuf, x.vbuf)
 		}
 	}
 	var a [8]byte

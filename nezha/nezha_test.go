@@ -718,29 +718,3 @@ func TestLocationEncoding(t *testing.T) {
 		t.Fatalf("expiry 0 decoded: %v", err)
 	}
 }
-
-func TestMemoryIndexRebuild(t *testing.T) {
-	x := NewMemoryIndex()
-	var b IndexBatch
-	loc := systems.Location{Segment: 1, Offset: 100, Length: 50, Index: 1}
-	// Overwrite a few keys until the buffer is rebuilt several times.
-	for i := 0; i < 200000; i++ {
-		b.Reset()
-		loc.Index = uint64(i + 1)
-		b.Put([]byte(fmt.Sprintf("key-%02d", i%32)), loc)
-		b.SetApplied(loc.Index)
-		if err := x.Write(&b); err != nil {
-			t.Fatal(err)
-		}
-	}
-	x.mu.RLock()
-	written, live, n := x.written, x.db.Size(), x.db.Len()
-	x.mu.RUnlock()
-	if n != 32 || written > memoryRebuildMinBytes+live {
-		t.Fatalf("after overwrites: %d keys, %d bytes written for %d live bytes", n, written, live)
-	}
-	got, found, err := x.Get([]byte("key-31"))
-	if err != nil || !found || got.Index != 200000 {
-		t.Fatalf("Get after rebuilds = %s, %v, %v", got, found, err)
-	}
-}

@@ -331,8 +331,8 @@ func (s *Store) Scan(start, end []byte, limit int, maxBytes int) ([]systems.KeyV
 }
 
 // StateHash implements systems.StateHasher over one consistent index view
-// (a LevelDB snapshot, or the memory index's read lock: Apply waits while
-// it runs). The sum is SHA-256 of
+// (a LevelDB snapshot, or a memory index view; Apply goes on meanwhile).
+// The sum is SHA-256 of
 //
 //	applied index (8 bytes, big endian)
 //	then for every live key in ascending order:
@@ -377,7 +377,7 @@ func (s *Store) StateHash() ([]byte, uint64, error) {
 
 // iterateChunks calls fn with consecutive chunks of up to n (key, location)
 // pairs, each taken from a fresh index view that is released before fn
-// runs, so that Apply does not wait on fn (memory index). The gate is held
+// runs (a memory index view records pre-images while open). The gate is held
 // shared during each chunk, so the files the chunk's locations name exist
 // while fn runs; fn must not take the gate itself. The chunks together are
 // not one consistent view; GC and snapshots tolerate that (GC re-validates;

@@ -25,16 +25,20 @@ import (
 var gcCrashPoints = []struct {
 	point string
 	args  []string
+	// memoryIndex: also run the point with -index memory (a subset, to
+	// keep the suite short; every point passed with it when MemoryIndex
+	// was introduced).
+	memoryIndex bool
 }{
-	{"gc-during-copy", nil},
-	{"gc-before-switch", nil},
-	{"gc-during-switch", nil},
-	{"gc-after-switch", nil},
-	{"gc-before-delete", nil},
-	{"gc-after-manifest", []string{"-gcContinuous", "-gcFanout", "2"}},
-	{"gc-tier-merge-during-switch", []string{"-gcContinuous", "-gcFanout", "2"}},
-	{"gc-idle-after-freeze", nil},
-	{"gc-checkpoint-after-compact", nil},
+	{"gc-during-copy", nil, false},
+	{"gc-before-switch", nil, false},
+	{"gc-during-switch", nil, true},
+	{"gc-after-switch", nil, false},
+	{"gc-before-delete", nil, false},
+	{"gc-after-manifest", []string{"-gcContinuous", "-gcFanout", "2"}, false},
+	{"gc-tier-merge-during-switch", []string{"-gcContinuous", "-gcFanout", "2"}, false},
+	{"gc-idle-after-freeze", nil, false},
+	{"gc-checkpoint-after-compact", nil, true},
 }
 
 // writeMany puts n keys (prefix%05d) with 200-byte values from 16 writers
@@ -124,51 +128,61 @@ func waitDead(t *testing.T, spec *cluster.Spec, id uint64, timeout time.Duration
 
 // Kill a node at each named point of a GC round, restart it, and check
 // that no acknowledged write is lost and no deleted key resurrected.
+// Each point runs with the default index (LevelDB), some also with the
+// memory index (its GC checkpoint is what a restart after compaction
+// loads).
 func TestGCCrashPoints(t *testing.T) {
 	for i, cp := range gcCrashPoints {
-		point := cp.point
-		t.Run(point, func(t *testing.T) {
-			const victim = uint64(2)
-			h := startWith(t, Options{System: "nezha", Binary: binary, Seed: int64(100 + i),
-				ExtraArgs: append([]string{"-segmentSizeBytes", "65536", "-gcThresholdBytes", "300000", "-gcInterval", "50ms"}, cp.args...)},
-				func(self cluster.Node, _ []cluster.Node) []string {
-					if self.ID == victim {
-						return []string{"-gcCrashPoint", point}
-					}
-					return nil
-				})
-			deleted := []string{"a00150", "a00500", "a01100"} // outside the overwritten a00000..a00099
-			acked := h.writeMany("a", 1200, "first")
-			h.deleteKeys(deleted)
-			for _, k := range deleted {
-				delete(acked, k)
-			}
-			more := h.writeMany("b", 600, "second") // pushes the log over the GC threshold
-			for k, v := range more {
-				acked[k] = v
-			}
-			waitDead(t, h.spec, victim, 60*time.Second)
-			n, _ := h.spec.Node(victim)
-			logText, _ := os.ReadFile(n.Log)
-			if !strings.Contains(string(logText), point) {
-				t.Fatalf("node %d died, but not at %s; log tail:\n%s", victim, point, cluster.Tail(n.Log, 20))
-			}
-			// Writes and deletes continue without it.
-			over := h.writeMany("a", 100, "overwrite")
-			for k, v := range over {
-				acked[k] = v
-			}
-			h.deleteKeys([]string{"b00007"})
-			delete(acked, "b00007")
-			deleted = append(deleted, "b00007")
-			n.ExtraArgs = nil
-			if err := h.spec.Restart(victim); err != nil {
-				t.Fatal(err)
-			}
-			h.convergence()
-			h.checkNode(victim, acked, deleted)
-		})
+		testGCCrashPoint(t, cp.point, cp.point, int64(100+i), cp.args)
+		if cp.memoryIndex {
+			testGCCrashPoint(t, cp.point+"-memory-index", cp.point, int64(100+i), append([]string{"-index", "memory"}, cp.args...))
+		}
 	}
+}
+
+// testGCCrashPoint runs one crash point as subtest name.
+func testGCCrashPoint(t *testing.T, name, point string, seed int64, args []string) {
+	t.Run(name, func(t *testing.T) {
+		const victim = uint64(2)
+		h := startWith(t, Options{System: "nezha", Binary: binary, Seed: seed,
+			ExtraArgs: append([]string{"-segmentSizeBytes", "65536", "-gcThresholdBytes", "300000", "-gcInterval", "50ms"}, args...)},
+			func(self cluster.Node, _ []cluster.Node) []string {
+				if self.ID == victim {
+					return []string{"-gcCrashPoint", point}
+				}
+				return nil
+			})
+		deleted := []string{"a00150", "a00500", "a01100"} // outside the overwritten a00000..a00099
+		acked := h.writeMany("a", 1200, "first")
+		h.deleteKeys(deleted)
+		for _, k := range deleted {
+			delete(acked, k)
+		}
+		more := h.writeMany("b", 600, "second") // pushes the log over the GC threshold
+		for k, v := range more {
+			acked[k] = v
+		}
+		waitDead(t, h.spec, victim, 60*time.Second)
+		n, _ := h.spec.Node(victim)
+		logText, _ := os.ReadFile(n.Log)
+		if !strings.Contains(string(logText), point) {
+			t.Fatalf("node %d died, but not at %s; log tail:\n%s", victim, point, cluster.Tail(n.Log, 20))
+		}
+		// Writes and deletes continue without it.
+		over := h.writeMany("a", 100, "overwrite")
+		for k, v := range over {
+			acked[k] = v
+		}
+		h.deleteKeys([]string{"b00007"})
+		delete(acked, "b00007")
+		deleted = append(deleted, "b00007")
+		n.ExtraArgs = nil
+		if err := h.spec.Restart(victim); err != nil {
+			t.Fatal(err)
+		}
+		h.convergence()
+		h.checkNode(victim, acked, deleted)
+	})
 }
 
 // rejoinThroughSnapshot kills a follower, writes until the leader's log is

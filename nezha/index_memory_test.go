@@ -1,0 +1,390 @@
+package nezha
+
+import (
+	"bytes"
+	"fmt"
+	"maps"
+	"math/rand"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/nezha-harness/nezha/systems"
+)
+
+// modelKey returns key i of a test key space that has short keys, keys of
+// exactly 24 and 25 bytes (the inline limit), long keys, zero bytes and
+// the empty key.
+func modelKey(i int) string {
+	switch i % 5 {
+	case 0:
+		return fmt.Sprintf("k%d", i)
+	case 1:
+		return fmt.Sprintf("%024d", i)
+	case 2:
+		return fmt.Sprintf("%025d", i)
+	case 3:
+		return fmt.Sprintf("long-key-%0100d", i)
+	}
+	if i == 4 {
+		return ""
+	}
+	return fmt.Sprintf("z\x00%d\x00", i)
+}
+
+// viewPairs returns everything a view iterates over [start, end).
+func viewPairs(t *testing.T, x Index, v IndexView, start, end []byte) map[string]systems.Location {
+	t.Helper()
+	got := make(map[string]systems.Location)
+	var last []byte
+	err := v.Iterate(start, end, func(key []byte, loc systems.Location) (bool, error) {
+		if last != nil && bytes.Compare(last, key) >= 0 {
+			return false, fmt.Errorf("keys out of order: %q then %q", last, key)
+		}
+		last = bytes.Clone(key)
+		got[string(key)] = loc
+		return true, nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return got
+}
+
+// checkIndexModel compares x (Get of every key of the space, a full view) with
+// the model.
+func checkIndexModel(t *testing.T, x *MemoryIndex, model map[string]systems.Location, space int) {
+	t.Helper()
+	for i := 0; i < space; i++ {
+		k := modelKey(i)
+		want, wantFound := model[k]
+		got, found, err := x.Get([]byte(k))
+		if err != nil || found != wantFound || got != want {
+			t.Fatalf("Get(%q) = %v, %v, %v; want %v, %v", k, got, found, err, want, wantFound)
+		}
+	}
+	v, err := x.View()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer v.Release()
+	if got := viewPairs(t, x, v, nil, nil); !maps.Equal(got, model) {
+		t.Fatalf("view holds %d keys, model %d", len(got), len(model))
+	}
+	if n := x.Len(); n != len(model) {
+		t.Fatalf("Len = %d, model %d", n, len(model))
+	}
+}
+
+// TestMemoryIndexModel drives the index with random puts and deletes
+// (growing, shrinking and reusing tombstones) and compares it with a map
+// after every few batches.
+func TestMemoryIndexModel(t *testing.T) {
+	const seed, space = 18, 3000
+	t.Logf("seed %d", seed)
+	rng := rand.New(rand.NewSource(seed))
+	x := NewMemoryIndex()
+	model := make(map[string]systems.Location)
+	var b IndexBatch
+	for round := 0; round < 60; round++ {
+		b.Reset()
+		// Phases: fill, churn, drain most keys (shrinks tables), refill.
+		delP := []float64{0.05, 0.5, 0.95, 0.1}[round/15]
+		for j := 0; j < 400; j++ {
+			k := modelKey(rng.Intn(space))
+			if rng.Float64() < delP {
+				b.Delete([]byte(k))
+				delete(model, k)
+				continue
+			}
+			loc := systems.Location{Segment: rng.Uint64() >> rng.Intn(64), Offset: rng.Int63(), Length: rng.Uint32(), Index: uint64(round*1000 + j)}
+			if rng.Intn(3) == 0 { // a TTL put: the expiry time is kept too
+				loc.ExpiresUnixNano = rng.Int63()
+			}
+			b.Put([]byte(k), loc)
+			model[k] = loc
+		}
+		b.SetApplied(uint64(round + 1))
+		if err := x.Write(&b); err != nil {
+			t.Fatal(err)
+		}
+		if x.AppliedIndex() != uint64(round+1) {
+			t.Fatalf("AppliedIndex = %d after round %d", x.AppliedIndex(), round+1)
+		}
+		if round%5 == 4 {
+			checkIndexModel(t, x, model, space)
+		}
+	}
+	// Ranges: [start, end) in byte order.
+	v, err := x.View()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer v.Release()
+	start, end := []byte("0000000000000000000001000"), []byte("k2")
+	want := make(map[string]systems.Location)
+	for k, l := range model {
+		if k >= string(start) && k < string(end) {
+			want[k] = l
+		}
+	}
+	if got := viewPairs(t, x, v, start, end); !maps.Equal(got, want) || len(want) == 0 {
+		t.Fatalf("range view: %d keys, want %d (> 0)", len(got), len(want))
+	}
+}
+
+// TestMemoryIndexViewPointInTime: views opened between batches keep their
+// point while later batches overwrite, delete, re-insert and add keys.
+func TestMemoryIndexViewPointInTime(t *testing.T) {
+	const seed, space = 7, 500
+	t.Logf("seed %d", seed)
+	rng := rand.New(rand.NewSource(seed))
+	x := NewMemoryIndex()
+	model := make(map[string]systems.Location)
+	type opened struct {
+		v    IndexView
+		want map[string]systems.Location
+	}
+	var views []opened
+	var b IndexBatch
+	for round := 1; round <= 40; round++ {
+		b.Reset()
+		for j := 0; j < 100; j++ {
+			k := modelKey(rng.Intn(space))
+			if rng.Intn(3) == 0 {
+				b.Delete([]byte(k))
+				delete(model, k)
+			} else {
+				loc := systems.Location{Segment: uint64(round), Offset: int64(j), Length: 1, Index: uint64(round)}
+				b.Put([]byte(k), loc)
+				model[k] = loc
+			}
+		}
+		b.SetApplied(uint64(round))
+		if err := x.Write(&b); err != nil {
+			t.Fatal(err)
+		}
+		if round%4 == 0 {
+			v, err := x.View()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if v.AppliedIndex() != uint64(round) {
+				t.Fatalf("view applied index %d, want %d", v.AppliedIndex(), round)
+			}
+			views = append(views, opened{v, maps.Clone(model)})
+		}
+		if round%10 == 0 && len(views) > 0 { // release the oldest
+			views[0].v.Release()
+			views[0].v.Release() // twice is allowed
+			if err := views[0].v.Iterate(nil, nil, func([]byte, systems.Location) (bool, error) { return true, nil }); err == nil {
+				t.Fatal("Iterate after Release did not fail")
+			}
+			views = views[1:]
+		}
+		for _, o := range views {
+			if got := viewPairs(t, x, o.v, nil, nil); !maps.Equal(got, o.want) {
+				t.Fatalf("round %d: view at %d (%d keys) differs from the state at its point (%d keys)", round, o.v.AppliedIndex(), len(got), len(o.want))
+			}
+		}
+	}
+	for _, o := range views {
+		o.v.Release()
+	}
+	if p := x.views.Load(); p == nil || len(*p) != 0 {
+		t.Fatalf("views left open after Release: %v", p)
+	}
+	checkIndexModel(t, x, model, space)
+}
+
+// concurrentLoc is the location the concurrent test writes at batch v:
+// every field derives from v, so a torn read shows.
+func concurrentLoc(v uint64) systems.Location {
+	return systems.Location{Segment: v, Offset: int64(v * 3), Length: uint32(v), Index: v}
+}
+
+// TestMemoryIndexConcurrentReaders runs Gets and views during writes
+// (meant for -race). Batch v puts every key of the space at
+// concurrentLoc(v), except that batches with v%3 == 0 delete the odd
+// keys. Readers check that a Get returns an untorn location that never
+// goes back for a key, and that a view is exactly the state after batch
+// AppliedIndex.
+func TestMemoryIndexConcurrentReaders(t *testing.T) {
+	const seed, space, batches, readers = 3, 600, 150, 3
+	t.Logf("seed %d", seed)
+	x := NewMemoryIndex()
+	keys := make([][]byte, space)
+	for i := range keys {
+		keys[i] = []byte(modelKey(i))
+	}
+	var done atomic.Bool
+	var wg sync.WaitGroup
+	errs := make(chan error, readers+1)
+	for r := 0; r < readers; r++ {
+		wg.Add(1)
+		go func(r int) {
+			defer wg.Done()
+			rng := rand.New(rand.NewSource(seed + int64(r)))
+			last := make([]uint64, space)
+			deadline := time.Now().Add(time.Minute)
+			for n := 0; !done.Load() || n < 1000; n++ {
+				if time.Now().After(deadline) {
+					errs <- fmt.Errorf("reader %d: no end of writes within a minute", r)
+					return
+				}
+				i := rng.Intn(space)
+				loc, found, err := x.Get(keys[i])
+				if err != nil {
+					errs <- err
+					return
+				}
+				if found && (loc != concurrentLoc(loc.Index) || loc.Index < last[i]) {
+					errs <- fmt.Errorf("reader %d: key %q: %v after index %d", r, keys[i], loc, last[i])
+					return
+				}
+				if found {
+					last[i] = loc.Index
+				}
+				if n%500 == 0 {
+					if err := checkConcurrentView(x, space); err != nil {
+						errs <- fmt.Errorf("reader %d: %w", r, err)
+						return
+					}
+				}
+			}
+		}(r)
+	}
+	var b IndexBatch
+	for v := uint64(1); v <= batches; v++ {
+		b.Reset()
+		for i, k := range keys {
+			if v%3 == 0 && i%2 == 1 {
+				b.Delete(k)
+			} else {
+				b.Put(k, concurrentLoc(v))
+			}
+		}
+		b.SetApplied(v)
+		if err := x.Write(&b); err != nil {
+			t.Fatal(err)
+		}
+	}
+	done.Store(true)
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+}
+
+func checkConcurrentView(x *MemoryIndex, space int) error {
+	v, err := x.View()
+	if err != nil {
+		return err
+	}
+	defer v.Release()
+	a := v.AppliedIndex()
+	n := 0
+	err = v.Iterate(nil, nil, func(key []byte, loc systems.Location) (bool, error) {
+		n++
+		if loc != concurrentLoc(a) {
+			return false, fmt.Errorf("view at %d: key %q at %v", a, key, loc)
+		}
+		return true, nil
+	})
+	want := space
+	switch {
+	case a == 0:
+		want = 0
+	case a%3 == 0:
+		want = space / 2
+	}
+	if err == nil && n != want {
+		err = fmt.Errorf("view at %d: %d keys, want %d", a, n, want)
+	}
+	return err
+}
+
+// TestMemoryIndexShardTables: tables grow to hold many keys and shrink
+// back when most are deleted; a long-key churn in one slot does not grow
+// the long-key list without bound.
+func TestMemoryIndexShardTables(t *testing.T) {
+	x := NewMemoryIndex()
+	var b IndexBatch
+	const n = 50000
+	for i := 0; i < n; i++ {
+		b.Put([]byte(modelKey(i)), systems.Location{Index: uint64(i)})
+	}
+	b.SetApplied(1)
+	if err := x.Write(&b); err != nil {
+		t.Fatal(err)
+	}
+	slots := func() (total int) {
+		for i := range x.shards {
+			total += len(x.shards[i].tab.Load().slots) / memorySlotWords
+		}
+		return total
+	}
+	if s := slots(); s < n*4/3 || s > n*4 {
+		t.Fatalf("%d slots for %d keys", s, n)
+	}
+	b.Reset()
+	for i := 10; i < n; i++ {
+		b.Delete([]byte(modelKey(i)))
+	}
+	b.SetApplied(2)
+	if err := x.Write(&b); err != nil {
+		t.Fatal(err)
+	}
+	if s := slots(); s > memoryShards*memoryMinSlots*2 {
+		t.Fatalf("%d slots after deleting all but 10 keys", s)
+	}
+	long := modelKey(3)
+	for i := 0; i < 10000; i++ {
+		b.Reset()
+		b.Put([]byte(long), systems.Location{Index: uint64(i)})
+		b.Delete([]byte(long))
+		b.Put([]byte(long), systems.Location{Index: uint64(i)})
+		b.SetApplied(uint64(i + 3))
+		if err := x.Write(&b); err != nil {
+			t.Fatal(err)
+		}
+	}
+	maxLong := 0
+	for i := range x.shards {
+		maxLong = max(maxLong, len(*x.shards[i].tab.Load().long.Load()))
+	}
+	if maxLong > memoryMinSlots*4 {
+		t.Fatalf("a long-key list holds %d keys", maxLong)
+	}
+	for i := 0; i < 10; i++ {
+		if _, found, _ := x.Get([]byte(modelKey(i))); !found {
+			t.Fatalf("key %d lost", i)
+		}
+	}
+	if n := x.Len(); n != 10 {
+		t.Fatalf("Len = %d, want 10", n)
+	}
+}
+
+// TestKeyItemOrder: the B-tree's order is the keys' byte order, for keys
+// made of few distinct bytes (zero among them) and of 0-12 bytes.
+func TestKeyItemOrder(t *testing.T) {
+	const seed = 5
+	t.Logf("seed %d", seed)
+	rng := rand.New(rand.NewSource(seed))
+	key := func() string {
+		b := make([]byte, rng.Intn(13))
+		for i := range b {
+			b[i] = []byte{0, 1, 'a', 0xff}[rng.Intn(4)]
+		}
+		return string(b)
+	}
+	for i := 0; i < 100000; i++ {
+		a, b := key(), key()
+		if got := lessKeyItem(newKeyItem(a), newKeyItem(b)); got != (a < b) {
+			t.Fatalf("lessKeyItem(%q, %q) = %v", a, b, got)
+		}
+	}
+}
