@@ -391,6 +391,15 @@ func (s *Spec) start(n *Node) error {
 	}
 	defer logf.Close()
 	fmt.Fprintf(logf, "=== %s start: %s %s\n", time.Now().Format(time.RFC3339Nano), s.Binary, strings.Join(s.Args(n), " "))
+	// On a restart, its metrics or JSON-RPC port may have been taken while
+	// it was down (another cluster on this machine picked it). Nothing but
+	// the harness dials those two, so a taken one is moved (and saved with
+	// the spec); the client and peer ports cannot be.
+	for _, a := range []*string{&n.MetricsAddress, &n.JSONRPCAddress} {
+		if err := movePortIfTaken(a); err != nil {
+			return fmt.Errorf("start node %d: %w", n.ID, err)
+		}
+	}
 	argv := append([]string{s.Binary}, s.Args(n)...)
 	if s.Wrap != nil {
 		argv = append(s.Wrap(n), argv...)
@@ -771,6 +780,28 @@ func freePorts(host string, n int) ([]int, error) {
 		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
 	}
 	return ports, nil
+}
+
+// movePortIfTaken replaces *addr (host:port; empty: none) by a free port
+// of the same host if nothing can listen on it now.
+func movePortIfTaken(addr *string) error {
+	if *addr == "" {
+		return nil
+	}
+	l, err := net.Listen("tcp", *addr)
+	if err == nil {
+		return l.Close()
+	}
+	host, _, err := net.SplitHostPort(*addr)
+	if err != nil {
+		return err
+	}
+	ports, err := freePorts(host, 1)
+	if err != nil {
+		return err
+	}
+	*addr = net.JoinHostPort(host, strconv.Itoa(ports[0]))
+	return nil
 }
 
 // ephemeralLow is the first port of the kernel's ephemeral range (Linux's

@@ -3,6 +3,7 @@ package cluster
 import (
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -162,5 +163,31 @@ func TestAliveWhileThreadsExit(t *testing.T) {
 	}
 	if err := waitGone(pid, 30*time.Second); err != nil { // unreaped: a zombie with no thread left
 		t.Fatal(err)
+	}
+}
+
+// TestMovePortIfTaken: a free address stays, a taken one moves to a free
+// port of the same host.
+func TestMovePortIfTaken(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	taken := l.Addr().String()
+	a := taken
+	if err := movePortIfTaken(&a); err != nil {
+		t.Fatal(err)
+	}
+	if a == taken || !strings.HasPrefix(a, "127.0.0.1:") {
+		t.Fatalf("a taken %s became %s", taken, a)
+	}
+	l.Close()
+	b := a
+	if err := movePortIfTaken(&b); err != nil || b != a {
+		t.Fatalf("a free %s became %s (%v)", a, b, err)
+	}
+	empty := ""
+	if err := movePortIfTaken(&empty); err != nil || empty != "" {
+		t.Fatalf("empty address: %q, %v", empty, err)
 	}
 }
