@@ -186,7 +186,8 @@ func (db *DB) Put(key, value []byte) error {
 // PutWithTTL sets key to value until ttl from now (Options.Clock): from
 // then on Get, Scan and Backup treat the key as absent and GC drops it.
 // The expiry time is stored with the write, so it survives restarts and
-// backups. ttl must be positive.
+// backups. ttl must be positive and at most systems.MaxTTL (100 years),
+// and the expiry time must fall before 2262 (systems.ExpiryUnixNano).
 func (db *DB) PutWithTTL(key, value []byte, ttl time.Duration) error {
 	var b Batch
 	if err := b.PutWithTTL(key, value, ttl); err != nil {
@@ -214,7 +215,11 @@ func (db *DB) Write(b *Batch) error {
 	for i := range b.cmds {
 		c := &b.cmds[i]
 		if b.ttls != nil && b.ttls[i] > 0 {
-			c.ExpiresUnixNano = now.Add(b.ttls[i]).UnixNano()
+			exp, err := systems.ExpiryUnixNano(now, b.ttls[i])
+			if err != nil {
+				return fmt.Errorf("embedded: key %.40q: %w", c.Key, err)
+			}
+			c.ExpiresUnixNano = exp
 		}
 		if err := systems.CheckKey(c.Key); err != nil {
 			return fmt.Errorf("embedded: %w", err)
@@ -442,10 +447,10 @@ type Batch struct {
 func (b *Batch) Put(key, value []byte) { b.add(systems.OpPut, key, value, 0) }
 
 // PutWithTTL adds key = value to b, expiring ttl after DB.Write is called
-// (see DB.PutWithTTL). ttl must be positive.
+// (see DB.PutWithTTL). ttl must pass systems.CheckTTL.
 func (b *Batch) PutWithTTL(key, value []byte, ttl time.Duration) error {
-	if ttl <= 0 {
-		return fmt.Errorf("embedded: TTL %v must be positive", ttl)
+	if err := systems.CheckTTL(ttl); err != nil {
+		return fmt.Errorf("embedded: %w", err)
 	}
 	b.add(systems.OpPut, key, value, ttl)
 	return nil
