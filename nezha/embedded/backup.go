@@ -26,6 +26,9 @@ func (db *DB) Backup(dir string) error {
 	if err := db.readable(); err != nil {
 		return err
 	}
+	if dir == "" {
+		return errors.New("embedded: backup: a directory is required")
+	}
 	if ents, err := os.ReadDir(dir); err == nil && len(ents) > 0 {
 		return fmt.Errorf("embedded: backup: %s is not empty", dir)
 	} else if err != nil && !errors.Is(err, os.ErrNotExist) {

@@ -555,3 +555,20 @@ func TestBackupIsConsistent(t *testing.T) {
 		})
 	}
 }
+
+// TestBackupEmptyDir: Backup("") is refused and creates nothing (it
+// created valuelog/ in the working directory before failing).
+func TestBackupEmptyDir(t *testing.T) {
+	db := mustOpen(t, t.TempDir(), testOptions(t, nezha.IndexMemory, false))
+	if err := db.Put([]byte("k"), []byte("v")); err != nil {
+		t.Fatal(err)
+	}
+	wd := t.TempDir()
+	t.Chdir(wd)
+	if err := db.Backup(""); err == nil {
+		t.Fatal(`Backup("") succeeded`)
+	}
+	if ents, err := os.ReadDir(wd); err != nil || len(ents) != 0 {
+		t.Fatalf(`Backup("") left %d entries in the working directory (%v)`, len(ents), err)
+	}
+}
