@@ -23,12 +23,13 @@ import (
 // Writes wait while it runs (the committer is held, so the copy is one
 // point in time); reads and GC go on.
 func (db *DB) Backup(dir string) error {
-	if err := db.readable(); err != nil {
-		return err
-	}
 	if dir == "" {
 		return errors.New("embedded: backup: a directory is required")
 	}
+	if err := db.beginRead(); err != nil {
+		return err
+	}
+	defer db.reading.RUnlock()
 	if ents, err := os.ReadDir(dir); err == nil && len(ents) > 0 {
 		return fmt.Errorf("embedded: backup: %s is not empty", dir)
 	} else if err != nil && !errors.Is(err, os.ErrNotExist) {
@@ -84,11 +85,12 @@ func (db *DB) restoreInto(s *nezha.Store, l *raftlog.Log, index uint64) error {
 	err := s.PrepareRestore(index, systems.NewSnapshotReader(pr))
 	pr.CloseWithError(errors.New("embedded: backup: restore ended"))
 	werr := <-written
+	if werr != nil {
+		// The reader's error is then only the stream's end.
+		return fmt.Errorf("embedded: backup: write snapshot: %w", werr)
+	}
 	if err != nil {
 		return fmt.Errorf("embedded: backup: %w", err)
-	}
-	if werr != nil {
-		return fmt.Errorf("embedded: backup: write snapshot: %w", werr)
 	}
 	if err := l.ApplySnapshot(raftpb.SnapshotMetadata{Index: index, Term: term, ConfState: confState}); err != nil {
 		return fmt.Errorf("embedded: backup: %w", err)

@@ -55,6 +55,12 @@ type DB struct {
 	// bound: nothing above it may leave the log).
 	applied atomic.Uint64
 
+	// reading is held shared by each read and Backup while it uses the
+	// store and the log, and exclusively by Close before it closes them:
+	// a read that overlaps Close ends before the files close, or returns
+	// ErrClosed (not an error of a closed file).
+	reading sync.RWMutex
+
 	reqc      chan *request
 	quit      chan struct{} // closed by Close
 	stopped   chan struct{} // closed when the committer has returned
@@ -377,9 +383,10 @@ func (db *DB) logf(msg string, args ...any) {
 // A read error (a record that fails its CRC, wrapping systems.ErrCorrupt)
 // concerns this key only.
 func (db *DB) Get(key []byte) ([]byte, error) {
-	if err := db.readable(); err != nil {
+	if err := db.beginRead(); err != nil {
 		return nil, err
 	}
+	defer db.reading.RUnlock()
 	v, found, err := db.store.Get(key)
 	if err != nil {
 		return nil, err
@@ -394,19 +401,24 @@ func (db *DB) Get(key []byte) ([]byte, error) {
 // (empty end: no upper bound), at most limit of them (0: all, held in
 // memory), from one consistent view of the index.
 func (db *DB) Scan(start, end []byte, limit int) ([]KeyValue, error) {
-	if err := db.readable(); err != nil {
-		return nil, err
-	}
 	if limit < 0 {
 		return nil, fmt.Errorf("embedded: scan limit %d must not be negative", limit)
 	}
+	if err := db.beginRead(); err != nil {
+		return nil, err
+	}
+	defer db.reading.RUnlock()
 	kvs, _, err := db.store.Scan(start, end, limit, 0)
 	return kvs, err
 }
 
-func (db *DB) readable() error {
+// beginRead holds reading shared for a read of the store and the log
+// (the caller releases it with reading.RUnlock), or returns ErrClosed.
+func (db *DB) beginRead() error {
+	db.reading.RLock()
 	select {
 	case <-db.quit:
+		db.reading.RUnlock()
 		return ErrClosed
 	default:
 		return nil
@@ -421,14 +433,18 @@ func (db *DB) GCRounds() []systems.GCRound { return db.store.GCRounds() }
 // their tiers, live bytes.
 func (db *DB) StorageShape() systems.StorageShape { return db.store.StorageShape() }
 
-// Close stops the committer (writes still waiting return ErrClosed), stops
-// GC, fsyncs the value log (Options.Sync) and closes the files. It is safe
-// to call more than once; later calls return the first one's error.
+// Close stops the committer (writes still waiting return ErrClosed), waits
+// for the reads and the Backup under way, stops GC, fsyncs the value log
+// (Options.Sync) and closes the files. It is safe to call more than once
+// and concurrently with every other method; later calls return the first
+// one's error.
 func (db *DB) Close() error {
 	db.closeOnce.Do(func() {
 		close(db.quit)
 		<-db.stopped
+		db.reading.Lock() // later reads see quit closed
 		db.closeErr = errors.Join(db.store.Close(), db.log.Sync(), db.log.Close())
+		db.reading.Unlock()
 	})
 	return db.closeErr
 }

@@ -572,3 +572,75 @@ func TestBackupEmptyDir(t *testing.T) {
 		t.Fatalf(`Backup("") left %d entries in the working directory (%v)`, len(ents), err)
 	}
 }
+
+// TestCloseDuringReads: reads and backups that overlap Close finish or
+// return ErrClosed; before Close waited for them they met the closed files
+// ("corrupt data: segment removed", "leveldb: closed"). Each round closes
+// once a backup is under way (a condition, not a sleep).
+func TestCloseDuringReads(t *testing.T) {
+	for round := 0; round < 8; round++ {
+		idx := []string{nezha.IndexLevelDB, nezha.IndexMemory}[round%2]
+		db, err := Open(t.TempDir(), testOptions(t, idx, false))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var b Batch
+		for i := 0; i < 2000; i++ {
+			b.Put([]byte(fmt.Sprintf("k%05d", i)), bytes.Repeat([]byte{byte(i)}, 1000))
+		}
+		if err := db.Write(&b); err != nil {
+			t.Fatal(err)
+		}
+		var (
+			wg      sync.WaitGroup
+			mu      sync.Mutex
+			bad     []error
+			started = make(chan struct{}, 8)
+		)
+		report := func(err error) bool {
+			if err == nil || errors.Is(err, ErrNotFound) {
+				return false
+			}
+			if !errors.Is(err, ErrClosed) {
+				mu.Lock()
+				bad = append(bad, err)
+				mu.Unlock()
+			}
+			return true
+		}
+		for w := 0; w < 2; w++ {
+			wg.Add(2)
+			go func() {
+				defer wg.Done()
+				for i := 0; i < 50; i++ {
+					started <- struct{}{}
+					if report(db.Backup(filepath.Join(t.TempDir(), "b"))) {
+						return
+					}
+				}
+			}()
+			go func() {
+				defer wg.Done()
+				for i := 0; i < 5000; i++ {
+					if _, err := db.Get([]byte(fmt.Sprintf("k%05d", i%2000))); report(err) {
+						return
+					}
+					if _, err := db.Scan([]byte(fmt.Sprintf("k%05d", i%2000)), nil, 50); report(err) {
+						return
+					}
+				}
+			}()
+		}
+		<-started
+		if err := db.Close(); err != nil {
+			t.Fatal(err)
+		}
+		wg.Wait()
+		for _, err := range bad {
+			t.Errorf("round %d (%s): an operation overlapping Close: %v", round, idx, err)
+		}
+		if _, err := db.Get([]byte("k00001")); !errors.Is(err, ErrClosed) {
+			t.Fatalf("Get after Close: %v, want ErrClosed", err)
+		}
+	}
+}
