@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
 	"path/filepath"
 	"sync"
 	"sync/atomic"
@@ -64,6 +65,7 @@ type DB struct {
 	reqc      chan *request
 	quit      chan struct{} // closed by Close
 	stopped   chan struct{} // closed when the committer has returned
+	unlock    func()        // releases the directory's LOCK
 	closeOnce sync.Once
 	closeErr  error
 	// failed holds the error that stopped the committer (a failed append
@@ -93,6 +95,27 @@ func Open(dir string, opts Options) (*DB, error) {
 	if dir == "" {
 		return nil, errors.New("embedded: open: a directory is required")
 	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, fmt.Errorf("embedded: open: %w", err)
+	}
+	unlock, err := systems.LockFile(filepath.Join(dir, lockName))
+	if err != nil {
+		return nil, fmt.Errorf("embedded: open: %w (one DB per directory at a time)", err)
+	}
+	db, err := open(dir, opts)
+	if err != nil {
+		unlock()
+		return nil, err
+	}
+	db.unlock = unlock
+	return db, nil
+}
+
+// lockName is the file in the DB's directory that an open DB holds an
+// exclusive flock(2) on.
+const lockName = "LOCK"
+
+func open(dir string, opts Options) (*DB, error) {
 	logger := opts.Logger
 	if logger == nil {
 		logger = slog.Default()
@@ -444,6 +467,7 @@ func (db *DB) Close() error {
 		<-db.stopped
 		db.reading.Lock() // later reads see quit closed
 		db.closeErr = errors.Join(db.store.Close(), db.log.Sync(), db.log.Close())
+		db.unlock()
 		db.reading.Unlock()
 	})
 	return db.closeErr
