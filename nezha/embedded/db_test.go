@@ -674,3 +674,44 @@ func TestOpenLocksDir(t *testing.T) {
 		check(t, db, model{"a": "1"})
 	}
 }
+
+// TestFailedBackupLeavesNoCopy: a Backup that fails midway (here a
+// corrupt value record in the DB's log fails the snapshot stream after
+// some pairs) leaves neither dir nor its temporary directory. Before, dir
+// held a partial copy that Open opened as an empty DB (a WARN removing the
+// unlisted run), so a restore from it silently lost every key.
+func TestFailedBackupLeavesNoCopy(t *testing.T) {
+	src := t.TempDir()
+	db := mustOpen(t, src, testOptions(t, nezha.IndexMemory, false))
+	for i := 0; i < 100; i++ {
+		if err := db.Put([]byte(fmt.Sprintf("k%03d", i)), bytes.Repeat([]byte{'v'}, 1000)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	seg := activeSegment(t, src)
+	f, err := os.OpenFile(seg, os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fi, err := f.Stat()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Inside the values of the keys around k050 (records are ~1 KiB).
+	if _, err := f.WriteAt(bytes.Repeat([]byte{'X'}, 64), fi.Size()/2); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	parent := t.TempDir()
+	dir := filepath.Join(parent, "copy")
+	if err := db.Backup(dir); err == nil {
+		t.Fatal("Backup over a corrupt value record succeeded")
+	}
+	if ents, err := os.ReadDir(parent); err != nil || len(ents) != 0 {
+		names := []string{}
+		for _, e := range ents {
+			names = append(names, e.Name())
+		}
+		t.Fatalf("a failed Backup left %v in %s (%v)", names, parent, err)
+	}
+}
