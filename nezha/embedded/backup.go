@@ -131,6 +131,11 @@ func (db *DB) restoreInto(s *nezha.Store, l *raftlog.Log, index uint64) error {
 	if err := l.ApplySnapshot(raftpb.SnapshotMetadata{Index: index, Term: term, ConfState: confState}); err != nil {
 		return fmt.Errorf("embedded: backup: %w", err)
 	}
+	// The commit index Open replays up to (without it, the copy's log
+	// recovers with an empty HardState and repairs it with a warning).
+	if err := l.Append(raftpb.HardState{Term: term, Vote: 1, Commit: index}, nil, true); err != nil {
+		return fmt.Errorf("embedded: backup: %w", err)
+	}
 	if err := s.CommitRestore(index); err != nil {
 		return fmt.Errorf("embedded: backup: %w", err)
 	}

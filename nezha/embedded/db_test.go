@@ -715,3 +715,28 @@ func TestFailedBackupLeavesNoCopy(t *testing.T) {
 		t.Fatalf("a failed Backup left %v in %s (%v)", names, parent, err)
 	}
 }
+
+// TestBackupOpensWithoutWarnings: the copy's log records its commit index,
+// so opening it logs no warning (it logged "hard state behind the log
+// after recovery; repaired" on every Open of a backup).
+func TestBackupOpensWithoutWarnings(t *testing.T) {
+	db := mustOpen(t, t.TempDir(), testOptions(t, nezha.IndexLevelDB, false))
+	if err := db.Put([]byte("k"), []byte("v")); err != nil {
+		t.Fatal(err)
+	}
+	dir := filepath.Join(t.TempDir(), "copy")
+	if err := db.Backup(dir); err != nil {
+		t.Fatal(err)
+	}
+	var logs bytes.Buffer
+	o := testOptions(t, nezha.IndexLevelDB, false)
+	o.Logger = slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	bk := mustOpen(t, dir, o)
+	check(t, bk, model{"k": "v"})
+	if err := bk.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if logs.Len() > 0 {
+		t.Fatalf("opening a backup logged warnings:\n%s", logs.String())
+	}
+}
