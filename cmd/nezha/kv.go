@@ -64,6 +64,11 @@ func (c *cli) kvSub(sub string, n int) *ffcli.Command {
 		if *ttl < 0 || *ttl != 0 && sub != "put" {
 			return systems.Usagef("kv %s: -ttl %v: only a positive TTL of a put", sub, *ttl)
 		}
+		if *ttl != 0 {
+			if err := systems.CheckTTL(*ttl); err != nil {
+				return systems.Usagef("kv put: -ttl: %v", err)
+			}
+		}
 		cfg, _, err := af.ClientConfig()
 		if err != nil {
 			return err

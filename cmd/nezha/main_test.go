@@ -133,6 +133,7 @@ func TestUsageErrors(t *testing.T) {
 		{"-limit -1 is negative", []string{"kv", "scan", "a", "-limit", "-1", "-servers", "127.0.0.1:1"}},
 		{"-timeout", []string{"kv", "get", "a", "-timeout", "0s", "-servers", "127.0.0.1:1"}},
 		{"-consistency", []string{"kv", "get", "a", "-consistency", "eventual", "-servers", "127.0.0.1:1"}},
+		{"over the maximum", []string{"kv", "put", "a", "b", "-ttl", "1000000h", "-servers", "127.0.0.1:1"}},
 		{"want a subcommand", []string{"bench"}},
 		{`unknown subcommand "frob"`, []string{"bench", "frob"}},
 		{"unexpected argument", []string{"bench", "put", "x"}},

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
 	"path/filepath"
 	"sync"
 	"sync/atomic"
@@ -55,9 +56,16 @@ type DB struct {
 	// bound: nothing above it may leave the log).
 	applied atomic.Uint64
 
+	// reading is held shared by each read and Backup while it uses the
+	// store and the log, and exclusively by Close before it closes them:
+	// a read that overlaps Close ends before the files close, or returns
+	// ErrClosed (not an error of a closed file).
+	reading sync.RWMutex
+
 	reqc      chan *request
 	quit      chan struct{} // closed by Close
 	stopped   chan struct{} // closed when the committer has returned
+	unlock    func()        // releases the directory's LOCK
 	closeOnce sync.Once
 	closeErr  error
 	// failed holds the error that stopped the committer (a failed append
@@ -87,6 +95,27 @@ func Open(dir string, opts Options) (*DB, error) {
 	if dir == "" {
 		return nil, errors.New("embedded: open: a directory is required")
 	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, fmt.Errorf("embedded: open: %w", err)
+	}
+	unlock, err := systems.LockFile(filepath.Join(dir, lockName))
+	if err != nil {
+		return nil, fmt.Errorf("embedded: open: %w (one DB per directory at a time)", err)
+	}
+	db, err := open(dir, opts)
+	if err != nil {
+		unlock()
+		return nil, err
+	}
+	db.unlock = unlock
+	return db, nil
+}
+
+// lockName is the file in the DB's directory that an open DB holds an
+// exclusive flock(2) on.
+const lockName = "LOCK"
+
+func open(dir string, opts Options) (*DB, error) {
 	logger := opts.Logger
 	if logger == nil {
 		logger = slog.Default()
@@ -186,7 +215,8 @@ func (db *DB) Put(key, value []byte) error {
 // PutWithTTL sets key to value until ttl from now (Options.Clock): from
 // then on Get, Scan and Backup treat the key as absent and GC drops it.
 // The expiry time is stored with the write, so it survives restarts and
-// backups. ttl must be positive.
+// backups. ttl must be positive and at most systems.MaxTTL (100 years),
+// and the expiry time must fall before 2262 (systems.ExpiryUnixNano).
 func (db *DB) PutWithTTL(key, value []byte, ttl time.Duration) error {
 	var b Batch
 	if err := b.PutWithTTL(key, value, ttl); err != nil {
@@ -214,7 +244,11 @@ func (db *DB) Write(b *Batch) error {
 	for i := range b.cmds {
 		c := &b.cmds[i]
 		if b.ttls != nil && b.ttls[i] > 0 {
-			c.ExpiresUnixNano = now.Add(b.ttls[i]).UnixNano()
+			exp, err := systems.ExpiryUnixNano(now, b.ttls[i])
+			if err != nil {
+				return fmt.Errorf("embedded: key %.40q: %w", c.Key, err)
+			}
+			c.ExpiresUnixNano = exp
 		}
 		if err := systems.CheckKey(c.Key); err != nil {
 			return fmt.Errorf("embedded: %w", err)
@@ -372,9 +406,10 @@ func (db *DB) logf(msg string, args ...any) {
 // A read error (a record that fails its CRC, wrapping systems.ErrCorrupt)
 // concerns this key only.
 func (db *DB) Get(key []byte) ([]byte, error) {
-	if err := db.readable(); err != nil {
+	if err := db.beginRead(); err != nil {
 		return nil, err
 	}
+	defer db.reading.RUnlock()
 	v, found, err := db.store.Get(key)
 	if err != nil {
 		return nil, err
@@ -389,19 +424,24 @@ func (db *DB) Get(key []byte) ([]byte, error) {
 // (empty end: no upper bound), at most limit of them (0: all, held in
 // memory), from one consistent view of the index.
 func (db *DB) Scan(start, end []byte, limit int) ([]KeyValue, error) {
-	if err := db.readable(); err != nil {
-		return nil, err
-	}
 	if limit < 0 {
 		return nil, fmt.Errorf("embedded: scan limit %d must not be negative", limit)
 	}
+	if err := db.beginRead(); err != nil {
+		return nil, err
+	}
+	defer db.reading.RUnlock()
 	kvs, _, err := db.store.Scan(start, end, limit, 0)
 	return kvs, err
 }
 
-func (db *DB) readable() error {
+// beginRead holds reading shared for a read of the store and the log
+// (the caller releases it with reading.RUnlock), or returns ErrClosed.
+func (db *DB) beginRead() error {
+	db.reading.RLock()
 	select {
 	case <-db.quit:
+		db.reading.RUnlock()
 		return ErrClosed
 	default:
 		return nil
@@ -416,14 +456,19 @@ func (db *DB) GCRounds() []systems.GCRound { return db.store.GCRounds() }
 // their tiers, live bytes.
 func (db *DB) StorageShape() systems.StorageShape { return db.store.StorageShape() }
 
-// Close stops the committer (writes still waiting return ErrClosed), stops
-// GC, fsyncs the value log (Options.Sync) and closes the files. It is safe
-// to call more than once; later calls return the first one's error.
+// Close stops the committer (writes still waiting return ErrClosed), waits
+// for the reads and the Backup under way, stops GC, fsyncs the value log
+// (Options.Sync) and closes the files. It is safe to call more than once
+// and concurrently with every other method; later calls return the first
+// one's error.
 func (db *DB) Close() error {
 	db.closeOnce.Do(func() {
 		close(db.quit)
 		<-db.stopped
+		db.reading.Lock() // later reads see quit closed
 		db.closeErr = errors.Join(db.store.Close(), db.log.Sync(), db.log.Close())
+		db.unlock()
+		db.reading.Unlock()
 	})
 	return db.closeErr
 }
@@ -442,10 +487,10 @@ type Batch struct {
 func (b *Batch) Put(key, value []byte) { b.add(systems.OpPut, key, value, 0) }
 
 // PutWithTTL adds key = value to b, expiring ttl after DB.Write is called
-// (see DB.PutWithTTL). ttl must be positive.
+// (see DB.PutWithTTL). ttl must pass systems.CheckTTL.
 func (b *Batch) PutWithTTL(key, value []byte, ttl time.Duration) error {
-	if ttl <= 0 {
-		return fmt.Errorf("embedded: TTL %v must be positive", ttl)
+	if err := systems.CheckTTL(ttl); err != nil {
+		return fmt.Errorf("embedded: %w", err)
 	}
 	b.add(systems.OpPut, key, value, ttl)
 	return nil

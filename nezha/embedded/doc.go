@@ -14,7 +14,9 @@
 // log through the same systems.LogControl a node implements, with the
 // applied index as its compaction bound.
 //
-// Layout of dir: as a nezha node's data directory (package nezha):
+// Layout of dir: LOCK (an open DB holds a flock(2) on it: a second Open
+// of the directory fails with systems.ErrLocked), then as a nezha node's
+// data directory (package nezha):
 // valuelog/ (the value log), index/ (LevelDB index) or index.ckpt (memory
 // index checkpoint), sorted/ (runs and their MANIFEST).
 //

@@ -3,6 +3,7 @@ package embedded
 import (
 	"errors"
 	"fmt"
+	"math"
 	"path/filepath"
 	"sync"
 	"testing"
@@ -123,5 +124,45 @@ func TestTTL(t *testing.T) {
 			put("soon", 0)
 			visible(t, "soon again", db, all, []string{"keep", "renewed", "soon"})
 		})
+	}
+}
+
+// TestTTLOutOfRange: a TTL whose expiry time does not fit an int64 of Unix
+// nanoseconds (a huge duration, or a clock near 2262) is refused before it
+// reaches the log. Before the check, such a put was appended, then failed
+// to decode on apply: the DB stopped, and Open failed on that entry forever.
+func TestTTLOutOfRange(t *testing.T) {
+	dir := t.TempDir()
+	clk := &clock{t: time.Date(2250, 1, 1, 0, 0, 0, 0, time.UTC)}
+	o := testOptions(t, nezha.IndexLevelDB, false)
+	o.Clock = clk.now
+	db, err := Open(dir, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, ttl := range []time.Duration{math.MaxInt64, 200 * 365 * 24 * time.Hour, 20 * 365 * 24 * time.Hour, 0, -time.Second} {
+		if err := db.PutWithTTL([]byte("k"), []byte("v"), ttl); err == nil {
+			t.Fatalf("PutWithTTL(%v) at %v succeeded", ttl, clk.now())
+		}
+		var b Batch
+		b.Put([]byte("other"), []byte("v"))
+		if err := b.PutWithTTL([]byte("k"), []byte("v"), ttl); err == nil {
+			if err := db.Write(&b); err == nil {
+				t.Fatalf("Batch.PutWithTTL(%v) at %v committed", ttl, clk.now())
+			}
+		}
+	}
+	if err := db.PutWithTTL([]byte("k"), []byte("v"), time.Hour); err != nil {
+		t.Fatalf("PutWithTTL(1h) after the refused ones: %v", err)
+	}
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
+	db = mustOpen(t, dir, o)
+	if v, err := db.Get([]byte("k")); err != nil || string(v) != "v" {
+		t.Fatalf("Get after reopen = %q, %v", v, err)
+	}
+	if _, err := db.Get([]byte("other")); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("a refused batch's other put is visible: %v", err)
 	}
 }

@@ -626,15 +626,11 @@ func Lock(dir string) (func(), error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, systems.Usagef("cluster directory %s: %v", dir, err)
 	}
-	f, err := os.OpenFile(filepath.Join(dir, ".lock"), os.O_CREATE|os.O_RDWR, 0o644)
-	if err != nil {
-		return nil, err
-	}
-	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
-		f.Close()
+	unlock, err := systems.LockFile(filepath.Join(dir, ".lock"))
+	if errors.Is(err, systems.ErrLocked) {
 		return nil, systems.Usagef("another nezha command is using the cluster in %s", dir)
 	}
-	return func() { syscall.Flock(int(f.Fd()), syscall.LOCK_UN); f.Close() }, nil
+	return unlock, err
 }
 
 // Down stops every node (SIGTERM, then SIGKILL after 10 s) and, if purge,

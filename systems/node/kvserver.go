@@ -95,10 +95,14 @@ func (s *kvServer) put(ctx context.Context, key, value []byte, sess clientSessio
 		if ts, ok := s.n.sm.(systems.TTLStore); !ok || !ts.SupportsTTL() {
 			return nil, status.Errorf(codes.Unimplemented, "put: this system's state machine does not support TTLs")
 		}
-		if ttlMs > maxTTLMs {
-			return nil, status.Errorf(codes.InvalidArgument, "put: TTL of %d ms is over the maximum of %d ms", ttlMs, uint64(maxTTLMs))
+		if ttlMs > uint64(systems.MaxTTL/time.Millisecond) {
+			return nil, status.Errorf(codes.InvalidArgument, "put: TTL of %d ms is over the maximum of %d ms", ttlMs, uint64(systems.MaxTTL/time.Millisecond))
 		}
-		expires = time.Now().Add(time.Duration(ttlMs) * time.Millisecond).UnixNano()
+		exp, err := systems.ExpiryUnixNano(time.Now(), time.Duration(ttlMs)*time.Millisecond)
+		if err != nil {
+			return nil, status.Errorf(codes.InvalidArgument, "put: %v", err)
+		}
+		expires = exp
 	}
 	if err := s.n.disk.check(len(key) + len(value)); err != nil {
 		return nil, status.Errorf(codes.ResourceExhausted, "put: %v", err)
@@ -123,10 +127,6 @@ func (s *kvServer) put(ctx context.Context, key, value []byte, sess clientSessio
 	}
 	return &kvpb.PutResponse{Header: s.header(), Index: idx}, nil
 }
-
-// maxTTLMs bounds a put's TTL (100 years), so that the expiry time fits
-// an int64 of Unix nanoseconds.
-const maxTTLMs = 100 * 365 * 24 * 3600 * 1000
 
 // putFrame is a PutRequest as kvCodec decodes it: one buffer holding
 // putHeadroomBytes, then the request's bytes, with key and value aliasing
