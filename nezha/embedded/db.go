@@ -95,6 +95,9 @@ func Open(dir string, opts Options) (*DB, error) {
 	if dir == "" {
 		return nil, errors.New("embedded: open: a directory is required")
 	}
+	if err := checkForeign(dir); err != nil {
+		return nil, err
+	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, fmt.Errorf("embedded: open: %w", err)
 	}
@@ -114,6 +117,23 @@ func Open(dir string, opts Options) (*DB, error) {
 // lockName is the file in the DB's directory that an open DB holds an
 // exclusive flock(2) on.
 const lockName = "LOCK"
+
+// checkForeign refuses a directory that holds files but no value log: it
+// is something else's (a RocksDB node's data, a user's files), and Open
+// would add a store beside them. A missing or empty directory is a new
+// DB.
+func checkForeign(dir string) error {
+	des, err := os.ReadDir(dir)
+	if err != nil || len(des) == 0 {
+		return nil // missing (created next) or unreadable (MkdirAll says)
+	}
+	for _, de := range des {
+		if de.Name() == nezha.ValueLogDir {
+			return nil
+		}
+	}
+	return fmt.Errorf("embedded: open: %s holds %d entries but no %s/: not a store of this package (refusing to add one beside them; use an empty or new directory)", dir, len(des), nezha.ValueLogDir)
+}
 
 func open(dir string, opts Options) (*DB, error) {
 	logger := opts.Logger
@@ -239,6 +259,9 @@ func (db *DB) Delete(key []byte) error {
 func (db *DB) Write(b *Batch) error {
 	if len(b.cmds) == 0 {
 		return nil
+	}
+	if b.size > db.opts.MaxBatchBytes {
+		return fmt.Errorf("embedded: a batch of %d bytes is over Options.MaxBatchBytes (%d); split it", b.size, db.opts.MaxBatchBytes)
 	}
 	now := db.opts.Clock()
 	for i := range b.cmds {

@@ -179,6 +179,40 @@ func TestBadInput(t *testing.T) {
 	if err := db.Write(&empty); err != nil {
 		t.Fatalf("empty batch: %v", err)
 	}
+	// A batch over MaxBatchBytes is refused whole (this DB's default:
+	// 256 MiB; five 64 MiB values share one backing array).
+	var big Batch
+	v := make([]byte, 64<<20)
+	for i := range 5 {
+		big.Put([]byte(fmt.Sprintf("big%d", i)), v)
+	}
+	if err := db.Write(&big); err == nil || !strings.Contains(err.Error(), "MaxBatchBytes") {
+		t.Fatalf("Write of a 320 MiB batch: %v, want an error naming MaxBatchBytes", err)
+	}
+	if _, err := db.Get([]byte("big0")); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("a refused batch left big0: %v", err)
+	}
+}
+
+// TestOpenRefusesForeignDirectory: a directory with files but no value
+// log is not opened (nothing is added to it); an empty one is.
+func TestOpenRefusesForeignDirectory(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "CURRENT"), []byte("MANIFEST-000001\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if db, err := Open(dir, DefaultOptions()); err == nil {
+		db.Close()
+		t.Fatal("Open of a directory holding another store's files succeeded")
+	}
+	if des, _ := os.ReadDir(dir); len(des) != 1 {
+		t.Fatalf("the refused Open left %d entries, want the 1 that was there", len(des))
+	}
+	db, err := Open(t.TempDir(), DefaultOptions())
+	if err != nil {
+		t.Fatalf("Open of an empty directory: %v", err)
+	}
+	db.Close()
 }
 
 func TestOptionsValidate(t *testing.T) {
@@ -187,9 +221,10 @@ func TestOptionsValidate(t *testing.T) {
 		t.Fatalf("defaults: %v", err)
 	}
 	o.SegmentSizeBytes, o.MaxCommitBytes, o.MaxValueBytes, o.StallPollInterval = 10, 0, 0, 0
+	o.MaxBatchBytes = -1
 	o.Store.Index = "btree"
 	err := o.Validate()
-	for _, want := range []string{"SegmentSizeBytes", "MaxCommitBytes", "MaxValueBytes", "StallPollInterval", "btree"} {
+	for _, want := range []string{"SegmentSizeBytes", "MaxCommitBytes", "MaxValueBytes", "MaxBatchBytes", "StallPollInterval", "btree"} {
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("Validate = %v; want it to name %s", err, want)
 		}

@@ -32,6 +32,11 @@ type Options struct {
 	// MaxValueBytes is the largest value Put accepts. Default 64 MiB
 	// (systems.DefaultMaxValueBytes).
 	MaxValueBytes int
+	// MaxBatchBytes is the largest Batch (keys and values) Write accepts.
+	// Default 256 MiB. One batch is one commit: recovery reads a crash in
+	// the middle of a much larger one as corruption in the middle of the
+	// log, not as a torn tail.
+	MaxBatchBytes int64
 	// Store configures the index and GC: nezha.DefaultConfig(nezha.Name)
 	// (GC on, tiered strategy, LevelDB index; see nezha.Config for each
 	// field's default) unless set. Use nezha.DefaultConfig(nezha.NameNoGC)
@@ -61,6 +66,7 @@ func DefaultOptions() Options {
 		SegmentSizeBytes:  raftlog.DefaultSegmentSizeBytes,
 		MaxCommitBytes:    16 << 20,
 		MaxValueBytes:     systems.DefaultMaxValueBytes,
+		MaxBatchBytes:     256 << 20,
 		Store:             c,
 		StallPollInterval: 10 * time.Millisecond,
 	}
@@ -77,6 +83,9 @@ func (o *Options) Validate() error {
 	}
 	if o.MaxValueBytes <= 0 {
 		errs = append(errs, fmt.Errorf("embedded: MaxValueBytes %d must be positive", o.MaxValueBytes))
+	}
+	if o.MaxBatchBytes < int64(o.MaxValueBytes) {
+		errs = append(errs, fmt.Errorf("embedded: MaxBatchBytes %d is below MaxValueBytes %d", o.MaxBatchBytes, o.MaxValueBytes))
 	}
 	if o.StallPollInterval <= 0 {
 		errs = append(errs, fmt.Errorf("embedded: StallPollInterval %v must be positive", o.StallPollInterval))
