@@ -101,6 +101,18 @@ func (tc *testCluster) waitRemoved(t *testing.T, i int) {
 		_, last = ks.Put(ctx, &kvpb.PutRequest{Key: []byte("removed"), Value: []byte("x")})
 		return status.Code(last) == codes.Aborted && strings.Contains(last.Error(), removedMarker)
 	})
+	// Linearizable reads get the same answer, which a client takes as a
+	// cue to try another member (they were Internal, which it takes as
+	// final: TestConformanceChangingMembers/blobdb).
+	ctx, cancel := ctxFor(time.Second)
+	defer cancel()
+	_, gerr := ks.Get(ctx, &kvpb.GetRequest{Key: []byte("removed")})
+	_, serr := ks.Scan(ctx, &kvpb.ScanRequest{Start: []byte("a")})
+	for _, err := range []error{gerr, serr} {
+		if status.Code(err) != codes.Aborted || !strings.Contains(err.Error(), removedMarker) {
+			t.Fatalf("a read from the removed node: %v, want Aborted naming the removal", err)
+		}
+	}
 }
 
 // A learner joins a 3-node cluster under writes, is promoted and serves
