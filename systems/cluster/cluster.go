@@ -77,6 +77,11 @@ type Spec struct {
 	NextID uint64 `json:"next_id,omitempty"`
 	// Dir is the cluster directory (not stored).
 	Dir string `json:"-"`
+	// NodeArgs, if set (not stored), gives a member that AddMember adds
+	// its own flags, as UpOptions.NodeArgs did at the start (e.g. the
+	// per-link proxies of faults.Net): called with the new node, its ports
+	// chosen, and every member, the new one last, before it starts.
+	NodeArgs func(self Node, all []Node) []string `json:"-"`
 }
 
 // Addresses returns the client addresses of all nodes.

@@ -6,9 +6,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
 	"math"
+	"os"
 	"slices"
+	"strconv"
 	"time"
 
 	"go.etcd.io/raft/v3"
@@ -212,15 +215,41 @@ func (n *Node) noteConfChange(index uint64, cc raftpb.ConfChangeI) {
 }
 
 // dialAddress is the address this node dials for member id: -dialPeers or
-// -peers if they name it, else the address its conf change carried.
+// -peers if they name it, else -dialPeersFile's entry for it, else the
+// address its conf change carried.
 func (n *Node) dialAddress(id uint64) string {
 	if a := n.cfg.dialAddress(id); a != "" {
+		return a
+	}
+	if a := n.dialFileAddress(id); a != "" {
 		return a
 	}
 	if a, ok := n.internalAddrs.Load(id); ok {
 		return a.(string)
 	}
 	return ""
+}
+
+// dialFileAddress returns -dialPeersFile's address for member id, "" if
+// there is none (no file, no entry; a file that cannot be read or parsed
+// is logged and ignored).
+func (n *Node) dialFileAddress(id uint64) string {
+	if n.cfg.DialPeersFile == "" {
+		return ""
+	}
+	b, err := os.ReadFile(n.cfg.DialPeersFile)
+	if errors.Is(err, fs.ErrNotExist) {
+		return ""
+	}
+	var addrs map[string]string
+	if err == nil {
+		err = json.Unmarshal(b, &addrs)
+	}
+	if err != nil {
+		n.logger.Warn("-dialPeersFile ignored", "file", n.cfg.DialPeersFile, "err", err)
+		return ""
+	}
+	return addrs[strconv.FormatUint(id, 10)]
 }
 
 // noteEntries tracks, on the Ready loop, what confPending needs: the newest
