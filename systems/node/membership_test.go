@@ -3,6 +3,9 @@ package node
 import (
 	"context"
 	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -328,4 +331,34 @@ func TestJoinWithStaleBootstrapVoters(t *testing.T) {
 		t.Fatal(err)
 	}
 	tc.checkServes(t, i5, map[string]string{"k": "v"})
+}
+
+// A member -peers does not name is dialed at -dialPeersFile's address for
+// it when the file has one (fault injection's proxies), else at the
+// address its conf change carried; -peers' members at -dialPeers.
+func TestDialAddressFromFile(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "dial-peers.json")
+	n := &Node{logger: slog.New(slog.DiscardHandler), cfg: Config{
+		Peers: []string{"127.0.0.1:1001", "127.0.0.1:1002"}, DialPeers: []string{"127.0.0.1:2001", "127.0.0.1:2002"},
+		InternalAddress: "127.0.0.1:1001", DialPeersFile: file,
+	}}
+	n.internalAddrs.Store(uint64(3), "127.0.0.1:1003")
+	n.internalAddrs.Store(uint64(4), "127.0.0.1:1004")
+	check := func(when string, want map[uint64]string) {
+		t.Helper()
+		for id, w := range want {
+			if got := n.dialAddress(id); got != w {
+				t.Fatalf("%s: member %d dialed at %q, want %q", when, id, got, w)
+			}
+		}
+	}
+	check("no file", map[uint64]string{2: "127.0.0.1:2002", 3: "127.0.0.1:1003", 4: "127.0.0.1:1004", 5: ""})
+	if err := os.WriteFile(file, []byte(`{"2": "127.0.0.1:9002", "3": "127.0.0.1:3003"}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	check("file", map[uint64]string{2: "127.0.0.1:2002", 3: "127.0.0.1:3003", 4: "127.0.0.1:1004"})
+	if err := os.WriteFile(file, []byte(`{"3": `), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	check("unparsable file", map[uint64]string{3: "127.0.0.1:1003"})
 }
