@@ -44,6 +44,25 @@ func (tc *testCluster) addNode(t *testing.T, id uint64, bootstrap []uint64) int 
 
 func (tc *testCluster) admin(i int) *adminServer { return &adminServer{n: tc.nodes[i]} }
 
+// addLeader starts node id, has leader l add and promote it, transfers the
+// leadership to it, and returns its index.
+func (tc *testCluster) addLeader(t *testing.T, ctx context.Context, l int, id uint64) int {
+	t.Helper()
+	ml, err := tc.admin(l).MemberList(ctx, &kvpb.MemberListRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	i := tc.addNode(t, id, ml.BootstrapVoters)
+	if _, err := tc.admin(l).AddMember(ctx, &kvpb.AddMemberRequest{Id: id, InternalAddress: tc.cfgs[i].InternalAddress,
+		Address: tc.cfgs[i].Address, Promote: true}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tc.admin(l).TransferLeader(ctx, &kvpb.TransferLeaderRequest{Id: id}); err != nil {
+		t.Fatal(err)
+	}
+	return i
+}
+
 func ctxFor(d time.Duration) (context.Context, context.CancelFunc) {
 	return context.WithTimeout(context.Background(), d)
 }
@@ -300,19 +319,8 @@ func TestJoinWithStaleBootstrapVoters(t *testing.T) {
 	ctx, cancel := ctxFor(60 * time.Second)
 	defer cancel()
 	l := tc.waitLeader(10 * time.Second)
-	ml, err := tc.admin(l).MemberList(ctx, &kvpb.MemberListRequest{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	i4 := tc.addNode(t, 4, ml.BootstrapVoters)
-	if _, err := tc.admin(l).AddMember(ctx, &kvpb.AddMemberRequest{Id: 4, InternalAddress: tc.cfgs[i4].InternalAddress,
-		Address: tc.cfgs[i4].Address, Promote: true}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := tc.admin(l).TransferLeader(ctx, &kvpb.TransferLeaderRequest{Id: 4}); err != nil {
-		t.Fatal(err)
-	}
-	ml, err = tc.admin(i4).MemberList(ctx, &kvpb.MemberListRequest{})
+	i4 := tc.addLeader(t, ctx, l, 4)
+	ml, err := tc.admin(i4).MemberList(ctx, &kvpb.MemberListRequest{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -331,6 +339,28 @@ func TestJoinWithStaleBootstrapVoters(t *testing.T) {
 		t.Fatal(err)
 	}
 	tc.checkServes(t, i5, map[string]string{"k": "v"})
+}
+
+// A member that was down while a node was added and given the leadership
+// restarts with -peers that do not name the new leader, and has not applied
+// the conf change that carries its address: it answers the leader at the
+// internal address the leader's stream announced, and catches up (without
+// that, the leader's probes went unanswered for good). Found by check
+// -nemesis membership,partition-leader,kill -seed 1.
+func TestLaggingMemberAnswersNewLeader(t *testing.T) {
+	tc := startCluster(t, 3)
+	ctx, cancel := ctxFor(60 * time.Second)
+	defer cancel()
+	l := tc.waitLeader(10 * time.Second)
+	lagging := (l + 1) % 3
+	tc.stop(lagging)
+	tc.addLeader(t, ctx, l, 4)
+	c := tc.client(t)
+	if _, err := c.Put(ctx, []byte("k"), []byte("v")); err != nil {
+		t.Fatal(err)
+	}
+	tc.start(lagging)
+	tc.checkServes(t, lagging, map[string]string{"k": "v"})
 }
 
 // A member -peers does not name is dialed at -dialPeersFile's address for
