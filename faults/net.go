@@ -183,6 +183,17 @@ func (n *Net) addMemberLocked(self cluster.Node, all []cluster.Node) error {
 	if err := checkLoopback(self.InternalAddress); err != nil {
 		return err
 	}
+	// The members' ports are free while a member is down or, for self,
+	// not yet bound (cluster.Spec.AddMember chose them and let them go):
+	// a proxy must not take one.
+	taken := map[string]bool{}
+	for _, m := range all {
+		for _, a := range []string{m.Address, m.InternalAddress, m.MetricsAddress, m.JSONRPCAddress} {
+			if _, port, err := net.SplitHostPort(a); err == nil {
+				taken[port] = true
+			}
+		}
+	}
 	for _, m := range all {
 		if m.ID == self.ID {
 			continue
@@ -191,7 +202,7 @@ func (n *Net) addMemberLocked(self cluster.Node, all []cluster.Node) error {
 			link Link
 			to   string
 		}{{Link{From: self.ID, To: m.ID}, m.InternalAddress}, {Link{From: m.ID, To: self.ID}, self.InternalAddress}} {
-			if err := n.startProxyLocked(l.link, l.to); err != nil {
+			if err := n.startProxyLocked(l.link, l.to, taken); err != nil {
 				return err
 			}
 		}
@@ -214,14 +225,29 @@ func (n *Net) addMemberLocked(self cluster.Node, all []cluster.Node) error {
 }
 
 // startProxyLocked creates and starts the proxy of link l to address to,
-// on a free port below the ephemeral range, with the delay in force.
-func (n *Net) startProxyLocked(l Link, to string) error {
-	lis, err := listenBelowEphemeral()
-	if err != nil {
-		return fmt.Errorf("proxy for link %s: %w", l, err)
+// on a free port below the ephemeral range that is not in taken (nor the
+// port of another proxy, which a cut link leaves unbound), with the delay
+// in force.
+func (n *Net) startProxyLocked(l Link, to string, taken map[string]bool) error {
+	for _, p := range n.proxies {
+		if _, port, err := net.SplitHostPort(p.Listen); err == nil {
+			taken[port] = true
+		}
 	}
-	listen := lis.Addr().String()
-	lis.Close()
+	var listen string
+	for attempt := 0; listen == "" && attempt < 100; attempt++ {
+		lis, err := listenBelowEphemeral()
+		if err != nil {
+			return fmt.Errorf("proxy for link %s: %w", l, err)
+		}
+		if _, port, _ := net.SplitHostPort(lis.Addr().String()); !taken[port] {
+			listen = lis.Addr().String()
+		}
+		lis.Close()
+	}
+	if listen == "" {
+		return fmt.Errorf("proxy for link %s: no free port outside the members' in 100 attempts", l)
+	}
 	p := toxiproxy.NewProxy(n.server, "link-"+l.String(), listen, to)
 	if err := p.Start(); err != nil {
 		return fmt.Errorf("proxy for link %s: %w", l, err)
