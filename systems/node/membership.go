@@ -611,25 +611,41 @@ func (s *adminServer) TransferLeader(ctx context.Context, req *kvpb.TransferLead
 const transferAttempts = 5
 
 // transfer moves the leadership to voter to (0: the voter with the highest
-// match index) and waits until it has it, asking raft again each election
+// match index among those recently active, else among all, chosen again
+// at each attempt) and waits until it has it, asking raft again each election
 // timeout (up to transferAttempts times) while this node still leads.
 func (s *adminServer) transfer(ctx context.Context, to uint64) (uint64, error) {
 	n := s.n
 	electionTimeout := time.Duration(n.cfg.ElectionTicks) * n.cfg.TickInterval
 	tick := time.NewTicker(n.cfg.TickInterval / 4)
 	defer tick.Stop()
+	auto := to == 0
 	for attempt := 1; ; attempt++ {
 		err := n.inLoop(ctx, func() error {
 			if n.lead.Load() == to && to != 0 {
 				return nil // done (an earlier attempt)
+			}
+			if auto {
+				// Choose again: a voter that went down has stopped
+				// being recently active by now.
+				to = 0
 			}
 			if err := n.leaderOnly(); err != nil {
 				return err
 			}
 			prs, _ := n.progress()
 			if to == 0 {
+				// The most caught-up voter among those heard from in
+				// the last election timeout (a voter that is down may
+				// be the most caught up), else among all.
+				better := func(id uint64) bool {
+					if a, b := prs[id].RecentActive, prs[to].RecentActive; a != b {
+						return a
+					}
+					return prs[id].Match > prs[to].Match
+				}
 				for _, id := range n.confState.Voters {
-					if id != n.id && (to == 0 || prs[id].Match > prs[to].Match) {
+					if id != n.id && (to == 0 || better(id)) {
 						to = id
 					}
 				}

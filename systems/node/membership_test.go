@@ -363,6 +363,28 @@ func TestLaggingMemberAnswersNewLeader(t *testing.T) {
 	tc.checkServes(t, lagging, map[string]string{"k": "v"})
 }
 
+// A leader removing itself hands its leadership to a voter that is up,
+// even when the one that went down a moment ago is as caught up and comes
+// first (found by TestConformanceChangingMembers/nezha-gc-sort-once: the
+// transfer went to a killed follower, five times, and the removal failed).
+func TestRemoveLeaderSkipsDownVoter(t *testing.T) {
+	tc := startCluster(t, 3)
+	ctx, cancel := ctxFor(30 * time.Second)
+	defer cancel()
+	l := tc.waitLeader(10 * time.Second)
+	var followers []int
+	for i := range tc.nodes {
+		if i != l {
+			followers = append(followers, i)
+		}
+	}
+	down, up := followers[0], followers[1] // voters are tried in id order
+	leaderID, upID := tc.nodes[l].id, tc.nodes[up].id
+	tc.stop(down)
+	_, err := tc.admin(l).RemoveMember(ctx, &kvpb.RemoveMemberRequest{Id: leaderID})
+	wantCode(t, "remove the leader with a follower down", err, codes.Unavailable, fmt.Sprintf("leadership transferred to node %d", upID))
+}
+
 // A member -peers does not name is dialed at -dialPeersFile's address for
 // it when the file has one (fault injection's proxies), else at the
 // address its conf change carried; -peers' members at -dialPeers.
