@@ -3,6 +3,7 @@ package faults
 import (
 	"bufio"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -221,7 +222,7 @@ func TestNet(t *testing.T) {
 	dial := map[uint64][]string{}
 	for _, self := range all {
 		args := n.NodeArgs(self, all)
-		if len(args) != 2 || args[0] != "-dialPeers" {
+		if len(args) != 4 || args[0] != "-dialPeers" || args[2] != "-dialPeersFile" {
 			t.Fatalf("node args %v", args)
 		}
 		dial[self.ID] = strings.Split(args[1], ",")
@@ -287,6 +288,69 @@ func TestNet(t *testing.T) {
 		if err != nil || got != fmt.Sprintf("n%d:ping", l.To) || d > 100*time.Millisecond {
 			t.Fatalf("after HealAll, link %s: %q in %v, %v", l, got, d, err)
 		}
+	}
+}
+
+// A member added later (cluster.Spec.NodeArgs) gets proxies for its links
+// both ways: its own -dialPeers, and the other members' -dialPeersFile
+// (which they read for a member -peers does not name); its links can be
+// cut like the others.
+func TestNetAddedMember(t *testing.T) {
+	dir := t.TempDir()
+	var all []cluster.Node
+	for id := uint64(1); id <= 4; id++ {
+		data := filepath.Join(dir, fmt.Sprintf("node%d", id), "data")
+		if err := os.MkdirAll(data, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		all = append(all, cluster.Node{ID: id, InternalAddress: echo(t, fmt.Sprintf("n%d", id)), Data: data})
+	}
+	n := NewNet()
+	defer n.Close()
+	for _, self := range all[:3] {
+		n.NodeArgs(self, all[:3])
+	}
+	if err := n.Delay(150*time.Millisecond, 0); err != nil {
+		t.Fatal(err)
+	}
+	args := n.NodeArgs(all[3], all)
+	if len(args) != 4 || args[0] != "-dialPeers" || args[3] != DialPeersFile(all[3]) {
+		t.Fatalf("added node's args %v", args)
+	}
+	if len(n.Links()) != 12 {
+		t.Fatalf("%d links after adding node 4, want 12", len(n.Links()))
+	}
+	dial := strings.Split(args[1], ",")
+	for i, m := range all[:3] {
+		got, d, err := roundTrip(dial[i])
+		if err != nil || got != fmt.Sprintf("n%d:ping", m.ID) || d < 150*time.Millisecond {
+			t.Fatalf("link 4->%d: %q in %v (the delay in force: 150ms), %v", m.ID, got, d, err)
+		}
+	}
+	for _, m := range all[:3] {
+		b, err := os.ReadFile(DialPeersFile(m))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var addrs map[string]string
+		if err := json.Unmarshal(b, &addrs); err != nil || len(addrs) != 3 || addrs["4"] == "" {
+			t.Fatalf("node %d's dial peers file: %s (%v)", m.ID, b, err)
+		}
+		if got, _, err := roundTrip(addrs["4"]); err != nil || got != "n4:ping" {
+			t.Fatalf("link %d->4: %q %v", m.ID, got, err)
+		}
+		if got := n.DialPeers(m, all); !strings.HasSuffix(got, ","+addrs["4"]) {
+			t.Fatalf("node %d's -dialPeers after the change %s does not end with its proxy to node 4 %s", m.ID, got, addrs["4"])
+		}
+	}
+	if err := n.Cut(Link{1, 4}); err != nil {
+		t.Fatal(err)
+	}
+	b, _ := os.ReadFile(DialPeersFile(all[0]))
+	var addrs map[string]string
+	_ = json.Unmarshal(b, &addrs)
+	if _, _, err := roundTrip(addrs["4"]); err == nil {
+		t.Fatal("the cut link 1->4 accepts connections")
 	}
 }
 

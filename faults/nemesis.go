@@ -74,7 +74,7 @@ var nemeses = []nemesis{
 	{DiskFull, "fill a random node's disk (injected in the node: its writes return ENOSPC beyond the room its ballast frees); it refuses writes and serves reads; cleared when healing", 1, false, injectDiskFull, false, true},
 	{FsyncError, "make a random node's fsyncs return EIO (injected in the node); it stops at its next fsync without acknowledging what that fsync covered; restarted when healing", 1, false, injectFsyncError, false, true},
 	{SlowDisk, "add 20-200 ms to every fsync of a random node or of every node (injected in the nodes); cleared when healing", 1, false, injectSlowDisk, false, true},
-	{Membership, "opt-in, not in all: add a node (learner, promoted once caught up; by the seed, leadership then transferred to it), and remove a member chosen by the seed (the leader too) when healing; cluster.json follows. Peer links of added nodes are not proxied: network nemeses cut only the original nodes' links", 2, false, injectMembership, true, false},
+	{Membership, "opt-in, not in all: add a node (learner, promoted once caught up; by the seed, leadership then transferred to it), and remove a member chosen by the seed (the leader too) when healing; cluster.json follows. An added node's peer links get proxies (cluster.Spec.NodeArgs, -dialPeersFile): network nemeses cut them too", 2, false, injectMembership, true, false},
 	{LoseTail, "opt-in, not in all: SIGKILL a follower, cut or flip its last fsynced log bytes in place (a disk that lied about fsync; Raft does not tolerate it), restart it when healing", 1, false, injectLoseTail, true, false},
 }
 
@@ -250,8 +250,9 @@ func without(ids []uint64, x uint64) []uint64 {
 }
 
 func (e *Env) cutFault(links []Link, nodes []uint64, detail string) (fault, error) {
-	// Members added during the run (the membership nemesis) dial and are
-	// dialed directly: their links have no proxy and stay up.
+	// A link without a proxy (a member added to a cluster whose Spec has
+	// no NodeArgs: it dials and is dialed directly) stays up, and the
+	// detail says so.
 	var kept, unproxied []Link
 	known := e.Net.Links()
 	for _, l := range links {

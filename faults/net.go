@@ -2,11 +2,13 @@ package faults
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"math/rand/v2"
 	"net"
 	"os"
+	"path/filepath"
 	"slices"
 	"sort"
 	"strconv"
@@ -107,13 +109,18 @@ func listenBelowEphemeral() (net.Listener, error) {
 	return net.Listen("tcp", "127.0.0.1:0")
 }
 
-// NodeArgs is a cluster.UpOptions.NodeArgs: on its first call it creates a
-// proxy for every directed link between the members (listening on a free
-// loopback port, forwarding to the member's internal address), and it
-// returns `-dialPeers` for self. Errors (a port that cannot be bound, a
-// member that is not on loopback) make it return an unusable -dialPeers
-// value, so that the node refuses to start with a clear message; call
-// Err after cluster.Up to get the cause.
+// NodeArgs is a cluster.UpOptions.NodeArgs and a cluster.Spec.NodeArgs.
+// On its first call it creates a proxy for every directed link between the
+// members (listening on a free loopback port, forwarding to the member's
+// internal address); called for a member added later (one without links
+// yet), it creates the proxies of the new member's links both ways and
+// writes each other member's -dialPeersFile (DialPeersFile), so that the
+// running members reach the new one through them too. It returns
+// `-dialPeers` and `-dialPeersFile` for self. Errors (a port that cannot
+// be bound, a member that is not on loopback) make it return an unusable
+// -dialPeers value, so that the node refuses to start with a clear
+// message; call Err after cluster.Up to get the cause of a failure at the
+// start.
 func (n *Net) NodeArgs(self cluster.Node, all []cluster.Node) []string {
 	n.mu.Lock()
 	defer n.mu.Unlock()
@@ -138,6 +145,11 @@ func (n *Net) NodeArgs(self cluster.Node, all []cluster.Node) []string {
 		}
 		return []string{"-dialPeers", strings.Join(dial, ",")}
 	}
+	if len(all) > 1 && !n.hasLinksLocked(self.ID) {
+		if err := n.addMemberLocked(self, all); err != nil {
+			return []string{"-dialPeers", "proxy-setup-failed:" + strings.ReplaceAll(err.Error(), ",", ";")}
+		}
+	}
 	for i, m := range all {
 		if m.ID == self.ID {
 			dial[i] = m.InternalAddress
@@ -145,7 +157,122 @@ func (n *Net) NodeArgs(self cluster.Node, all []cluster.Node) []string {
 		}
 		dial[i] = n.proxies[Link{From: self.ID, To: m.ID}].Listen
 	}
-	return []string{"-dialPeers", strings.Join(dial, ",")}
+	return []string{"-dialPeers", strings.Join(dial, ","), "-dialPeersFile", DialPeersFile(self)}
+}
+
+// DialPeersFile is node n's -dialPeersFile: dial-peers.json beside its
+// data directory.
+func DialPeersFile(n cluster.Node) string {
+	return filepath.Join(filepath.Dir(n.Data), "dial-peers.json")
+}
+
+func (n *Net) hasLinksLocked(id uint64) bool {
+	for l := range n.proxies {
+		if l.From == id || l.To == id {
+			return true
+		}
+	}
+	return false
+}
+
+// addMemberLocked creates the proxies of the links between the added
+// member self and every other member of all (with the delay in force, if
+// any), and rewrites each other member's -dialPeersFile with the proxies
+// of every link it dials.
+func (n *Net) addMemberLocked(self cluster.Node, all []cluster.Node) error {
+	if err := checkLoopback(self.InternalAddress); err != nil {
+		return err
+	}
+	// The members' ports are free while a member is down or, for self,
+	// not yet bound (cluster.Spec.AddMember chose them and let them go):
+	// a proxy must not take one.
+	taken := map[string]bool{}
+	for _, m := range all {
+		for _, a := range []string{m.Address, m.InternalAddress, m.MetricsAddress, m.JSONRPCAddress} {
+			if _, port, err := net.SplitHostPort(a); err == nil {
+				taken[port] = true
+			}
+		}
+	}
+	for _, m := range all {
+		if m.ID == self.ID {
+			continue
+		}
+		for _, l := range []struct {
+			link Link
+			to   string
+		}{{Link{From: self.ID, To: m.ID}, m.InternalAddress}, {Link{From: m.ID, To: self.ID}, self.InternalAddress}} {
+			if err := n.startProxyLocked(l.link, l.to, taken); err != nil {
+				return err
+			}
+		}
+	}
+	for _, m := range all {
+		if m.ID == self.ID {
+			continue
+		}
+		addrs := map[string]string{}
+		for l, p := range n.proxies {
+			if l.From == m.ID {
+				addrs[strconv.FormatUint(l.To, 10)] = p.Listen
+			}
+		}
+		if err := writeFileAtomic(DialPeersFile(m), addrs); err != nil {
+			return fmt.Errorf("dial peers file of node %d: %w", m.ID, err)
+		}
+	}
+	return nil
+}
+
+// startProxyLocked creates and starts the proxy of link l to address to,
+// on a free port below the ephemeral range that is not in taken (nor the
+// port of another proxy, which a cut link leaves unbound), with the delay
+// in force.
+func (n *Net) startProxyLocked(l Link, to string, taken map[string]bool) error {
+	for _, p := range n.proxies {
+		if _, port, err := net.SplitHostPort(p.Listen); err == nil {
+			taken[port] = true
+		}
+	}
+	var listen string
+	for attempt := 0; listen == "" && attempt < 100; attempt++ {
+		lis, err := listenBelowEphemeral()
+		if err != nil {
+			return fmt.Errorf("proxy for link %s: %w", l, err)
+		}
+		if _, port, _ := net.SplitHostPort(lis.Addr().String()); !taken[port] {
+			listen = lis.Addr().String()
+		}
+		lis.Close()
+	}
+	if listen == "" {
+		return fmt.Errorf("proxy for link %s: no free port outside the members' in 100 attempts", l)
+	}
+	p := toxiproxy.NewProxy(n.server, "link-"+l.String(), listen, to)
+	if err := p.Start(); err != nil {
+		return fmt.Errorf("proxy for link %s: %w", l, err)
+	}
+	n.proxies[l] = p
+	if n.latency != 0 || n.jitter != 0 {
+		if err := n.addDelayLocked(l, p); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// writeFileAtomic writes v as JSON to path through a rename, so that a
+// node never reads half of it.
+func writeFileAtomic(path string, v any) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, b, 0o644); err != nil {
+		return err
+	}
+	return os.Rename(tmp, path)
 }
 
 func (n *Net) createLocked(all []cluster.Node) error {
@@ -313,15 +440,23 @@ func (n *Net) Delay(latency, jitter time.Duration) error {
 		return err
 	}
 	var errs []error
+	n.latency, n.jitter = latency, jitter
 	for l, p := range n.proxies {
-		body := fmt.Sprintf(`{"name":%q,"type":"latency","stream":"upstream","toxicity":1,"attributes":{"latency":%d,"jitter":%d}}`,
-			latencyToxic, latency.Milliseconds(), jitter.Milliseconds())
-		if _, err := p.Toxics.AddToxicJson(strings.NewReader(body)); err != nil {
-			errs = append(errs, fmt.Errorf("delay link %s: %w", l, err))
+		if err := n.addDelayLocked(l, p); err != nil {
+			errs = append(errs, err)
 		}
 	}
-	n.latency, n.jitter = latency, jitter
 	return errors.Join(errs...)
+}
+
+// addDelayLocked adds the latency in force to link l's proxy p.
+func (n *Net) addDelayLocked(l Link, p *toxiproxy.Proxy) error {
+	body := fmt.Sprintf(`{"name":%q,"type":"latency","stream":"upstream","toxicity":1,"attributes":{"latency":%d,"jitter":%d}}`,
+		latencyToxic, n.latency.Milliseconds(), n.jitter.Milliseconds())
+	if _, err := p.Toxics.AddToxicJson(strings.NewReader(body)); err != nil {
+		return fmt.Errorf("delay link %s: %w", l, err)
+	}
+	return nil
 }
 
 // ClearDelay removes the latency added by Delay.
@@ -388,8 +523,8 @@ func (n *Net) closeLocked() {
 
 // DialPeers returns self's -dialPeers value for the members all (in
 // -peers order) after a membership change: the proxy of each link that
-// has one, the member's own internal address for members added since the
-// proxies were created (and for self). The HTTP net (etcd) keeps its
+// has one, the member's own internal address for a link without one (and
+// for self). The HTTP net (etcd) keeps its
 // members: "" there.
 func (n *Net) DialPeers(self cluster.Node, all []cluster.Node) string {
 	n.mu.Lock()

@@ -417,6 +417,8 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 	defer down()
 	logf("cluster of %d %s nodes up in %s, leader %d", o.Nodes, cluster.Label(o.System), clusterDir, leader)
 
+	// Members the membership nemesis adds get proxied links too.
+	spec.NodeArgs = network.NodeArgs
 	start := time.Now()
 	rec := NewRecorder(start)
 	env := &faults.Env{Cluster: spec, Net: network, Start: start, Logf: logf, DiskFaults: faults.NeedsDiskFaults(o.Nemeses)}

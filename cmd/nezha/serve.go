@@ -49,6 +49,7 @@ func (c *cli) serveCommand() *ffcli.Command {
 	systemName := fs.String("system", "", "system under test: "+strings.Join(reg.Names(), ", "))
 	peers := fs.String("peers", "", "comma-separated internal (Raft) addresses of all members; the node's id is the position of -internalAddress in it (1-based), or each entry is ID=host:port")
 	dialPeers := fs.String("dialPeers", "", "comma-separated addresses to dial for each member, in -peers order (default -peers; fault injection puts proxies here)")
+	fs.StringVar(&cfg.DialPeersFile, "dialPeersFile", "", "JSON object {\"ID\": \"host:port\"}, read when this node needs the address of a member -peers does not name (one added since it started); fault injection puts the proxies of an added member's links here (default none)")
 	bootstrapVoters := fs.String("bootstrapVoters", "", "comma-separated ids of the voters a new, empty log starts with (default: every member of -peers); a node joining a running cluster gets its leader's (nezha cluster add sets it)")
 	fs.StringVar(&cfg.Address, "address", "", "client API address host:port")
 	fs.StringVar(&cfg.InternalAddress, "internalAddress", "", "Raft peer address host:port (must appear in -peers)")

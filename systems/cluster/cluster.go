@@ -91,6 +91,11 @@ type Spec struct {
 	// Wrap's process started with. The harness uses it to place a node in
 	// a memory cgroup before the node opens its store. Not stored.
 	Wrap func(n *Node) []string `json:"-"`
+	// NodeArgs, if set (not stored), gives a member that AddMember adds
+	// its own flags, as UpOptions.NodeArgs did at the start (e.g. the
+	// per-link proxies of faults.Net): called with the new node, its ports
+	// chosen, and every member, the new one last, before it starts.
+	NodeArgs func(self Node, all []Node) []string `json:"-"`
 }
 
 // Addresses returns the client addresses of all nodes.

@@ -10,6 +10,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -194,6 +195,9 @@ func (s *Spec) AddMember(ctx context.Context, promote bool) (*Node, error) {
 	s.Nodes = append(s.Nodes, n)
 	s.NextID = id + 1
 	added := &s.Nodes[len(s.Nodes)-1]
+	if s.NodeArgs != nil {
+		added.ExtraArgs = s.NodeArgs(*added, slices.Clone(s.Nodes))
+	}
 	undo := func() {
 		if added.PID != 0 {
 			_ = syscall.Kill(added.PID, syscall.SIGKILL)

@@ -51,6 +51,13 @@ type Config struct {
 	// member (same order and length as Peers); default Peers. Fault
 	// injection routes each directed link through its own proxy this way.
 	DialPeers []string
+	// DialPeersFile, if set, names a JSON object {"ID": "host:port"} that
+	// this node reads whenever it needs the address of a member -peers does
+	// not name (one added since it started): an entry there wins over the
+	// internal address the member's conf change carried. A missing file or
+	// id means that address. Fault injection writes the proxies of an
+	// added member's links here before adding it. Default: none.
+	DialPeersFile string
 	// Address serves the client API (kvpb.KV); InternalAddress the peer
 	// transport (kvpb.Raft). Both host:port.
 	Address, InternalAddress string

@@ -287,7 +287,9 @@ func (s *kvServer) Get(ctx context.Context, req *kvpb.GetRequest) (*kvpb.GetResp
 		return nil, status.Errorf(codes.InvalidArgument, "get: %v", err)
 	}
 	if err := s.awaitRead(ctx, req.Consistency); err != nil {
-		if _, ok := status.FromError(err); ok && status.Code(err) == codes.InvalidArgument {
+		// awaitRead's own answers (bad consistency, a removed node's
+		// Aborted) go back as they are; readError maps the others.
+		if _, ok := status.FromError(err); ok {
 			return nil, err
 		}
 		return nil, readError(err)
@@ -308,7 +310,9 @@ func (s *kvServer) Scan(ctx context.Context, req *kvpb.ScanRequest) (*kvpb.ScanR
 		return nil, status.Errorf(codes.InvalidArgument, "scan: start %q is after end %q", truncate(req.Start), truncate(req.End))
 	}
 	if err := s.awaitRead(ctx, req.Consistency); err != nil {
-		if status.Code(err) == codes.InvalidArgument {
+		// awaitRead's own answers (bad consistency, a removed node's
+		// Aborted) go back as they are; readError maps the others.
+		if _, ok := status.FromError(err); ok {
 			return nil, err
 		}
 		return nil, readError(err)

@@ -6,9 +6,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
 	"math"
+	"os"
 	"slices"
+	"strconv"
 	"time"
 
 	"go.etcd.io/raft/v3"
@@ -212,15 +215,41 @@ func (n *Node) noteConfChange(index uint64, cc raftpb.ConfChangeI) {
 }
 
 // dialAddress is the address this node dials for member id: -dialPeers or
-// -peers if they name it, else the address its conf change carried.
+// -peers if they name it, else -dialPeersFile's entry for it, else the
+// address its conf change carried.
 func (n *Node) dialAddress(id uint64) string {
 	if a := n.cfg.dialAddress(id); a != "" {
+		return a
+	}
+	if a := n.dialFileAddress(id); a != "" {
 		return a
 	}
 	if a, ok := n.internalAddrs.Load(id); ok {
 		return a.(string)
 	}
 	return ""
+}
+
+// dialFileAddress returns -dialPeersFile's address for member id, "" if
+// there is none (no file, no entry; a file that cannot be read or parsed
+// is logged and ignored).
+func (n *Node) dialFileAddress(id uint64) string {
+	if n.cfg.DialPeersFile == "" {
+		return ""
+	}
+	b, err := os.ReadFile(n.cfg.DialPeersFile)
+	if errors.Is(err, fs.ErrNotExist) {
+		return ""
+	}
+	var addrs map[string]string
+	if err == nil {
+		err = json.Unmarshal(b, &addrs)
+	}
+	if err != nil {
+		n.logger.Warn("-dialPeersFile ignored", "file", n.cfg.DialPeersFile, "err", err)
+		return ""
+	}
+	return addrs[strconv.FormatUint(id, 10)]
 }
 
 // noteEntries tracks, on the Ready loop, what confPending needs: the newest
@@ -582,25 +611,41 @@ func (s *adminServer) TransferLeader(ctx context.Context, req *kvpb.TransferLead
 const transferAttempts = 5
 
 // transfer moves the leadership to voter to (0: the voter with the highest
-// match index) and waits until it has it, asking raft again each election
+// match index among those recently active, else among all, chosen again
+// at each attempt) and waits until it has it, asking raft again each election
 // timeout (up to transferAttempts times) while this node still leads.
 func (s *adminServer) transfer(ctx context.Context, to uint64) (uint64, error) {
 	n := s.n
 	electionTimeout := time.Duration(n.cfg.ElectionTicks) * n.cfg.TickInterval
 	tick := time.NewTicker(n.cfg.TickInterval / 4)
 	defer tick.Stop()
+	auto := to == 0
 	for attempt := 1; ; attempt++ {
 		err := n.inLoop(ctx, func() error {
 			if n.lead.Load() == to && to != 0 {
 				return nil // done (an earlier attempt)
+			}
+			if auto {
+				// Choose again: a voter that went down has stopped
+				// being recently active by now.
+				to = 0
 			}
 			if err := n.leaderOnly(); err != nil {
 				return err
 			}
 			prs, _ := n.progress()
 			if to == 0 {
+				// The most caught-up voter among those heard from in
+				// the last election timeout (a voter that is down may
+				// be the most caught up), else among all.
+				better := func(id uint64) bool {
+					if a, b := prs[id].RecentActive, prs[to].RecentActive; a != b {
+						return a
+					}
+					return prs[id].Match > prs[to].Match
+				}
 				for _, id := range n.confState.Voters {
-					if id != n.id && (to == 0 || prs[id].Match > prs[to].Match) {
+					if id != n.id && (to == 0 || better(id)) {
 						to = id
 					}
 				}

@@ -3,6 +3,9 @@ package node
 import (
 	"context"
 	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -40,6 +43,25 @@ func (tc *testCluster) addNode(t *testing.T, id uint64, bootstrap []uint64) int 
 }
 
 func (tc *testCluster) admin(i int) *adminServer { return &adminServer{n: tc.nodes[i]} }
+
+// addLeader starts node id, has leader l add and promote it, transfers the
+// leadership to it, and returns its index.
+func (tc *testCluster) addLeader(t *testing.T, ctx context.Context, l int, id uint64) int {
+	t.Helper()
+	ml, err := tc.admin(l).MemberList(ctx, &kvpb.MemberListRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	i := tc.addNode(t, id, ml.BootstrapVoters)
+	if _, err := tc.admin(l).AddMember(ctx, &kvpb.AddMemberRequest{Id: id, InternalAddress: tc.cfgs[i].InternalAddress,
+		Address: tc.cfgs[i].Address, Promote: true}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tc.admin(l).TransferLeader(ctx, &kvpb.TransferLeaderRequest{Id: id}); err != nil {
+		t.Fatal(err)
+	}
+	return i
+}
 
 func ctxFor(d time.Duration) (context.Context, context.CancelFunc) {
 	return context.WithTimeout(context.Background(), d)
@@ -101,6 +123,18 @@ func (tc *testCluster) waitRemoved(t *testing.T, i int) {
 		_, last = ks.Put(ctx, &kvpb.PutRequest{Key: []byte("removed"), Value: []byte("x")})
 		return status.Code(last) == codes.Aborted && strings.Contains(last.Error(), removedMarker)
 	})
+	// Linearizable reads get the same answer, which a client takes as a
+	// cue to try another member (they were Internal, which it takes as
+	// final: TestConformanceChangingMembers/blobdb).
+	ctx, cancel := ctxFor(time.Second)
+	defer cancel()
+	_, gerr := ks.Get(ctx, &kvpb.GetRequest{Key: []byte("removed")})
+	_, serr := ks.Scan(ctx, &kvpb.ScanRequest{Start: []byte("a")})
+	for _, err := range []error{gerr, serr} {
+		if status.Code(err) != codes.Aborted || !strings.Contains(err.Error(), removedMarker) {
+			t.Fatalf("a read from the removed node: %v, want Aborted naming the removal", err)
+		}
+	}
 }
 
 // A learner joins a 3-node cluster under writes, is promoted and serves
@@ -285,19 +319,8 @@ func TestJoinWithStaleBootstrapVoters(t *testing.T) {
 	ctx, cancel := ctxFor(60 * time.Second)
 	defer cancel()
 	l := tc.waitLeader(10 * time.Second)
-	ml, err := tc.admin(l).MemberList(ctx, &kvpb.MemberListRequest{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	i4 := tc.addNode(t, 4, ml.BootstrapVoters)
-	if _, err := tc.admin(l).AddMember(ctx, &kvpb.AddMemberRequest{Id: 4, InternalAddress: tc.cfgs[i4].InternalAddress,
-		Address: tc.cfgs[i4].Address, Promote: true}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := tc.admin(l).TransferLeader(ctx, &kvpb.TransferLeaderRequest{Id: 4}); err != nil {
-		t.Fatal(err)
-	}
-	ml, err = tc.admin(i4).MemberList(ctx, &kvpb.MemberListRequest{})
+	i4 := tc.addLeader(t, ctx, l, 4)
+	ml, err := tc.admin(i4).MemberList(ctx, &kvpb.MemberListRequest{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -316,4 +339,78 @@ func TestJoinWithStaleBootstrapVoters(t *testing.T) {
 		t.Fatal(err)
 	}
 	tc.checkServes(t, i5, map[string]string{"k": "v"})
+}
+
+// A member that was down while a node was added and given the leadership
+// restarts with -peers that do not name the new leader, and has not applied
+// the conf change that carries its address: it answers the leader at the
+// internal address the leader's stream announced, and catches up (without
+// that, the leader's probes went unanswered for good). Found by check
+// -nemesis membership,partition-leader,kill -seed 1.
+func TestLaggingMemberAnswersNewLeader(t *testing.T) {
+	tc := startCluster(t, 3)
+	ctx, cancel := ctxFor(60 * time.Second)
+	defer cancel()
+	l := tc.waitLeader(10 * time.Second)
+	lagging := (l + 1) % 3
+	tc.stop(lagging)
+	tc.addLeader(t, ctx, l, 4)
+	c := tc.client(t)
+	if _, err := c.Put(ctx, []byte("k"), []byte("v")); err != nil {
+		t.Fatal(err)
+	}
+	tc.start(lagging)
+	tc.checkServes(t, lagging, map[string]string{"k": "v"})
+}
+
+// A leader removing itself hands its leadership to a voter that is up,
+// even when the one that went down a moment ago is as caught up and comes
+// first (found by TestConformanceChangingMembers/nezha-gc-sort-once: the
+// transfer went to a killed follower, five times, and the removal failed).
+func TestRemoveLeaderSkipsDownVoter(t *testing.T) {
+	tc := startCluster(t, 3)
+	ctx, cancel := ctxFor(30 * time.Second)
+	defer cancel()
+	l := tc.waitLeader(10 * time.Second)
+	var followers []int
+	for i := range tc.nodes {
+		if i != l {
+			followers = append(followers, i)
+		}
+	}
+	down, up := followers[0], followers[1] // voters are tried in id order
+	leaderID, upID := tc.nodes[l].id, tc.nodes[up].id
+	tc.stop(down)
+	_, err := tc.admin(l).RemoveMember(ctx, &kvpb.RemoveMemberRequest{Id: leaderID})
+	wantCode(t, "remove the leader with a follower down", err, codes.Unavailable, fmt.Sprintf("leadership transferred to node %d", upID))
+}
+
+// A member -peers does not name is dialed at -dialPeersFile's address for
+// it when the file has one (fault injection's proxies), else at the
+// address its conf change carried; -peers' members at -dialPeers.
+func TestDialAddressFromFile(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "dial-peers.json")
+	n := &Node{logger: slog.New(slog.DiscardHandler), cfg: Config{
+		Peers: []string{"127.0.0.1:1001", "127.0.0.1:1002"}, DialPeers: []string{"127.0.0.1:2001", "127.0.0.1:2002"},
+		InternalAddress: "127.0.0.1:1001", DialPeersFile: file,
+	}}
+	n.internalAddrs.Store(uint64(3), "127.0.0.1:1003")
+	n.internalAddrs.Store(uint64(4), "127.0.0.1:1004")
+	check := func(when string, want map[uint64]string) {
+		t.Helper()
+		for id, w := range want {
+			if got := n.dialAddress(id); got != w {
+				t.Fatalf("%s: member %d dialed at %q, want %q", when, id, got, w)
+			}
+		}
+	}
+	check("no file", map[uint64]string{2: "127.0.0.1:2002", 3: "127.0.0.1:1003", 4: "127.0.0.1:1004", 5: ""})
+	if err := os.WriteFile(file, []byte(`{"2": "127.0.0.1:9002", "3": "127.0.0.1:3003"}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	check("file", map[uint64]string{2: "127.0.0.1:2002", 3: "127.0.0.1:3003", 4: "127.0.0.1:1004"})
+	if err := os.WriteFile(file, []byte(`{"3": `), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	check("unparsable file", map[uint64]string{3: "127.0.0.1:1003"})
 }

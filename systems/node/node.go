@@ -188,9 +188,14 @@ type Node struct {
 	removed       atomic.Pointer[string]
 	removedIDs    sync.Map
 	internalAddrs sync.Map
-	raftApplied   uint64
-	leaderSince   uint64
-	lastConfIndex uint64
+	// announcedAddrs are the internal addresses peers announced on their
+	// streams to this node (id -> string): how a member that has not yet
+	// applied the conf change adding its leader answers it (transport.go
+	// peerOnDemand).
+	announcedAddrs sync.Map
+	raftApplied    uint64
+	leaderSince    uint64
+	lastConfIndex  uint64
 
 	// fs is the file layer of the log and the state machine (injected
 	// disk faults; a failed fsync stops the node, ENOSPC makes disk

@@ -31,11 +31,13 @@ import (
 )
 
 const (
-	// mdCluster, mdFrom and mdAddress identify the sender of a stream: its
-	// cluster, its Raft id and its client address.
-	mdCluster = "x-nezha-cluster"
-	mdFrom    = "x-nezha-from"
-	mdAddress = "x-nezha-address"
+	// mdCluster, mdFrom, mdAddress and mdInternal identify the sender of a
+	// stream: its cluster, its Raft id, its client address and its
+	// internal address.
+	mdCluster  = "x-nezha-cluster"
+	mdFrom     = "x-nezha-from"
+	mdAddress  = "x-nezha-address"
+	mdInternal = "x-nezha-internal-address"
 	// maxBatchBytes bounds one MessageBatch (a single larger message is sent
 	// alone).
 	maxBatchBytes = 4 << 20
@@ -187,17 +189,23 @@ func (t *transport) send(msgs []raftpb.Message) {
 }
 
 // peerOnDemand starts streaming to id, which raft sends to but this
-// node's applied membership does not list, if -peers names it and it was
-// not removed: a node that joined with bootstrap voters older than the
-// current membership (its leader's log began before the leader joined)
-// must answer the leader before the log or a snapshot tells it who the
-// members are. Returns nil if id has no known address.
+// node's applied membership does not list, unless it was removed: a node
+// that joined with bootstrap voters older than the current membership (its
+// leader's log began before the leader joined), or a member that lags
+// behind the conf change adding its new leader (it was down or cut off
+// while the leader joined), must answer the leader before the log or a
+// snapshot tells it who the members are. The address is the one
+// dialAddress knows, else the internal address id's own stream to this
+// node announced. Returns nil if id has no known address.
 func (t *transport) peerOnDemand(id uint64) *peer {
 	n := t.n
 	if _, removed := n.removedIDs.Load(id); removed || id == n.id {
 		return nil
 	}
-	addr := n.cfg.dialAddress(id)
+	addr := n.dialAddress(id)
+	if a, ok := n.announcedAddrs.Load(id); ok && addr == "" {
+		addr = a.(string)
+	}
 	if addr == "" {
 		return nil
 	}
@@ -334,7 +342,8 @@ func (s *raftServer) Stream(stream grpc.ClientStreamingServer[kvpb.MessageBatch,
 
 // outgoingMD identifies this node to the peers it streams to.
 func (n *Node) outgoingMD() metadata.MD {
-	return metadata.Pairs(mdCluster, n.cfg.clusterID(), mdFrom, strconv.FormatUint(n.id, 10), mdAddress, n.cfg.Address)
+	return metadata.Pairs(mdCluster, n.cfg.clusterID(), mdFrom, strconv.FormatUint(n.id, 10), mdAddress, n.cfg.Address,
+		mdInternal, n.cfg.InternalAddress)
 }
 
 // admitPeer checks that a stream comes from another member of this
@@ -361,6 +370,11 @@ func (n *Node) admitPeer(ctx context.Context) (uint64, error) {
 	}
 	if len(addr) == 1 {
 		n.peerAddrs.Store(id, addr[0])
+	}
+	if internal := md.Get(mdInternal); len(internal) == 1 {
+		if _, _, err := net.SplitHostPort(internal[0]); err == nil {
+			n.announcedAddrs.Store(id, internal[0])
+		}
 	}
 	return id, nil
 }

@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"testing"
 
 	"github.com/nezha-harness/nezha/systems"
@@ -60,6 +61,49 @@ func TestConformance(t *testing.T) {
 			})
 		}
 	}
+}
+
+// allConformanceEnv, set to 1, makes TestConformanceFiveNodes and
+// TestConformanceChangingMembers run every configuration of every
+// registered system instead of their default few.
+const allConformanceEnv = "NEZHA_CONFORMANCE_ALL"
+
+// runVariant runs the suite, changed by variant, for the first
+// configuration of each system in defaults, or, with NEZHA_CONFORMANCE_ALL=1,
+// for every configuration of every registered system. Seeds start at base.
+func runVariant(t *testing.T, base int64, defaults []string, variant func(*Options)) {
+	all := os.Getenv(allConformanceEnv) == "1"
+	seed := base
+	for _, s := range configurations(t) {
+		for i, c := range s.Conformance {
+			seed++
+			if !all && (i > 0 || !slices.Contains(defaults, s.Name)) {
+				continue
+			}
+			o := Options{System: s.Name, Binary: binary, ExtraArgs: c.Args, Seed: seed, ExpectGC: c.ExpectGC}
+			variant(&o)
+			t.Run(c.Name, func(t *testing.T) { Run(t, o) })
+		}
+	}
+}
+
+// TestConformanceFiveNodes runs the suite on 5-node clusters. By default
+// only nezha and original (their default configurations, about 30 s);
+// the rest by hand:
+//
+//	NEZHA_CONFORMANCE_ALL=1 go test -race ./systems/systemstest -run TestConformanceFiveNodes -timeout 60m -v
+func TestConformanceFiveNodes(t *testing.T) {
+	runVariant(t, 500, []string{"nezha", "original"}, func(o *Options) { o.Nodes = 5 })
+}
+
+// TestConformanceChangingMembers runs the suite while, in each test, a node
+// is added (learner, caught up, promoted) and another member removed
+// (Options.ChangeMembers). By default only nezha and original (their
+// default configurations); the rest by hand:
+//
+//	NEZHA_CONFORMANCE_ALL=1 go test -race ./systems/systemstest -run TestConformanceChangingMembers -timeout 60m -v
+func TestConformanceChangingMembers(t *testing.T) {
+	runVariant(t, 600, []string{"nezha", "original"}, func(o *Options) { o.ChangeMembers = true })
 }
 
 // TestConformanceEtcd holds the reference system etcd (Debian's

@@ -1,6 +1,6 @@
 // Package systemstest is the conformance suite every system passes on a real
-// cluster: N `nezha serve` processes over loopback, driven through the Go
-// client. It checks put/get/delete/scan semantics, bad input, leader
+// cluster: N `nezha serve` processes over loopback (Options.Nodes, default
+// 3), driven through the Go client. It checks put/get/delete/scan semantics, bad input, leader
 // failover with no acknowledged write lost, a restarted node catching up,
 // and recovery after a torn log tail.
 //
@@ -16,6 +16,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -45,6 +46,25 @@ type Options struct {
 	// something by the end of the semantics test (a GC that never ran
 	// would make a GC configuration's pass meaningless).
 	ExpectGC bool
+	// Nodes is the cluster size, 3..cluster.MaxNodes. Default 3.
+	Nodes int
+	// ChangeMembers: while each test runs, a background goroutine adds a
+	// node (learner, caught up, promoted) and then removes another member
+	// (chosen by Seed among those the test does not act on; the leader
+	// too), through cluster.Spec.AddMember and RemoveMember as `nezha
+	// cluster add|remove` do, each bounded by MembershipTimeout; the test
+	// then checks that the change succeeded and that the leader's
+	// membership and cluster.json list exactly the members asked for
+	// (membership.go). Not for an external system.
+	ChangeMembers bool
+}
+
+// nodes returns o.Nodes or its default.
+func (o Options) nodes() int {
+	if o.Nodes == 0 {
+		return 3
+	}
+	return o.Nodes
 }
 
 // BuildBinary builds ./cmd/nezha of the module rooted at moduleDir into
@@ -61,12 +81,103 @@ func BuildBinary(moduleDir, dir string) (string, error) {
 
 // harness is one running cluster under test.
 type harness struct {
-	t    *testing.T
+	t *testing.T
+	// mu guards spec's node list and PIDs, which the background
+	// membership change (Options.ChangeMembers) changes while the test
+	// kills and restarts nodes; the suite's tests reach spec through the
+	// locked helpers (nodes, kill, restart, node).
+	mu   sync.Mutex
 	spec *cluster.Spec
 	c    *client.Client
 	rng  *rand.Rand
 	// sessionIndex is where a test's hand-made session write was applied.
 	sessionIndex uint64
+	// members is the background membership change, if any.
+	members *memberChange
+}
+
+// nodes returns a copy of the current members.
+func (h *harness) nodes() []cluster.Node {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return slices.Clone(h.spec.Nodes)
+}
+
+// node returns a copy of member id; the test fails if it is not a member.
+func (h *harness) node(id uint64) cluster.Node {
+	h.t.Helper()
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	n, err := h.spec.Node(id)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	return *n
+}
+
+// kill SIGKILLs member id and keeps the background membership change
+// away from it for the rest of the test.
+func (h *harness) kill(id uint64) {
+	h.t.Helper()
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.pinLocked(id)
+	if err := h.spec.Kill(id); err != nil {
+		h.t.Fatal(err)
+	}
+}
+
+// restart starts member id again.
+func (h *harness) restart(id uint64) {
+	h.t.Helper()
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if err := h.spec.Restart(id); err != nil {
+		h.t.Fatal(err)
+	}
+}
+
+// pinLocked keeps the background membership change from removing id.
+func (h *harness) pinLocked(id uint64) {
+	if h.members != nil {
+		h.members.pinned[id] = true
+	}
+}
+
+// killLeader SIGKILLs the leader and returns its id.
+func (h *harness) killLeader() uint64 { return h.killRole(true) }
+
+// killFollower SIGKILLs the first member (in cluster.json order) that is
+// not the leader and returns its id.
+func (h *harness) killFollower() uint64 { return h.killRole(false) }
+
+// killRole SIGKILLs the leader or a follower, finding it and killing it
+// under one lock (the background membership change cannot remove it in
+// between), and pins it.
+func (h *harness) killRole(leader bool) uint64 {
+	h.t.Helper()
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	ctx, cancel := ctxFor(30 * time.Second)
+	defer cancel()
+	l, err := h.spec.WaitLeader(ctx, 30*time.Second)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	pick := l
+	if !leader {
+		for _, n := range h.spec.Nodes {
+			if n.ID != l {
+				pick = n.ID
+				break
+			}
+		}
+	}
+	h.pinLocked(pick)
+	if err := h.spec.Kill(pick); err != nil {
+		h.t.Fatal(err)
+	}
+	return pick
 }
 
 // Suite timing: a 50 ms tick (election timeout 0.5-1 s) keeps the suite
@@ -79,13 +190,13 @@ var externalSuiteArgs = []string{"-tick", "50ms"}
 
 func start(t *testing.T, o Options) *harness { return startWith(t, o, nil) }
 
-// startWith starts a 3-node cluster; nodeArgs (optional) adds flags per node.
+// startWith starts a cluster of o.Nodes nodes; nodeArgs (optional) adds flags per node.
 func startWith(t *testing.T, o Options, nodeArgs func(self cluster.Node, all []cluster.Node) []string) *harness {
 	t.Helper()
 	return startAt(t, o, t.TempDir(), nodeArgs)
 }
 
-// startIn starts a 3-node cluster in dir.
+// startIn starts a cluster of o.Nodes nodes in dir.
 func startIn(t *testing.T, o Options, dir string) *harness {
 	t.Helper()
 	return startAt(t, o, dir, nil)
@@ -100,7 +211,7 @@ func startAt(t *testing.T, o Options, dir string, nodeArgs func(self cluster.Nod
 		args = externalSuiteArgs
 	}
 	spec, _, err := cluster.Up(ctx, cluster.UpOptions{
-		Dir: dir, System: o.System, Nodes: 3, Binary: o.Binary,
+		Dir: dir, System: o.System, Nodes: o.nodes(), Binary: o.Binary,
 		ExtraArgs: append(append([]string(nil), args...), o.ExtraArgs...),
 		NodeArgs:  nodeArgs,
 	})
@@ -120,8 +231,12 @@ func startAt(t *testing.T, o Options, dir string, nodeArgs func(self cluster.Nod
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { c.Close() })
-	t.Logf("system %s, seed %d, cluster in %s", o.System, o.Seed, dir)
-	return &harness{t: t, spec: spec, c: c, rng: rand.New(rand.NewSource(o.Seed))}
+	t.Logf("system %s, %d nodes, seed %d, cluster in %s", o.System, o.nodes(), o.Seed, dir)
+	h := &harness{t: t, spec: spec, c: c, rng: rand.New(rand.NewSource(o.Seed))}
+	if o.ChangeMembers {
+		h.startMemberChange(o.Seed)
+	}
+	return h
 }
 
 func ctxFor(d time.Duration) (context.Context, context.CancelFunc) {
@@ -183,8 +298,12 @@ func (h *harness) scanKeys(start, end string, limit int) string {
 }
 
 // Run runs the whole suite for one system. An external system (etcd)
-// skips TornTail, which tears our Raft log's segment format.
+// skips TornTail, which tears our Raft log's segment format, and cannot
+// take Options.ChangeMembers.
 func Run(t *testing.T, o Options) {
+	if o.ChangeMembers && cluster.External(o.System) {
+		t.Fatalf("%s: Options.ChangeMembers needs a system whose members nezha changes", o.System)
+	}
 	t.Run("Semantics", func(t *testing.T) { testSemantics(t, o) })
 	t.Run("FailoverAndCatchUp", func(t *testing.T) { testFailover(t, o) })
 	if !cluster.External(o.System) {
@@ -302,13 +421,14 @@ func testSemantics(t *testing.T, o Options) {
 	if o.ExpectGC {
 		h.expectGC()
 	}
+	h.finishMemberChange()
 }
 
 func (h *harness) expectGC() {
 	h.t.Helper()
 	ctx, cancel := ctxFor(5 * time.Second)
 	defer cancel()
-	for _, n := range h.spec.Nodes {
+	for _, n := range h.nodes() {
 		st, err := h.c.Status(ctx, n.Address, false)
 		if err != nil {
 			h.t.Fatal(err)
@@ -337,7 +457,7 @@ func (h *harness) convergence() {
 		var hashes []string
 		var hashIdx []uint64
 		ok := true
-		for _, n := range h.spec.Nodes {
+		for _, n := range h.nodes() {
 			if n.PID == 0 {
 				continue
 			}
@@ -369,6 +489,8 @@ func (h *harness) leader() uint64 {
 	h.t.Helper()
 	ctx, cancel := ctxFor(30 * time.Second)
 	defer cancel()
+	h.mu.Lock()
+	defer h.mu.Unlock()
 	id, err := h.spec.WaitLeader(ctx, 30*time.Second)
 	if err != nil {
 		h.t.Fatal(err)
@@ -399,10 +521,7 @@ func testFailover(t *testing.T, o Options) {
 		h.put(k, v)
 		acked[k] = v
 	}
-	old := h.leader()
-	if err := h.spec.Kill(old); err != nil {
-		t.Fatal(err)
-	}
+	old := h.killLeader()
 	killed := time.Now()
 	// A write issued at once with a 10 s deadline succeeds within 3 s: the
 	// nodes fail what they forwarded to the dead leader once a new one is
@@ -441,40 +560,31 @@ func testFailover(t *testing.T, o Options) {
 		acked[k] = v
 	}
 	// Also kill and restart a follower that misses writes.
-	if err := h.spec.Restart(old); err != nil {
-		t.Fatal(err)
-	}
+	h.restart(old)
 	h.convergence()
-	n, _ := h.spec.Node(old)
+	n := h.node(old)
 	for k, want := range acked {
-		got, ok, err := h.staleGet(*n, k)
+		got, ok, err := h.staleGet(n, k)
 		if err != nil || !ok || got != want {
 			t.Fatalf("restarted node %d: %s = %q %v %v, want %q", old, k, got, ok, err, want)
 		}
 	}
-	follower := uint64(1)
-	if l := h.leader(); l == follower {
-		follower = 2
-	}
-	if err := h.spec.Kill(follower); err != nil {
-		t.Fatal(err)
-	}
+	follower := h.killFollower()
 	for i := 80; i < 100; i++ {
 		k, v := fmt.Sprintf("f%03d", i), fmt.Sprintf("value-%d", i)
 		h.put(k, v)
 		acked[k] = v
 	}
-	if err := h.spec.Restart(follower); err != nil {
-		t.Fatal(err)
-	}
+	h.restart(follower)
 	h.convergence()
-	fn, _ := h.spec.Node(follower)
+	fn := h.node(follower)
 	for k, want := range acked {
-		got, ok, err := h.staleGet(*fn, k)
+		got, ok, err := h.staleGet(fn, k)
 		if err != nil || !ok || got != want {
 			t.Fatalf("restarted follower %d: %s = %q %v %v, want %q", follower, k, got, ok, err, want)
 		}
 	}
+	h.finishMemberChange()
 }
 
 // lastSegment returns the newest Raft log segment of a node.
@@ -497,15 +607,9 @@ func testTornTail(t *testing.T, o Options) {
 	for i := 0; i < 30; i++ {
 		h.put(fmt.Sprintf("t%02d", i), strings.Repeat("x", 100+i))
 	}
-	victim := uint64(3)
-	if h.leader() == victim {
-		victim = 2
-	}
-	if err := h.spec.Kill(victim); err != nil {
-		t.Fatal(err)
-	}
-	n, _ := h.spec.Node(victim)
-	seg := lastSegment(t, *n)
+	victim := h.killFollower()
+	n := h.node(victim)
+	seg := lastSegment(t, n)
 	// A torn write: the crash left the first bytes of a record that was
 	// never fsynced (so never acknowledged): a header claiming more
 	// payload than follows. (Cutting bytes off fsynced records is another
@@ -523,9 +627,7 @@ func testTornTail(t *testing.T, o Options) {
 	}
 	f.Close()
 	h.put("after-tear", "y")
-	if err := h.spec.Restart(victim); err != nil {
-		t.Fatal(err)
-	}
+	h.restart(victim)
 	h.convergence()
 	logText, _ := os.ReadFile(n.Log)
 	if !strings.Contains(string(logText), "truncating torn tail") {
@@ -533,12 +635,13 @@ func testTornTail(t *testing.T, o Options) {
 	}
 	for i := 0; i < 30; i++ {
 		k := fmt.Sprintf("t%02d", i)
-		got, ok, err := h.staleGet(*n, k)
+		got, ok, err := h.staleGet(n, k)
 		if err != nil || !ok || got != strings.Repeat("x", 100+i) {
 			t.Fatalf("node %d after torn tail: %s = %q %v %v", victim, k, trunc(got), ok, err)
 		}
 	}
-	if got, ok, _ := h.staleGet(*n, "after-tear"); !ok || got != "y" {
+	if got, ok, _ := h.staleGet(n, "after-tear"); !ok || got != "y" {
 		t.Fatalf("node %d did not catch up after the torn tail", victim)
 	}
+	h.finishMemberChange()
 }
