@@ -45,10 +45,10 @@ const cgroupRoot = "/sys/fs/cgroup"
 // looks of the follower, besides its page cache and the rest (heap, kernel
 // memory) already charged to its group; the page cache gives way to it
 // first.
-const anonHeadroomBytes = 32 << 20
+const anonHeadroomBytes = 4 << 20
 
 // followInterval is how often followLimits resets the groups' limits.
-const followInterval = 50 * time.Millisecond
+const followInterval = 20 * time.Millisecond
 
 // readCache is the arrangement in force for one experiment's read beds.
 type readCache struct {

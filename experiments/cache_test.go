@@ -23,6 +23,11 @@ const (
 	growStepBytes  = 4 << 20
 	growStepEvery  = 25 * time.Millisecond
 	growTotalBytes = 96 << 20 // twice the group's starting limit
+	// testAboveHeapBytes is the group's allowance above the heap: the
+	// quick profile's page cache plus a slack wider than the profile's
+	// (anonHeadroomBytes), since a -race helper's heap grows by several
+	// times each step (shadow memory) and the follower may be starved.
+	testAboveHeapBytes = 12<<20 + 32<<20
 )
 
 // growHeap is the helper role of growHeapEnv; it does not return.
@@ -48,7 +53,7 @@ func growHeap() {
 }
 
 // TestFollowLimitsKeepsGrowingNodeAlive moves a process into a memory
-// cgroup as arrangeReads does (12 MiB of page cache + the slack), then lets
+// cgroup as arrangeReads does (page cache + slack above the heap), then lets
 // its heap grow to twice that: with followLimits it lives and oomKilled
 // stays quiet; without, the group's OOM killer kills it and oomKilled says
 // so. Needs root and a memory cgroup controller.
@@ -98,7 +103,7 @@ func TestFollowLimitsKeepsGrowingNodeAlive(t *testing.T) {
 				t.Fatal("the helper did not start")
 			}
 			rc := &readCache{Mode: ReadCacheCgroup, byPID: map[int]string{}}
-			dir, err := limitMemory(fmt.Sprintf("%stest-%d", groupPrefix, os.Getpid()), cmd.Process.Pid, 12<<20+anonHeadroomBytes)
+			dir, err := limitMemory(fmt.Sprintf("%stest-%d", groupPrefix, os.Getpid()), cmd.Process.Pid, testAboveHeapBytes)
 			if dir != "" {
 				rc.groups = append(rc.groups, dir)
 				rc.byPID[cmd.Process.Pid] = dir
@@ -109,7 +114,7 @@ func TestFollowLimitsKeepsGrowingNodeAlive(t *testing.T) {
 			}
 			if follow {
 				rc.stopFollow, rc.followDone = make(chan struct{}), make(chan struct{})
-				go rc.followLimits([]string{dir}, 12<<20+anonHeadroomBytes)
+				go rc.followLimits([]string{dir}, testAboveHeapBytes)
 			}
 			if _, err := io.WriteString(stdin, "go\n"); err != nil {
 				t.Fatal(err)
