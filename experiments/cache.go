@@ -146,18 +146,15 @@ func (rc *readCache) beforeRun() error {
 // followInterval, until release.
 func (rc *readCache) followLimits(groups []string, aboveAnonBytes int64) {
 	defer close(rc.followDone)
-	limitFile, usageFile, cacheKey := "memory.limit_in_bytes", "memory.usage_in_bytes", "cache" // v1
-	if cgroupVersion() == "v2" {
-		limitFile, usageFile, cacheKey = "memory.max", "memory.current", "file"
-	}
+	l, _ := memcg() // the groups exist, so a controller is mounted
 	set := map[string]int64{}
 	t := time.NewTicker(followInterval)
 	defer t.Stop()
 	for {
 		for _, dir := range groups {
-			b, err := os.ReadFile(filepath.Join(dir, usageFile))
+			b, err := os.ReadFile(filepath.Join(dir, l.usageFile))
 			usage, perr := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
-			cache, ok := memoryStat(dir, cacheKey)
+			cache, ok := memoryStat(dir, l.cacheKey)
 			if err != nil || perr != nil || !ok {
 				continue
 			}
@@ -165,7 +162,7 @@ func (rc *readCache) followLimits(groups []string, aboveAnonBytes int64) {
 			// Lowering the limit reclaims clean page cache (the nodes are
 			// quiet: no dirty pages), never what is not page cache.
 			if d := limit - set[dir]; d > 1<<20 || d < -(1<<20) {
-				if os.WriteFile(filepath.Join(dir, limitFile), []byte(strconv.FormatInt(limit, 10)), 0o644) == nil {
+				if os.WriteFile(filepath.Join(dir, l.limitFile), []byte(strconv.FormatInt(limit, 10)), 0o644) == nil {
 					set[dir] = limit
 				}
 			}
@@ -179,8 +176,12 @@ func (rc *readCache) followLimits(groups []string, aboveAnonBytes int64) {
 }
 
 // memoryStat reads one counter (bytes) of a group's memory.stat.
-func memoryStat(dir, key string) (int64, bool) {
-	b, err := os.ReadFile(filepath.Join(dir, "memory.stat"))
+func memoryStat(dir, key string) (int64, bool) { return memoryCounter(dir, "memory.stat", key) }
+
+// memoryCounter reads the counter key of a group's file of "key value"
+// lines (memory.stat, memory.oom_control, memory.events).
+func memoryCounter(dir, file, key string) (int64, bool) {
+	b, err := os.ReadFile(filepath.Join(dir, file))
 	if err != nil {
 		return 0, false
 	}
@@ -201,21 +202,12 @@ func (rc *readCache) oomKilled(spec *cluster.Spec) error {
 	if rc.Mode != ReadCacheCgroup {
 		return nil
 	}
+	l, _ := memcg() // the groups exist, so a controller is mounted
 	var killed []string
 	for _, n := range spec.Nodes {
-		dir := rc.byPID[n.PID]
-		if dir == "" {
-			continue
-		}
-		for _, f := range []string{"memory.oom_control", "memory.events"} {
-			b, err := os.ReadFile(filepath.Join(dir, f))
-			if err != nil {
-				continue
-			}
-			for _, line := range strings.Split(string(b), "\n") {
-				if k, v, _ := strings.Cut(line, " "); k == "oom_kill" && v != "0" {
-					killed = append(killed, fmt.Sprintf("node %d (%s kills)", n.ID, v))
-				}
+		if dir := rc.byPID[n.PID]; dir != "" {
+			if v, ok := memoryCounter(dir, l.oomFile, "oom_kill"); ok && v > 0 {
+				killed = append(killed, fmt.Sprintf("node %d (%d kills)", n.ID, v))
 			}
 		}
 	}
@@ -252,10 +244,11 @@ const groupPrefix = "nezha-harness-"
 // removeStaleGroups removes the empty memory cgroups that an earlier run,
 // killed before it released them, left behind (their harness pid is gone).
 func removeStaleGroups() {
-	parent := filepath.Join(cgroupRoot, "memory") // v1
-	if cgroupVersion() == "v2" {
-		parent = cgroupRoot
+	l, ok := memcg()
+	if !ok {
+		return
 	}
+	parent := l.parent
 	des, err := os.ReadDir(parent)
 	if err != nil {
 		return
@@ -270,6 +263,29 @@ func removeStaleGroups() {
 			_ = os.Remove(filepath.Join(parent, de.Name())) // fails, harmlessly, if a process is still in it
 		}
 	}
+}
+
+// memcgLayout names what differs between the two cgroup versions' memory
+// controllers: where groups are made, and the files and memory.stat key
+// this package reads and writes.
+type memcgLayout struct {
+	parent    string // directory that holds the groups
+	limitFile string // the hard limit (bytes)
+	usageFile string // current usage (bytes)
+	cacheKey  string // memory.stat's page cache counter
+	oomFile   string // the file whose "oom_kill N" counts OOM kills
+}
+
+// memcg returns the layout of the mounted memory controller; ok is false
+// if none is mounted.
+func memcg() (l memcgLayout, ok bool) {
+	switch cgroupVersion() {
+	case "v1":
+		return memcgLayout{filepath.Join(cgroupRoot, "memory"), "memory.limit_in_bytes", "memory.usage_in_bytes", "cache", "memory.oom_control"}, true
+	case "v2":
+		return memcgLayout{cgroupRoot, "memory.max", "memory.current", "file", "memory.events"}, true
+	}
+	return l, false
 }
 
 // cgroupVersion is "v1" if the memory controller is mounted on its own,
@@ -302,23 +318,19 @@ func limitMemory(name string, pid int, limitBytes int64) (string, error) {
 // if limitBytes <= 0) and returns its directory once created (to remove
 // later), and any error.
 func newMemoryGroup(name string, limitBytes int64) (string, error) {
-	var dir, limitFile string
-	switch cgroupVersion() {
-	case "v1":
-		dir, limitFile = filepath.Join(cgroupRoot, "memory", name), "memory.limit_in_bytes"
-	case "v2":
-		dir, limitFile = filepath.Join(cgroupRoot, name), "memory.max"
-	default:
+	l, ok := memcg()
+	if !ok {
 		return "", errors.New("no memory cgroup controller is mounted")
 	}
+	dir := filepath.Join(l.parent, name)
 	if err := os.Mkdir(dir, 0o755); err != nil {
 		return "", err
 	}
 	if limitBytes <= 0 {
 		return dir, nil
 	}
-	if err := os.WriteFile(filepath.Join(dir, limitFile), []byte(strconv.FormatInt(limitBytes, 10)), 0o644); err != nil {
-		return dir, fmt.Errorf("set %s: %w", limitFile, err)
+	if err := os.WriteFile(filepath.Join(dir, l.limitFile), []byte(strconv.FormatInt(limitBytes, 10)), 0o644); err != nil {
+		return dir, fmt.Errorf("set %s: %w", l.limitFile, err)
 	}
 	return dir, nil
 }
@@ -343,16 +355,13 @@ func (rc *readCache) pageCacheBytes(spec *cluster.Spec) int64 {
 	if rc.Mode != ReadCacheCgroup {
 		return -1
 	}
+	l, _ := memcg() // the groups exist, so a controller is mounted
 	var total int64
 	for _, n := range spec.Nodes {
-		dir := rc.byPID[n.PID]
-		if dir == "" {
-			continue
-		}
-		if v, ok := memoryStat(dir, "cache"); ok { // v1
-			total += v
-		} else if v, ok := memoryStat(dir, "file"); ok { // v2
-			total += v
+		if dir := rc.byPID[n.PID]; dir != "" {
+			if v, ok := memoryStat(dir, l.cacheKey); ok {
+				total += v
+			}
 		}
 	}
 	return total
