@@ -324,7 +324,9 @@ func throughputSeries(name string, sum workloads.Summary, bytes bool) (plots.Ser
 func (x *Run) readBed(ctx context.Context, sys string) (*testbed, error) {
 	p := x.Profile
 	data := p.ReadKeys * int64(p.ReadValueBytes)
-	tb, err := x.startIn(ctx, filepath.Join(x.beds.dir, sys), sys, x.geometryArgs(sys, data)...)
+	// The nodes serve Go's profiler: the second read run of each system is
+	// profiled (readExperiment).
+	tb, err := x.startIn(ctx, filepath.Join(x.beds.dir, sys), sys, append(x.geometryArgs(sys, data), pprofArgs()...)...)
 	if err != nil {
 		x.fail(sys, "cluster up", err, nil)
 		return nil, err
@@ -554,6 +556,10 @@ func (x *Run) readExperiment(ctx context.Context, op string) error {
 		first   workloads.Summary
 		raw     bytes.Buffer
 		failed  bool
+		// firstSeconds is the first run's duration; the second run is
+		// profiled for 80 % of it (prof, its window and summary).
+		firstSeconds float64
+		prof         *profiledRun
 	}
 	beds := map[string]*bed{}
 	loaded, rc := x.readBeds(ctx)
@@ -585,12 +591,31 @@ func (x *Run) readExperiment(ctx context.Context, op string) error {
 			if run == 0 {
 				rb = &b.raw
 			}
+			var profDone chan []string
+			if run == 1 && b.tb.spec != nil && b.firstSeconds > 0 {
+				profDone = make(chan []string, 1)
+				go func() {
+					files, err := profileNodes(ctx, b.tb.spec, time.Duration(0.8*b.firstSeconds*float64(time.Second)), filepath.Join(x.Dir, "cpu-profiles"), sys+"-"+op)
+					if err != nil {
+						x.logf("%s: %v", sys, err)
+					}
+					profDone <- files
+				}()
+			}
+			start := time.Now()
 			if op == "get" {
 				o := workloads.GetOptions{Common: x.benchCommon("r", p.Clients, p.GetOps, int64(2+run), rb), Keys: p.ReadKeys, Zipf: p.Zipf}
 				sum, err = workloads.RunGet(ctx, b.tb.c, o)
 			} else {
 				o := workloads.ScanOptions{Common: x.benchCommon("r", p.ScanClients, p.ScanOps, int64(3+run), rb), Keys: p.ReadKeys, ScanSize: p.ScanSize}
 				sum, err = workloads.RunScan(ctx, b.tb.c, o)
+			}
+			if run == 0 {
+				b.firstSeconds = time.Since(start).Seconds()
+			}
+			var profFiles []string
+			if profDone != nil {
+				profFiles = <-profDone
 			}
 			if err == nil {
 				err = sum.Failures()
@@ -614,6 +639,13 @@ func (x *Run) readExperiment(ctx context.Context, op string) error {
 			if b.tb.spec != nil && sum.Ops > 0 {
 				if w, err := x.since(ctx, b.tb.spec, before); err == nil {
 					b.readKBs = append(b.readKBs, w.ReadBytesPerNode*float64(len(b.tb.spec.Nodes))/float64(sum.Ops)/1e3)
+					if len(profFiles) > 0 {
+						if s, err := summarizeProfiles(profFiles, 12); err != nil {
+							x.logf("%s: cpu profile: %v", sys, err)
+						} else {
+							b.prof = &profiledRun{System: sys, Rate: sum.OpsPerSec, Per: float64(sum.Ops), Window: w, Profile: s}
+						}
+					}
 				}
 			}
 			if run == 0 {
@@ -651,6 +683,13 @@ func (x *Run) readExperiment(ctx context.Context, op string) error {
 	tbl.Title += " (latencies of the first run)"
 	x.table(tbl)
 	x.figure(bar)
+	var profiled []profiledRun
+	for _, sys := range x.Systems {
+		if b := beds[sys]; b != nil && !b.failed && b.prof != nil {
+			profiled = append(profiled, *b.prof)
+		}
+	}
+	x.profileTables(profileTablesSpec{What: strings.ToUpper(op) + " run (the second of each system)", RateColumn: "ops/s", PerColumn: "node CPU us/op", PerScale: 1e6, MetricPrefix: op + "_cpu_share", PerMetric: op + "_node_cpu_us_per_op"}, profiled)
 	if len(cdfs) > 0 {
 		x.figure(plots.Figure{Name: op + "-latency-cdf", Title: strings.ToUpper(op) + " latency CDF (first run)", Kind: plots.CDF,
 			XLabel: "latency (ms)", YLabel: "fraction of operations", LogX: true, Series: cdfs})

@@ -45,14 +45,14 @@ func (d Direction) String() string {
 // tried first, since "get_ops_per_sec_disk_read_kb_per_op" also ends in a
 // throughput's words.
 var (
-	lowerIsBetterRE  = regexp.MustCompile(`write_amp|space_amp|gc_space_|disk_read_kb_per_op|cpu_s_per_gb|latency|_p50|_p99|_p999|_us$|_ms$|recover|lost_writes`)
+	lowerIsBetterRE  = regexp.MustCompile(`write_amp|space_amp|gc_space_|disk_read_kb_per_op|cpu_s_per_gb|cpu_us_per_op|latency|_p50|_p99|_p999|_us$|_ms$|recover|lost_writes`)
 	higherIsBetterRE = regexp.MustCompile(`per_sec$|_ratio$|_vs_|^put_headline$`)
 )
 
 // MetricDirection decides by name whether metric (a Result.Metrics key) is
 // better higher (throughput: *_per_sec, ratios and *_vs_* over a baseline,
 // put_headline), lower (write and space amplification, device bytes read
-// per operation, CPU seconds per GB, latencies, crash recovery times, lost
+// per operation, CPU seconds per GB or microseconds per operation, latencies, crash recovery times, lost
 // writes) or neither.
 func MetricDirection(metric string) Direction {
 	base, _, _ := strings.Cut(metric, "/")

@@ -22,6 +22,8 @@ func TestMetricDirection(t *testing.T) {
 		"space_amp_overwrite/pasv":                   LowerIsBetter,
 		"crash_recover_write_p50_sec/nezha":          LowerIsBetter,
 		"put_headline_node_cpu_s_per_gb/nezha":       LowerIsBetter,
+		"get_node_cpu_us_per_op/nezha":               LowerIsBetter,
+		"get_cpu_share/nezha/grpc":                   Unranked,
 		"put_headline_deepest_level/original":        Unranked,
 		"put_headline_gc_rounds/nezha":               Unranked,
 		"put_headline_cpu_share/nezha/rocksdb_flush": Unranked,

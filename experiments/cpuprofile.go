@@ -150,23 +150,36 @@ type cpuProfileSummary struct {
 
 // cpuCategories name parts of the path by the functions on a sample's
 // stack (a prefix of the fully qualified function name). A sample counts
-// in every category it matches, so the shares overlap.
+// in every category it matches, so the shares overlap; a category with
+// excludes does not count a sample with any of them on its stack.
 var cpuCategories = []struct {
 	key, name string
 	prefixes  []string
+	excludes  []string
 }{
-	{"rocksdb_background", "RocksDB background threads (no stacks)", []string{"runtime._ExternalCode"}},
-	{"rocksdb_foreground", "RocksDB foreground (cgo)", []string{"github.com/linxGnu/grocksdb."}},
-	{"grpc", "gRPC and sockets", []string{"google.golang.org/grpc", "net.(*conn)", "net/http."}},
-	{"protobuf", "protobuf", []string{"google.golang.org/protobuf", "github.com/nezha-harness/nezha/systems/kvpb."}},
-	{"etcd_raft", "etcd raft", []string{"go.etcd.io/raft"}},
-	{"raft_log", "Raft log", []string{"github.com/nezha-harness/nezha/systems/raftlog."}},
-	{"nezha_store", "nezha store", []string{"github.com/nezha-harness/nezha/nezha."}},
-	{"syscalls", "system calls (socket and file I/O)", []string{"syscall.", "internal/runtime/syscall.", "golang.org/x/sys/unix."}},
-	{"fsync", "fsync", []string{"syscall.Fsync", "golang.org/x/sys/unix.Fsync", "golang.org/x/sys/unix.Fdatasync", "syscall.Fdatasync"}},
-	{"crc", "CRC", []string{"hash/crc32."}},
-	{"memmove", "memmove/memclr", []string{"runtime.memmove", "runtime.memclrNoHeapPointers"}},
-	{"go_gc", "Go GC", []string{"runtime.gcBgMarkWorker", "runtime.gcAssistAlloc", "runtime.bgsweep", "runtime.bgscavenge"}},
+	{key: "rocksdb_background", name: "RocksDB background threads (no stacks)", prefixes: []string{"runtime._ExternalCode"}},
+	{key: "rocksdb_foreground", name: "RocksDB foreground (cgo)", prefixes: []string{"github.com/linxGnu/grocksdb."}},
+	// gRPC's server calls the handlers, so it is on the stack of almost
+	// everything a node does for a client: count only what runs outside
+	// the handlers' own code (HTTP/2 framing, sockets, the codec).
+	{key: "grpc", name: "gRPC and sockets, outside the handlers", prefixes: []string{"google.golang.org/grpc", "net.(*conn)", "net/http."}, excludes: appPrefixes},
+	{key: "protobuf", name: "protobuf", prefixes: []string{"google.golang.org/protobuf"}},
+	{key: "etcd_raft", name: "etcd raft", prefixes: []string{"go.etcd.io/raft"}},
+	{key: "raft_log", name: "Raft log", prefixes: []string{"github.com/nezha-harness/nezha/systems/raftlog."}},
+	{key: "nezha_store", name: "nezha store", prefixes: []string{"github.com/nezha-harness/nezha/nezha."}},
+	{key: "syscalls", name: "system calls (socket and file I/O)", prefixes: []string{"syscall.", "internal/runtime/syscall.", "golang.org/x/sys/unix."}},
+	{key: "fsync", name: "fsync", prefixes: []string{"syscall.Fsync", "golang.org/x/sys/unix.Fsync", "golang.org/x/sys/unix.Fdatasync", "syscall.Fdatasync"}},
+	{key: "crc", name: "CRC", prefixes: []string{"hash/crc32."}},
+	{key: "memmove", name: "memmove/memclr", prefixes: []string{"runtime.memmove", "runtime.memclrNoHeapPointers"}},
+	{key: "go_gc", name: "Go GC", prefixes: []string{"runtime.gcBgMarkWorker", "runtime.gcAssistAlloc", "runtime.bgsweep", "runtime.bgscavenge"}},
+}
+
+// appPrefixes are the code a node's gRPC handlers run: the node, the
+// stores and the engines under them.
+var appPrefixes = []string{
+	"github.com/nezha-harness/nezha/systems/node.", "github.com/nezha-harness/nezha/systems/raftlog.",
+	"github.com/nezha-harness/nezha/nezha.", "github.com/nezha-harness/nezha/baseline.", "github.com/nezha-harness/nezha/dwisckey.",
+	"github.com/linxGnu/grocksdb.", "go.etcd.io/raft", "github.com/dgraph-io/badger",
 }
 
 // summarizeProfiles merges CPU profiles and computes the top flat
@@ -227,10 +240,13 @@ func summarizeProfiles(files []string, topN int) (*cpuProfileSummary, error) {
 		} else {
 			flat["(unknown)"] += v
 		}
+		onStack := func(prefixes []string) bool {
+			return slices.ContainsFunc(funcs, func(fn string) bool {
+				return slices.ContainsFunc(prefixes, func(pre string) bool { return strings.HasPrefix(fn, pre) })
+			})
+		}
 		for ci, c := range cpuCategories {
-			if slices.ContainsFunc(funcs, func(fn string) bool {
-				return slices.ContainsFunc(c.prefixes, func(pre string) bool { return strings.HasPrefix(fn, pre) })
-			}) {
+			if onStack(c.prefixes) && (len(c.excludes) == 0 || !onStack(c.excludes)) {
 				cum[ci] += v
 			}
 		}
@@ -256,6 +272,105 @@ func summarizeProfiles(files []string, topN int) (*cpuProfileSummary, error) {
 		sum.Categories = append(sum.Categories, cpuShare{Key: c.key, Name: c.name, Share: float64(cum[ci]) / float64(total)})
 	}
 	return sum, nil
+}
+
+// profiledRun is one measured run whose nodes were profiled.
+type profiledRun struct {
+	System string
+	// Rate is the run's throughput in the unit of profileTablesSpec.RateColumn.
+	Rate float64
+	// Per is what the nodes' CPU seconds are divided by (GB of user data,
+	// operations), before profileTablesSpec.PerScale.
+	Per     float64
+	Window  windowStats
+	Profile *cpuProfileSummary
+}
+
+// profileTablesSpec names the columns and metrics of profileTables.
+type profileTablesSpec struct {
+	// What completes "Node CPU in the profiled ...".
+	What string
+	// RateColumn heads profiledRun.Rate ("MB/s", "ops/s").
+	RateColumn string
+	// PerColumn heads node CPU seconds / Per x PerScale ("node CPU s/GB",
+	// "node CPU us/op").
+	PerColumn string
+	PerScale  float64
+	// MetricPrefix starts the metrics of the category shares
+	// (prefix/system/category).
+	MetricPrefix string
+	// PerMetric, if set, names the metric of the PerColumn value
+	// (PerMetric/system).
+	PerMetric string
+}
+
+// profileTables shows where the nodes' CPU went in profiled runs: by
+// thread (procfs), by part of the path and by function (the Go profiles),
+// all as shares of the nodes' CPU time, one column per run.
+func (x *Run) profileTables(spec profileTablesSpec, runs []profiledRun) {
+	if len(runs) == 0 {
+		return
+	}
+	pct := func(v float64) string { return fmt.Sprintf("%.0f %%", 100*v) }
+	threads := Table{Title: "Node CPU in the profiled " + spec.What + ", by thread (procfs): RocksDB's compactions run on rocksdb:low threads and its flushes on rocksdb:high; machine busy counts both CPUs (clients included)",
+		Columns: []string{"system", spec.RateColumn, spec.PerColumn, "machine busy", "Go threads", "rocksdb:low (compaction)", "rocksdb:high (flush)", "exited threads", "profile (CPU s sampled)", "profile files"}}
+	parts := Table{Title: "Where the nodes spend it, from the CPU profiles (share of the sampled CPU with the part anywhere on the stack; parts overlap; RocksDB's own threads are sampled without stacks)", Columns: []string{"part of the path"}}
+	top := Table{Title: "The functions with the most CPU of their own (flat, share of the sampled CPU; [file] is code without symbols; `go tool pprof -top bin/nezha FILE` shows the rest)", Columns: []string{"rank"}}
+	const topN = 8
+	for i := range cpuCategories {
+		parts.Rows = append(parts.Rows, []string{cpuCategories[i].name})
+	}
+	for i := range topN {
+		top.Rows = append(top.Rows, []string{fmt.Sprint(i + 1)})
+	}
+	for _, r := range runs {
+		w := r.Window
+		total := w.NodeCPUSeconds
+		share := func(g string) string {
+			if total <= 0 {
+				return "-"
+			}
+			return pct(w.NodeCPUByThread[g] / total)
+		}
+		var files []string
+		for _, f := range r.Profile.Files {
+			if rel, err := filepath.Rel(x.Dir, f); err == nil {
+				f = rel
+			}
+			files = append(files, f)
+		}
+		per := "-"
+		if r.Per > 0 {
+			per = f1(total / r.Per * spec.PerScale)
+		}
+		threads.Rows = append(threads.Rows, []string{r.System, f1(r.Rate), per, pct(w.MachineBusy),
+			share(threadGo), share("rocksdb:low"), share("rocksdb:high"), share(threadExited), f1(r.Profile.SampledSeconds), strings.Join(files, " ")})
+		parts.Columns = append(parts.Columns, r.System)
+		for i, c := range r.Profile.Categories {
+			parts.Rows[i] = append(parts.Rows[i], pct(c.Share))
+			x.metric(fmt.Sprintf("%s/%s/%s", spec.MetricPrefix, r.System, c.Key), c.Share)
+		}
+		top.Columns = append(top.Columns, r.System)
+		for i := range topN {
+			cell := "-"
+			if i < len(r.Profile.Top) {
+				t := r.Profile.Top[i]
+				cell = fmt.Sprintf("%s %s", shortFunc(t.Name), pct(t.Share))
+			}
+			top.Rows[i] = append(top.Rows[i], cell)
+		}
+		if total > 0 {
+			x.metric(spec.MetricPrefix+"/"+r.System+"/rocksdb_low_threads", w.NodeCPUByThread["rocksdb:low"]/total)
+			x.metric(spec.MetricPrefix+"/"+r.System+"/rocksdb_high_threads", w.NodeCPUByThread["rocksdb:high"]/total)
+			x.metric(spec.MetricPrefix+"/"+r.System+"/machine_busy", w.MachineBusy)
+		}
+		if spec.PerMetric != "" && r.Per > 0 {
+			x.metric(spec.PerMetric+"/"+r.System, total/r.Per*spec.PerScale)
+		}
+	}
+	x.table(threads)
+	x.table(parts)
+	x.table(top)
 }
 
 // shortFunc drops a function name's module path: "raftlog.(*Log).Append".

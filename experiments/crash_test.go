@@ -36,6 +36,10 @@ func TestLookupSkipsCrashInQuickAll(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	standard, err := LookupFor([]string{"all"}, "standard")
+	if err != nil {
+		t.Fatal(err)
+	}
 	paper, err := LookupFor([]string{"all"}, "paper")
 	if err != nil {
 		t.Fatal(err)
@@ -47,8 +51,12 @@ func TestLookupSkipsCrashInQuickAll(t *testing.T) {
 	has := func(es []Experiment) bool {
 		return slices.ContainsFunc(es, func(e Experiment) bool { return e.Name == "crash" })
 	}
-	if has(quick) || !has(paper) || !has(named) || len(paper) != len(All()) {
-		t.Fatalf("crash in quick all %v, paper all %v, named %v", has(quick), has(paper), has(named))
+	if has(quick) || has(standard) || !has(paper) || !has(named) || len(paper) != len(All()) {
+		t.Fatalf("crash in quick all %v, standard all %v, paper all %v, named %v", has(quick), has(standard), has(paper), has(named))
+	}
+	// Standard keeps the embedded experiment, which quick leaves out.
+	if !slices.ContainsFunc(standard, func(e Experiment) bool { return e.Name == "embedded" }) || len(standard) != len(All())-1 {
+		t.Fatalf("standard all = %d experiments, want all but crash", len(standard))
 	}
 }
 

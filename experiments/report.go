@@ -336,7 +336,7 @@ func writeDifferences(b *strings.Builder, results []*Result, hs []Headline) {
 		}
 		add("- Original spent %.1f node-CPU seconds per GB written against nezha-nogc's %.1f.", m["put_headline_node_cpu_s_per_gb/original"], m["put_headline_node_cpu_s_per_gb/nezha-nogc"])
 		if _, ok := m["put_headline_cpu_share/original/rocksdb_low_threads"]; ok {
-			add("- Where the CPU went (profiled headline runs): original %.0f %% in RocksDB's compaction threads, %.0f %% in its flush threads and %.0f %% in RocksDB calls on the write path; nezha-nogc %.0f %% in system calls (socket and file I/O), %.0f %% copying memory, %.0f %% in gRPC and %.0f %% in fsync.",
+			add("- Where the CPU went (profiled headline runs): original %.0f %% in RocksDB's compaction threads, %.0f %% in its flush threads and %.0f %% in RocksDB calls on the write path; nezha-nogc %.0f %% in system calls (socket and file I/O), %.0f %% copying memory, %.0f %% in gRPC's transport (outside the handlers) and %.0f %% in fsync.",
 				100*m["put_headline_cpu_share/original/rocksdb_low_threads"], 100*m["put_headline_cpu_share/original/rocksdb_high_threads"], 100*m["put_headline_cpu_share/original/rocksdb_foreground"],
 				100*m["put_headline_cpu_share/nezha-nogc/syscalls"], 100*m["put_headline_cpu_share/nezha-nogc/memmove"], 100*m["put_headline_cpu_share/nezha-nogc/grpc"], 100*m["put_headline_cpu_share/nezha-nogc/fsync"])
 		}
@@ -365,6 +365,21 @@ func writeDifferences(b *strings.Builder, results []*Result, hs []Headline) {
 		add("**%s.** Ours: nezha %.2fx over original (paper %.3fx); reads from %s.", rd.workload, h.Ratio, paper, rc)
 		if strings.HasPrefix(rc, "page cache") {
 			add("- The paper's reads went to SSDs (100 GB per node); here they were served from memory, so the ratio measures CPU per operation, not I/O.")
+		}
+		op := strings.ToLower(rd.workload)
+		kb := func(sys string) float64 { return m[op+"_ops_per_sec_disk_read_kb_per_op/"+sys] }
+		if kb(sysNezha) > 0 || kb(sysOriginal) > 0 {
+			add("- Device reads per %s: nezha %.1f KB, original %.1f KB (the nodes' read_bytes over the operations).", rd.workload, kb(sysNezha), kb(sysOriginal))
+		}
+		busy := func(sys string) float64 { return m[op+"_cpu_share/"+sys+"/machine_busy"] }
+		if _, ok := m[op+"_cpu_share/"+sysNezha+"/machine_busy"]; ok {
+			share := func(sys, key string) float64 { return 100 * m[op+"_cpu_share/"+sys+"/"+key] }
+			add("- Profiled %s runs (the second of each system): the machine was %.0f %% busy during nezha's and %.0f %% during original's (nodes and clients on two cores); node CPU per %s: nezha %.0f us, original %.0f us. nezha's nodes spent %.0f %% of their CPU in system calls, %.0f %% in gRPC's transport (outside the handlers) and %.0f %% in its store; original's %.0f %% in RocksDB calls and %.0f %% in gRPC's transport.",
+				rd.workload, 100*busy(sysNezha), 100*busy(sysOriginal), rd.workload, m[op+"_node_cpu_us_per_op/"+sysNezha], m[op+"_node_cpu_us_per_op/"+sysOriginal],
+				share(sysNezha, "syscalls"), share(sysNezha, "grpc"), share(sysNezha, "nezha_store"), share(sysOriginal, "rocksdb_foreground"), share(sysOriginal, "grpc"))
+			if busy(sysNezha) >= 0.9 && busy(sysOriginal) >= 0.9 {
+				add("- Both systems' %s runs kept the two CPUs busy: the ratio is one of CPU per operation on a shared machine (nodes and clients), which the device reads above do not bound.", rd.workload)
+			}
 		}
 	}
 	if len(lines) == 0 {

@@ -724,69 +724,15 @@ func expectedLevels(data, levelBase float64) []float64 {
 }
 
 // cpuTables shows where the nodes' CPU went in each headline system's
-// profiled run: by thread (procfs), by part of the path and by function
-// (the Go profiles), all as shares of the nodes' CPU time.
+// profiled run (the second of each).
 func (x *Run) cpuTables(all []putRun) {
 	prof := runsOf(all, func(r putRun) bool { return r.Phase == "headline" && r.CPUProfile != nil })
-	if len(prof) == 0 {
-		return
-	}
-	pct := func(v float64) string { return fmt.Sprintf("%.0f %%", 100*v) }
-	threads := Table{Title: "Node CPU in the profiled headline run (the second of each headline system), by thread (procfs): RocksDB's compactions run on rocksdb:low threads and its flushes on rocksdb:high",
-		Columns: []string{"system", "MB/s", "node CPU s/GB", "machine busy", "Go threads", "rocksdb:low (compaction)", "rocksdb:high (flush)", "exited threads", "profile (CPU s sampled)", "profile files"}}
-	parts := Table{Title: "Where the nodes spend it, from the CPU profiles (share of the sampled CPU with the part anywhere on the stack; parts overlap; RocksDB's own threads are sampled without stacks)", Columns: []string{"part of the path"}}
-	top := Table{Title: "The functions with the most CPU of their own (flat, share of the sampled CPU; [file] is code without symbols; `go tool pprof -top bin/nezha FILE` shows the rest)", Columns: []string{"rank"}}
-	var syss []putRun
+	var runs []profiledRun
 	for _, sys := range x.Systems {
 		if rs := runsOf(prof, func(r putRun) bool { return r.System == sys }); len(rs) > 0 {
-			syss = append(syss, rs[0])
+			r := rs[0]
+			runs = append(runs, profiledRun{System: sys, Rate: r.MBPerSec, Per: float64(r.DataBytes) / 1e9, Window: r.Window, Profile: r.CPUProfile})
 		}
 	}
-	const topN = 8
-	for i := range cpuCategories {
-		parts.Rows = append(parts.Rows, []string{cpuCategories[i].name})
-	}
-	for i := range topN {
-		top.Rows = append(top.Rows, []string{fmt.Sprint(i + 1)})
-	}
-	for _, r := range syss {
-		w := r.Window
-		total := w.NodeCPUSeconds
-		share := func(g string) string {
-			if total <= 0 {
-				return "-"
-			}
-			return pct(w.NodeCPUByThread[g] / total)
-		}
-		var files []string
-		for _, f := range r.CPUProfile.Files {
-			if rel, err := filepath.Rel(x.Dir, f); err == nil {
-				f = rel
-			}
-			files = append(files, f)
-		}
-		threads.Rows = append(threads.Rows, []string{r.System, f1(r.MBPerSec), f1(total / (float64(r.DataBytes) / 1e9)), pct(w.MachineBusy),
-			share(threadGo), share("rocksdb:low"), share("rocksdb:high"), share(threadExited), f1(r.CPUProfile.SampledSeconds), strings.Join(files, " ")})
-		parts.Columns = append(parts.Columns, r.System)
-		for i, c := range r.CPUProfile.Categories {
-			parts.Rows[i] = append(parts.Rows[i], pct(c.Share))
-			x.metric(fmt.Sprintf("put_headline_cpu_share/%s/%s", r.System, c.Key), c.Share)
-		}
-		top.Columns = append(top.Columns, r.System)
-		for i := range topN {
-			cell := "-"
-			if i < len(r.CPUProfile.Top) {
-				t := r.CPUProfile.Top[i]
-				cell = fmt.Sprintf("%s %s", shortFunc(t.Name), pct(t.Share))
-			}
-			top.Rows[i] = append(top.Rows[i], cell)
-		}
-		if total > 0 {
-			x.metric("put_headline_cpu_share/"+r.System+"/rocksdb_low_threads", w.NodeCPUByThread["rocksdb:low"]/total)
-			x.metric("put_headline_cpu_share/"+r.System+"/rocksdb_high_threads", w.NodeCPUByThread["rocksdb:high"]/total)
-		}
-	}
-	x.table(threads)
-	x.table(parts)
-	x.table(top)
+	x.profileTables(profileTablesSpec{What: "headline run (the second of each headline system)", RateColumn: "MB/s", PerColumn: "node CPU s/GB", PerScale: 1, MetricPrefix: "put_headline_cpu_share"}, runs)
 }
