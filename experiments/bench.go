@@ -43,10 +43,22 @@ func diskLimit() Experiment {
 			x.param("write_bytes", p.DiskLimitWriteBytes)
 			path := filepath.Join(x.Dir, "disk-limit.tmp")
 			defer os.Remove(path)
-			mbps, err := fsyncBandwidth(ctx, path, p.DiskLimitBytes, p.DiskLimitWriteBytes)
-			if err != nil {
-				return err
+			// The ceiling is what the disk does when nothing else writes:
+			// first flush what earlier work left dirty (a previous run's
+			// data and deletions, written back in the background, once
+			// took a standard run's limit from about 1,100 to 339 MB/s),
+			// then take the best of diskLimitSamples passes.
+			unix.Sync()
+			var samples []float64
+			for range diskLimitSamples {
+				v, err := fsyncBandwidth(ctx, path, max(p.DiskLimitBytes/diskLimitSamples, int64(p.DiskLimitWriteBytes)), p.DiskLimitWriteBytes)
+				if err != nil {
+					return err
+				}
+				samples = append(samples, v)
 			}
+			mbps := slices.Max(samples)
+			x.samples("disk_limit_mb_per_sec", samples)
 			small, err := fsyncBandwidth(ctx, path, 4*mib, 4*kib)
 			if err != nil {
 				return err
@@ -58,7 +70,8 @@ func diskLimit() Experiment {
 					{fmt.Sprintf("%d KiB", p.DiskLimitWriteBytes/kib), f1(mbps), f0(mbps * 1e6 / float64(p.DiskLimitWriteBytes))},
 					{"4 KiB", f1(small), f0(small * 1e6 / (4 * kib))},
 				}})
-			x.note("A local 3-node cluster writes every value on this one disk three times: its PUT goodput is bounded by %.1f MB/s / 3 = %.1f MB/s.", mbps, mbps/3)
+			x.note("The %d KiB row is the best of %d passes of %s each (MB/s: %s), after a sync of everything dirty. A local 3-node cluster writes every value on this one disk three times: its PUT goodput is bounded by %.1f MB/s / 3 = %.1f MB/s.",
+				p.DiskLimitWriteBytes/kib, diskLimitSamples, bytesText(p.DiskLimitBytes/diskLimitSamples), floatsText(samples), mbps, mbps/3)
 			x.logf("%.1f MB/s in %d KiB fsynced writes; %.0f 4 KiB write+fsync/s", mbps, p.DiskLimitWriteBytes/kib, small*1e6/(4*kib))
 			speed, err := calibrate(ctx, 5, 100*time.Millisecond)
 			if err != nil {
@@ -79,6 +92,19 @@ func diskLimit() Experiment {
 		},
 	}
 }
+
+// floatsText renders values with one decimal, comma-separated.
+func floatsText(vs []float64) string {
+	parts := make([]string, len(vs))
+	for i, v := range vs {
+		parts[i] = f1(v)
+	}
+	return strings.Join(parts, ", ")
+}
+
+// diskLimitSamples is how many passes of DiskLimitBytes/diskLimitSamples
+// the disk-limit experiment takes the best of.
+const diskLimitSamples = 3
 
 // fsyncBandwidth writes total bytes in writes of size bytes, each followed
 // by fdatasync, and returns MB/s (10^6 bytes).
