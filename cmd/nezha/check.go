@@ -5,11 +5,8 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"os"
-	"os/signal"
 	"path/filepath"
 	"slices"
-	"syscall"
 	"time"
 
 	"github.com/peterbourgon/ff/v3/ffcli"
@@ -107,11 +104,11 @@ func (c *cli) check(ctx context.Context, fs *flag.FlagSet, o linearizability.Opt
 		return systems.OneLine("check", err)
 	}
 
-	// Ctrl-C (or SIGTERM, SIGHUP, or SIGPIPE when the output is cut)
+	// Ctrl-C (or SIGTERM, SIGHUP, or an EPIPE when the output is cut)
 	// cancels the run, which heals every fault and tears the cluster down
 	// before returning. A second Ctrl-C kills this process at once; its
 	// nodes die with it (cluster.Spec.Detach).
-	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGPIPE)
+	ctx, stdout, stop := stopContext(ctx, c.stdout)
 	defer stop()
 	go func() {
 		<-ctx.Done()
@@ -120,7 +117,7 @@ func (c *cli) check(ctx context.Context, fs *flag.FlagSet, o linearizability.Opt
 
 	res, err := linearizability.Run(ctx, o)
 	if res != nil {
-		linearizability.WriteResult(c.stdout, res)
+		linearizability.WriteResult(stdout, res)
 	}
 	if err != nil {
 		var ue *systems.UsageError

@@ -3,10 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
-	"os"
-	"os/signal"
 	"strings"
-	"syscall"
 	"text/tabwriter"
 
 	"github.com/peterbourgon/ff/v3/ffcli"
@@ -76,12 +73,12 @@ func (c *cli) experimentRun() *ffcli.Command {
 		if err != nil {
 			return err
 		}
-		ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGPIPE)
+		ctx, stdout, stop := stopContext(ctx, c.stdout)
 		defer stop()
 		raw := c.args[min(2, len(c.args)):] // after "experiment run"
 		return experiments.RunAndReport(ctx, c.reg, experiments.RunRequest{
 			Names: names, Profile: *profile, Systems: systems.SplitList(*syss), Servers: systems.SplitList(*servers),
-			OutDir: *out, Force: *force, Nodes: *nodes, Out: c.stdout,
+			OutDir: *out, Force: *force, Nodes: *nodes, Out: stdout,
 			Args: raw,
 		})
 	})
