@@ -54,16 +54,31 @@ func TestReplaceFollowerWithCutSegment(t *testing.T) {
 			acked[k] = v
 		}
 	}
+	// The victim's last segment must hold more than the bytes to cut: a
+	// segment that rolled just now holds a few hundred (CI saw 693). Write
+	// until it does (bounded: 20 rounds of about 22 KB, a third of a
+	// segment each, so a round that rolls it leaves the rest in the new one).
+	cut := int64(100 + h.rng.Intn(3901)) // 100..4000 bytes, seeded
+	vn, _ := h.spec.Node(victim)
+	for round := 0; ; round++ {
+		if st, err := os.Stat(lastSegment(t, *vn)); err == nil && st.Size() > cut+1024 {
+			break
+		}
+		if round == 20 {
+			t.Fatalf("the victim's last segment never grew past %d bytes", cut+1024)
+		}
+		for k, v := range h.writeMany(fmt.Sprintf("g%d-", round), 100, "grow") {
+			acked[k] = v
+		}
+	}
 	if err := h.spec.Kill(victim); err != nil {
 		t.Fatal(err)
 	}
-	vn, _ := h.spec.Node(victim)
 	seg := lastSegment(t, *vn)
 	st, err := os.Stat(seg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	cut := int64(100 + h.rng.Intn(3901)) // 100..4000 bytes, seeded
 	if st.Size() <= cut {
 		t.Fatalf("the last segment %s has %d bytes, not more than the %d to cut", seg, st.Size(), cut)
 	}
