@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/nezha-harness/nezha/plots"
 	"github.com/nezha-harness/nezha/systems"
@@ -58,9 +59,9 @@ func TestProfiles(t *testing.T) {
 		t.Fatal("unknown profile accepted")
 	}
 	bad := Quick()
-	bad.Clients, bad.Zipf, bad.ValueSizesKiB = 0, 0.5, []int{0}
+	bad.Clients, bad.Zipf, bad.ValueSizesKiB, bad.ConditionMinSeconds = 0, 0.5, []int{0}, -time.Second
 	err := bad.Validate()
-	for _, want := range []string{"clients", "zipf", "value size"} {
+	for _, want := range []string{"clients", "zipf", "value size", "condition_min_seconds_ns"} {
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Fatalf("Validate missed %s: %v", want, err)
 		}
@@ -81,7 +82,7 @@ func TestHeadlinesAndReport(t *testing.T) {
 			Tables:  []Table{{Title: "t", Columns: []string{"a", "b"}, Rows: [][]string{{"1", "2"}}}},
 			Figures: []string{"put-mbps"},
 		},
-		{Name: "put-scale", Title: "PUT scale", Shows: "scale", Params: map[string]any{"geometry": "scaled", "condition_data_bytes_per_node": float64(256 << 20)},
+		{Name: "put-scale", Title: "PUT scale", Shows: "scale", Params: map[string]any{"geometry": "scaled", "condition_data_bytes_per_node": float64(256 << 20), "condition_min_seconds": 4.0},
 			Metrics: map[string]float64{
 				"put_headline/nezha": 90, "put_headline/original": 30, "put_headline_value_bytes": 256 << 10, "put_headline_data_bytes": 512 << 20,
 				"put_headline_write_amp/nezha": 1.01, "put_headline_write_amp/original": 6.2, "put_headline_deepest_level/original": 4,
@@ -126,7 +127,8 @@ func TestHeadlinesAndReport(t *testing.T) {
 		!strings.Contains(scanH.Regime, "100 KB (original 700 KB)") {
 		t.Fatalf("SCAN headline %+v", scanH)
 	}
-	if cond == nil || cond.Ratio != 1.5 || !strings.Contains(cond.Regime, "ours at the same point: 3.10x") {
+	if cond == nil || cond.Ratio != 1.5 || !strings.Contains(cond.Regime, "ours at the same point: 3.10x") ||
+		cond.Basis != "put-scale, 256 MiB per node, medians of runs adding up to 4 s each" {
 		t.Fatalf("no-fsync condition row %+v", cond)
 	}
 	if !AnyMeasured(hs) || AnyMeasured(Headlines(nil)) {
@@ -288,5 +290,37 @@ func TestGeometry(t *testing.T) {
 	}
 	if conditionValueKind(CondLowercase) != "lowercase" || conditionValueKind("") != "random" {
 		t.Fatal("value kinds")
+	}
+}
+
+// A condition row is the median of its runs, and shows the run closest
+// to it; an even count takes the mean of the middle two.
+func TestClosestToMedian(t *testing.T) {
+	runs := func(mbps ...float64) []putRun {
+		var rs []putRun
+		for i, v := range mbps {
+			rs = append(rs, putRun{Rep: i, MBPerSec: v})
+		}
+		return rs
+	}
+	for _, c := range []struct {
+		mbps   []float64
+		rep    int
+		median float64
+	}{
+		{[]float64{170}, 0, 170},
+		{[]float64{250, 160, 175, 120, 180}, 2, 175},
+		{[]float64{100, 200, 130, 160}, 2, 145}, // 130 and 160 tie: the first wins
+	} {
+		r, med := closestToMedian(runs(c.mbps...))
+		if r.Rep != c.rep || med != c.median {
+			t.Errorf("closestToMedian(%v) = run %d, median %v; want run %d, median %v", c.mbps, r.Rep, med, c.rep, c.median)
+		}
+	}
+	if got := conditionRunsText(Profile{}); got != "one run each, interleaved" {
+		t.Errorf("conditionRunsText without a minimum: %q", got)
+	}
+	if got := conditionBasis(0); got != "one run each" {
+		t.Errorf("conditionBasis(0) = %q", got)
 	}
 }

@@ -59,6 +59,11 @@ type Profile struct {
 	HeadlineSystems    []string `json:"headline_systems"`
 	Conditions         []string `json:"conditions"`
 	ConditionDataBytes int64    `json:"condition_data_bytes"`
+	// ConditionMinSeconds: under each condition (and ours beside them) a
+	// headline system runs, interleaved with the others, until its runs
+	// add up to this much measured time (at most 8 runs); its row is the
+	// median run. 0: one run each.
+	ConditionMinSeconds time.Duration `json:"condition_min_seconds_ns"`
 
 	// ReadCache is how GET and SCAN are made to read from the disk, as the
 	// paper's 100 GB per node did: ReadCacheCgroup (the memory each node
@@ -167,6 +172,11 @@ func Quick() Profile {
 		// -30 %..+20 % within one quick run; 20 s gave 4-5 of them.
 		HeadlineMinSeconds: 30 * time.Second,
 		Conditions:         ConditionNames(), ConditionDataBytes: 128 * mib, HeadlineSystems: []string{sysNezha, sysNezhaNoGC, sysOriginal},
+		// 3 s: at 128 MiB per node nezha's runs last 0.5-1.1 s (3-5 of
+		// them, about 1 minute in all), original's 3-5 s (one); single
+		// runs moved the conditions' ratios by up to -23 %..+16 % between
+		// quick runs.
+		ConditionMinSeconds: 3 * time.Second,
 		// 6144 keys (96 MiB per node, 8 x the page cache): loading 8192
 		// took 72 s of the quick run's 15 minutes.
 		ReadCache: ReadCacheCgroup, ReadCacheBytes: 12 * mib,
@@ -213,7 +223,7 @@ func Standard() Profile {
 	// the headline systems three times.
 	p.ScaleDataBytes = []int64{gib, 2 * gib, 6 * gib}
 	p.HeadlineRuns, p.HeadlineMinSeconds = 3, time.Minute
-	p.ConditionDataBytes = 512 * mib
+	p.ConditionDataBytes, p.ConditionMinSeconds = 512*mib, 8*time.Second
 	p.ReadKeys, p.ReadCacheBytes, p.GetOps, p.ScanOps = 32768, 64*mib, 30000, 500
 	p.YCSBRecords, p.YCSBOps = 8000, 8000
 	p.AmpKeys, p.AmpValueBytes = 4096, 256*kib
@@ -338,6 +348,9 @@ func (p *Profile) Validate() error {
 	}
 	if len(p.Conditions) > 0 && p.ConditionDataBytes < int64(p.ScaleValueBytes) {
 		bad("profile %s: condition_data_bytes %d holds no value", p.Name, p.ConditionDataBytes)
+	}
+	if p.ConditionMinSeconds < 0 {
+		bad("profile %s: condition_min_seconds_ns %d is negative", p.Name, p.ConditionMinSeconds)
 	}
 	switch p.ReadCache {
 	case ReadCacheCgroup, ReadCacheDrop, ReadCacheWarm:

@@ -104,7 +104,7 @@ func Headlines(results []*Result) []Headline {
 			}
 			ours := m[fmt.Sprintf("put_condition_ratio/ours/%s", sys)]
 			out = append(out, Headline{Workload: "PUT", System: sys, Ratio: v, Have: true, Paper: 1 + paperPutGain, Condition: c,
-				Basis:  fmt.Sprintf("put-scale, %s per node, one run each", bytesText(int64(paramFloat(params["put-scale"]["condition_data_bytes_per_node"])))),
+				Basis:  fmt.Sprintf("put-scale, %s per node, %s", bytesText(int64(paramFloat(params["put-scale"]["condition_data_bytes_per_node"]))), conditionBasis(paramFloat(params["put-scale"]["condition_min_seconds"]))),
 				Regime: fmt.Sprintf("%s (ours at the same point: %.2fx)", conditionText(c), ours)})
 		}
 	}
@@ -386,4 +386,13 @@ func writeDifferences(b *strings.Builder, results []*Result, hs []Headline) {
 		return
 	}
 	fmt.Fprintf(b, "\n### Where we differ from the paper\n\nGenerated from this run's measurements.\n\n%s\n", strings.Join(lines, "\n"))
+}
+
+// conditionBasis says what a condition row's ratio is a ratio of, from
+// put-scale's condition_min_seconds parameter (0 or absent: single runs).
+func conditionBasis(minSeconds float64) string {
+	if minSeconds <= 0 {
+		return "one run each"
+	}
+	return fmt.Sprintf("medians of runs adding up to %.0f s each", minSeconds)
 }
