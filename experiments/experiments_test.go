@@ -291,6 +291,20 @@ func TestGeometry(t *testing.T) {
 	if conditionValueKind(CondLowercase) != "lowercase" || conditionValueKind("") != "random" {
 		t.Fatal("value kinds")
 	}
+	// Runs that would repeat ours are not run: cache-off concerns RocksDB,
+	// paper-gc nezha's GC.
+	for _, c := range []struct {
+		cond, sys string
+		same      bool
+	}{
+		{CondCacheOff, "nezha", true}, {CondCacheOff, "nezha-nogc", true}, {CondCacheOff, "original", false},
+		{CondPaperGC, "nezha-nogc", true}, {CondPaperGC, "original", true}, {CondPaperGC, "nezha", false},
+		{CondNoFsync, "nezha-nogc", false}, {CondLowercase, "nezha-nogc", false}, {CondAll, "nezha-nogc", false},
+	} {
+		if got := sameAsOurs(c.cond, c.sys, 1<<30); got != c.same {
+			t.Errorf("sameAsOurs(%s, %s) = %v, want %v", c.cond, c.sys, got, c.same)
+		}
+	}
 }
 
 // A condition row is the median of its runs, and shows the run closest
