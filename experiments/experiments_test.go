@@ -60,8 +60,9 @@ func TestProfiles(t *testing.T) {
 	}
 	bad := Quick()
 	bad.Clients, bad.Zipf, bad.ValueSizesKiB, bad.ConditionMinSeconds = 0, 0.5, []int{0}, -time.Second
+	bad.LinDuration = 6 * time.Second // partition-leader needs 8 s: each check would fail
 	err := bad.Validate()
-	for _, want := range []string{"clients", "zipf", "value size", "condition_min_seconds_ns"} {
+	for _, want := range []string{"clients", "zipf", "value size", "condition_min_seconds_ns", "lin_duration_ns 6s is below the 8s"} {
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Fatalf("Validate missed %s: %v", want, err)
 		}

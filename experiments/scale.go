@@ -227,6 +227,10 @@ func putScale() Experiment {
 			} else {
 				x.note("Geometry native: every system with its defaults (RocksDB's own sizes, nezha's GC threshold).")
 			}
+			x.param("headline_others", p.HeadlineOthers)
+			if others := without(x.Systems, p.HeadlineSystems); len(others) > 0 && !p.HeadlineOthers {
+				x.note("This profile runs %s at the smaller points only, not at %s (the headline point's runs are for the headline systems' ratios).", strings.Join(others, " and "), bytesText(top))
+			}
 			x.note("Write amplification is measured in each run's window: bytes each node caused to be written (/proc/PID/io write_bytes minus cancelled_write_bytes, mean over the nodes) over the user bytes the clients wrote; RocksDB's compaction debt left at the end of the window is not in it. " +
 				"Node CPU is user+system time of the three node processes per GB of user data; machine busy is the share of both CPUs' time not idle (clients included); disk is the data device's write rate (/proc/diskstats).")
 			limit, haveLimit := x.diskLimitOf()
@@ -250,7 +254,8 @@ func putScale() Experiment {
 			for rep := 0; rep < 3*p.HeadlineRuns; rep++ {
 				var syss []string
 				for _, sys := range x.Systems {
-					if rep == 0 || slices.Contains(p.HeadlineSystems, sys) &&
+					headline := slices.Contains(p.HeadlineSystems, sys)
+					if rep == 0 && (headline || p.HeadlineOthers) || headline &&
 						(runs[sys] < p.HeadlineRuns || measured[sys] < p.HeadlineMinSeconds.Seconds()) {
 						syss = append(syss, sys)
 					}
@@ -442,14 +447,14 @@ func (x *Run) putScaleRun(ctx context.Context, phase, sys, cond string, data, ge
 	return r
 }
 
+// intersect returns the elements of a that are in b, in a's order.
 func intersect(a, b []string) []string {
-	var out []string
-	for _, s := range a {
-		if slices.Contains(b, s) {
-			out = append(out, s)
-		}
-	}
-	return out
+	return slices.DeleteFunc(slices.Clone(a), func(s string) bool { return !slices.Contains(b, s) })
+}
+
+// without returns the elements of a that are not in b, in a's order.
+func without(a, b []string) []string {
+	return slices.DeleteFunc(slices.Clone(a), func(s string) bool { return slices.Contains(b, s) })
 }
 
 // runsOf selects the successful runs matching the filter.
@@ -588,6 +593,9 @@ func (x *Run) putScaleReport(all []putRun, top int64, limit float64, haveLimit b
 	var cdfs []plots.Series
 	for _, sys := range x.Systems {
 		rs := headRuns(sys)
+		if len(rs) == 0 && !p.HeadlineOthers && !slices.Contains(p.HeadlineSystems, sys) {
+			continue // not run at the headline point in this profile
+		}
 		if len(rs) == 0 {
 			fig.Series = append(fig.Series, plots.Series{Name: sys, Values: []float64{0}, Missing: []int{0}})
 			continue
