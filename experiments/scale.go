@@ -700,23 +700,17 @@ func (x *Run) putScaleReport(all []putRun, top int64, limit float64, haveLimit b
 				s.Missing = append(s.Missing, ci)
 				continue
 			}
+			mbpsOf := func(r putRun) float64 { return r.MBPerSec }
 			r, med := closestToMedian(rs)
-			base := 0.0
-			if len(bs) > 0 {
-				_, base = closestToMedian(bs)
-			}
+			base := medianOf(bs, mbpsOf) // 0 for none
 			ratio, rv := "-", 0.0
 			if base > 0 {
 				rv = med / base
 				ratio = f2(rv) + "x"
 			}
-			lo, hi := med, med
-			for _, r := range rs {
-				lo, hi = min(lo, r.MBPerSec), max(hi, r.MBPerSec)
-			}
 			mbps := f1(med)
-			if len(rs) > 1 {
-				mbps = fmt.Sprintf("%s (%s..%s)", f1(med), f1(lo), f1(hi))
+			if vs := valuesOf(rs, mbpsOf); len(vs) > 1 {
+				mbps = fmt.Sprintf("%s (%s..%s)", f1(med), f1(slices.Min(vs)), f1(slices.Max(vs)))
 			}
 			s.Values = append(s.Values, rv)
 			name := c
