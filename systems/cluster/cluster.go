@@ -671,6 +671,9 @@ func (s *Spec) Down(purge bool) error {
 	}
 	if purge {
 		errs = append(errs, os.RemoveAll(s.Dir))
+		for _, n := range s.Nodes {
+			releasePorts(n.Address, n.InternalAddress, n.MetricsAddress, n.JSONRPCAddress)
+		}
 	} else if _, err := os.Stat(s.Dir); err == nil {
 		errs = append(errs, s.Save())
 	}
@@ -750,11 +753,14 @@ func Tail(path string, n int) string {
 }
 
 // freePorts reserves n distinct free TCP ports on host. They are released
-// before the nodes bind them; a node that loses the race fails with a clear
-// "address already in use" error. The ports are picked below the kernel's
-// ephemeral range when it leaves room (from 10000 up): a port from that
-// range can be taken as the local port of some outgoing connection while
-// its node is down (killed, restarting), and the restart then fails.
+// before the nodes bind them, but each is leased (leasePort) for
+// portLeaseTTL, so that another process of ours does not pick it in
+// between; a process that is not ours can still take it, and its node
+// then fails with a clear "address already in use" error. The ports are
+// picked below the kernel's ephemeral range when it leaves room (from
+// 10000 up): a port from that range can be taken as the local port of some
+// outgoing connection while its node is down (killed, restarting), and the
+// restart then fails.
 func freePorts(host string, n int) ([]int, error) {
 	var ls []net.Listener
 	defer func() {
@@ -769,6 +775,10 @@ func freePorts(host string, n int) ([]int, error) {
 		if err != nil {
 			continue
 		}
+		if !leasePort(host, l.Addr().(*net.TCPAddr).Port, time.Now()) {
+			l.Close()
+			continue
+		}
 		ls = append(ls, l)
 		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
 	}
@@ -777,6 +787,7 @@ func freePorts(host string, n int) ([]int, error) {
 		if err != nil {
 			return nil, fmt.Errorf("find a free port on %s: %w", host, err)
 		}
+		leasePort(host, l.Addr().(*net.TCPAddr).Port, time.Now()) // the kernel picked it; lease it for others
 		ls = append(ls, l)
 		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
 	}

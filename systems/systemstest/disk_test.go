@@ -90,14 +90,18 @@ func merge(ms ...map[string]string) map[string]string {
 
 // putUntilRefused puts new keys until one is refused with
 // ResourceExhausted naming the full disk (it returns that error), adding
-// the acknowledged ones to acked; at most 50 tries.
+// the acknowledged ones to acked; at most 100,000 puts or 60 s.
 func (h *harness) putUntilRefused(prefix string, acked map[string]string) error {
 	h.t.Helper()
 	// Writes that fit in space the node already holds (a preallocated log
 	// segment, the page cache of a tmpfs) succeed until the node's
 	// free-space check (every 500 ms) or an ENOSPC refuses them: put until
-	// then, bounded in count and time.
-	deadline := time.Now().Add(20 * time.Second)
+	// then, bounded in count and time. A put that times out counts as
+	// ambiguous (it may be applied later); on a loaded machine a few of
+	// them take most of the time, so the bound is generous.
+	const bound = 60 * time.Second
+	deadline := time.Now().Add(bound)
+	var ok, ambiguous int
 	for i := 0; i < 100_000 && time.Now().Before(deadline); i++ {
 		k, v := fmt.Sprintf("%s%05d", prefix, i), fmt.Sprintf("value-%s-%d", prefix, i)
 		ctx, cancel := ctxFor(10 * time.Second)
@@ -106,14 +110,17 @@ func (h *harness) putUntilRefused(prefix string, acked map[string]string) error 
 		switch {
 		case err == nil:
 			acked[k] = v
+			ok++
 		case status.Code(err) == codes.ResourceExhausted:
+			h.t.Logf("refused after %d acknowledged and %d ambiguous puts", ok, ambiguous)
 			return err
 		case errors.Is(err, client.ErrAmbiguous):
+			ambiguous++
 		default:
 			h.t.Fatalf("put %s on a full disk: %v (want ResourceExhausted)", k, err)
 		}
 	}
-	h.t.Fatal("puts on a full disk for 20 s and none refused")
+	h.t.Fatalf("puts on a full disk for %v and none refused: %d acknowledged, %d ambiguous", bound, ok, ambiguous)
 	return nil
 }
 
