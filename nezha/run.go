@@ -208,6 +208,8 @@ type run struct {
 
 	mu      sync.RWMutex
 	removed bool
+	// mapping for value reads (Config.MmapReads), unmapped by close.
+	mapping vfs.LazyMapping
 }
 
 type runBlock struct {
@@ -313,21 +315,32 @@ func decodeRunRecord(r *run, rec []byte, off int64) (key, value []byte, raftInde
 	return rec[at : at+int(kl)], rec[at+int(kl):], binary.LittleEndian.Uint64(rec[8:]), expires, nil
 }
 
-// read reads the bytes [off, off+len(buf)) of the run.
-func (r *run) read(buf []byte, off int64) error {
+// readNew returns the bytes [off, off+n) of the run's records: copied out
+// of the run's mapping if mapped, else read into a new buffer.
+func (r *run) readNew(off int64, n int, mapped bool) ([]byte, error) {
 	r.mu.RLock()
 	defer r.mu.RUnlock()
 	if r.removed {
-		return fmt.Errorf("nezha: %w: run %s", systems.ErrSegmentRemoved, r.path)
+		return nil, fmt.Errorf("nezha: %w: run %s", systems.ErrSegmentRemoved, r.path)
 	}
-	if off < 0 || off+int64(len(buf)) > r.dataBytes {
-		return fmt.Errorf("nezha: %w: run %s: %d bytes at offset %d point past its records (%d bytes)",
-			systems.ErrCorrupt, r.path, len(buf), off, r.dataBytes)
+	if off < 0 || n < 0 || off+int64(n) > r.dataBytes {
+		return nil, fmt.Errorf("nezha: %w: run %s: %d bytes at offset %d point past its records (%d bytes)",
+			systems.ErrCorrupt, r.path, n, off, r.dataBytes)
 	}
+	if mapped {
+		if m := r.mapping.Get(r.f, r.dataBytes); m != nil {
+			buf, err := m.AppendAt(nil, off, n)
+			if err != nil {
+				return nil, fmt.Errorf("nezha: read run %s at %d: %w", r.path, off, err)
+			}
+			return buf, nil
+		}
+	}
+	buf := make([]byte, n)
 	if _, err := r.f.ReadAt(buf, off); err != nil {
-		return fmt.Errorf("nezha: read run %s at %d: %w", r.path, off, err)
+		return nil, fmt.Errorf("nezha: read run %s at %d: %w", r.path, off, err)
 	}
-	return nil
+	return buf, nil
 }
 
 // iterate calls fn for every record from the first block at or before
@@ -381,6 +394,7 @@ func (r *run) close() {
 	defer r.mu.Unlock()
 	if !r.removed {
 		r.removed = true
+		r.mapping.Close()
 		r.f.Close()
 	}
 }
@@ -390,9 +404,14 @@ type runSet struct {
 	dir  string
 	mu   sync.RWMutex
 	runs map[uint64]*run
+	mmap bool
 }
 
-func newRunSet(dir string) *runSet { return &runSet{dir: dir, runs: map[uint64]*run{}} }
+// newRunSet returns an empty set of the runs in dir; mmap: value reads
+// copy out of each run's mapping (Config.MmapReads).
+func newRunSet(dir string, mmap bool) *runSet {
+	return &runSet{dir: dir, runs: map[uint64]*run{}, mmap: mmap}
+}
 
 func (rs *runSet) get(id uint64) *run {
 	rs.mu.RLock()
@@ -448,8 +467,8 @@ func (rs *runSet) readValue(key []byte, loc systems.Location) ([]byte, error) {
 	if r == nil {
 		return nil, fmt.Errorf("nezha: %w: run %s of %s is not open", systems.ErrSegmentRemoved, runName(loc.Segment&^runFlag), locString(loc))
 	}
-	rec := make([]byte, loc.Length)
-	if err := r.read(rec, loc.Offset); err != nil {
+	rec, err := r.readNew(loc.Offset, int(loc.Length), rs.mmap)
+	if err != nil {
 		return nil, err
 	}
 	k, v, idx, _, err := decodeRunRecord(r, rec, loc.Offset)
@@ -520,8 +539,8 @@ func (rs *runSet) readValues(keys [][]byte, locs []systems.Location) ([][]byte, 
 		if r == nil {
 			return nil, fmt.Errorf("nezha: %w: run %s is not open", systems.ErrSegmentRemoved, runName(locs[start].Segment&^runFlag))
 		}
-		buf := make([]byte, size)
-		if err := r.read(buf, locs[start].Offset); err != nil {
+		buf, err := r.readNew(locs[start].Offset, int(size), rs.mmap)
+		if err != nil {
 			return nil, err
 		}
 		for i := start; i < end; i++ {

@@ -160,6 +160,14 @@ type Config struct {
 	// by GC. nil: time.Now. Not a flag (embedded users and tests set it).
 	Clock func() time.Time
 
+	// MmapReads: value reads of sorted runs copy out of a read-only
+	// memory mapping of each run (vfs.Mapping) instead of a pread into a
+	// zeroed buffer, as raftlog.Options.MmapReads does for sealed log
+	// segments. Not a flag: the replicated nodes keep positioned reads (a
+	// mapped page survives drop_caches, which their cold-read measurements
+	// rely on); the embedded engine turns it on. Default false.
+	MmapReads bool
+
 	system string // Name or NameNoGC
 }
 
@@ -343,7 +351,7 @@ func (c *Config) OpenStore(env systems.Env) (*Store, error) {
 		clock = time.Now
 	}
 	s := &Store{name: c.system, cfg: *c, dir: env.Dir, sortedDir: sortedDir, vlog: env.Log, ctl: env.Control,
-		logger: logger, runs: newRunSet(sortedDir), fs: env.FS, clock: clock}
+		logger: logger, runs: newRunSet(sortedDir, c.MmapReads), fs: env.FS, clock: clock}
 	if c.gcEnabled() {
 		gc, err := newCollector(s, &s.cfg, env)
 		if err != nil {

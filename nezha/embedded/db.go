@@ -146,6 +146,7 @@ func open(dir string, opts Options) (*DB, error) {
 	lo.Bootstrap = confState
 	lo.EntryCacheBytes = 0 // entries are applied straight from Append
 	lo.Logger = logger
+	lo.MmapReads = opts.MmapReads
 	l, err := raftlog.Open(lo)
 	if err != nil {
 		return nil, fmt.Errorf("embedded: %w", err)
@@ -158,6 +159,7 @@ func open(dir string, opts Options) (*DB, error) {
 	db.opts.Clock = opts.Clock
 	cfg := *opts.Store
 	cfg.Clock = opts.Clock
+	cfg.MmapReads = opts.MmapReads
 	s, err := cfg.OpenStore(systems.Env{Dir: dir, Log: l, Control: logControl{db}, Logger: logger, NodeID: 1, Nodes: 1})
 	if err != nil {
 		l.Close()

@@ -54,6 +54,13 @@ type Options struct {
 	// is judged against on every read path and by GC; it replaces
 	// Store.Clock. nil: time.Now.
 	Clock func() time.Time
+	// MmapReads: GET and SCAN copy values out of read-only memory mappings
+	// of the sealed log segments and the sorted runs instead of reading
+	// them with pread into zeroed buffers (raftlog.Options.MmapReads,
+	// nezha.Config.MmapReads): no system call and no clear per read, as
+	// Badger reads its value log. Records are still checked against their
+	// CRCs. Default true.
+	MmapReads bool
 }
 
 // DefaultOptions returns Options with the documented defaults.
@@ -69,6 +76,7 @@ func DefaultOptions() Options {
 		MaxBatchBytes:     256 << 20,
 		Store:             c,
 		StallPollInterval: 10 * time.Millisecond,
+		MmapReads:         true,
 	}
 }
 

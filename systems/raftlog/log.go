@@ -76,6 +76,15 @@ type Options struct {
 	// FS opens the segment files: it injects disk faults and watches
 	// fsyncs (systems/vfs). nil: plain files.
 	FS *vfs.FS
+	// MmapReads: value reads (ReadCommand, ReadCommands) of sealed
+	// segments copy out of a read-only memory mapping (vfs.Mapping, made
+	// on a segment's first read) instead of a pread into a zeroed buffer:
+	// no system call and no clear per read. Mapped reads take the FS's
+	// read faults as positioned reads do. Default false: a mapped page
+	// stays charged to the process and survives drop_caches while mapped,
+	// which the replicated nodes' cold-read measurements must not have;
+	// the embedded engine turns it on.
+	MmapReads bool
 	// AppendSeconds, if set, observes the duration in seconds of every
 	// Append that wrote something (write and fdatasync), and FsyncSeconds
 	// that of every fdatasync of a segment. A prometheus.Histogram
@@ -683,8 +692,8 @@ func (l *Log) readSpan(loc systems.Location) ([]byte, *segment, error) {
 		return nil, nil, fmt.Errorf("raftlog: %w: %s at offset %d: record of %d bytes points past the end of the segment (%d bytes)",
 			systems.ErrCorrupt, seg.path, loc.Offset, loc.Length, seg.size.Load())
 	}
-	buf := make([]byte, loc.Length)
-	if err := seg.readAt(buf, loc.Offset, true); err != nil {
+	buf, err := seg.readValue(loc.Offset, int(loc.Length), l.opts.MmapReads && seg != l.active())
+	if err != nil {
 		return nil, nil, err
 	}
 	return buf, seg, nil
@@ -1051,7 +1060,7 @@ func (l *Log) closeFiles() error {
 		s.mu.Lock()
 		if !s.closed {
 			s.closed = true
-			errs = append(errs, s.f.Close())
+			errs = append(errs, s.mapping.Close(), s.f.Close())
 		}
 		s.mu.Unlock()
 	}
@@ -1078,6 +1087,9 @@ type segment struct {
 
 	mu     sync.RWMutex
 	closed bool
+	// mapping of a sealed segment for value reads (Options.MmapReads);
+	// unmapped when the segment is closed or removed.
+	mapping vfs.LazyMapping
 }
 
 func (s *segment) noteIndex(i uint64) {
@@ -1112,11 +1124,40 @@ func (s *segment) readAt(buf []byte, off int64, faults bool) error {
 	return nil
 }
 
+// readValue returns the n bytes at off, a value read with the FS's read
+// faults: out of the segment's mapping if mapped is true (the segment is
+// sealed: its bytes no longer change) and the bytes lie in it, else by a
+// positioned read into a new buffer.
+func (s *segment) readValue(off int64, n int, mapped bool) ([]byte, error) {
+	if mapped {
+		s.mu.RLock()
+		if s.closed {
+			s.mu.RUnlock()
+			return nil, fmt.Errorf("raftlog: %w: %s", systems.ErrSegmentRemoved, s.path)
+		}
+		if m := s.mapping.Get(s.f, s.size.Load()); m != nil && off+int64(n) <= m.Len() {
+			buf, err := m.AppendAt(nil, off, n)
+			s.mu.RUnlock()
+			if err != nil {
+				return nil, fmt.Errorf("raftlog: read %s at offset %d: %w", s.path, off, err)
+			}
+			return buf, nil
+		}
+		s.mu.RUnlock()
+	}
+	buf := make([]byte, n)
+	if err := s.readAt(buf, off, true); err != nil {
+		return nil, err
+	}
+	return buf, nil
+}
+
 func (s *segment) remove() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if !s.closed {
 		s.closed = true
+		_ = s.mapping.Close()
 		_ = s.f.Close()
 	}
 	if err := os.Remove(s.path); err != nil {
