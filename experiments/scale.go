@@ -248,22 +248,14 @@ func putScale() Experiment {
 			// and HeadlineMinSeconds of measured time (a fast system's
 			// runs last seconds: more of them steady its median).
 			var raws = map[string]*bytes.Buffer{}
-			measured := map[string]float64{}
-			runs := map[string]int{}
 			first := map[string]float64{} // seconds of each system's first headline run
-			for rep := 0; rep < 3*p.HeadlineRuns; rep++ {
-				var syss []string
-				for _, sys := range x.Systems {
+			all = append(all, interleaved(ctx, x.Systems, 3*p.HeadlineRuns, len(p.ScaleDataBytes)-1,
+				func(rep int, sys string, t tally) bool {
 					headline := slices.Contains(p.HeadlineSystems, sys)
-					if rep == 0 && (headline || p.HeadlineOthers) || headline &&
-						(runs[sys] < p.HeadlineRuns || measured[sys] < p.HeadlineMinSeconds.Seconds()) {
-						syss = append(syss, sys)
-					}
-				}
-				if len(syss) == 0 || ctx.Err() != nil {
-					break
-				}
-				for _, sys := range rotate(syss, rep+len(p.ScaleDataBytes)-1) {
+					return rep == 0 && (headline || p.HeadlineOthers) ||
+						headline && (t.Runs < p.HeadlineRuns || t.Seconds < p.HeadlineMinSeconds.Seconds())
+				},
+				func(rep int, sys string) (putRun, float64, bool) {
 					var raw *bytes.Buffer
 					if rep == 0 {
 						raw = &bytes.Buffer{}
@@ -276,19 +268,11 @@ func putScale() Experiment {
 						prof = time.Duration(0.8 * first[sys] * float64(time.Second))
 					}
 					r := x.putScaleRun(ctx, "headline", sys, "", top, top, rep, ops(top), raw, prof)
-					all = append(all, r)
 					if rep == 0 {
 						first[sys] = r.Window.Seconds
 					}
-					runs[sys]++
-					if r.Error == "" {
-						measured[sys] += r.Window.Seconds
-					} else {
-						measured[sys] = math.Inf(1) // a failing system is not run again
-						runs[sys] = p.HeadlineRuns
-					}
-				}
-			}
+					return r, r.Window.Seconds, r.Error != ""
+				})...)
 			// The paper's conditions, with our own as the reference row.
 			// Each condition in interleaved rounds: every system once,
 			// then those short of ConditionMinSeconds of measured time.
@@ -296,30 +280,17 @@ func putScale() Experiment {
 			if len(p.Conditions) > 0 && len(condSystems) > 0 {
 				conds := append([]string{""}, p.Conditions...)
 				for ci, cond := range conds {
-					measured := map[string]float64{}
-					for rep := 0; rep < maxConditionRuns && ctx.Err() == nil; rep++ {
-						var syss []string
-						for _, sys := range condSystems {
+					all = append(all, interleaved(ctx, condSystems, maxConditionRuns, ci,
+						func(rep int, sys string, t tally) bool {
 							if cond != "" && sameAsOurs(cond, sys, p.ConditionDataBytes) {
-								continue
+								return false
 							}
-							if rep == 0 || measured[sys] < p.ConditionMinSeconds.Seconds() {
-								syss = append(syss, sys)
-							}
-						}
-						if len(syss) == 0 {
-							break
-						}
-						for _, sys := range rotate(syss, ci+rep) {
+							return rep == 0 || t.Seconds < p.ConditionMinSeconds.Seconds()
+						},
+						func(rep int, sys string) (putRun, float64, bool) {
 							r := x.putScaleRun(ctx, "condition", sys, cond, p.ConditionDataBytes, p.ConditionDataBytes, rep, ops(p.ConditionDataBytes), nil, 0)
-							all = append(all, r)
-							if r.Error == "" {
-								measured[sys] += r.Window.Seconds
-							} else {
-								measured[sys] = math.Inf(1) // a failing system is not run again
-							}
-						}
-					}
+							return r, r.Window.Seconds, r.Error != ""
+						})...)
 				}
 			}
 			if err := writeJSON(filepath.Join(x.Dir, "runs.json"), all); err != nil {
