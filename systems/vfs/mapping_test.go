@@ -3,6 +3,8 @@ package vfs
 import (
 	"bytes"
 	"errors"
+	"math/rand/v2"
+	"runtime"
 	"sync"
 	"syscall"
 	"testing"
@@ -111,4 +113,69 @@ func TestLazyMapping(t *testing.T) {
 		t.Fatalf("read after remap = %q, %v", got, err)
 	}
 	l.Close()
+}
+
+// BenchmarkMappingAppendAt copies 256 KiB values at random offsets out of
+// a 64 MiB mapping, into a new buffer per copy (as GET does: the caller
+// owns the value) or into one reused buffer. The reused case is the cost
+// of the mapped copy itself; the new-buffer case adds the Go heap's cost
+// of a 256 KiB allocation per copy, which depends on the process's live
+// heap: with a few MiB live, the collector runs every dozen or so copies
+// and the scavenger returns the freed pages to the kernel, so each copy
+// faults its buffer back in. With ballastMiB of live (untouched) heap the
+// collector runs rarely and the pages stay resident.
+func BenchmarkMappingAppendAt(b *testing.B) {
+	const (
+		fileBytes  = 64 << 20
+		valueBytes = 256 << 10
+	)
+	f := create(b, nil, "m")
+	chunk := make([]byte, 1<<20)
+	for i := range chunk {
+		chunk[i] = byte(i * 7)
+	}
+	for off := int64(0); off < fileBytes; off += int64(len(chunk)) {
+		if _, err := f.WriteAt(chunk, off); err != nil {
+			b.Fatal(err)
+		}
+	}
+	m, err := f.Map(fileBytes)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer m.Close()
+	for _, c := range []struct {
+		name       string
+		reuse      bool
+		ballastMiB int
+	}{{"new-buffer", false, 0}, {"new-buffer/ballast128MiB", false, 128}, {"reused-buffer", true, 0}} {
+		b.Run(c.name, func(b *testing.B) {
+			ballast := make([]byte, c.ballastMiB<<20)
+			runtime.GC()
+			var before, after runtime.MemStats
+			runtime.ReadMemStats(&before)
+			b.SetBytes(valueBytes)
+			b.ResetTimer()
+			b.RunParallel(func(pb *testing.PB) {
+				rng := rand.New(rand.NewPCG(rand.Uint64(), 0))
+				var buf []byte
+				for pb.Next() {
+					off := int64(rng.IntN(fileBytes/valueBytes)) * valueBytes
+					var dst []byte
+					if c.reuse {
+						dst = buf[:0]
+					}
+					var err error
+					if buf, err = m.AppendAt(dst, off, valueBytes); err != nil {
+						b.Error(err)
+						return
+					}
+				}
+			})
+			b.StopTimer()
+			runtime.ReadMemStats(&after)
+			b.ReportMetric(float64(after.NumGC-before.NumGC)/float64(b.N), "GCs/op")
+			runtime.KeepAlive(ballast)
+		})
+	}
 }

@@ -11,7 +11,7 @@ import (
 	"time"
 )
 
-func create(t *testing.T, fs *FS, name string) *File {
+func create(t testing.TB, fs *FS, name string) *File {
 	t.Helper()
 	f, err := fs.OpenFile(filepath.Join(t.TempDir(), name), os.O_RDWR|os.O_CREATE, 0o644)
 	if err != nil {

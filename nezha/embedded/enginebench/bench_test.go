@@ -113,6 +113,15 @@ func BenchmarkScan(b *testing.B) {
 
 // benchRead runs op from random loaded keys in parallel, per engine and
 // value size; pairs is how many pairs one op reads (for SetBytes).
+//
+// Every engine returns values in new buffers, so at 256 KiB the numbers
+// depend on the process's live heap as much as on the engine: the engines
+// run one after another in one process, and an engine that holds little
+// heap itself (nezha: a few MiB) makes the collector run every dozen or so
+// GETs and the scavenger hand the freed pages back to the kernel, so each
+// GET faults its buffer back in; one that holds ~90 MiB (Badger's
+// memtables) does not. systems/vfs BenchmarkMappingAppendAt shows the
+// effect without any engine; GOGC=off GOMEMLIMIT=1GiB levels it.
 func benchRead(b *testing.B, pairs int64, op func(e Engine, k []byte) error) {
 	for _, size := range benchSizes {
 		for _, name := range Engines() {
