@@ -1,6 +1,7 @@
 package cluster
 
 import (
+	"fmt"
 	"net"
 	"os"
 	"path/filepath"
@@ -58,4 +59,46 @@ func TestPortLease(t *testing.T) {
 		}
 	}
 	t.Logf("first %v, second %v (lease dir %s)", ports, again, portLeaseDir())
+}
+
+// Ports the kernel picks (the fallback when the range below its ephemeral
+// range leaves no room) are refused when another process leased them, as
+// ports picked below that range are. Nine in ten ports of the ephemeral
+// range are leased (all but those ≡ 1 mod 10: the kernel's picks for
+// listeners are odd); before the fix, a leased port was returned (and
+// leased again over the other process's lease).
+func TestPortLeaseKernelPicks(t *testing.T) {
+	t.Setenv("TMPDIR", t.TempDir())
+	b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range")
+	if err != nil {
+		t.Skip(err)
+	}
+	var lo, hi int
+	if _, err := fmt.Sscan(string(b), &lo, &hi); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(portLeaseDir(), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	leased := func(p int) bool { return p%10 != 1 }
+	for p := lo; p <= hi; p++ {
+		if leased(p) {
+			if err := os.WriteFile(filepath.Join(portLeaseDir(), leaseName("127.0.0.1", p)), nil, 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	const n = 8
+	ports, err := pickPorts("127.0.0.1", n, 0, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ports) != n {
+		t.Fatalf("%d ports, want %d: %v", len(ports), n, ports)
+	}
+	for _, p := range ports {
+		if p < lo || p > hi || leased(p) {
+			t.Fatalf("pickPorts returned port %d, leased by another process (%v)", p, ports)
+		}
+	}
 }
