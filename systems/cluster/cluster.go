@@ -405,6 +405,7 @@ func (s *Spec) start(n *Node) error {
 			return fmt.Errorf("start node %d: %w", n.ID, err)
 		}
 	}
+	renewPorts(time.Now(), n.Address, n.InternalAddress, n.MetricsAddress, n.JSONRPCAddress)
 	argv := append([]string{s.Binary}, s.Args(n)...)
 	if s.Wrap != nil {
 		argv = append(s.Wrap(n), argv...)
@@ -548,6 +549,7 @@ func (s *Spec) Kill(id uint64) error {
 	if err := syscall.Kill(n.PID, syscall.SIGKILL); err != nil {
 		return fmt.Errorf("kill node %d (pid %d): %w", id, n.PID, err)
 	}
+	renewPorts(time.Now(), n.Address, n.InternalAddress, n.MetricsAddress, n.JSONRPCAddress)
 	if err := waitGone(n.PID, 10*time.Second); err != nil {
 		return err
 	}
@@ -676,6 +678,9 @@ func (s *Spec) Down(purge bool) error {
 		}
 	} else if _, err := os.Stat(s.Dir); err == nil {
 		errs = append(errs, s.Save())
+		for _, n := range s.Nodes {
+			renewPorts(time.Now(), n.Address, n.InternalAddress, n.MetricsAddress, n.JSONRPCAddress)
+		}
 	}
 	return errors.Join(errs...)
 }
