@@ -405,6 +405,7 @@ func (s *Spec) start(n *Node) error {
 			return fmt.Errorf("start node %d: %w", n.ID, err)
 		}
 	}
+	renewPorts(time.Now(), n.Address, n.InternalAddress, n.MetricsAddress, n.JSONRPCAddress)
 	argv := append([]string{s.Binary}, s.Args(n)...)
 	if s.Wrap != nil {
 		argv = append(s.Wrap(n), argv...)
@@ -548,6 +549,7 @@ func (s *Spec) Kill(id uint64) error {
 	if err := syscall.Kill(n.PID, syscall.SIGKILL); err != nil {
 		return fmt.Errorf("kill node %d (pid %d): %w", id, n.PID, err)
 	}
+	renewPorts(time.Now(), n.Address, n.InternalAddress, n.MetricsAddress, n.JSONRPCAddress)
 	if err := waitGone(n.PID, 10*time.Second); err != nil {
 		return err
 	}
@@ -676,6 +678,9 @@ func (s *Spec) Down(purge bool) error {
 		}
 	} else if _, err := os.Stat(s.Dir); err == nil {
 		errs = append(errs, s.Save())
+		for _, n := range s.Nodes {
+			renewPorts(time.Now(), n.Address, n.InternalAddress, n.MetricsAddress, n.JSONRPCAddress)
+		}
 	}
 	return errors.Join(errs...)
 }
@@ -761,7 +766,11 @@ func Tail(path string, n int) string {
 // 10000 up): a port from that range can be taken as the local port of some
 // outgoing connection while its node is down (killed, restarting), and the
 // restart then fails.
-func freePorts(host string, n int) ([]int, error) {
+func freePorts(host string, n int) ([]int, error) { return pickPorts(host, n, 10000, ephemeralLow()) }
+
+// pickPorts is freePorts picking first in [lo, hi) (none if hi-lo < 1000),
+// then from the kernel's ephemeral range.
+func pickPorts(host string, n, lo, hi int) ([]int, error) {
 	var ls []net.Listener
 	defer func() {
 		for _, l := range ls {
@@ -769,7 +778,6 @@ func freePorts(host string, n int) ([]int, error) {
 		}
 	}()
 	var ports []int
-	lo, hi := 10000, ephemeralLow()
 	for tries := 0; len(ports) < n && hi-lo >= 1000 && tries < 100*n; tries++ {
 		l, err := net.Listen("tcp", net.JoinHostPort(host, strconv.Itoa(lo+mrand.IntN(hi-lo))))
 		if err != nil {
@@ -782,13 +790,20 @@ func freePorts(host string, n int) ([]int, error) {
 		ls = append(ls, l)
 		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
 	}
-	for len(ports) < n {
+	// A port the kernel picks that another process has leased stays bound
+	// (in ls, not in ports) until the end, so that the kernel picks another.
+	for refused := 0; len(ports) < n; {
 		l, err := net.Listen("tcp", net.JoinHostPort(host, "0"))
 		if err != nil {
 			return nil, fmt.Errorf("find a free port on %s: %w", host, err)
 		}
-		leasePort(host, l.Addr().(*net.TCPAddr).Port, time.Now()) // the kernel picked it; lease it for others
 		ls = append(ls, l)
+		if !leasePort(host, l.Addr().(*net.TCPAddr).Port, time.Now()) {
+			if refused++; refused > 100*n {
+				return nil, fmt.Errorf("find a free port on %s: %d ports the kernel picked are leased by other processes (%s)", host, refused, portLeaseDir())
+			}
+			continue
+		}
 		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
 	}
 	return ports, nil

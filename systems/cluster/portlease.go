@@ -13,7 +13,8 @@ import (
 // portLeaseTTL is how long a port picked by freePorts stays leased to its
 // cluster: long enough for its node to start and bind it, and to cover the
 // window in which a killed node is down before its restart binds the port
-// again.
+// again (the lease is renewed when the node is killed or started:
+// renewPorts).
 const portLeaseTTL = 5 * time.Minute
 
 // portLeaseDir holds one empty file per leased port, named host_port. It is
@@ -73,6 +74,34 @@ func releasePorts(addrs ...string) {
 			continue
 		}
 		os.Remove(filepath.Join(portLeaseDir(), leaseName(host, n)))
+	}
+}
+
+// renewPorts restarts from now the leases of the ports of addrs (host:port;
+// empty strings are skipped), taking any that lapsed. A lease counts from
+// when freePorts picked the port, so without renewal a node killed more
+// than portLeaseTTL after its cluster came up would have its ports
+// unleased while it is down, and another process could pick them before
+// its restart binds them ("address already in use"). Kill and a Down that
+// keeps the cluster renew the leases of the nodes they stop, and start
+// those of the node it starts. Errors of the lease directory are ignored,
+// as leasePort ignores them.
+func renewPorts(now time.Time, addrs ...string) {
+	for _, a := range addrs {
+		host, port, err := net.SplitHostPort(a)
+		if err != nil {
+			continue
+		}
+		n, err := strconv.Atoi(port)
+		if err != nil {
+			continue
+		}
+		p := filepath.Join(portLeaseDir(), leaseName(host, n))
+		if err := os.Chtimes(p, now, now); errors.Is(err, fs.ErrNotExist) {
+			if os.MkdirAll(portLeaseDir(), 0o755) == nil && os.WriteFile(p, nil, 0o644) == nil {
+				os.Chtimes(p, now, now)
+			}
+		}
 	}
 }
 

@@ -1,6 +1,7 @@
 package cluster
 
 import (
+	"fmt"
 	"net"
 	"os"
 	"path/filepath"
@@ -58,4 +59,119 @@ func TestPortLease(t *testing.T) {
 		}
 	}
 	t.Logf("first %v, second %v (lease dir %s)", ports, again, portLeaseDir())
+}
+
+// Ports the kernel picks (the fallback when the range below its ephemeral
+// range leaves no room) are refused when another process leased them, as
+// ports picked below that range are. Nine in ten ports of the ephemeral
+// range are leased (all but those ≡ 1 mod 10: the kernel's picks for
+// listeners are odd); before the fix, a leased port was returned (and
+// leased again over the other process's lease).
+func TestPortLeaseKernelPicks(t *testing.T) {
+	t.Setenv("TMPDIR", t.TempDir())
+	b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range")
+	if err != nil {
+		t.Skip(err)
+	}
+	var lo, hi int
+	if _, err := fmt.Sscan(string(b), &lo, &hi); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(portLeaseDir(), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	leased := func(p int) bool { return p%10 != 1 }
+	for p := lo; p <= hi; p++ {
+		if leased(p) {
+			if err := os.WriteFile(filepath.Join(portLeaseDir(), leaseName("127.0.0.1", p)), nil, 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	const n = 8
+	ports, err := pickPorts("127.0.0.1", n, 0, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ports) != n {
+		t.Fatalf("%d ports, want %d: %v", len(ports), n, ports)
+	}
+	for _, p := range ports {
+		if p < lo || p > hi || leased(p) {
+			t.Fatalf("pickPorts returned port %d, leased by another process (%v)", p, ports)
+		}
+	}
+}
+
+// A node's ports stay leased while it is down however long its cluster has
+// been up: starting a node, killing it and a Down that keeps the cluster
+// renew the leases of its ports (before, a lease counted only from
+// freePorts' pick, so a node killed more than portLeaseTTL later had
+// unleased ports until its restart bound them again), and a purge
+// releases them.
+func TestNodePortLeasesRenewed(t *testing.T) {
+	t.Setenv("TMPDIR", t.TempDir())
+	t.Setenv(nodeSleepEnv, "1") // the node is the test binary, asleep
+	ports, err := freePorts("127.0.0.1", 4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := func(i int) string { return net.JoinHostPort("127.0.0.1", fmt.Sprint(ports[i])) }
+	dir := t.TempDir()
+	s := &Spec{System: "nezha", Binary: os.Args[0], Dir: dir, NextID: 2}
+	s.Nodes = []Node{{ID: 1, Address: addr(0), InternalAddress: addr(1), MetricsAddress: addr(2), JSONRPCAddress: addr(3),
+		Data: filepath.Join(dir, "node1", "data"), Log: filepath.Join(dir, "node1", "node.log")}}
+	n := &s.Nodes[0]
+	t.Cleanup(func() { s.Down(true) })
+	leaseFiles := func() []string {
+		var ps []string
+		for _, a := range []string{n.Address, n.InternalAddress, n.MetricsAddress, n.JSONRPCAddress} {
+			_, port, _ := net.SplitHostPort(a)
+			ps = append(ps, filepath.Join(portLeaseDir(), "127.0.0.1_"+port))
+		}
+		return ps
+	}
+	lapse := func() {
+		old := time.Now().Add(-portLeaseTTL - time.Minute)
+		for _, p := range leaseFiles() {
+			if err := os.Chtimes(p, old, old); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	checkFresh := func(after string) {
+		t.Helper()
+		for _, p := range leaseFiles() {
+			st, err := os.Stat(p)
+			if err != nil {
+				t.Fatalf("after %s: %v", after, err)
+			}
+			if age := time.Since(st.ModTime()); age >= portLeaseTTL {
+				t.Fatalf("after %s: the lease %s is %v old: lapsed", after, filepath.Base(p), age.Round(time.Second))
+			}
+		}
+	}
+	lapse()
+	if err := s.start(n); err != nil {
+		t.Fatal(err)
+	}
+	checkFresh("start")
+	lapse()
+	if err := s.Kill(1); err != nil {
+		t.Fatal(err)
+	}
+	checkFresh("Kill")
+	lapse()
+	if err := s.Down(false); err != nil {
+		t.Fatal(err)
+	}
+	checkFresh("Down without purge")
+	if err := s.Down(true); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range leaseFiles() {
+		if _, err := os.Stat(p); !os.IsNotExist(err) {
+			t.Fatalf("after a purge, lease %s: %v", filepath.Base(p), err)
+		}
+	}
 }

@@ -31,12 +31,14 @@ type Mapping struct {
 	b []byte
 }
 
-// Map maps the first size bytes of f (size > 0) read-only.
+// Map maps the first size bytes of f (size > 0) read-only. It reads
+// nothing: pages come in as reads touch them (no MAP_POPULATE, which would
+// read the whole file, a run of gigabytes, inside the first read).
 func (f *File) Map(size int64) (*Mapping, error) {
 	if size <= 0 || int64(int(size)) != size {
 		return nil, fmt.Errorf("vfs: map %s: bad size %d", f.path, size)
 	}
-	b, err := unix.Mmap(int(f.f.Fd()), 0, int(size), unix.PROT_READ, unix.MAP_SHARED|unix.MAP_POPULATE)
+	b, err := unix.Mmap(int(f.f.Fd()), 0, int(size), unix.PROT_READ, unix.MAP_SHARED)
 	if err != nil {
 		return nil, fmt.Errorf("vfs: map %d bytes of %s: %w", size, f.path, err)
 	}

@@ -4,10 +4,14 @@ import (
 	"bytes"
 	"errors"
 	"math/rand/v2"
+	"os"
 	"runtime"
 	"sync"
 	"syscall"
 	"testing"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
 )
 
 // A mapped read returns the file's bytes appended to dst, takes the FS's
@@ -178,4 +182,82 @@ func BenchmarkMappingAppendAt(b *testing.B) {
 			runtime.KeepAlive(ballast)
 		})
 	}
+}
+
+// Mapping a file reads none of it: a read of a few bytes of a large file
+// whose pages are not cached brings in about those pages, not the file.
+// Before, Map populated the whole mapping (MAP_POPULATE: a synchronous
+// read-ahead of the file), so the first GET of a cold 64 MiB segment or a
+// run of gigabytes read all of it (tens of ms per segment; a run larger
+// than memory would thrash).
+func TestMapReadsOnlyWhatIsRead(t *testing.T) {
+	const size = 64 << 20
+	fs := New()
+	f := create(t, fs, "big")
+	chunk := bytes.Repeat([]byte{'v'}, 1<<20)
+	for off := int64(0); off < size; off += int64(len(chunk)) {
+		if _, err := f.WriteAt(chunk, off); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := f.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	if !coldAfterDrop(t, f) {
+		t.Skip("this file system keeps the file's pages cached (tmpfs?)")
+	}
+	m, err := f.Map(size)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	resident := func() int {
+		vec := make([]byte, (size+os.Getpagesize()-1)/os.Getpagesize())
+		if err := mincore(m.b, vec); err != nil {
+			t.Fatal(err)
+		}
+		n := 0
+		for _, v := range vec {
+			n += int(v & 1)
+		}
+		return n * os.Getpagesize()
+	}
+	got, err := m.AppendAt(nil, size/2, 100)
+	if err != nil || !bytes.Equal(got, chunk[:100]) {
+		t.Fatalf("AppendAt = %.20q, %v", got, err)
+	}
+	// The kernel reads around a fault (read-ahead, 128 KiB by default);
+	// an eighth of the file is far more than any read-around.
+	r := resident()
+	if r > size/8 {
+		t.Fatalf("after one read of 100 bytes, %d of the file's %d bytes are resident", r, size)
+	}
+	t.Logf("after one read of 100 bytes, %d of the file's %d bytes are resident", r, size)
+}
+
+// coldAfterDrop drops f's cached pages and reports whether its first page
+// is then uncached (false on file systems that keep files in memory).
+func coldAfterDrop(t *testing.T, f *File) bool {
+	if err := unix.Fadvise(int(f.Fd()), 0, 0, unix.FADV_DONTNEED); err != nil {
+		return false
+	}
+	b, err := unix.Mmap(int(f.Fd()), 0, os.Getpagesize(), unix.PROT_READ, unix.MAP_SHARED)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Munmap(b)
+	vec := make([]byte, 1)
+	if err := mincore(b, vec); err != nil {
+		t.Fatal(err)
+	}
+	return vec[0]&1 == 0
+}
+
+// mincore fills vec with the residency of the pages of b (mincore(2)).
+func mincore(b, vec []byte) error {
+	_, _, errno := unix.Syscall(unix.SYS_MINCORE, uintptr(unsafe.Pointer(&b[0])), uintptr(len(b)), uintptr(unsafe.Pointer(&vec[0])))
+	if errno != 0 {
+		return errno
+	}
+	return nil
 }
