@@ -65,16 +65,24 @@ func leasePort(host string, port int, now time.Time) bool {
 // strings are skipped), once a cluster is down for good.
 func releasePorts(addrs ...string) {
 	for _, a := range addrs {
-		host, port, err := net.SplitHostPort(a)
-		if err != nil {
-			continue
+		if p, ok := leasePath(a); ok {
+			os.Remove(p)
 		}
-		n, err := strconv.Atoi(port)
-		if err != nil {
-			continue
-		}
-		os.Remove(filepath.Join(portLeaseDir(), leaseName(host, n)))
 	}
+}
+
+// leasePath is the lease file of addr (host:port); false for an address
+// that is empty or not host:port.
+func leasePath(addr string) (string, bool) {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return "", false
+	}
+	n, err := strconv.Atoi(port)
+	if err != nil {
+		return "", false
+	}
+	return filepath.Join(portLeaseDir(), leaseName(host, n)), true
 }
 
 // renewPorts restarts from now the leases of the ports of addrs (host:port;
@@ -88,15 +96,10 @@ func releasePorts(addrs ...string) {
 // as leasePort ignores them.
 func renewPorts(now time.Time, addrs ...string) {
 	for _, a := range addrs {
-		host, port, err := net.SplitHostPort(a)
-		if err != nil {
+		p, ok := leasePath(a)
+		if !ok {
 			continue
 		}
-		n, err := strconv.Atoi(port)
-		if err != nil {
-			continue
-		}
-		p := filepath.Join(portLeaseDir(), leaseName(host, n))
 		if err := os.Chtimes(p, now, now); errors.Is(err, fs.ErrNotExist) {
 			if os.MkdirAll(portLeaseDir(), 0o755) == nil && os.WriteFile(p, nil, 0o644) == nil {
 				os.Chtimes(p, now, now)
