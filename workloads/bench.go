@@ -25,6 +25,10 @@ type Common struct {
 	Clients int `json:"clients"`
 	// Ops is the total number of operations over all clients (-dnums).
 	Ops int64 `json:"ops"`
+	// MaxDuration (-duration) ends the run once it has lasted this long,
+	// after the clients' operations in flight, even if fewer than Ops were
+	// done; the summary counts what was done (0: no limit).
+	MaxDuration time.Duration `json:"max_duration_ns"`
 	// KeyPrefix names the keys: KeyPrefix + KeyDigits digits.
 	KeyPrefix string `json:"key_prefix"`
 	// Seed of every random choice; client i draws from Seed+i.
@@ -65,6 +69,9 @@ func (c *Common) validate() []error {
 	}
 	if c.OpTimeout <= 0 {
 		errs = append(errs, systems.Usagef("-timeout %v must be positive", c.OpTimeout))
+	}
+	if c.MaxDuration < 0 {
+		errs = append(errs, systems.Usagef("-duration %v must not be negative", c.MaxDuration))
 	}
 	if c.StallTimeout < 0 {
 		errs = append(errs, systems.Usagef("-stallTimeout %v must not be negative", c.StallTimeout))
@@ -202,7 +209,8 @@ type opFunc func(ctx context.Context, id int, seq int64) (Outcome, int64, int64,
 // clientFunc prepares client id's opFunc (its own random source).
 type clientFunc func(id int) opFunc
 
-// run drives c.Clients closed-loop clients over c.Ops operations. On ctx's
+// run drives c.Clients closed-loop clients over c.Ops operations, or
+// until c.MaxDuration has passed. On ctx's
 // end the clients stop after their current operation and run returns the
 // summary so far with ctx's error; when no operation got an answer for
 // c.StallTimeout, the operations in flight are cancelled and run returns
@@ -225,7 +233,7 @@ func run(ctx context.Context, c Common, op string, mk clientFunc) (Summary, erro
 			defer wg.Done()
 			for ctx.Err() == nil && stallCtx.Err() == nil {
 				seq := next.Add(1) - 1
-				if seq >= c.Ops {
+				if seq >= c.Ops || c.MaxDuration > 0 && time.Since(start) >= c.MaxDuration {
 					return
 				}
 				octx, cancel := StallContext(ctx, stallCtx, c.OpTimeout)

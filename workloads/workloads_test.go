@@ -312,6 +312,14 @@ func TestPutGetScanOnMemStore(t *testing.T) {
 	if err != nil || s.Ops != 50 || s.Items != 5000 || s.Misses != 0 {
 		t.Fatalf("scan: %+v %v", s, err)
 	}
+
+	// MaxDuration ends a run of far more operations than it can do in
+	// time, with what was done counted.
+	g.Keys, g.Ops, g.MaxDuration = 500, 1<<40, 50*time.Millisecond
+	s, err = RunGet(ctx, st, g)
+	if err != nil || s.Ops == 0 || s.Ops >= g.Ops || s.Misses != 0 || s.DurationSec < 0.05 || s.OpsPerSec <= 0 {
+		t.Fatalf("get with MaxDuration 50ms: %+v %v", s, err)
+	}
 }
 
 func TestPutErrorsAreCounted(t *testing.T) {

@@ -73,6 +73,7 @@ func (c *cli) benchSub(sub string) *ffcli.Command {
 	com := b.com
 	fs.IntVar(&com.Clients, "cnums", com.Clients, "concurrent closed-loop clients")
 	fs.Int64Var(&com.Ops, "dnums", com.Ops, "total operations over all clients")
+	fs.DurationVar(&com.MaxDuration, "duration", 0, "end the run after this long even if fewer than -dnums operations were done (a duration, e.g. 10s); 0: no limit")
 	fs.StringVar(&com.KeyPrefix, "keyprefix", com.KeyPrefix, "key prefix; keys are PREFIX + 9 digits")
 	fs.Int64Var(&com.Seed, "seed", com.Seed, "random seed (client i uses seed+i)")
 	fs.DurationVar(&com.OpTimeout, "timeout", com.OpTimeout, "deadline of one operation, retries included (a duration, e.g. 10s)")
