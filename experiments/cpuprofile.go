@@ -38,14 +38,15 @@ func pprofArgs() []string { return []string{"-pprofAddress", "127.0.0.1:0"} }
 var pprofAddressPattern = regexp.MustCompile(`pprof_address(?:=|":")([^\s"]+)`)
 
 // pprofAddress reads node n's profiler address from its log, waiting up to
-// 5 s for the line.
+// 5 s for the line. A node restarted into the same log (the read beds of
+// systems that map their files) logs a new address: the last one counts.
 func pprofAddress(ctx context.Context, n cluster.Node) (string, error) {
 	deadline := time.Now().Add(5 * time.Second)
 	for {
 		b, err := os.ReadFile(n.Log)
 		if err == nil {
-			if m := pprofAddressPattern.FindSubmatch(b); m != nil {
-				return string(m[1]), nil
+			if ms := pprofAddressPattern.FindAllSubmatch(b, -1); len(ms) > 0 {
+				return string(ms[len(ms)-1][1]), nil
 			}
 		}
 		if time.Now().After(deadline) {

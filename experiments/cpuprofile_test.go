@@ -94,7 +94,9 @@ func TestSummarizeProfiles(t *testing.T) {
 func TestPprofAddressFromLog(t *testing.T) {
 	dir := t.TempDir()
 	log := filepath.Join(dir, "node.log")
-	if err := os.WriteFile(log, []byte("time=x level=INFO msg=\"serving the Go profiler\" pprof_address=127.0.0.1:40123\n"), 0o644); err != nil {
+	// The node was restarted into the same log: its second address counts.
+	if err := os.WriteFile(log, []byte("time=x level=INFO msg=\"serving the Go profiler\" pprof_address=127.0.0.1:39999\n"+
+		"time=y level=INFO msg=\"serving the Go profiler\" pprof_address=127.0.0.1:40123\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	got, err := pprofAddress(context.Background(), cluster.Node{ID: 1, Log: log})
