@@ -460,6 +460,12 @@ type bedPool struct {
 	// startedIn are the memory cgroups (name -> directory) that
 	// restartQuiet started nodes in; arrangeReads adopts them.
 	startedIn map[string]string
+	// readAheadTried: setReadAhead ran (once, before the first load).
+	// readAheadPath is the read_ahead_kb file it changed and readAheadWas
+	// the value to restore ("" if nothing changed); readAheadText says so
+	// for the report.
+	readAheadTried                             bool
+	readAheadPath, readAheadWas, readAheadText string
 }
 
 // startedInGroup is the directory of memory cgroup name if restartQuiet
@@ -475,6 +481,12 @@ func (p *bedPool) startedInGroup(name string) string {
 // ones) and the read arrangement, arranging it on first use.
 func (x *Run) readBeds(ctx context.Context) (map[string]*testbed, *readCache) {
 	pool := x.beds
+	if p := x.Profile; !pool.readAheadTried && p.ReadAheadKB > 0 && p.ReadCache != ReadCacheWarm && isRoot() {
+		pool.readAheadTried = true
+		if err := pool.setReadAhead(p.ReadAheadKB); err != nil {
+			x.logf("readahead left as it is: %v", err)
+		}
+	}
 	for _, sys := range x.Systems {
 		if pool.beds[sys] != nil {
 			continue
@@ -524,13 +536,14 @@ func (p *bedPool) close() {
 		p.rc.release()
 		p.rc = nil
 	}
+	p.restoreReadAhead()
 	os.RemoveAll(p.dir)
 }
 
 // getZipf: Zipf GETs over the keys that were written.
 func getZipf() Experiment {
 	return Experiment{
-		Name: "get-zipf", Title: "GET throughput and latency, Zipf",
+		Name: "get-zipf", WithOptional: true, Title: "GET throughput and latency, Zipf",
 		Shows:        "point reads of values read back from the log or sorted runs (nezha) vs RocksDB",
 		UsesReadBeds: true,
 		run: func(ctx context.Context, x *Run) error {
@@ -542,7 +555,7 @@ func getZipf() Experiment {
 // scan: range scans from random start keys.
 func scan() Experiment {
 	return Experiment{
-		Name: "scan", Title: "SCAN throughput and latency",
+		Name: "scan", WithOptional: true, Title: "SCAN throughput and latency",
 		Shows:        "range scans, where nezha reads GC's key-sorted runs sequentially",
 		UsesReadBeds: true,
 		run: func(ctx context.Context, x *Run) error {
@@ -556,6 +569,7 @@ func (x *Run) readExperiment(ctx context.Context, op string) error {
 	x.param("keys", p.ReadKeys)
 	x.param("value_bytes", p.ReadValueBytes)
 	x.param("runs", p.ReadRuns)
+	x.param("run_max_duration", p.ReadRunMaxDuration.String())
 	if op == "get" {
 		x.param("ops", p.GetOps)
 		x.param("zipf", p.Zipf)
@@ -577,6 +591,7 @@ func (x *Run) readExperiment(ctx context.Context, op string) error {
 	type bed struct {
 		tb      *testbed
 		rates   []float64
+		opsDone []float64 // operations done per run (fewer than asked if ReadRunMaxDuration cut it)
 		readKBs []float64
 		cache   int64 // largest page cache its nodes held after a run (-1: not limited)
 		first   workloads.Summary
@@ -631,9 +646,11 @@ func (x *Run) readExperiment(ctx context.Context, op string) error {
 			start := time.Now()
 			if op == "get" {
 				o := workloads.GetOptions{Common: x.benchCommon("r", p.Clients, p.GetOps, int64(2+run), rb), Keys: p.ReadKeys, Zipf: p.Zipf}
+				o.MaxDuration = p.ReadRunMaxDuration
 				sum, err = workloads.RunGet(ctx, b.tb.c, o)
 			} else {
 				o := workloads.ScanOptions{Common: x.benchCommon("r", p.ScanClients, p.ScanOps, int64(3+run), rb), Keys: p.ReadKeys, ScanSize: p.ScanSize}
+				o.MaxDuration = p.ReadRunMaxDuration
 				sum, err = workloads.RunScan(ctx, b.tb.c, o)
 			}
 			if run == 0 {
@@ -659,6 +676,7 @@ func (x *Run) readExperiment(ctx context.Context, op string) error {
 				continue
 			}
 			b.rates = append(b.rates, sum.OpsPerSec)
+			b.opsDone = append(b.opsDone, float64(sum.Ops))
 			if b.tb.spec != nil {
 				b.cache = max(b.cache, rc.pageCacheBytes(b.tb.spec))
 			}
@@ -687,8 +705,13 @@ func (x *Run) readExperiment(ctx context.Context, op string) error {
 		}
 		rates, first := b.rates, b.first
 		med, lo, hi := median(rates), slices.Min(rates), slices.Max(rates)
-		x.logf("%s: %s median %.0f ops/s over %d runs (%.0f..%.0f)", sys, op, med, len(rates), lo, hi)
+		cut := ""
+		if asked := map[bool]int64{true: p.GetOps, false: p.ScanOps}[op == "get"]; slices.Min(b.opsDone) < float64(asked) {
+			cut = fmt.Sprintf("; runs cut at %v after %.0f..%.0f of %d ops", p.ReadRunMaxDuration, slices.Min(b.opsDone), slices.Max(b.opsDone), asked)
+		}
+		x.logf("%s: %s median %.0f ops/s over %d runs (%.0f..%.0f)%s", sys, op, med, len(rates), lo, hi, cut)
 		x.metric(op+"_ops_per_sec/"+sys, med)
+		x.samples(op+"_ops_done/"+sys, b.opsDone)
 		x.samples(op+"_ops_per_sec/"+sys, rates)
 		readKB := "-"
 		if len(b.readKBs) > 0 {

@@ -13,6 +13,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/nezha-harness/nezha/systems/cluster"
+	"github.com/nezha-harness/nezha/workloads"
 )
 
 // Reads that reach the disk. The paper's GET and SCAN figures come from
@@ -118,6 +119,9 @@ func (x *Run) arrangeReads(specs []*cluster.Spec) *readCache {
 	if err := dropCaches(); err != nil {
 		rc.release()
 		rc.Mode, rc.Short, rc.Text = ReadCacheWarm, "page cache (warm)", fmt.Sprintf("page cache (warm): dropping the page cache failed (%v); reads are served from memory", err)
+	}
+	if rc.Mode != ReadCacheWarm && x.beds.readAheadText != "" {
+		rc.Text += "; " + x.beds.readAheadText
 	}
 	x.logf("reads: %s", rc.Text)
 	return rc
@@ -372,4 +376,45 @@ func (rc *readCache) pageCacheBytes(spec *cluster.Spec) int64 {
 func dropCaches() error {
 	unix.Sync()
 	return os.WriteFile("/proc/sys/vm/drop_caches", []byte("3"), 0o200)
+}
+
+// setReadAhead sets the readahead of the block device holding the beds'
+// directory to kb KiB, before the beds are loaded (a file's readahead
+// window is fixed when it is opened), and remembers the old value for
+// restoreReadAhead; it changes nothing when the device already says kb.
+func (p *bedPool) setReadAhead(kb int) error {
+	if err := os.MkdirAll(p.dir, 0o755); err != nil {
+		return err
+	}
+	_, path := workloads.DataDevice(p.dir)
+	if path == "" {
+		return fmt.Errorf("no read_ahead_kb in /sys for the device of %s", p.dir)
+	}
+	return p.setReadAheadFile(path, kb)
+}
+
+// setReadAheadFile is setReadAhead on the read_ahead_kb file at path.
+func (p *bedPool) setReadAheadFile(path string, kb int) error {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return err
+	}
+	was := strings.TrimSpace(string(b))
+	if was == strconv.Itoa(kb) {
+		return nil
+	}
+	if err := os.WriteFile(path, []byte(strconv.Itoa(kb)), 0o644); err != nil {
+		return err
+	}
+	p.readAheadPath, p.readAheadWas = path, was
+	p.readAheadText = fmt.Sprintf("the data device's readahead set to %d KiB (it was %s KiB) from the beds' load to their end", kb, was)
+	return nil
+}
+
+// restoreReadAhead puts back the readahead setReadAhead changed.
+func (p *bedPool) restoreReadAhead() {
+	if p.readAheadPath != "" {
+		_ = os.WriteFile(p.readAheadPath, []byte(p.readAheadWas), 0o644)
+		p.readAheadPath = ""
+	}
 }

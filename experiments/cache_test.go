@@ -6,6 +6,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -129,5 +130,33 @@ func TestFollowLimitsKeepsGrowingNodeAlive(t *testing.T) {
 				t.Fatalf("without the follower the heap outgrew a fixed limit, yet grown=%v, oomKilled: %v", grown, oom)
 			}
 		})
+	}
+}
+
+// TestReadAheadSetAndRestored: the beds' readahead is written before the
+// load and the device's own value put back at the end; a device that
+// already says the wanted value is left alone (nothing to restore).
+func TestReadAheadSetAndRestored(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "read_ahead_kb")
+	if err := os.WriteFile(path, []byte("8192\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	p := &bedPool{}
+	if err := p.setReadAheadFile(path, 128); err != nil {
+		t.Fatal(err)
+	}
+	if b, _ := os.ReadFile(path); string(b) != "128" || !strings.Contains(p.readAheadText, "128 KiB (it was 8192 KiB)") {
+		t.Fatalf("after set: file %q, text %q", b, p.readAheadText)
+	}
+	p.restoreReadAhead()
+	if b, _ := os.ReadFile(path); string(b) != "8192" {
+		t.Fatalf("after restore: file %q, want 8192", b)
+	}
+	p = &bedPool{}
+	if err := p.setReadAheadFile(path, 8192); err != nil || p.readAheadPath != "" || p.readAheadText != "" {
+		t.Fatalf("same value: err %v, path %q, text %q; want nothing changed", err, p.readAheadPath, p.readAheadText)
+	}
+	if err := (&bedPool{}).setReadAheadFile(filepath.Join(t.TempDir(), "missing"), 128); err == nil {
+		t.Fatal("a missing read_ahead_kb file gave no error")
 	}
 }

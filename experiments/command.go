@@ -16,6 +16,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/nezha-harness/nezha/baseline"
+	"github.com/nezha-harness/nezha/dwisckey"
 	"github.com/nezha-harness/nezha/nezha"
 	"github.com/nezha-harness/nezha/systems"
 	"github.com/nezha-harness/nezha/systems/cluster"
@@ -29,6 +30,7 @@ const (
 	sysNezha     = nezha.Name
 	sysNezhaNoGC = nezha.NameNoGC
 	sysOriginal  = string(baseline.ModeOriginal)
+	sysDwisckey  = dwisckey.Name
 )
 
 // DefaultSystems are compared when -systems is not given: the studied
@@ -47,6 +49,10 @@ type RunRequest struct {
 	// Systems are the registered systems to compare (DefaultSystems when
 	// empty is not implied: empty is an error).
 	Systems []string
+	// OptionalSystems also run in the experiments that are WithOptional
+	// (get-zipf, scan, ycsb); the CLI sets them to the registry's Optional
+	// systems (dwisckey) when -systems is not given. Ignored with Servers.
+	OptionalSystems []string
 	// Servers are the client addresses (host:port) of one running cluster
 	// of the one system in Systems; empty: local clusters.
 	Servers []string
@@ -85,7 +91,7 @@ func (r RunRequest) Validate(reg *systems.Registry) error {
 		errs = append(errs, err)
 	}
 	known := reg.Names()
-	for _, s := range r.Systems {
+	for _, s := range append(slices.Clone(r.Systems), r.OptionalSystems...) {
 		switch {
 		case cluster.External(s):
 			errs = append(errs, systems.Usagef("-systems %s: the external reference system is not in the experiments (they read the nodes' Status, GC and storage shape); measure it with bench, ycsb and check -system %s", s, s))
@@ -145,6 +151,10 @@ func RunAndReport(ctx context.Context, reg *systems.Registry, r RunRequest) erro
 		profile.Nodes = r.Nodes
 	}
 	stdout, names, args, syss, srv, dir := r.Out, r.Names, r.Args, r.Systems, r.Servers, r.OutDir
+	optional := r.OptionalSystems
+	if len(srv) > 0 {
+		optional = nil
+	}
 	if abs, err := filepath.Abs(dir); err == nil {
 		dir = abs // result paths in the report are made relative to it
 	}
@@ -161,28 +171,28 @@ func RunAndReport(ctx context.Context, reg *systems.Registry, r RunRequest) erro
 		return err
 	}
 	seed := int64(1)
-	cfg := map[string]any{"profile": profile, "systems": syss, "experiments": names, "servers": srv, "binary": binary}
+	cfg := map[string]any{"profile": profile, "systems": syss, "optional_systems": optional, "experiments": names, "servers": srv, "binary": binary}
 	info := workloads.NewRunInfo("experiment", append([]string{"nezha", "experiment", "run"}, args...), &seed, cfg)
 	info.SetDataDir(dir)
 	if err := writeJSON(filepath.Join(dir, "config.json"), info); err != nil {
 		return err
 	}
-	fmt.Fprintf(stdout, "%s\nsystems: %s\nexperiments: %s\nresults: %s\n", profile.String(), strings.Join(syss, ", "), expNames(exps), dir)
+	fmt.Fprintf(stdout, "%s\nsystems: %s%s\nexperiments: %s\nresults: %s\n", profile.String(), strings.Join(syss, ", "), optionalText(optional), expNames(exps), dir)
 	start := time.Now()
 	var mapped []string
-	for _, s := range syss {
+	for _, s := range withOptional(syss, optional) {
 		if sys, err := reg.Lookup(s); err == nil && sys.MapsDataFiles {
 			mapped = append(mapped, s)
 		}
 	}
-	results, err := Execute(ctx, RunOptions{Experiments: exps, Profile: profile, Systems: syss, OutDir: dir,
+	results, err := Execute(ctx, RunOptions{Experiments: exps, Profile: profile, Systems: syss, OptionalSystems: optional, OutDir: dir,
 		Binary: binary, Servers: srv, Out: stdout, Info: info, MapsDataFiles: mapped})
 	if err != nil {
 		return err
 	}
 	rinfo := map[string]any{
 		"profile_text": profile.String(),
-		"systems":      strings.Join(syss, ", "),
+		"systems":      strings.Join(syss, ", ") + optionalText(optional),
 		"started":      start.Format(time.RFC3339),
 		"took":         time.Since(start).Round(time.Second).String(),
 		"git commit":   info.GitCommit + map[bool]string{true: "+dirty"}[info.GitDirty] + " (" + info.GitCommitSource + ")",
@@ -316,4 +326,24 @@ func checkFreeDisk(dir string, need int64) error {
 		return systems.Usagef("%s has %.1f GiB free; this profile needs %.1f GiB", dir, float64(free)/gib, float64(need)/gib)
 	}
 	return nil
+}
+
+// optionalText is ", and X, Y where the experiments compare them" for the
+// run's optional systems, "" for none.
+func optionalText(optional []string) string {
+	if len(optional) == 0 {
+		return ""
+	}
+	return fmt.Sprintf("; and %s in %s", strings.Join(optional, ", "), strings.Join(optionalExperiments(), ", "))
+}
+
+// optionalExperiments names the experiments that are WithOptional.
+func optionalExperiments() []string {
+	var out []string
+	for _, e := range All() {
+		if e.WithOptional {
+			out = append(out, e.Name)
+		}
+	}
+	return out
 }

@@ -45,6 +45,11 @@ type Experiment struct {
 	// UsesReadBeds: the experiment reads the shared read beds (one loaded
 	// cluster per system, kept from one such experiment to the next).
 	UsesReadBeds bool
+	// WithOptional: the experiment also runs the optional systems of the
+	// run (RunOptions.OptionalSystems, the registry's Optional systems when
+	// -systems was not given): the paper compares Dwisckey in its GET,
+	// SCAN and YCSB figures, so get-zipf, scan and ycsb run it.
+	WithOptional bool
 	// OutsideQuickAll: `run all` with the quick profile skips it (it would
 	// push quick past its 15 minutes); naming it runs it.
 	OutsideQuickAll bool
@@ -378,10 +383,13 @@ type RunOptions struct {
 	Experiments []Experiment
 	Profile     Profile
 	Systems     []string
-	OutDir      string
-	Binary      string
-	Servers     []string
-	Out         io.Writer
+	// OptionalSystems are added to Systems in the experiments that are
+	// WithOptional (those not in Systems already).
+	OptionalSystems []string
+	OutDir          string
+	Binary          string
+	Servers         []string
+	Out             io.Writer
 	// Info is the run record written to config.json.
 	Info any
 	// MapsDataFiles are the systems whose engines read through mmap
@@ -414,7 +422,11 @@ func Execute(ctx context.Context, o RunOptions) ([]*Result, error) {
 		}
 		res := &Result{Name: e.Name, Title: e.Title, Shows: e.Shows, Params: map[string]any{},
 			Metrics: map[string]float64{}, Start: time.Now(), Build: &build}
-		x := &Run{Profile: o.Profile, Systems: o.Systems, Dir: dir, Binary: o.Binary, Servers: o.Servers,
+		syss := o.Systems
+		if e.WithOptional {
+			syss = withOptional(syss, o.OptionalSystems)
+		}
+		x := &Run{Profile: o.Profile, Systems: syss, Dir: dir, Binary: o.Binary, Servers: o.Servers,
 			Out: o.Out, Prior: prior, res: res, beds: beds, mapsDataFiles: o.MapsDataFiles}
 		fmt.Fprintf(o.Out, "\n=== [%d/%d] %s: %s\n", i+1, len(o.Experiments), e.Name, e.Shows)
 		var err error
@@ -484,4 +496,16 @@ func writeJSON(path string, v any) error {
 		return err
 	}
 	return os.WriteFile(path, append(b, '\n'), 0o644)
+}
+
+// withOptional returns syss followed by the systems of optional that it
+// does not hold.
+func withOptional(syss, optional []string) []string {
+	out := slices.Clone(syss)
+	for _, s := range optional {
+		if !slices.Contains(out, s) {
+			out = append(out, s)
+		}
+	}
+	return out
 }

@@ -90,7 +90,8 @@ func TestHeadlinesAndReport(t *testing.T) {
 				"put_condition_ratio/ours/nezha": 3.1, "put_condition_ratio/no-fsync/nezha": 1.5,
 			}},
 		{Name: "scan", Title: "SCAN", Shows: "scans", Metrics: map[string]float64{"scan_ops_per_sec/nezha": 20, "scan_ops_per_sec/original": 10,
-			"scan_ops_per_sec_disk_read_kb_per_op/nezha": 100, "scan_ops_per_sec_disk_read_kb_per_op/original": 700},
+			"scan_ops_per_sec_disk_read_kb_per_op/nezha": 100, "scan_ops_per_sec_disk_read_kb_per_op/original": 700,
+			"scan_ops_per_sec/dwisckey": 8, "scan_ops_per_sec_disk_read_kb_per_op/dwisckey": 300},
 			Params:   map[string]any{"read_cache": "disk (cgroup)"},
 			Failures: []Failure{{System: "pasv", Step: "load", Error: "boom", LogTails: map[string]string{"node1": "last line"}}}},
 	}
@@ -108,8 +109,15 @@ func TestHeadlinesAndReport(t *testing.T) {
 		t.Fatal(err)
 	}
 	hs := Headlines(res)
-	var put, scanH, cond *Headline
+	var put, scanH, cond, overDw *Headline
 	for i := range hs {
+		if hs[i].Against == sysDwisckey {
+			if overDw != nil {
+				t.Fatalf("two rows over dwisckey: %+v", hs)
+			}
+			overDw = &hs[i]
+			continue
+		}
 		if hs[i].System == "nezha" && hs[i].Workload == "PUT" && hs[i].Condition == "" {
 			put = &hs[i]
 		}
@@ -128,6 +136,10 @@ func TestHeadlinesAndReport(t *testing.T) {
 		!strings.Contains(scanH.Regime, "100 KB (original 700 KB)") {
 		t.Fatalf("SCAN headline %+v", scanH)
 	}
+	if overDw == nil || overDw.Workload != "SCAN" || overDw.System != sysNezha || overDw.Ratio != 2.5 || overDw.Paper < 3.088 || overDw.Paper > 3.09 ||
+		!strings.Contains(overDw.Regime, "100 KB (dwisckey 300 KB)") {
+		t.Fatalf("SCAN over dwisckey headline %+v", overDw)
+	}
 	if cond == nil || cond.Ratio != 1.5 || !strings.Contains(cond.Regime, "ours at the same point: 3.10x") ||
 		cond.Basis != "put-scale, 256 MiB per node, medians of runs adding up to 4 s each" {
 		t.Fatalf("no-fsync condition row %+v", cond)
@@ -140,7 +152,8 @@ func TestHeadlinesAndReport(t *testing.T) {
 	table := b.String()
 	if !strings.Contains(table, "3.00x (+200.0 %)") || !strings.Contains(table, "+460.2 %") ||
 		strings.Index(table, "the paper's conditions") < strings.LastIndex(table, "| SCAN |") ||
-		!strings.Contains(table, "| PUT, no-fsync | nezha | 1.50x") {
+		!strings.Contains(table, "| PUT, no-fsync | nezha | 1.50x") ||
+		!strings.Contains(table, "| SCAN | nezha **over dwisckey** | 2.50x (+150.0 %) | 3.089x (+208.9 %) over Dwisckey |") {
 		t.Fatalf("headline table: want ours first, then the paper's conditions:\n%s", table)
 	}
 	path, err := WriteReport(dir, map[string]any{"profile_text": "profile quick", "git commit": "abc"})

@@ -69,7 +69,7 @@ func gcExperiment() Experiment {
 			x.param("readers", p.GCReaders)
 			x.param("duration", p.GCDuration.String())
 			x.param("gc_threshold_bytes", threshold)
-			x.param("scan_ops", p.ScanOps)
+			x.param("scan_ops", p.gcScanOps())
 			x.param("scan_runs", p.ReadRuns)
 			x.param("scan_size", p.ScanSize)
 			knobs, err := nezha.DefaultConfig(nezha.Name)
@@ -332,7 +332,7 @@ func (x *Run) gcRun(ctx context.Context, c gcConfig, threshold int64) (gcOutcome
 		if err := rc.beforeRun(); err != nil {
 			return fail("scan", err)
 		}
-		so := workloads.ScanOptions{Common: x.benchCommon("g", p.ScanClients, p.ScanOps, int64(3+run), nil), Keys: p.GCKeys, ScanSize: min(p.ScanSize, int(p.GCKeys))}
+		so := workloads.ScanOptions{Common: x.benchCommon("g", p.ScanClients, p.gcScanOps(), int64(3+run), nil), Keys: p.GCKeys, ScanSize: min(p.ScanSize, int(p.GCKeys))}
 		ssum, err := workloads.RunScan(ctx, tb.c, so)
 		if err == nil {
 			err = ssum.Failures()

@@ -78,6 +78,14 @@ type Profile struct {
 	// warm and says so.
 	ReadCache      string `json:"read_cache"`
 	ReadCacheBytes int64  `json:"read_cache_bytes"`
+	// ReadAheadKB is the data device's readahead (read_ahead_kb, KiB) while
+	// the read beds read from the disk (ReadCacheCgroup or ReadCacheDrop,
+	// root only); the device's own setting is restored afterwards. 0
+	// leaves it as it is. A miss of a reader through mmap (Badger, so
+	// dwisckey) faults in a whole readahead window: on a VM whose device
+	// says 8192 KiB, one 16 KiB GET read megabytes and the page cache of
+	// the read bed held one window. 128 is Linux's default.
+	ReadAheadKB int `json:"read_ahead_kb"`
 
 	// ReadKeys of ReadValueBytes each are loaded before get-zipf and scan,
 	// then ReadRuns runs of each.
@@ -85,8 +93,14 @@ type Profile struct {
 	ReadRuns       int   `json:"read_runs"`
 	ReadValueBytes int   `json:"read_value_bytes"`
 	// GetOps Zipf GETs (exponent Zipf) with Clients clients.
-	GetOps int64   `json:"get_ops"`
-	Zipf   float64 `json:"zipf"`
+	GetOps int64 `json:"get_ops"`
+	// ReadRunMaxDuration ends a GET or SCAN run of a system after this
+	// long even if it did fewer than GetOps or ScanOps (0: no limit): a
+	// system many times slower than the others (dwisckey's SCANs, whose
+	// every value read through mmap faults in a readahead window) is
+	// measured over fewer operations instead of stretching the run.
+	ReadRunMaxDuration time.Duration `json:"read_run_max_duration_ns"`
+	Zipf               float64       `json:"zipf"`
 	// ScanOps scans of ScanSize keys by ScanClients clients (the paper:
 	// one client).
 	ScanOps     int64 `json:"scan_ops"`
@@ -113,6 +127,9 @@ type Profile struct {
 	GCWriters    int           `json:"gc_writers"`
 	GCReaders    int           `json:"gc_readers"`
 	GCDuration   time.Duration `json:"gc_duration_ns"`
+	// GCScanOps scans of ScanSize keys, ReadRuns times, measure SCAN after
+	// the overwrite phase (0: ScanOps).
+	GCScanOps int64 `json:"gc_scan_ops"`
 	// GCStrategies are the nezha GC strategies the gc experiment compares
 	// (nezha.Strategies; the first should be the default).
 	GCStrategies []string `json:"gc_strategies"`
@@ -170,33 +187,39 @@ func Quick() Profile {
 		Name: "quick", Nodes: 3, Clients: 32, Geometry: GeometryScaled,
 		SegmentSizeBytes: 8 * mib, GCThresholdBytes: 48 * mib,
 		DiskLimitBytes: 128 * mib, DiskLimitWriteBytes: mib,
-		// put-vsize, YCSB, amplification and gc were cut by about a
-		// quarter (16 MiB, 2000 records and ops, 1024 keys, 10 s) when the
-		// conditions rows became medians: a quick run took 15m38s on a slow
-		// day (loopback RTT 8 us).
-		PutTotalBytes: 12 * mib, ValueSizesKiB: []int{1, 4, 16, 64, 256},
-		ScaleDataBytes: []int64{128 * mib, 256 * mib, 512 * mib}, ScaleValueBytes: 256 * kib, HeadlineRuns: 3,
-		// 30 s: nezha's headline runs last 3-5 s each and moved by up to
-		// -30 %..+20 % within one quick run; 20 s gave 4-5 of them.
-		HeadlineMinSeconds: 30 * time.Second,
+		// Quick was cut twice to stay inside 15 minutes. The second cut
+		// (dwisckey joined get-zipf, scan and ycsb, and a quick run took
+		// 18m31s on a 2-vCPU Firecracker guest): put-vsize 8 MiB per size
+		// (was 12), put-scale's points 128 and 512 MiB (256 MiB dropped),
+		// 20 s of headline runs (30) and 2 s per condition (3), 4096 read
+		// keys (6144), 16,000 GETs (24,000), 200 scans (300), YCSB 1,000
+		// records and operations (1,500), amplification 512 keys (768),
+		// 100 scans after the gc phase (300). The first cut, when the conditions rows became
+		// medians (a run took 15m38s): put-vsize 16 -> 12 MiB, YCSB 2,000 ->
+		// 1,500, amplification 1,024 -> 768 keys, gc 10 -> 8 s.
+		PutTotalBytes: 8 * mib, ValueSizesKiB: []int{1, 4, 16, 64, 256},
+		ScaleDataBytes: []int64{128 * mib, 512 * mib}, ScaleValueBytes: 256 * kib, HeadlineRuns: 3,
+		// 20 s: nezha's headline runs last 3-6 s each; 30 s gave 5-6 of
+		// them, 20 s gives 4.
+		HeadlineMinSeconds: 20 * time.Second,
 		Conditions:         ConditionNames(), ConditionDataBytes: 128 * mib, HeadlineSystems: []string{sysNezha, sysNezhaNoGC, sysOriginal},
-		// 3 s: at 128 MiB per node nezha's runs last 0.5-1.1 s (3-5 of
-		// them, about 1 minute in all), original's 3-5 s (one); single
-		// runs moved the conditions' ratios by up to -23 %..+16 % between
-		// quick runs.
-		ConditionMinSeconds: 3 * time.Second,
-		// 6144 keys (96 MiB per node, 8 x the page cache): loading 8192
-		// took 72 s of the quick run's 15 minutes.
-		ReadCache: ReadCacheCgroup, ReadCacheBytes: 12 * mib,
-		ReadKeys: 6144, ReadRuns: 3, ReadValueBytes: 16 * kib, Zipf: 1.01,
-		// 24,000 GETs: runs of 4-6 s (12,000 gave runs of 2-3 s, and the
+		// 2 s: at 128 MiB per node nezha's runs last 0.5-1.1 s (2-4 of
+		// them), original's 3-8 s (one); single runs moved the
+		// conditions' ratios by up to -23 %..+16 % between quick runs.
+		ConditionMinSeconds: 2 * time.Second,
+		// 4096 keys: 64 MiB per node, 5 x the page cache.
+		ReadCache: ReadCacheCgroup, ReadCacheBytes: 12 * mib, ReadAheadKB: defaultReadAheadKB,
+		ReadKeys: 4096, ReadRuns: 3, ReadValueBytes: 16 * kib, Zipf: 1.01,
+		// 16,000 GETs: runs of 3-4 s (12,000 gave runs of 2-3 s, and the
 		// GET ratios moved by -15..+9 % between quick runs).
-		GetOps:  24000,
-		ScanOps: 300, ScanSize: 100, ScanClients: 1,
-		YCSBRecords: 1500, YCSBOps: 1500, YCSBValueBytes: 16 * kib, YCSBThreads: 16,
+		GetOps:  16000,
+		ScanOps: 200, ScanSize: 100, ScanClients: 1,
+		// nezha and the RocksDB systems do their runs in 2-5 s.
+		ReadRunMaxDuration: 6 * time.Second,
+		YCSBRecords:        1000, YCSBOps: 1000, YCSBValueBytes: 16 * kib, YCSBThreads: 16,
 		YCSBWorkloads: []string{"a", "b", "c", "d", "e", "f"},
-		AmpKeys:       768, AmpValueBytes: 128 * kib,
-		GCKeys: 2048, GCValueBytes: 32 * kib, GCWriters: 8, GCReaders: 4, GCDuration: 8 * time.Second,
+		AmpKeys:       512, AmpValueBytes: 128 * kib,
+		GCKeys: 2048, GCValueBytes: 32 * kib, GCWriters: 8, GCReaders: 4, GCDuration: 8 * time.Second, GCScanOps: 100,
 		// The default strategy only (standard compares them all): each
 		// strategy adds about 40 s.
 		GCStrategies: []string{nezha.StrategyTiered},
@@ -225,6 +248,7 @@ func Standard() Profile {
 	p.SegmentSizeBytes, p.GCThresholdBytes = 64*mib, gib
 	p.DiskLimitBytes = 512 * mib
 	p.PutTotalBytes = 64 * mib
+	p.GCScanOps = 0 // ScanOps
 	// put-scale alone took 56 minutes with points at 1, 2, 4 and 6 GiB and
 	// the conditions at 1 GiB (on a machine shared with test builds): the
 	// points below the largest load every system once, the largest loads
@@ -234,6 +258,7 @@ func Standard() Profile {
 	p.ConditionDataBytes, p.ConditionMinSeconds = 512*mib, 8*time.Second
 	p.HeadlineOthers = true
 	p.ReadKeys, p.ReadCacheBytes, p.GetOps, p.ScanOps = 32768, 64*mib, 30000, 500
+	p.ReadRunMaxDuration = 20 * time.Second
 	p.YCSBRecords, p.YCSBOps = 8000, 8000
 	p.AmpKeys, p.AmpValueBytes = 4096, 256*kib
 	p.GCKeys, p.GCDuration, p.GCStrategies = 8192, 20*time.Second, nezha.Strategies()
@@ -275,6 +300,18 @@ func Paper() Profile {
 		MinFreeDiskBytes: 1000 * gib,
 	}
 }
+
+// gcScanOps is GCScanOps, or ScanOps when it is 0.
+func (p *Profile) gcScanOps() int64 {
+	if p.GCScanOps > 0 {
+		return p.GCScanOps
+	}
+	return p.ScanOps
+}
+
+// defaultReadAheadKB is Linux's default readahead of a block device
+// (VM_READAHEAD_PAGES: 128 KiB), Profile.ReadAheadKB of quick and standard.
+const defaultReadAheadKB = 128
 
 // Read cache arrangements (Profile.ReadCache).
 const (
@@ -366,6 +403,15 @@ func (p *Profile) Validate() error {
 	default:
 		bad("profile %s: read_cache %q: want %s, %s or %s", p.Name, p.ReadCache, ReadCacheCgroup, ReadCacheDrop, ReadCacheWarm)
 	}
+	if p.ReadRunMaxDuration < 0 {
+		bad("profile %s: read_run_max_duration_ns %d is negative", p.Name, p.ReadRunMaxDuration)
+	}
+	if p.GCScanOps < 0 {
+		bad("profile %s: gc_scan_ops %d is negative", p.Name, p.GCScanOps)
+	}
+	if p.ReadAheadKB < 0 {
+		bad("profile %s: read_ahead_kb %d is negative", p.Name, p.ReadAheadKB)
+	}
 	if p.ReadCache == ReadCacheCgroup && p.ReadCacheBytes < 1 {
 		bad("profile %s: read_cache_bytes must be positive with read_cache %s", p.Name, ReadCacheCgroup)
 	}
@@ -414,11 +460,15 @@ func bytesList(bs []int64) string {
 }
 
 func readCacheText(p *Profile) string {
+	ra := ""
+	if p.ReadAheadKB > 0 {
+		ra = fmt.Sprintf(", device readahead %d KiB", p.ReadAheadKB)
+	}
 	switch p.ReadCache {
 	case ReadCacheCgroup:
-		return fmt.Sprintf("disk (page cache limited to %s per node by a memory cgroup)", bytesText(p.ReadCacheBytes))
+		return fmt.Sprintf("disk (page cache limited to %s per node by a memory cgroup%s)", bytesText(p.ReadCacheBytes), ra)
 	case ReadCacheDrop:
-		return "disk (page cache dropped before each read run)"
+		return fmt.Sprintf("disk (page cache dropped before each read run%s)", ra)
 	}
 	return "page cache (warm)"
 }

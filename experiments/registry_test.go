@@ -5,6 +5,7 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"slices"
@@ -16,6 +17,7 @@ import (
 	"time"
 
 	"github.com/nezha-harness/nezha/baseline"
+	"github.com/nezha-harness/nezha/dwisckey"
 	"github.com/nezha-harness/nezha/nezha"
 	"github.com/nezha-harness/nezha/systems"
 	"github.com/nezha-harness/nezha/systems/node"
@@ -199,6 +201,41 @@ func TestRegistryRoles(t *testing.T) {
 	}
 	if _, err := systems.NewRegistry(toySystem(), func() systems.System { s := toySystem(); s.Name = "toy2"; s.Role = ""; return s }()); err == nil {
 		t.Fatal("a system without a role was registered")
+	}
+}
+
+// TestOptionalSystems: the optional systems run only in the experiments
+// that are WithOptional (get-zipf, scan, ycsb), after the others, and an
+// unknown optional system fails validation.
+func TestOptionalSystems(t *testing.T) {
+	var wantWith []string
+	for _, e := range All() {
+		if e.WithOptional {
+			wantWith = append(wantWith, e.Name)
+		}
+	}
+	if !slices.Equal(wantWith, []string{"get-zipf", "scan", "ycsb"}) {
+		t.Fatalf("experiments WithOptional = %v, want get-zipf, scan, ycsb", wantWith)
+	}
+	if got := testRegistry(t, dwisckey.System()).Optional(); !slices.Equal(got, []string{sysDwisckey}) {
+		t.Fatalf("Optional() = %v, want [dwisckey]", got)
+	}
+	seen := map[string][]string{}
+	record := func(name string, with bool) Experiment {
+		return Experiment{Name: name, Title: name, Shows: "systems", SmallDisk: true, WithOptional: with,
+			run: func(_ context.Context, x *Run) error { seen[name] = slices.Clone(x.Systems); return nil }}
+	}
+	_, err := Execute(context.Background(), RunOptions{Experiments: []Experiment{record("plain", false), record("with", true)}, Profile: Quick(),
+		Systems: []string{sysNezha, sysOriginal}, OptionalSystems: []string{sysDwisckey, sysNezha}, OutDir: t.TempDir(), Out: io.Discard})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(seen["plain"], []string{sysNezha, sysOriginal}) || !slices.Equal(seen["with"], []string{sysNezha, sysOriginal, sysDwisckey}) {
+		t.Fatalf("systems per experiment = %v", seen)
+	}
+	err = RunRequest{Names: []string{"scan"}, Profile: "quick", Systems: []string{sysNezha}, OptionalSystems: []string{"nosuch"}}.Validate(testRegistry(t))
+	if err == nil || !strings.Contains(err.Error(), `unknown system "nosuch"`) {
+		t.Fatalf("unknown optional system: %v", err)
 	}
 }
 

@@ -15,7 +15,7 @@ import (
 // values (the paper's Fig. 8 setup), throughput normalized to original.
 func ycsbExperiment() Experiment {
 	return Experiment{
-		Name: "ycsb", Title: "YCSB Load and A-F",
+		Name: "ycsb", WithOptional: true, Title: "YCSB Load and A-F",
 		Shows: "the standard mixes (upstream YCSB definitions) normalized to Raft+RocksDB (original)",
 		run: func(ctx context.Context, x *Run) error {
 			p := x.Profile

@@ -308,6 +308,18 @@ func (r *Registry) ByRole(roles ...Role) []string {
 	return out
 }
 
+// Optional returns the names of the Optional systems, in registration
+// order.
+func (r *Registry) Optional() []string {
+	var out []string
+	for _, n := range r.order {
+		if r.systems[n].Optional {
+			out = append(out, n)
+		}
+	}
+	return out
+}
+
 // Reference returns the name of the reference baseline, "" if none is
 // registered.
 func (r *Registry) Reference() string {

@@ -86,24 +86,34 @@ func NewRunInfo(tool string, command []string, seed *int64, config any) RunInfo 
 // SetDataDir records the block device that holds dir and its readahead
 // (DataDevice, ReadAheadKB); it leaves them empty where /sys does not say.
 func (r *RunInfo) SetDataDir(dir string) {
+	name, q := DataDevice(dir)
+	r.DataDevice = name
+	if b, err := os.ReadFile(q); err == nil {
+		r.ReadAheadKB, _ = strconv.Atoi(strings.TrimSpace(string(b)))
+	}
+}
+
+// DataDevice names the block device that holds dir ("vda (254:0)") and
+// gives the path of its readahead setting in /sys (read_ahead_kb, KiB);
+// both are "" where /sys does not say.
+func DataDevice(dir string) (name, readAheadPath string) {
 	var st unix.Stat_t
 	if unix.Stat(dir, &st) != nil {
-		return
+		return "", ""
 	}
 	dev := fmt.Sprintf("%d:%d", unix.Major(st.Dev), unix.Minor(st.Dev))
 	sys := filepath.Join("/sys/dev/block", dev)
-	name := dev
+	name = dev
 	if target, err := filepath.EvalSymlinks(sys); err == nil {
 		name = filepath.Base(target) + " (" + dev + ")"
 	}
-	r.DataDevice = name
 	// A partition has no queue of its own: its disk's is one level up.
 	for _, q := range []string{filepath.Join(sys, "queue", "read_ahead_kb"), filepath.Join(sys, "..", "queue", "read_ahead_kb")} {
-		if b, err := os.ReadFile(q); err == nil {
-			r.ReadAheadKB, _ = strconv.Atoi(strings.TrimSpace(string(b)))
-			return
+		if _, err := os.Stat(q); err == nil {
+			return name, q
 		}
 	}
+	return name, ""
 }
 
 // SetServers records the servers' statuses (from client.Discover).

@@ -63,7 +63,7 @@ func (c *cli) experimentCommand() *ffcli.Command {
 func (c *cli) experimentRun() *ffcli.Command {
 	fs := c.flagSet("experiment run")
 	profile := fs.String("profile", "quick", "quick (all in at most 15 min on 2 cores, scaled geometry), standard (the paper's shape at one machine's scale: native geometry, up to 6 GiB per node, at most 60 min and 40 GB) or paper (the paper's sizes, for real clusters)")
-	syss := fs.String("systems", strings.Join(experiments.DefaultSystems(c.reg), ","), "systems to compare (comma-separated)")
+	syss := fs.String("systems", strings.Join(experiments.DefaultSystems(c.reg), ","), "systems to compare (comma-separated); when not given, the optional systems ("+strings.Join(c.reg.Optional(), ", ")+") also run in the experiments that compare them (get-zipf, scan, ycsb)")
 	out := fs.String("out", "", "results directory (default results/<time>-<profile>)")
 	force := fs.Bool("force", false, "reuse a non-empty -out directory (its content is deleted)")
 	nodes := fs.Int("nodes", 0, "replicas (nodes) of every local cluster, 1..99 (0: the profile's, 3)")
@@ -76,8 +76,12 @@ func (c *cli) experimentRun() *ffcli.Command {
 		ctx, stdout, stop := stopContext(ctx, c.stdout)
 		defer stop()
 		raw := c.args[min(2, len(c.args)):] // after "experiment run"
+		var optional []string
+		if !flagGiven(fs, "systems") {
+			optional = c.reg.Optional()
+		}
 		return experiments.RunAndReport(ctx, c.reg, experiments.RunRequest{
-			Names: names, Profile: *profile, Systems: systems.SplitList(*syss), Servers: systems.SplitList(*servers),
+			Names: names, Profile: *profile, Systems: systems.SplitList(*syss), OptionalSystems: optional, Servers: systems.SplitList(*servers),
 			OutDir: *out, Force: *force, Nodes: *nodes, Out: stdout,
 			Args: raw,
 		})
