@@ -231,12 +231,18 @@ func run(ctx context.Context, c Common, op string, mk clientFunc) (Summary, erro
 		wg.Add(1)
 		go func(id int, rec *Recorder) {
 			defer wg.Done()
+			// One context per client ends its operations on a stall, so
+			// that each operation's context does not register with the
+			// stall watch, which every client shares (a lock).
+			wctx, wcancel := context.WithCancel(context.Background())
+			defer context.AfterFunc(stallCtx, wcancel)()
+			defer wcancel()
 			for ctx.Err() == nil && stallCtx.Err() == nil {
 				seq := next.Add(1) - 1
 				if seq >= c.Ops || c.MaxDuration > 0 && time.Since(start) >= c.MaxDuration {
 					return
 				}
-				octx, cancel := StallContext(ctx, stallCtx, c.OpTimeout)
+				octx, cancel := context.WithTimeout(wctx, c.OpTimeout)
 				t0 := time.Now()
 				out, bytes, items, err := do(octx, id, seq)
 				lat := time.Since(t0)

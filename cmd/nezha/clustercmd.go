@@ -19,6 +19,7 @@ func registerAddress(fs *flag.FlagSet, a *cluster.Address) {
 	fs.StringVar(&a.Servers, "servers", "", "comma-separated client addresses of cluster members")
 	fs.StringVar(&a.Cluster, "cluster", "", "`DIR` written by nezha cluster up (instead of -servers)")
 	fs.StringVar(&a.API, "api", "", "client API of -servers: nezha (default) or etcd (an etcd cluster, or our nodes' -etcdAddress, through etcd's Go client); -cluster knows its own")
+	fs.BoolVar(&a.Unary, "unary", false, "send every request as a unary gRPC call instead of batching small puts, deletes and gets over one Batch stream per server (for comparison; etcd's API is always unary)")
 }
 
 const clusterUsage = `usage: nezha cluster SUBCOMMAND [flags]   (nezha cluster SUBCOMMAND -h lists its flags)

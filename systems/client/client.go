@@ -61,6 +61,13 @@ type Config struct {
 	// API is the protocol of the servers: APINezha (default, also "") or
 	// APIEtcd.
 	API string
+	// Unary sends every request as a unary call of its own. By default
+	// (false) puts and deletes of values under kvpb.LargeValueBytes, and
+	// gets, from all of the client's callers go over one Batch stream per
+	// server (kvpb.KV.Batch: many operations per gRPC message each way),
+	// which saves gRPC's per-call work; scans and large values are always
+	// unary. A server without Batch is sent unary calls.
+	Unary bool
 	// EtcdNoFsync says that the etcd members run with --unsafe-no-fsync
 	// (etcd's Status does not tell): Status then reports sync=false.
 	EtcdNoFsync bool
@@ -117,10 +124,11 @@ func (e *AmbiguousError) Is(target error) bool { return target == ErrAmbiguous }
 type KeyValue = systems.KeyValue
 
 type server struct {
-	addr string
-	cc   *grpc.ClientConn
-	kv   kvpb.KVClient
-	id   atomic.Uint64 // Raft id, once learned
+	addr  string
+	cc    *grpc.ClientConn
+	kv    kvpb.KVClient
+	batch *batcher      // nil with Config.Unary
+	id    atomic.Uint64 // Raft id, once learned
 }
 
 // Client is safe for concurrent use.
@@ -209,6 +217,9 @@ func (c *Client) add(addr string) (*server, error) {
 		return nil, systems.Usagef("server address %q: %v", addr, err)
 	}
 	s := &server{addr: addr, cc: cc, kv: kvpb.NewKVClient(cc)}
+	if !c.cfg.Unary {
+		s.batch = &batcher{kv: s.kv}
+	}
 	c.servers = append(c.servers, s)
 	return s, nil
 }
@@ -226,6 +237,9 @@ func (c *Client) Close() error {
 	}
 	var errs []error
 	for _, s := range c.snapshot() {
+		if s.batch != nil {
+			s.batch.close()
+		}
 		errs = append(errs, s.cc.Close())
 	}
 	return errors.Join(errs...)
@@ -274,6 +288,10 @@ func (c *Client) forgetLeader(s *server) {
 
 // notSent reports whether err proves the request never reached a server.
 func notSent(err error) bool {
+	var ns *notSentError
+	if errors.As(err, &ns) {
+		return true
+	}
 	st, ok := status.FromError(err)
 	if !ok || st.Code() != codes.Unavailable {
 		return false
@@ -392,7 +410,10 @@ func (c *Client) read(ctx context.Context, call func(context.Context, *server) (
 			return fmt.Errorf("%w (last error: %v)", ctx.Err(), last)
 		}
 		s := c.pick(attempt)
-		actx, cancel := context.WithTimeout(ctx, c.cfg.AttemptTimeout)
+		actx, cancel := ctx, context.CancelFunc(func() {})
+		if dl, ok := ctx.Deadline(); !ok || time.Until(dl) > c.cfg.AttemptTimeout {
+			actx, cancel = context.WithTimeout(ctx, c.cfg.AttemptTimeout)
+		}
 		h, err := call(actx, s)
 		cancel()
 		if err == nil {
@@ -440,7 +461,18 @@ func (c *Client) PutWithTTL(ctx context.Context, key, value []byte, ttl time.Dur
 func (c *Client) put(ctx context.Context, key, value []byte, ttlMs uint64) (uint64, error) {
 	var idx uint64
 	err := c.write(ctx, func(ctx context.Context, s *server, sess *session) (*kvpb.ResponseHeader, error) {
-		r, err := s.kv.Put(ctx, &kvpb.PutRequest{Key: key, Value: value, ClientId: sess.id, Seq: sess.seq, TtlMs: ttlMs})
+		req := &kvpb.PutRequest{Key: key, Value: value, ClientId: sess.id, Seq: sess.seq, TtlMs: ttlMs}
+		if len(value) < kvpb.LargeValueBytes {
+			br, err := s.batchOp(ctx, &kvpb.BatchOp{Op: &kvpb.BatchOp_Put{Put: req}}, len(key)+len(value))
+			if err == nil {
+				idx = br.GetPut().GetIndex()
+				return br.GetPut().GetHeader(), nil
+			}
+			if err != errNoBatch {
+				return nil, err
+			}
+		}
+		r, err := s.kv.Put(ctx, req)
 		if err != nil {
 			return nil, err
 		}
@@ -457,7 +489,16 @@ func (c *Client) Delete(ctx context.Context, key []byte) (uint64, error) {
 	}
 	var idx uint64
 	err := c.write(ctx, func(ctx context.Context, s *server, sess *session) (*kvpb.ResponseHeader, error) {
-		r, err := s.kv.Delete(ctx, &kvpb.DeleteRequest{Key: key, ClientId: sess.id, Seq: sess.seq})
+		req := &kvpb.DeleteRequest{Key: key, ClientId: sess.id, Seq: sess.seq}
+		br, err := s.batchOp(ctx, &kvpb.BatchOp{Op: &kvpb.BatchOp_Delete{Delete: req}}, len(key))
+		if err == nil {
+			idx = br.GetDelete().GetIndex()
+			return br.GetDelete().GetHeader(), nil
+		}
+		if err != errNoBatch {
+			return nil, err
+		}
+		r, err := s.kv.Delete(ctx, req)
 		if err != nil {
 			return nil, err
 		}
@@ -473,7 +514,16 @@ func (c *Client) Get(ctx context.Context, key []byte) (value []byte, found bool,
 		return c.etcd.get(ctx, key)
 	}
 	err = c.read(ctx, func(ctx context.Context, s *server) (*kvpb.ResponseHeader, error) {
-		r, err := s.kv.Get(ctx, &kvpb.GetRequest{Key: key, Consistency: c.cfg.Consistency})
+		req := &kvpb.GetRequest{Key: key, Consistency: c.cfg.Consistency}
+		br, err := s.batchOp(ctx, &kvpb.BatchOp{Op: &kvpb.BatchOp_Get{Get: req}}, len(key))
+		if err == nil {
+			value, found = br.GetGet().GetValue(), br.GetGet().GetFound()
+			return br.GetGet().GetHeader(), nil
+		}
+		if err != errNoBatch {
+			return nil, err
+		}
+		r, err := s.kv.Get(ctx, req)
 		if err != nil {
 			return nil, err
 		}

@@ -45,6 +45,58 @@ type fakeKV struct {
 	onWrite func(ctx context.Context, n int) error
 	onRead  func(ctx context.Context, n int) error
 	scan    func(req *kvpb.ScanRequest) *kvpb.ScanResponse
+	// unary: the fake has no Batch method (Unimplemented), as an older
+	// node; the client then sends it unary calls.
+	unary bool
+	// batchStreams counts the Batch streams opened to the fake.
+	batchStreams int
+}
+
+// Batch serves a Batch stream with the unary handlers, through the
+// nodes' own kvpb.ServeBatch.
+func (f *fakeKV) Batch(stream kvpb.KV_BatchServer) error {
+	f.mu.Lock()
+	f.batchStreams++
+	unary := f.unary
+	f.mu.Unlock()
+	if unary {
+		return status.Error(codes.Unimplemented, "unknown method Batch")
+	}
+	broken := make(chan struct{})
+	var breakOnce sync.Once
+	served := make(chan error, 1)
+	go func() { served <- kvpb.ServeBatch(stream, 1<<10, f.serveBatchOp(stream, broken, &breakOnce)) }()
+	select {
+	case err := <-served:
+		return err
+	case <-broken:
+		return status.Error(codes.Unavailable, "batch stream broken by the fake")
+	}
+}
+
+// serveBatchOp answers op with the unary handlers; a handler's
+// errBreakStream closes broken instead (the stream ends unanswered).
+func (f *fakeKV) serveBatchOp(stream kvpb.KV_BatchServer, broken chan struct{}, once *sync.Once) func(op *kvpb.BatchOp) *kvpb.BatchResult {
+	return func(op *kvpb.BatchOp) *kvpb.BatchResult {
+		ctx := stream.Context()
+		if op.TimeoutNs > 0 {
+			var cancel context.CancelFunc
+			ctx, cancel = context.WithTimeout(ctx, time.Duration(op.TimeoutNs))
+			defer cancel()
+		}
+		r := kvpb.ServeBatchOp(ctx, f, op)
+		if r.Message == errBreakStream.Error() {
+			once.Do(func() { close(broken) })
+			<-stream.Context().Done()
+		}
+		return r
+	}
+}
+
+func (f *fakeKV) streams() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.batchStreams
 }
 
 func (f *fakeKV) record(c call) int {
@@ -159,6 +211,29 @@ func startFakes(t *testing.T, fakes ...*fakeKV) []string {
 	return addrs
 }
 
+// startFakesOn is startFakes with the fakes serving Batch (unary false,
+// the client's default path) or not (unary true: the client falls back to
+// unary calls).
+func startFakesOn(t *testing.T, unary bool, fakes ...*fakeKV) []string {
+	t.Helper()
+	for _, f := range fakes {
+		f.unary = unary
+	}
+	return startFakes(t, fakes...)
+}
+
+// bothPaths runs f as a subtest for each path a request can take: "batch"
+// (a Batch stream) and "unary".
+func bothPaths(t *testing.T, f func(t *testing.T, unary bool)) {
+	for _, unary := range []bool{false, true} {
+		name := "batch"
+		if unary {
+			name = "unary"
+		}
+		t.Run(name, func(t *testing.T) { f(t, unary) })
+	}
+}
+
 // refusedAddr returns a loopback address nothing listens on (a listener
 // opened and closed), so connecting to it is refused.
 func refusedAddr(t *testing.T) string {
@@ -208,397 +283,411 @@ var errUnavailable = status.Error(codes.Unavailable, "not the leader, leader unk
 // headers, every write goes to the leader first; a leader that fails is
 // forgotten and the retry goes elsewhere.
 func TestLeaderTracking(t *testing.T) {
-	a := &fakeKV{id: 1, leaderID: 2}
-	b := &fakeKV{id: 2, leaderID: 2}
-	addrs := startFakes(t, a, b)
-	c := newTestClient(t, addrs[0]) // knows only a; learns b from Status
-	ctx, cancel := testCtx(t)
-	defer cancel()
+	bothPaths(t, func(t *testing.T, unary bool) {
+		a := &fakeKV{id: 1, leaderID: 2}
+		b := &fakeKV{id: 2, leaderID: 2}
+		addrs := startFakesOn(t, unary, a, b)
+		c := newTestClient(t, addrs[0]) // knows only a; learns b from Status
+		ctx, cancel := testCtx(t)
+		defer cancel()
 
-	if got := len(c.Discover(ctx)); got != 1 {
-		t.Fatalf("Discover answered %d statuses, want 1 (only a was known)", got)
-	}
-	if got := c.Servers(); len(got) != 2 {
-		t.Fatalf("client knows servers %v, want both members", got)
-	}
-	for i := 0; i < 4; i++ {
-		idx, err := c.Put(ctx, []byte("k"), []byte("v"))
-		if err != nil {
-			t.Fatal(err)
+		if got := len(c.Discover(ctx)); got != 1 {
+			t.Fatalf("Discover answered %d statuses, want 1 (only a was known)", got)
 		}
-		if idx/100 != 2 {
-			t.Fatalf("put %d applied at index %d, want an index from the leader b (2xx)", i, idx)
+		if got := c.Servers(); len(got) != 2 {
+			t.Fatalf("client knows servers %v, want both members", got)
 		}
-	}
-	if n := countMethod(a.callList(), "Put"); n != 0 {
-		t.Fatalf("follower a got %d puts, want 0 once the leader is known", n)
-	}
+		for i := 0; i < 4; i++ {
+			idx, err := c.Put(ctx, []byte("k"), []byte("v"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if idx/100 != 2 {
+				t.Fatalf("put %d applied at index %d, want an index from the leader b (2xx)", i, idx)
+			}
+		}
+		if n := countMethod(a.callList(), "Put"); n != 0 {
+			t.Fatalf("follower a got %d puts, want 0 once the leader is known", n)
+		}
 
-	// The leader fails twice: the retries go round robin (b, then a),
-	// a answers and (naming b as leader) points the client back at b.
-	b.setOnWrite(func(_ context.Context, n int) error {
-		if n == 4 || n == 5 {
-			return errUnavailable
-		}
-		return nil
-	})
-	if _, err := c.Put(ctx, []byte("k"), []byte("v")); err != nil {
-		t.Fatal(err)
-	}
-	if n := countMethod(a.callList(), "Put"); n != 1 {
-		t.Fatalf("a got %d puts after the leader failed, want 1 (the retry)", n)
-	}
-	// Round robin alone would send one of the next two puts to a.
-	for i := 0; i < 2; i++ {
+		// The leader fails twice: the retries go round robin (b, then a),
+		// a answers and (naming b as leader) points the client back at b.
+		b.setOnWrite(func(_ context.Context, n int) error {
+			if n == 4 || n == 5 {
+				return errUnavailable
+			}
+			return nil
+		})
 		if _, err := c.Put(ctx, []byte("k"), []byte("v")); err != nil {
 			t.Fatal(err)
 		}
-	}
-	if n := countMethod(b.callList(), "Put"); n != 8 {
-		t.Fatalf("b got %d puts, want 8 (leader relearned from a's header)", n)
-	}
-	if n := countMethod(a.callList(), "Put"); n != 1 {
-		t.Fatalf("a got %d puts, want still 1", n)
-	}
+		if n := countMethod(a.callList(), "Put"); n != 1 {
+			t.Fatalf("a got %d puts after the leader failed, want 1 (the retry)", n)
+		}
+		// Round robin alone would send one of the next two puts to a.
+		for i := 0; i < 2; i++ {
+			if _, err := c.Put(ctx, []byte("k"), []byte("v")); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if n := countMethod(b.callList(), "Put"); n != 8 {
+			t.Fatalf("b got %d puts, want 8 (leader relearned from a's header)", n)
+		}
+		if n := countMethod(a.callList(), "Put"); n != 1 {
+			t.Fatalf("a got %d puts, want still 1", n)
+		}
+	})
 }
 
 // TestFailedLeaderIsForgotten: when the leader fails and nobody names a
 // new one, the next write does not start at the failed leader again.
 func TestFailedLeaderIsForgotten(t *testing.T) {
-	a := &fakeKV{id: 1, leaderID: 2}
-	b := &fakeKV{id: 2, leaderID: 2}
-	d := &fakeKV{id: 3, leaderID: 2}
-	addrs := startFakes(t, a, b, d)
-	c := newTestClient(t, addrs...)
-	ctx, cancel := testCtx(t)
-	defer cancel()
-	c.Discover(ctx)
-	// b steps down and keeps failing; the others no longer know a leader.
-	b.setOnWrite(func(context.Context, int) error { return errUnavailable })
-	a.setLeader(0)
-	d.setLeader(0)
-	// Put 1: b (the known leader) fails, round robin tries b, then d,
-	// which answers. Put 2: the leader is forgotten, so round robin
-	// starts at a, which answers; b is not tried again.
-	for i := 0; i < 2; i++ {
-		if _, err := c.Put(ctx, []byte("k"), []byte("v")); err != nil {
-			t.Fatal(err)
+	bothPaths(t, func(t *testing.T, unary bool) {
+		a := &fakeKV{id: 1, leaderID: 2}
+		b := &fakeKV{id: 2, leaderID: 2}
+		d := &fakeKV{id: 3, leaderID: 2}
+		addrs := startFakesOn(t, unary, a, b, d)
+		c := newTestClient(t, addrs...)
+		ctx, cancel := testCtx(t)
+		defer cancel()
+		c.Discover(ctx)
+		// b steps down and keeps failing; the others no longer know a leader.
+		b.setOnWrite(func(context.Context, int) error { return errUnavailable })
+		a.setLeader(0)
+		d.setLeader(0)
+		// Put 1: b (the known leader) fails, round robin tries b, then d,
+		// which answers. Put 2: the leader is forgotten, so round robin
+		// starts at a, which answers; b is not tried again.
+		for i := 0; i < 2; i++ {
+			if _, err := c.Put(ctx, []byte("k"), []byte("v")); err != nil {
+				t.Fatal(err)
+			}
 		}
-	}
-	if n := countMethod(b.callList(), "Put"); n != 2 {
-		t.Fatalf("the failed leader got %d puts, want 2 (only during the first put)", n)
-	}
+		if n := countMethod(b.callList(), "Put"); n != 2 {
+			t.Fatalf("the failed leader got %d puts, want 2 (only during the first put)", n)
+		}
+	})
 }
 
 // TestWriteSessionResend: a write whose attempt may have reached the
 // cluster is resent under the same client id and sequence number; the next
 // write reuses the idle session with the next sequence number.
 func TestWriteSessionResend(t *testing.T) {
-	a := &fakeKV{id: 1}
-	b := &fakeKV{id: 2}
-	fail := func(_ context.Context, n int) error {
-		if n == 0 {
-			return errUnavailable
+	bothPaths(t, func(t *testing.T, unary bool) {
+		a := &fakeKV{id: 1}
+		b := &fakeKV{id: 2}
+		fail := func(_ context.Context, n int) error {
+			if n == 0 {
+				return errUnavailable
+			}
+			return nil
 		}
-		return nil
-	}
-	a.onWrite, b.onWrite = fail, fail
-	addrs := startFakes(t, a, b)
-	c := newTestClient(t, addrs...)
-	ctx, cancel := testCtx(t)
-	defer cancel()
+		a.onWrite, b.onWrite = fail, fail
+		addrs := startFakesOn(t, unary, a, b)
+		c := newTestClient(t, addrs...)
+		ctx, cancel := testCtx(t)
+		defer cancel()
 
-	if _, err := c.Put(ctx, []byte("k1"), []byte("v")); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := c.Delete(ctx, []byte("k2")); err != nil {
-		t.Fatal(err)
-	}
-	var all []call
-	all = append(all, a.callList()...)
-	all = append(all, b.callList()...)
-	var put, del []call
-	for _, cl := range all {
-		switch cl.method {
-		case "Put":
-			put = append(put, cl)
-		case "Delete":
-			del = append(del, cl)
+		if _, err := c.Put(ctx, []byte("k1"), []byte("v")); err != nil {
+			t.Fatal(err)
 		}
-	}
-	if len(put) < 2 {
-		t.Fatalf("put sent %d times, want a failed attempt and a resend", len(put))
-	}
-	id := put[0].clientID
-	if id == 0 {
-		t.Fatal("put carried no client id")
-	}
-	for _, p := range put {
-		if p.clientID != id || p.seq != 1 {
-			t.Fatalf("put attempts carried (client %d, seq %d), want every attempt (client %d, seq 1): %+v", p.clientID, p.seq, id, put)
+		if _, err := c.Delete(ctx, []byte("k2")); err != nil {
+			t.Fatal(err)
 		}
-	}
-	if len(del) == 0 {
-		t.Fatal("delete never reached a server")
-	}
-	for _, d := range del {
-		if d.clientID != id || d.seq != 2 {
-			t.Fatalf("delete attempts carried (client %d, seq %d), want the idle session (client %d, seq 2): %+v", d.clientID, d.seq, id, del)
+		var all []call
+		all = append(all, a.callList()...)
+		all = append(all, b.callList()...)
+		var put, del []call
+		for _, cl := range all {
+			switch cl.method {
+			case "Put":
+				put = append(put, cl)
+			case "Delete":
+				del = append(del, cl)
+			}
 		}
-	}
+		if len(put) < 2 {
+			t.Fatalf("put sent %d times, want a failed attempt and a resend", len(put))
+		}
+		id := put[0].clientID
+		if id == 0 {
+			t.Fatal("put carried no client id")
+		}
+		for _, p := range put {
+			if p.clientID != id || p.seq != 1 {
+				t.Fatalf("put attempts carried (client %d, seq %d), want every attempt (client %d, seq 1): %+v", p.clientID, p.seq, id, put)
+			}
+		}
+		if len(del) == 0 {
+			t.Fatal("delete never reached a server")
+		}
+		for _, d := range del {
+			if d.clientID != id || d.seq != 2 {
+				t.Fatalf("delete attempts carried (client %d, seq %d), want the idle session (client %d, seq 2): %+v", d.clientID, d.seq, id, del)
+			}
+		}
+	})
 }
 
 // TestConcurrentWritesUseDistinctSessions: two writes in flight at once
 // never share a session (each session has at most one write in flight).
 func TestConcurrentWritesUseDistinctSessions(t *testing.T) {
-	both := make(chan struct{})
-	var arrived sync.WaitGroup
-	arrived.Add(2)
-	a := &fakeKV{id: 1, onWrite: func(ctx context.Context, n int) error {
-		if n < 2 {
-			arrived.Done()
-			select { // hold both first writes until both are in flight
-			case <-both:
-			case <-ctx.Done():
-				return ctx.Err()
+	bothPaths(t, func(t *testing.T, unary bool) {
+		both := make(chan struct{})
+		var arrived sync.WaitGroup
+		arrived.Add(2)
+		a := &fakeKV{id: 1, onWrite: func(ctx context.Context, n int) error {
+			if n < 2 {
+				arrived.Done()
+				select { // hold both first writes until both are in flight
+				case <-both:
+				case <-ctx.Done():
+					return ctx.Err()
+				}
+			}
+			return nil
+		}}
+		addrs := startFakesOn(t, unary, a)
+		c := newTestClient(t, addrs...)
+		ctx, cancel := testCtx(t)
+		defer cancel()
+		go func() { arrived.Wait(); close(both) }()
+		errs := make(chan error, 2)
+		for i := 0; i < 2; i++ {
+			go func() { _, err := c.Put(ctx, []byte("k"), []byte("v")); errs <- err }()
+		}
+		for i := 0; i < 2; i++ {
+			if err := <-errs; err != nil {
+				t.Fatal(err)
 			}
 		}
-		return nil
-	}}
-	addrs := startFakes(t, a)
-	c := newTestClient(t, addrs...)
-	ctx, cancel := testCtx(t)
-	defer cancel()
-	go func() { arrived.Wait(); close(both) }()
-	errs := make(chan error, 2)
-	for i := 0; i < 2; i++ {
-		go func() { _, err := c.Put(ctx, []byte("k"), []byte("v")); errs <- err }()
-	}
-	for i := 0; i < 2; i++ {
-		if err := <-errs; err != nil {
-			t.Fatal(err)
+		calls := a.callList()
+		if calls[0].clientID == calls[1].clientID {
+			t.Fatalf("two concurrent writes shared client id %d", calls[0].clientID)
 		}
-	}
-	calls := a.callList()
-	if calls[0].clientID == calls[1].clientID {
-		t.Fatalf("two concurrent writes shared client id %d", calls[0].clientID)
-	}
+	})
 }
 
 // TestWriteAmbiguity covers which failed writes are ambiguous.
 func TestWriteAmbiguity(t *testing.T) {
-	errAborted := status.Error(codes.Aborted, "proposal dropped")
-	errInvalid := status.Error(codes.InvalidArgument, "key too long")
-	errInternal := status.Error(codes.Internal, "apply failed")
-	cases := []struct {
-		name string
-		// script answers attempt n (counted over both fakes).
-		script func(n int) error
-		// cancelAtPause, if > 0, ends the caller's context in the
-		// client's pause after that many failed attempts (so the
-		// cancellation never races an attempt in flight).
-		cancelAtPause int
-		// cancelInAttempt ends the caller's context inside the first
-		// attempt, while it is in flight.
-		cancelInAttempt bool
-		wantAmbiguous   bool
-		wantCode        codes.Code // of the returned error, if not ambiguous
-		wantAttempts    int
-	}{
-		{
-			name:          "aborted until the context ends",
-			script:        func(int) error { return errAborted },
-			cancelAtPause: 4, wantAmbiguous: false, wantCode: codes.Canceled, wantAttempts: 4,
-		},
-		{
-			name:          "unavailable until the context ends",
-			script:        func(int) error { return errUnavailable },
-			cancelAtPause: 4, wantAmbiguous: true, wantAttempts: 4,
-		},
-		{
-			name:          "definite error on the first attempt",
-			script:        func(int) error { return errInvalid },
-			wantAmbiguous: false, wantCode: codes.InvalidArgument, wantAttempts: 1,
-		},
-		{
-			name: "definite error after an attempt that may have applied",
-			script: func(n int) error {
-				if n == 0 {
-					return errUnavailable
-				}
-				return errInvalid
+	bothPaths(t, func(t *testing.T, unary bool) {
+		errAborted := status.Error(codes.Aborted, "proposal dropped")
+		errInvalid := status.Error(codes.InvalidArgument, "key too long")
+		errInternal := status.Error(codes.Internal, "apply failed")
+		cases := []struct {
+			name string
+			// script answers attempt n (counted over both fakes).
+			script func(n int) error
+			// cancelAtPause, if > 0, ends the caller's context in the
+			// client's pause after that many failed attempts (so the
+			// cancellation never races an attempt in flight).
+			cancelAtPause int
+			// cancelInAttempt ends the caller's context inside the first
+			// attempt, while it is in flight.
+			cancelInAttempt bool
+			wantAmbiguous   bool
+			wantCode        codes.Code // of the returned error, if not ambiguous
+			wantAttempts    int
+		}{
+			{
+				name:          "aborted until the context ends",
+				script:        func(int) error { return errAborted },
+				cancelAtPause: 4, wantAmbiguous: false, wantCode: codes.Canceled, wantAttempts: 4,
 			},
-			wantAmbiguous: true, wantAttempts: 2,
-		},
-		{
-			name: "definite error after aborted attempts",
-			script: func(n int) error {
-				if n < 2 {
-					return errAborted
-				}
-				return errInvalid
+			{
+				name:          "unavailable until the context ends",
+				script:        func(int) error { return errUnavailable },
+				cancelAtPause: 4, wantAmbiguous: true, wantAttempts: 4,
 			},
-			wantAmbiguous: false, wantCode: codes.InvalidArgument, wantAttempts: 3,
-		},
-		{
-			name:          "internal error on the first attempt",
-			script:        func(int) error { return errInternal },
-			wantAmbiguous: true, wantAttempts: 1,
-		},
-		{
-			// The handler's answer races the cancellation; the client
-			// sees either Unavailable or its own Canceled
-			// of an attempt in flight, and either is ambiguous.
-			name:            "caller's context ends during an attempt",
-			script:          func(int) error { return errUnavailable },
-			cancelInAttempt: true, wantAmbiguous: true, wantAttempts: 1,
-		},
-	}
-	for _, tc := range cases {
-		t.Run(tc.name, func(t *testing.T) {
-			ctx, cancel := testCtx(t)
-			defer cancel()
-			var mu sync.Mutex
-			attempts := 0
-			h := func(context.Context, int) error {
+			{
+				name:          "definite error on the first attempt",
+				script:        func(int) error { return errInvalid },
+				wantAmbiguous: false, wantCode: codes.InvalidArgument, wantAttempts: 1,
+			},
+			{
+				name: "definite error after an attempt that may have applied",
+				script: func(n int) error {
+					if n == 0 {
+						return errUnavailable
+					}
+					return errInvalid
+				},
+				wantAmbiguous: true, wantAttempts: 2,
+			},
+			{
+				name: "definite error after aborted attempts",
+				script: func(n int) error {
+					if n < 2 {
+						return errAborted
+					}
+					return errInvalid
+				},
+				wantAmbiguous: false, wantCode: codes.InvalidArgument, wantAttempts: 3,
+			},
+			{
+				name:          "internal error on the first attempt",
+				script:        func(int) error { return errInternal },
+				wantAmbiguous: true, wantAttempts: 1,
+			},
+			{
+				// The handler's answer races the cancellation; the client
+				// sees either Unavailable or its own Canceled
+				// of an attempt in flight, and either is ambiguous.
+				name:            "caller's context ends during an attempt",
+				script:          func(int) error { return errUnavailable },
+				cancelInAttempt: true, wantAmbiguous: true, wantAttempts: 1,
+			},
+		}
+		for _, tc := range cases {
+			t.Run(tc.name, func(t *testing.T) {
+				ctx, cancel := testCtx(t)
+				defer cancel()
+				var mu sync.Mutex
+				attempts := 0
+				h := func(context.Context, int) error {
+					mu.Lock()
+					n := attempts
+					attempts++
+					mu.Unlock()
+					if tc.cancelInAttempt {
+						cancel()
+					}
+					return tc.script(n)
+				}
+				a := &fakeKV{id: 1, onWrite: h}
+				b := &fakeKV{id: 2, onWrite: h}
+				addrs := startFakesOn(t, unary, a, b)
+				c := newTestClient(t, addrs...)
+				pauses := 0
+				c.onPause = func() {
+					pauses++
+					if pauses == tc.cancelAtPause {
+						cancel()
+					}
+				}
+				_, err := c.Put(ctx, []byte("k"), []byte("v"))
+				if err == nil {
+					t.Fatal("put succeeded, want an error")
+				}
+				if got := errors.Is(err, ErrAmbiguous); got != tc.wantAmbiguous {
+					t.Fatalf("errors.Is(%v, ErrAmbiguous) = %v, want %v", err, got, tc.wantAmbiguous)
+				}
+				if !tc.wantAmbiguous {
+					code := status.Code(err)
+					if errors.Is(err, context.Canceled) {
+						code = codes.Canceled
+					}
+					if code != tc.wantCode {
+						t.Fatalf("error %v has code %v, want %v", err, code, tc.wantCode)
+					}
+				}
 				mu.Lock()
-				n := attempts
-				attempts++
-				mu.Unlock()
-				if tc.cancelInAttempt {
-					cancel()
+				defer mu.Unlock()
+				if attempts != tc.wantAttempts {
+					t.Fatalf("%d attempts, want %d", attempts, tc.wantAttempts)
 				}
-				return tc.script(n)
-			}
-			a := &fakeKV{id: 1, onWrite: h}
-			b := &fakeKV{id: 2, onWrite: h}
-			addrs := startFakes(t, a, b)
-			c := newTestClient(t, addrs...)
-			pauses := 0
-			c.onPause = func() {
-				pauses++
-				if pauses == tc.cancelAtPause {
-					cancel()
-				}
-			}
-			_, err := c.Put(ctx, []byte("k"), []byte("v"))
-			if err == nil {
-				t.Fatal("put succeeded, want an error")
-			}
-			if got := errors.Is(err, ErrAmbiguous); got != tc.wantAmbiguous {
-				t.Fatalf("errors.Is(%v, ErrAmbiguous) = %v, want %v", err, got, tc.wantAmbiguous)
-			}
-			if !tc.wantAmbiguous {
-				code := status.Code(err)
-				if errors.Is(err, context.Canceled) {
-					code = codes.Canceled
-				}
-				if code != tc.wantCode {
-					t.Fatalf("error %v has code %v, want %v", err, code, tc.wantCode)
-				}
-			}
-			mu.Lock()
-			defer mu.Unlock()
-			if attempts != tc.wantAttempts {
-				t.Fatalf("%d attempts, want %d", attempts, tc.wantAttempts)
-			}
-		})
-	}
+			})
+		}
+	})
 }
 
 // TestWriteNotSentIsNotAmbiguous: attempts on a server whose connection is
 // refused never reached the cluster, so with only such attempts and aborted
 // ones the write is not ambiguous.
 func TestWriteNotSentIsNotAmbiguous(t *testing.T) {
-	ctx, cancel := testCtx(t)
-	defer cancel()
-	a := &fakeKV{id: 1, onWrite: func(context.Context, int) error {
-		return status.Error(codes.Aborted, "proposal dropped")
-	}}
-	addrs := startFakes(t, a)
-	dead := refusedAddr(t)
-	c := newTestClient(t, dead, addrs[0])
-	pauses := 0
-	c.onPause = func() {
-		if pauses++; pauses == 6 {
-			cancel()
+	bothPaths(t, func(t *testing.T, unary bool) {
+		ctx, cancel := testCtx(t)
+		defer cancel()
+		a := &fakeKV{id: 1, onWrite: func(context.Context, int) error {
+			return status.Error(codes.Aborted, "proposal dropped")
+		}}
+		addrs := startFakesOn(t, unary, a)
+		dead := refusedAddr(t)
+		c := newTestClient(t, dead, addrs[0])
+		pauses := 0
+		c.onPause = func() {
+			if pauses++; pauses == 6 {
+				cancel()
+			}
 		}
-	}
-	_, err := c.Put(ctx, []byte("k"), []byte("v"))
-	if err == nil || errors.Is(err, ErrAmbiguous) {
-		t.Fatalf("put: %v, want a non-ambiguous error", err)
-	}
-	if !errors.Is(err, context.Canceled) {
-		t.Fatalf("put: %v, want the caller's cancellation", err)
-	}
-	// Round robin alternated between the two servers: 3 attempts each.
-	if n := len(a.callList()); n != 3 {
-		t.Fatalf("a got %d attempts, want 3", n)
-	}
+		_, err := c.Put(ctx, []byte("k"), []byte("v"))
+		if err == nil || errors.Is(err, ErrAmbiguous) {
+			t.Fatalf("put: %v, want a non-ambiguous error", err)
+		}
+		if !errors.Is(err, context.Canceled) {
+			t.Fatalf("put: %v, want the caller's cancellation", err)
+		}
+		// Round robin alternated between the two servers: 3 attempts each.
+		if n := len(a.callList()); n != 3 {
+			t.Fatalf("a got %d attempts, want 3", n)
+		}
+	})
 }
 
 // TestReadRetry: a read moves on from a failing server and from one that
 // does not answer within AttemptTimeout; a definite error ends it at once.
 func TestReadRetry(t *testing.T) {
-	t.Run("transient error", func(t *testing.T) {
-		a := &fakeKV{id: 1, onRead: func(context.Context, int) error { return errUnavailable }}
-		b := &fakeKV{id: 2}
-		addrs := startFakes(t, a, b)
-		c := newTestClient(t, addrs...)
-		ctx, cancel := testCtx(t)
-		defer cancel()
-		for i := 0; i < 3; i++ {
-			v, found, err := c.Get(ctx, []byte("k"))
-			if err != nil || !found || string(v) != "vk" {
-				t.Fatalf("get = %q, %v, %v; want \"vk\", true, nil", v, found, err)
+	bothPaths(t, func(t *testing.T, unary bool) {
+		t.Run("transient error", func(t *testing.T) {
+			a := &fakeKV{id: 1, onRead: func(context.Context, int) error { return errUnavailable }}
+			b := &fakeKV{id: 2}
+			addrs := startFakesOn(t, unary, a, b)
+			c := newTestClient(t, addrs...)
+			ctx, cancel := testCtx(t)
+			defer cancel()
+			for i := 0; i < 3; i++ {
+				v, found, err := c.Get(ctx, []byte("k"))
+				if err != nil || !found || string(v) != "vk" {
+					t.Fatalf("get = %q, %v, %v; want \"vk\", true, nil", v, found, err)
+				}
 			}
-		}
-		if n := len(b.callList()); n != 3 {
-			t.Fatalf("b answered %d gets, want 3", n)
-		}
-	})
-	t.Run("attempt timeout", func(t *testing.T) {
-		// a never answers: it waits for the attempt's context to end.
-		a := &fakeKV{id: 1, onRead: func(ctx context.Context, _ int) error {
-			<-ctx.Done()
-			return status.FromContextError(ctx.Err()).Err()
-		}}
-		b := &fakeKV{id: 2}
-		addrs := startFakes(t, a, b)
-		cfg := DefaultConfig(addrs...)
-		cfg.RetryBackoff = time.Millisecond
-		cfg.AttemptTimeout = 50 * time.Millisecond
-		c, err := New(cfg)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer c.Close()
-		ctx, cancel := testCtx(t)
-		defer cancel()
-		for i := 0; i < 2; i++ {
-			if _, _, err := c.Get(ctx, []byte("k")); err != nil {
-				t.Fatalf("get %d: %v", i, err)
+			if n := len(b.callList()); n != 3 {
+				t.Fatalf("b answered %d gets, want 3", n)
 			}
-		}
-		if n := len(b.callList()); n != 2 {
-			t.Fatalf("b answered %d gets, want 2", n)
-		}
-	})
-	t.Run("definite error", func(t *testing.T) {
-		a := &fakeKV{id: 1, onRead: func(context.Context, int) error {
-			return status.Error(codes.InvalidArgument, "bad range")
-		}}
-		addrs := startFakes(t, a, &fakeKV{id: 2})
-		c := newTestClient(t, addrs[0])
-		ctx, cancel := testCtx(t)
-		defer cancel()
-		_, _, err := c.Get(ctx, []byte("k"))
-		if status.Code(err) != codes.InvalidArgument {
-			t.Fatalf("get: %v, want InvalidArgument", err)
-		}
-		if n := len(a.callList()); n != 1 {
-			t.Fatalf("a got %d gets, want 1 (no retry of a definite error)", n)
-		}
+		})
+		t.Run("attempt timeout", func(t *testing.T) {
+			// a never answers: it waits for the attempt's context to end.
+			a := &fakeKV{id: 1, onRead: func(ctx context.Context, _ int) error {
+				<-ctx.Done()
+				return status.FromContextError(ctx.Err()).Err()
+			}}
+			b := &fakeKV{id: 2}
+			addrs := startFakesOn(t, unary, a, b)
+			cfg := DefaultConfig(addrs...)
+			cfg.RetryBackoff = time.Millisecond
+			cfg.AttemptTimeout = 50 * time.Millisecond
+			c, err := New(cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			ctx, cancel := testCtx(t)
+			defer cancel()
+			for i := 0; i < 2; i++ {
+				if _, _, err := c.Get(ctx, []byte("k")); err != nil {
+					t.Fatalf("get %d: %v", i, err)
+				}
+			}
+			if n := len(b.callList()); n != 2 {
+				t.Fatalf("b answered %d gets, want 2", n)
+			}
+		})
+		t.Run("definite error", func(t *testing.T) {
+			a := &fakeKV{id: 1, onRead: func(context.Context, int) error {
+				return status.Error(codes.InvalidArgument, "bad range")
+			}}
+			addrs := startFakesOn(t, unary, a, &fakeKV{id: 2})
+			c := newTestClient(t, addrs[0])
+			ctx, cancel := testCtx(t)
+			defer cancel()
+			_, _, err := c.Get(ctx, []byte("k"))
+			if status.Code(err) != codes.InvalidArgument {
+				t.Fatalf("get: %v, want InvalidArgument", err)
+			}
+			if n := len(a.callList()); n != 1 {
+				t.Fatalf("a got %d gets, want 1 (no retry of a definite error)", n)
+			}
+		})
 	})
 }
 

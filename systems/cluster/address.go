@@ -18,6 +18,9 @@ type Address struct {
 	// API is the servers' client API for -servers (client.APINezha or
 	// client.APIEtcd); -cluster knows its system's.
 	API string
+	// Unary sends every request as a unary call (client.Config.Unary)
+	// instead of batching small ones over a Batch stream.
+	Unary bool
 }
 
 // ClientConfig resolves a into a client configuration (the
@@ -36,10 +39,13 @@ func (a *Address) ClientConfig() (client.Config, string, error) {
 		if err != nil {
 			return client.Config{}, "", err
 		}
-		return s.ClientConfig(), s.System, nil
+		cfg := s.ClientConfig()
+		cfg.Unary = a.Unary
+		return cfg, s.System, nil
 	}
 	cfg := client.DefaultConfig(addrs...)
 	cfg.API = a.API
+	cfg.Unary = a.Unary
 	if err := cfg.Validate(); err != nil {
 		return client.Config{}, "", err
 	}

@@ -1422,6 +1422,371 @@ func (*StreamAck) Descriptor() ([]byte, []int) {
 	return file_systems_kvpb_kv_proto_rawDescGZIP(), []int{18}
 }
 
+// BatchRequest is one message of a Batch stream: operations the client
+// queued together. ids are the client's, unique among its operations in
+// flight on the stream.
+type BatchRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Ops           []*BatchOp             `protobuf:"bytes,1,rep,name=ops,proto3" json:"ops,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BatchRequest) Reset() {
+	*x = BatchRequest{}
+	mi := &file_systems_kvpb_kv_proto_msgTypes[19]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BatchRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BatchRequest) ProtoMessage() {}
+
+func (x *BatchRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_systems_kvpb_kv_proto_msgTypes[19]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BatchRequest.ProtoReflect.Descriptor instead.
+func (*BatchRequest) Descriptor() ([]byte, []int) {
+	return file_systems_kvpb_kv_proto_rawDescGZIP(), []int{19}
+}
+
+func (x *BatchRequest) GetOps() []*BatchOp {
+	if x != nil {
+		return x.Ops
+	}
+	return nil
+}
+
+type BatchOp struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Id    uint64                 `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
+	// timeout_ns bounds the operation on the node, as a unary call's
+	// deadline would (0: the node's request timeout alone).
+	TimeoutNs int64 `protobuf:"varint,2,opt,name=timeout_ns,json=timeoutNs,proto3" json:"timeout_ns,omitempty"`
+	// Types that are valid to be assigned to Op:
+	//
+	//	*BatchOp_Put
+	//	*BatchOp_Get
+	//	*BatchOp_Delete
+	//	*BatchOp_Scan
+	Op            isBatchOp_Op `protobuf_oneof:"op"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BatchOp) Reset() {
+	*x = BatchOp{}
+	mi := &file_systems_kvpb_kv_proto_msgTypes[20]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BatchOp) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BatchOp) ProtoMessage() {}
+
+func (x *BatchOp) ProtoReflect() protoreflect.Message {
+	mi := &file_systems_kvpb_kv_proto_msgTypes[20]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BatchOp.ProtoReflect.Descriptor instead.
+func (*BatchOp) Descriptor() ([]byte, []int) {
+	return file_systems_kvpb_kv_proto_rawDescGZIP(), []int{20}
+}
+
+func (x *BatchOp) GetId() uint64 {
+	if x != nil {
+		return x.Id
+	}
+	return 0
+}
+
+func (x *BatchOp) GetTimeoutNs() int64 {
+	if x != nil {
+		return x.TimeoutNs
+	}
+	return 0
+}
+
+func (x *BatchOp) GetOp() isBatchOp_Op {
+	if x != nil {
+		return x.Op
+	}
+	return nil
+}
+
+func (x *BatchOp) GetPut() *PutRequest {
+	if x != nil {
+		if x, ok := x.Op.(*BatchOp_Put); ok {
+			return x.Put
+		}
+	}
+	return nil
+}
+
+func (x *BatchOp) GetGet() *GetRequest {
+	if x != nil {
+		if x, ok := x.Op.(*BatchOp_Get); ok {
+			return x.Get
+		}
+	}
+	return nil
+}
+
+func (x *BatchOp) GetDelete() *DeleteRequest {
+	if x != nil {
+		if x, ok := x.Op.(*BatchOp_Delete); ok {
+			return x.Delete
+		}
+	}
+	return nil
+}
+
+func (x *BatchOp) GetScan() *ScanRequest {
+	if x != nil {
+		if x, ok := x.Op.(*BatchOp_Scan); ok {
+			return x.Scan
+		}
+	}
+	return nil
+}
+
+type isBatchOp_Op interface {
+	isBatchOp_Op()
+}
+
+type BatchOp_Put struct {
+	Put *PutRequest `protobuf:"bytes,3,opt,name=put,proto3,oneof"`
+}
+
+type BatchOp_Get struct {
+	Get *GetRequest `protobuf:"bytes,4,opt,name=get,proto3,oneof"`
+}
+
+type BatchOp_Delete struct {
+	Delete *DeleteRequest `protobuf:"bytes,5,opt,name=delete,proto3,oneof"`
+}
+
+type BatchOp_Scan struct {
+	Scan *ScanRequest `protobuf:"bytes,6,opt,name=scan,proto3,oneof"`
+}
+
+func (*BatchOp_Put) isBatchOp_Op() {}
+
+func (*BatchOp_Get) isBatchOp_Op() {}
+
+func (*BatchOp_Delete) isBatchOp_Op() {}
+
+func (*BatchOp_Scan) isBatchOp_Op() {}
+
+// BatchResponse carries the answers to operations of one or more
+// BatchRequests, in the order they were done.
+type BatchResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Results       []*BatchResult         `protobuf:"bytes,1,rep,name=results,proto3" json:"results,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BatchResponse) Reset() {
+	*x = BatchResponse{}
+	mi := &file_systems_kvpb_kv_proto_msgTypes[21]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BatchResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BatchResponse) ProtoMessage() {}
+
+func (x *BatchResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_systems_kvpb_kv_proto_msgTypes[21]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BatchResponse.ProtoReflect.Descriptor instead.
+func (*BatchResponse) Descriptor() ([]byte, []int) {
+	return file_systems_kvpb_kv_proto_rawDescGZIP(), []int{21}
+}
+
+func (x *BatchResponse) GetResults() []*BatchResult {
+	if x != nil {
+		return x.Results
+	}
+	return nil
+}
+
+type BatchResult struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Id    uint64                 `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
+	// code and message are the gRPC status of the operation (0: OK), with
+	// the codes of the unary methods above.
+	Code    uint32 `protobuf:"varint,2,opt,name=code,proto3" json:"code,omitempty"`
+	Message string `protobuf:"bytes,3,opt,name=message,proto3" json:"message,omitempty"`
+	// Types that are valid to be assigned to Result:
+	//
+	//	*BatchResult_Put
+	//	*BatchResult_Get
+	//	*BatchResult_Delete
+	//	*BatchResult_Scan
+	Result        isBatchResult_Result `protobuf_oneof:"result"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BatchResult) Reset() {
+	*x = BatchResult{}
+	mi := &file_systems_kvpb_kv_proto_msgTypes[22]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BatchResult) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BatchResult) ProtoMessage() {}
+
+func (x *BatchResult) ProtoReflect() protoreflect.Message {
+	mi := &file_systems_kvpb_kv_proto_msgTypes[22]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BatchResult.ProtoReflect.Descriptor instead.
+func (*BatchResult) Descriptor() ([]byte, []int) {
+	return file_systems_kvpb_kv_proto_rawDescGZIP(), []int{22}
+}
+
+func (x *BatchResult) GetId() uint64 {
+	if x != nil {
+		return x.Id
+	}
+	return 0
+}
+
+func (x *BatchResult) GetCode() uint32 {
+	if x != nil {
+		return x.Code
+	}
+	return 0
+}
+
+func (x *BatchResult) GetMessage() string {
+	if x != nil {
+		return x.Message
+	}
+	return ""
+}
+
+func (x *BatchResult) GetResult() isBatchResult_Result {
+	if x != nil {
+		return x.Result
+	}
+	return nil
+}
+
+func (x *BatchResult) GetPut() *PutResponse {
+	if x != nil {
+		if x, ok := x.Result.(*BatchResult_Put); ok {
+			return x.Put
+		}
+	}
+	return nil
+}
+
+func (x *BatchResult) GetGet() *GetResponse {
+	if x != nil {
+		if x, ok := x.Result.(*BatchResult_Get); ok {
+			return x.Get
+		}
+	}
+	return nil
+}
+
+func (x *BatchResult) GetDelete() *DeleteResponse {
+	if x != nil {
+		if x, ok := x.Result.(*BatchResult_Delete); ok {
+			return x.Delete
+		}
+	}
+	return nil
+}
+
+func (x *BatchResult) GetScan() *ScanResponse {
+	if x != nil {
+		if x, ok := x.Result.(*BatchResult_Scan); ok {
+			return x.Scan
+		}
+	}
+	return nil
+}
+
+type isBatchResult_Result interface {
+	isBatchResult_Result()
+}
+
+type BatchResult_Put struct {
+	Put *PutResponse `protobuf:"bytes,4,opt,name=put,proto3,oneof"`
+}
+
+type BatchResult_Get struct {
+	Get *GetResponse `protobuf:"bytes,5,opt,name=get,proto3,oneof"`
+}
+
+type BatchResult_Delete struct {
+	Delete *DeleteResponse `protobuf:"bytes,6,opt,name=delete,proto3,oneof"`
+}
+
+type BatchResult_Scan struct {
+	Scan *ScanResponse `protobuf:"bytes,7,opt,name=scan,proto3,oneof"`
+}
+
+func (*BatchResult_Put) isBatchResult_Result() {}
+
+func (*BatchResult_Get) isBatchResult_Result() {}
+
+func (*BatchResult_Delete) isBatchResult_Result() {}
+
+func (*BatchResult_Scan) isBatchResult_Result() {}
+
 var File_systems_kvpb_kv_proto protoreflect.FileDescriptor
 
 const file_systems_kvpb_kv_proto_rawDesc = "" +
@@ -1538,16 +1903,39 @@ const file_systems_kvpb_kv_proto_rawDesc = "" +
 	"\bsessions\x18\x03 \x01(\fR\bsessions\"*\n" +
 	"\fMessageBatch\x12\x1a\n" +
 	"\bmessages\x18\x01 \x03(\fR\bmessages\"\v\n" +
-	"\tStreamAck*.\n" +
+	"\tStreamAck\"3\n" +
+	"\fBatchRequest\x12#\n" +
+	"\x03ops\x18\x01 \x03(\v2\x11.nezha.kv.BatchOpR\x03ops\"\xf2\x01\n" +
+	"\aBatchOp\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\x04R\x02id\x12\x1d\n" +
+	"\n" +
+	"timeout_ns\x18\x02 \x01(\x03R\ttimeoutNs\x12(\n" +
+	"\x03put\x18\x03 \x01(\v2\x14.nezha.kv.PutRequestH\x00R\x03put\x12(\n" +
+	"\x03get\x18\x04 \x01(\v2\x14.nezha.kv.GetRequestH\x00R\x03get\x121\n" +
+	"\x06delete\x18\x05 \x01(\v2\x17.nezha.kv.DeleteRequestH\x00R\x06delete\x12+\n" +
+	"\x04scan\x18\x06 \x01(\v2\x15.nezha.kv.ScanRequestH\x00R\x04scanB\x04\n" +
+	"\x02op\"@\n" +
+	"\rBatchResponse\x12/\n" +
+	"\aresults\x18\x01 \x03(\v2\x15.nezha.kv.BatchResultR\aresults\"\x8d\x02\n" +
+	"\vBatchResult\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\x04R\x02id\x12\x12\n" +
+	"\x04code\x18\x02 \x01(\rR\x04code\x12\x18\n" +
+	"\amessage\x18\x03 \x01(\tR\amessage\x12)\n" +
+	"\x03put\x18\x04 \x01(\v2\x15.nezha.kv.PutResponseH\x00R\x03put\x12)\n" +
+	"\x03get\x18\x05 \x01(\v2\x15.nezha.kv.GetResponseH\x00R\x03get\x122\n" +
+	"\x06delete\x18\x06 \x01(\v2\x18.nezha.kv.DeleteResponseH\x00R\x06delete\x12,\n" +
+	"\x04scan\x18\a \x01(\v2\x16.nezha.kv.ScanResponseH\x00R\x04scanB\b\n" +
+	"\x06result*.\n" +
 	"\x0fReadConsistency\x12\x10\n" +
 	"\fLINEARIZABLE\x10\x00\x12\t\n" +
-	"\x05STALE\x10\x012\x9d\x02\n" +
+	"\x05STALE\x10\x012\xdb\x02\n" +
 	"\x02KV\x122\n" +
 	"\x03Put\x12\x14.nezha.kv.PutRequest\x1a\x15.nezha.kv.PutResponse\x122\n" +
 	"\x03Get\x12\x14.nezha.kv.GetRequest\x1a\x15.nezha.kv.GetResponse\x12;\n" +
 	"\x06Delete\x12\x17.nezha.kv.DeleteRequest\x1a\x18.nezha.kv.DeleteResponse\x125\n" +
 	"\x04Scan\x12\x15.nezha.kv.ScanRequest\x1a\x16.nezha.kv.ScanResponse\x12;\n" +
-	"\x06Status\x12\x17.nezha.kv.StatusRequest\x1a\x18.nezha.kv.StatusResponse2{\n" +
+	"\x06Status\x12\x17.nezha.kv.StatusRequest\x1a\x18.nezha.kv.StatusResponse\x12<\n" +
+	"\x05Batch\x12\x16.nezha.kv.BatchRequest\x1a\x17.nezha.kv.BatchResponse(\x010\x012{\n" +
 	"\x04Raft\x127\n" +
 	"\x06Stream\x12\x16.nezha.kv.MessageBatch\x1a\x13.nezha.kv.StreamAck(\x01\x12:\n" +
 	"\bSnapshot\x12\x17.nezha.kv.SnapshotChunk\x1a\x13.nezha.kv.StreamAck(\x01B-Z+github.com/nezha-harness/nezha/systems/kvpbb\x06proto3"
@@ -1565,7 +1953,7 @@ func file_systems_kvpb_kv_proto_rawDescGZIP() []byte {
 }
 
 var file_systems_kvpb_kv_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_systems_kvpb_kv_proto_msgTypes = make([]protoimpl.MessageInfo, 19)
+var file_systems_kvpb_kv_proto_msgTypes = make([]protoimpl.MessageInfo, 23)
 var file_systems_kvpb_kv_proto_goTypes = []any{
 	(ReadConsistency)(0),   // 0: nezha.kv.ReadConsistency
 	(*ResponseHeader)(nil), // 1: nezha.kv.ResponseHeader
@@ -1587,6 +1975,10 @@ var file_systems_kvpb_kv_proto_goTypes = []any{
 	(*SnapshotChunk)(nil),  // 17: nezha.kv.SnapshotChunk
 	(*MessageBatch)(nil),   // 18: nezha.kv.MessageBatch
 	(*StreamAck)(nil),      // 19: nezha.kv.StreamAck
+	(*BatchRequest)(nil),   // 20: nezha.kv.BatchRequest
+	(*BatchOp)(nil),        // 21: nezha.kv.BatchOp
+	(*BatchResponse)(nil),  // 22: nezha.kv.BatchResponse
+	(*BatchResult)(nil),    // 23: nezha.kv.BatchResult
 }
 var file_systems_kvpb_kv_proto_depIdxs = []int32{
 	1,  // 0: nezha.kv.PutResponse.header:type_name -> nezha.kv.ResponseHeader
@@ -1601,25 +1993,37 @@ var file_systems_kvpb_kv_proto_depIdxs = []int32{
 	16, // 9: nezha.kv.StatusResponse.gc_rounds:type_name -> nezha.kv.GCRound
 	14, // 10: nezha.kv.StatusResponse.storage:type_name -> nezha.kv.StorageShape
 	15, // 11: nezha.kv.StorageShape.levels:type_name -> nezha.kv.LevelShape
-	2,  // 12: nezha.kv.KV.Put:input_type -> nezha.kv.PutRequest
-	4,  // 13: nezha.kv.KV.Get:input_type -> nezha.kv.GetRequest
-	6,  // 14: nezha.kv.KV.Delete:input_type -> nezha.kv.DeleteRequest
-	8,  // 15: nezha.kv.KV.Scan:input_type -> nezha.kv.ScanRequest
-	11, // 16: nezha.kv.KV.Status:input_type -> nezha.kv.StatusRequest
-	18, // 17: nezha.kv.Raft.Stream:input_type -> nezha.kv.MessageBatch
-	17, // 18: nezha.kv.Raft.Snapshot:input_type -> nezha.kv.SnapshotChunk
-	3,  // 19: nezha.kv.KV.Put:output_type -> nezha.kv.PutResponse
-	5,  // 20: nezha.kv.KV.Get:output_type -> nezha.kv.GetResponse
-	7,  // 21: nezha.kv.KV.Delete:output_type -> nezha.kv.DeleteResponse
-	10, // 22: nezha.kv.KV.Scan:output_type -> nezha.kv.ScanResponse
-	13, // 23: nezha.kv.KV.Status:output_type -> nezha.kv.StatusResponse
-	19, // 24: nezha.kv.Raft.Stream:output_type -> nezha.kv.StreamAck
-	19, // 25: nezha.kv.Raft.Snapshot:output_type -> nezha.kv.StreamAck
-	19, // [19:26] is the sub-list for method output_type
-	12, // [12:19] is the sub-list for method input_type
-	12, // [12:12] is the sub-list for extension type_name
-	12, // [12:12] is the sub-list for extension extendee
-	0,  // [0:12] is the sub-list for field type_name
+	21, // 12: nezha.kv.BatchRequest.ops:type_name -> nezha.kv.BatchOp
+	2,  // 13: nezha.kv.BatchOp.put:type_name -> nezha.kv.PutRequest
+	4,  // 14: nezha.kv.BatchOp.get:type_name -> nezha.kv.GetRequest
+	6,  // 15: nezha.kv.BatchOp.delete:type_name -> nezha.kv.DeleteRequest
+	8,  // 16: nezha.kv.BatchOp.scan:type_name -> nezha.kv.ScanRequest
+	23, // 17: nezha.kv.BatchResponse.results:type_name -> nezha.kv.BatchResult
+	3,  // 18: nezha.kv.BatchResult.put:type_name -> nezha.kv.PutResponse
+	5,  // 19: nezha.kv.BatchResult.get:type_name -> nezha.kv.GetResponse
+	7,  // 20: nezha.kv.BatchResult.delete:type_name -> nezha.kv.DeleteResponse
+	10, // 21: nezha.kv.BatchResult.scan:type_name -> nezha.kv.ScanResponse
+	2,  // 22: nezha.kv.KV.Put:input_type -> nezha.kv.PutRequest
+	4,  // 23: nezha.kv.KV.Get:input_type -> nezha.kv.GetRequest
+	6,  // 24: nezha.kv.KV.Delete:input_type -> nezha.kv.DeleteRequest
+	8,  // 25: nezha.kv.KV.Scan:input_type -> nezha.kv.ScanRequest
+	11, // 26: nezha.kv.KV.Status:input_type -> nezha.kv.StatusRequest
+	20, // 27: nezha.kv.KV.Batch:input_type -> nezha.kv.BatchRequest
+	18, // 28: nezha.kv.Raft.Stream:input_type -> nezha.kv.MessageBatch
+	17, // 29: nezha.kv.Raft.Snapshot:input_type -> nezha.kv.SnapshotChunk
+	3,  // 30: nezha.kv.KV.Put:output_type -> nezha.kv.PutResponse
+	5,  // 31: nezha.kv.KV.Get:output_type -> nezha.kv.GetResponse
+	7,  // 32: nezha.kv.KV.Delete:output_type -> nezha.kv.DeleteResponse
+	10, // 33: nezha.kv.KV.Scan:output_type -> nezha.kv.ScanResponse
+	13, // 34: nezha.kv.KV.Status:output_type -> nezha.kv.StatusResponse
+	22, // 35: nezha.kv.KV.Batch:output_type -> nezha.kv.BatchResponse
+	19, // 36: nezha.kv.Raft.Stream:output_type -> nezha.kv.StreamAck
+	19, // 37: nezha.kv.Raft.Snapshot:output_type -> nezha.kv.StreamAck
+	30, // [30:38] is the sub-list for method output_type
+	22, // [22:30] is the sub-list for method input_type
+	22, // [22:22] is the sub-list for extension type_name
+	22, // [22:22] is the sub-list for extension extendee
+	0,  // [0:22] is the sub-list for field type_name
 }
 
 func init() { file_systems_kvpb_kv_proto_init() }
@@ -1627,13 +2031,25 @@ func file_systems_kvpb_kv_proto_init() {
 	if File_systems_kvpb_kv_proto != nil {
 		return
 	}
+	file_systems_kvpb_kv_proto_msgTypes[20].OneofWrappers = []any{
+		(*BatchOp_Put)(nil),
+		(*BatchOp_Get)(nil),
+		(*BatchOp_Delete)(nil),
+		(*BatchOp_Scan)(nil),
+	}
+	file_systems_kvpb_kv_proto_msgTypes[22].OneofWrappers = []any{
+		(*BatchResult_Put)(nil),
+		(*BatchResult_Get)(nil),
+		(*BatchResult_Delete)(nil),
+		(*BatchResult_Scan)(nil),
+	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_systems_kvpb_kv_proto_rawDesc), len(file_systems_kvpb_kv_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   19,
+			NumMessages:   23,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

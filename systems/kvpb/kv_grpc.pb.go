@@ -27,6 +27,7 @@ const (
 	KV_Delete_FullMethodName = "/nezha.kv.KV/Delete"
 	KV_Scan_FullMethodName   = "/nezha.kv.KV/Scan"
 	KV_Status_FullMethodName = "/nezha.kv.KV/Status"
+	KV_Batch_FullMethodName  = "/nezha.kv.KV/Batch"
 )
 
 // KVClient is the client API for KV service.
@@ -61,6 +62,17 @@ type KVClient interface {
 	Delete(ctx context.Context, in *DeleteRequest, opts ...grpc.CallOption) (*DeleteResponse, error)
 	Scan(ctx context.Context, in *ScanRequest, opts ...grpc.CallOption) (*ScanResponse, error)
 	Status(ctx context.Context, in *StatusRequest, opts ...grpc.CallOption) (*StatusResponse, error)
+	// Batch carries many independent requests, in both directions, over one
+	// long-lived stream (TiKV's BatchCommands): the Go client sends whatever
+	// its concurrent callers have queued as one BatchRequest, and the node
+	// answers each operation as soon as it is done, batching whatever
+	// answers are ready into one BatchResponse. Every operation is served
+	// exactly as the unary method of its kind serves it (same checks, same
+	// consistency, same session rules) and gets its own status; a broken
+	// stream leaves the outcome of the writes it carried unknown. It saves
+	// gRPC's per-call costs (an HTTP/2 stream, headers, a context per call)
+	// for small operations; large values go through the unary methods.
+	Batch(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[BatchRequest, BatchResponse], error)
 }
 
 type kVClient struct {
@@ -121,6 +133,19 @@ func (c *kVClient) Status(ctx context.Context, in *StatusRequest, opts ...grpc.C
 	return out, nil
 }
 
+func (c *kVClient) Batch(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[BatchRequest, BatchResponse], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &KV_ServiceDesc.Streams[0], KV_Batch_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[BatchRequest, BatchResponse]{ClientStream: stream}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type KV_BatchClient = grpc.BidiStreamingClient[BatchRequest, BatchResponse]
+
 // KVServer is the server API for KV service.
 // All implementations must embed UnimplementedKVServer
 // for forward compatibility.
@@ -153,6 +178,17 @@ type KVServer interface {
 	Delete(context.Context, *DeleteRequest) (*DeleteResponse, error)
 	Scan(context.Context, *ScanRequest) (*ScanResponse, error)
 	Status(context.Context, *StatusRequest) (*StatusResponse, error)
+	// Batch carries many independent requests, in both directions, over one
+	// long-lived stream (TiKV's BatchCommands): the Go client sends whatever
+	// its concurrent callers have queued as one BatchRequest, and the node
+	// answers each operation as soon as it is done, batching whatever
+	// answers are ready into one BatchResponse. Every operation is served
+	// exactly as the unary method of its kind serves it (same checks, same
+	// consistency, same session rules) and gets its own status; a broken
+	// stream leaves the outcome of the writes it carried unknown. It saves
+	// gRPC's per-call costs (an HTTP/2 stream, headers, a context per call)
+	// for small operations; large values go through the unary methods.
+	Batch(grpc.BidiStreamingServer[BatchRequest, BatchResponse]) error
 	mustEmbedUnimplementedKVServer()
 }
 
@@ -177,6 +213,9 @@ func (UnimplementedKVServer) Scan(context.Context, *ScanRequest) (*ScanResponse,
 }
 func (UnimplementedKVServer) Status(context.Context, *StatusRequest) (*StatusResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Status not implemented")
+}
+func (UnimplementedKVServer) Batch(grpc.BidiStreamingServer[BatchRequest, BatchResponse]) error {
+	return status.Error(codes.Unimplemented, "method Batch not implemented")
 }
 func (UnimplementedKVServer) mustEmbedUnimplementedKVServer() {}
 func (UnimplementedKVServer) testEmbeddedByValue()            {}
@@ -289,6 +328,13 @@ func _KV_Status_Handler(srv interface{}, ctx context.Context, dec func(interface
 	return interceptor(ctx, in, info, handler)
 }
 
+func _KV_Batch_Handler(srv interface{}, stream grpc.ServerStream) error {
+	return srv.(KVServer).Batch(&grpc.GenericServerStream[BatchRequest, BatchResponse]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type KV_BatchServer = grpc.BidiStreamingServer[BatchRequest, BatchResponse]
+
 // KV_ServiceDesc is the grpc.ServiceDesc for KV service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -317,7 +363,14 @@ var KV_ServiceDesc = grpc.ServiceDesc{
 			Handler:    _KV_Status_Handler,
 		},
 	},
-	Streams:  []grpc.StreamDesc{},
+	Streams: []grpc.StreamDesc{
+		{
+			StreamName:    "Batch",
+			Handler:       _KV_Batch_Handler,
+			ServerStreams: true,
+			ClientStreams: true,
+		},
+	},
 	Metadata: "systems/kvpb/kv.proto",
 }
 

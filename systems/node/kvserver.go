@@ -37,8 +37,12 @@ func (s *kvServer) header() *kvpb.ResponseHeader {
 	}
 }
 
-// withTimeout bounds ctx by the node's request timeout.
+// withTimeout bounds ctx by the node's request timeout; a ctx that ends
+// sooner is returned as it is (no timer).
 func (s *kvServer) withTimeout(ctx context.Context) (context.Context, context.CancelFunc) {
+	if dl, ok := ctx.Deadline(); ok && time.Until(dl) <= s.n.cfg.RequestTimeout {
+		return ctx, func() {}
+	}
 	return context.WithTimeout(ctx, s.n.cfg.RequestTimeout)
 }
 

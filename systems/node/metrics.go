@@ -33,6 +33,9 @@ type metrics struct {
 	leaderChanges    prometheus.Counter
 	proposals        prometheus.Counter
 	proposalsDropped prometheus.Counter
+	// batch counts the operations of Batch streams as grpc counts
+	// unary calls (batchmetrics.go).
+	batch            *batchMetrics
 	snapshotSends    *prometheus.CounterVec // label result: success, failure
 	snapshotInstalls prometheus.Counter
 	// writeStalls and writeStallSeconds count client writes held by the
@@ -78,6 +81,7 @@ func newMetrics() *metrics {
 		fsyncSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "nezha_raftlog_fsync_duration_seconds",
 			Help: "Duration of one fdatasync of a Raft log segment.", Buckets: logLatencyBuckets()}),
 	}
+	m.batch = newBatchMetrics(m.reg)
 	m.grpc = grpcprom.NewServerMetrics(grpcprom.WithServerHandlingTimeHistogram(
 		grpcprom.WithHistogramBuckets(prometheus.ExponentialBuckets(100e-6, 2, 18)))) // 100 µs to 13 s
 	// Both results exist from the start, so that a rate over them is

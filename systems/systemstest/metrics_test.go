@@ -284,13 +284,17 @@ func checkGRPCMetrics(t *testing.T, h *harness, puts, acked int) {
 	t.Helper()
 	put := map[string]string{"grpc_service": "nezha.kv.KV", "grpc_method": "Put"}
 	putOK := map[string]string{"grpc_service": "nezha.kv.KV", "grpc_method": "Put", "grpc_code": "OK"}
+	// Small puts travel on Batch streams (client.Config.Unary), counted
+	// per operation by the nezha_batch_* series.
+	batchPut := map[string]string{"op": "Put"}
+	batchPutOK := map[string]string{"op": "Put", "code": "OK"}
 	var started, handled, ok, timed float64
 	for _, n := range h.spec.Nodes {
 		mfs, _ := scrape(t, n)
-		started += sumSeries(mfs, "grpc_server_started_total", put)
-		handled += sumSeries(mfs, "grpc_server_handled_total", put)
-		ok += sumSeries(mfs, "grpc_server_handled_total", putOK)
-		timed += sumSeries(mfs, "grpc_server_handling_seconds", put)
+		started += sumSeries(mfs, "grpc_server_started_total", put) + sumSeries(mfs, "nezha_batch_ops_started_total", batchPut)
+		handled += sumSeries(mfs, "grpc_server_handled_total", put) + sumSeries(mfs, "nezha_batch_ops_handled_total", batchPut)
+		ok += sumSeries(mfs, "grpc_server_handled_total", putOK) + sumSeries(mfs, "nezha_batch_ops_handled_total", batchPutOK)
+		timed += sumSeries(mfs, "grpc_server_handling_seconds", put) + sumSeries(mfs, "nezha_batch_op_handling_seconds", batchPut)
 		if v := sumSeries(mfs, "grpc_server_started_total", map[string]string{"grpc_service": "nezha.kv.Raft", "grpc_method": "Stream"}); v == 0 {
 			t.Errorf("node %d: no peer stream started (grpc_server_started_total{grpc_service=\"nezha.kv.Raft\",grpc_method=\"Stream\"})", n.ID)
 		}

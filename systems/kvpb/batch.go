@@ -1,0 +1,168 @@
+package kvpb
+
+import (
+	"context"
+	"errors"
+	"io"
+	"sync"
+	"sync/atomic"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+)
+
+const (
+	// maxBatchResponseBytes bounds the values one BatchResponse gathers
+	// (a single larger result is sent alone), and maxBatchResults its
+	// results.
+	maxBatchResponseBytes = 1 << 20
+	maxBatchResults       = 1024
+)
+
+// ServeBatch serves one Batch stream (KV.Batch): every operation runs in a
+// goroutine of its own through serve, which returns its result (with Id
+// set), and one sender gathers whatever results are ready into each
+// BatchResponse. At most maxInFlight operations run at once; more are
+// answered with ResourceExhausted. It returns once the client closed its
+// side and every operation was answered (nil), or once the stream broke
+// and every operation ended (the error).
+func ServeBatch(stream KV_BatchServer, maxInFlight int, serve func(*BatchOp) *BatchResult) error {
+	results := make(chan *BatchResult, 4096)
+	sent := make(chan error, 1)
+	go func() { sent <- sendBatchResults(stream, results) }()
+	var (
+		ops      sync.WaitGroup
+		inFlight atomic.Int64
+		recvErr  error
+	)
+	for {
+		req, err := stream.Recv()
+		if err != nil {
+			if !errors.Is(err, io.EOF) {
+				recvErr = err
+			}
+			break
+		}
+		for _, op := range req.Ops {
+			if inFlight.Add(1) > int64(maxInFlight) {
+				inFlight.Add(-1)
+				results <- &BatchResult{Id: op.Id, Code: uint32(codes.ResourceExhausted),
+					Message: "batch: over the server's limit of operations in flight on one stream; retry"}
+				continue
+			}
+			ops.Add(1)
+			go func() {
+				defer ops.Done()
+				r := serve(op)
+				inFlight.Add(-1)
+				results <- r
+			}()
+		}
+	}
+	ops.Wait()
+	close(results)
+	if err := <-sent; err != nil {
+		return err
+	}
+	return recvErr
+}
+
+// sendBatchResults sends what arrives on results, as many as are ready per
+// BatchResponse, until results is closed. After a failed send it drains
+// results (the operations still finish) and returns the error.
+func sendBatchResults(stream KV_BatchServer, results <-chan *BatchResult) error {
+	var err error
+	for r := range results {
+		if err != nil {
+			continue
+		}
+		resp := &BatchResponse{Results: []*BatchResult{r}}
+		size := resultBytes(r)
+	gather:
+		for len(resp.Results) < maxBatchResults && size < maxBatchResponseBytes {
+			select {
+			case more, ok := <-results:
+				if !ok {
+					break gather
+				}
+				resp.Results = append(resp.Results, more)
+				size += resultBytes(more)
+			default:
+				break gather
+			}
+		}
+		err = stream.Send(resp)
+	}
+	return err
+}
+
+// resultBytes approximates the encoded size of r: its values, keys and
+// message, plus a fixed allowance for the headers.
+func resultBytes(r *BatchResult) int {
+	n := 64 + len(r.Message)
+	switch x := r.Result.(type) {
+	case *BatchResult_Get:
+		n += len(x.Get.Value)
+	case *BatchResult_Scan:
+		for _, kv := range x.Scan.Kvs {
+			n += len(kv.Key) + len(kv.Value) + 8
+		}
+	}
+	return n
+}
+
+// BatchOpServer is what serves the operations of a Batch stream: the
+// unary methods of KVServer.
+type BatchOpServer interface {
+	Put(context.Context, *PutRequest) (*PutResponse, error)
+	Get(context.Context, *GetRequest) (*GetResponse, error)
+	Delete(context.Context, *DeleteRequest) (*DeleteResponse, error)
+	Scan(context.Context, *ScanRequest) (*ScanResponse, error)
+}
+
+// ServeBatchOp serves op through srv's unary method of its kind and
+// returns its result; an operation without a request is InvalidArgument.
+func ServeBatchOp(ctx context.Context, srv BatchOpServer, op *BatchOp) *BatchResult {
+	var (
+		resp any
+		err  error
+	)
+	switch x := op.Op.(type) {
+	case *BatchOp_Put:
+		resp, err = srv.Put(ctx, x.Put)
+	case *BatchOp_Get:
+		resp, err = srv.Get(ctx, x.Get)
+	case *BatchOp_Delete:
+		resp, err = srv.Delete(ctx, x.Delete)
+	case *BatchOp_Scan:
+		resp, err = srv.Scan(ctx, x.Scan)
+	default:
+		err = status.Errorf(codes.InvalidArgument, "batch: operation %d has no request", op.Id)
+	}
+	return NewBatchResult(op.Id, resp, err)
+}
+
+// NewBatchResult is the result of operation id that answered resp (a
+// *PutResponse, *GetResponse, *DeleteResponse or *ScanResponse) or failed
+// with err (its gRPC status goes into Code and Message).
+func NewBatchResult(id uint64, resp any, err error) *BatchResult {
+	r := &BatchResult{Id: id}
+	if err != nil {
+		st := status.Convert(err)
+		r.Code, r.Message = uint32(st.Code()), st.Message()
+		return r
+	}
+	switch x := resp.(type) {
+	case *PutResponse:
+		r.Result = &BatchResult_Put{Put: x}
+	case *GetResponse:
+		r.Result = &BatchResult_Get{Get: x}
+	case *DeleteResponse:
+		r.Result = &BatchResult_Delete{Delete: x}
+	case *ScanResponse:
+		r.Result = &BatchResult_Scan{Scan: x}
+	default:
+		r.Code, r.Message = uint32(codes.Internal), "batch: no result"
+	}
+	return r
+}
