@@ -65,7 +65,9 @@ func (f *fakeKV) Batch(stream kvpb.KV_BatchServer) error {
 	broken := make(chan struct{})
 	var breakOnce sync.Once
 	served := make(chan error, 1)
-	go func() { served <- kvpb.ServeBatch(stream, 1<<10, f.serveBatchOp(stream, broken, &breakOnce)) }()
+	go func() {
+		served <- kvpb.ServeBatch(stream, 1<<10, kvpb.ServeEach(f.serveBatchOp(stream, broken, &breakOnce)))
+	}()
 	select {
 	case err := <-served:
 		return err

@@ -19,14 +19,17 @@ const (
 	maxBatchResults       = 1024
 )
 
-// ServeBatch serves one Batch stream (KV.Batch): every operation runs in a
-// goroutine of its own through serve, which returns its result (with Id
-// set), and one sender gathers whatever results are ready into each
-// BatchResponse. At most maxInFlight operations run at once; more are
-// answered with ResourceExhausted. It returns once the client closed its
+// ServeBatch serves one Batch stream (KV.Batch). For each BatchRequest it
+// calls serve, from the goroutine that reads the stream (so serve must not
+// block: it starts the goroutines it needs), and serve calls answer exactly
+// once per operation of the request, with its result (Id set), from any
+// goroutine. One sender gathers whatever results are ready into each
+// BatchResponse. At most maxInFlight operations are in flight at once;
+// the operations of a request beyond that are answered ResourceExhausted
+// without reaching serve. ServeBatch returns once the client closed its
 // side and every operation was answered (nil), or once the stream broke
-// and every operation ended (the error).
-func ServeBatch(stream KV_BatchServer, maxInFlight int, serve func(*BatchOp) *BatchResult) error {
+// and every operation was answered (the error).
+func ServeBatch(stream KV_BatchServer, maxInFlight int, serve func(req *BatchRequest, answer func(*BatchResult))) error {
 	results := make(chan *BatchResult, 4096)
 	sent := make(chan error, 1)
 	go func() { sent <- sendBatchResults(stream, results) }()
@@ -35,6 +38,11 @@ func ServeBatch(stream KV_BatchServer, maxInFlight int, serve func(*BatchOp) *Ba
 		inFlight atomic.Int64
 		recvErr  error
 	)
+	answer := func(r *BatchResult) {
+		inFlight.Add(-1)
+		results <- r
+		ops.Done()
+	}
 	for {
 		req, err := stream.Recv()
 		if err != nil {
@@ -43,21 +51,20 @@ func ServeBatch(stream KV_BatchServer, maxInFlight int, serve func(*BatchOp) *Ba
 			}
 			break
 		}
-		for _, op := range req.Ops {
-			if inFlight.Add(1) > int64(maxInFlight) {
-				inFlight.Add(-1)
+		if over := inFlight.Load() + int64(len(req.Ops)) - int64(maxInFlight); over > 0 {
+			keep := max(len(req.Ops)-int(over), 0)
+			for _, op := range req.Ops[keep:] {
 				results <- &BatchResult{Id: op.Id, Code: uint32(codes.ResourceExhausted),
 					Message: "batch: over the server's limit of operations in flight on one stream; retry"}
-				continue
 			}
-			ops.Add(1)
-			go func() {
-				defer ops.Done()
-				r := serve(op)
-				inFlight.Add(-1)
-				results <- r
-			}()
+			req.Ops = req.Ops[:keep]
 		}
+		if len(req.Ops) == 0 {
+			continue
+		}
+		inFlight.Add(int64(len(req.Ops)))
+		ops.Add(len(req.Ops))
+		serve(req, answer)
 	}
 	ops.Wait()
 	close(results)
@@ -65,6 +72,16 @@ func ServeBatch(stream KV_BatchServer, maxInFlight int, serve func(*BatchOp) *Ba
 		return err
 	}
 	return recvErr
+}
+
+// ServeEach is a serve function for ServeBatch that runs every operation
+// in a goroutine of its own through do.
+func ServeEach(do func(*BatchOp) *BatchResult) func(*BatchRequest, func(*BatchResult)) {
+	return func(req *BatchRequest, answer func(*BatchResult)) {
+		for _, op := range req.Ops {
+			go func() { answer(do(op)) }()
+		}
+	}
 }
 
 // sendBatchResults sends what arrives on results, as many as are ready per

@@ -13,16 +13,80 @@ import (
 const MaxBatchOpsInFlight = 1 << 16
 
 // Batch serves a Batch stream (kvpb.KV, kvpb.ServeBatch): every operation
-// runs through its unary method (Put, Get, Delete, Scan), so
-// that checks, consistency and session rules are the same. Reads that
-// arrive together share a ReadIndex round, as unary ones do (runLoop), and
-// the writes of one request reach the Ready loop together.
+// is served as its unary method (Put, Get, Delete, Scan) serves it, with
+// the same checks, consistency and session rules. The GETs of one
+// BatchRequest that ask for the same consistency share one wait
+// (awaitRead: for linearizable ones, one ReadIndex round, issued after
+// they all arrived); each is then answered in a goroutine of its own, so
+// that reads from the disk overlap. The writes of a request reach the
+// Ready loop together.
 func (s *kvServer) Batch(stream kvpb.KV_BatchServer) error {
-	return kvpb.ServeBatch(stream, MaxBatchOpsInFlight, s.serveBatchOp)
+	return kvpb.ServeBatch(stream, MaxBatchOpsInFlight, s.serveBatch)
 }
 
-// serveBatchOp serves one operation of a Batch stream and returns its
-// answer.
+// serveBatch starts serving the operations of req (kvpb.ServeBatch).
+func (s *kvServer) serveBatch(req *kvpb.BatchRequest, answer func(*kvpb.BatchResult)) {
+	var gets [2][]*kvpb.BatchOp // by consistency: LINEARIZABLE, STALE
+	for _, op := range req.Ops {
+		if g := op.GetGet(); g != nil && checkGet(g) == nil && int(g.Consistency) < len(gets) {
+			gets[g.Consistency] = append(gets[g.Consistency], op)
+			continue
+		}
+		go func() { answer(s.serveBatchOp(op)) }()
+	}
+	for c, ops := range gets {
+		if len(ops) > 0 {
+			go s.serveBatchGets(kvpb.ReadConsistency(c), ops, answer)
+		}
+	}
+}
+
+// opTimeout is how long the node serves op: its own timeout, at most the
+// node's request timeout.
+func (s *kvServer) opTimeout(op *kvpb.BatchOp) time.Duration {
+	if op.TimeoutNs > 0 && time.Duration(op.TimeoutNs) < s.n.cfg.RequestTimeout {
+		return time.Duration(op.TimeoutNs)
+	}
+	return s.n.cfg.RequestTimeout
+}
+
+// serveBatchGets waits once for the checked GETs ops, all of consistency
+// c, to be safe to serve locally, then answers each from the state
+// machine in a goroutine of its own. A linearizable wait is bounded by
+// the longest of their timeouts.
+func (s *kvServer) serveBatchGets(c kvpb.ReadConsistency, ops []*kvpb.BatchOp, answer func(*kvpb.BatchResult)) {
+	done := make([]func(*kvpb.BatchResult), len(ops))
+	var timeout time.Duration
+	for i, op := range ops {
+		done[i] = s.n.metrics.batch.begin(op)
+		timeout = max(timeout, s.opTimeout(op))
+	}
+	var err error
+	if c == kvpb.ReadConsistency_STALE {
+		err = s.awaitReadStatus(context.Background(), c) // no wait: only a removed node's refusal
+	} else {
+		ctx, cancel := context.WithTimeout(context.Background(), timeout)
+		err = s.awaitReadStatus(ctx, c)
+		cancel()
+	}
+	for i, op := range ops {
+		if err != nil {
+			r := kvpb.NewBatchResult(op.Id, nil, err)
+			done[i](r)
+			answer(r)
+			continue
+		}
+		go func() {
+			resp, err := s.getLocal(op.GetGet())
+			r := kvpb.NewBatchResult(op.Id, resp, err)
+			done[i](r)
+			answer(r)
+		}()
+	}
+}
+
+// serveBatchOp serves one operation of a Batch stream as its unary method
+// and returns its answer.
 //
 // Its context is not the stream's: it is bounded by the operation's
 // timeout and the node's request timeout only (one timer), so that the
@@ -31,11 +95,7 @@ func (s *kvServer) Batch(stream kvpb.KV_BatchServer) error {
 // most that bound.
 func (s *kvServer) serveBatchOp(op *kvpb.BatchOp) *kvpb.BatchResult {
 	done := s.n.metrics.batch.begin(op)
-	timeout := s.n.cfg.RequestTimeout
-	if op.TimeoutNs > 0 && time.Duration(op.TimeoutNs) < timeout {
-		timeout = time.Duration(op.TimeoutNs)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	ctx, cancel := context.WithTimeout(context.Background(), s.opTimeout(op))
 	defer cancel()
 	r := kvpb.ServeBatchOp(ctx, s, op)
 	done(r)

@@ -287,17 +287,40 @@ func (s *kvServer) awaitRead(ctx context.Context, c kvpb.ReadConsistency) error 
 }
 
 func (s *kvServer) Get(ctx context.Context, req *kvpb.GetRequest) (*kvpb.GetResponse, error) {
+	if err := checkGet(req); err != nil {
+		return nil, err
+	}
+	if err := s.awaitReadStatus(ctx, req.Consistency); err != nil {
+		return nil, err
+	}
+	return s.getLocal(req)
+}
+
+// checkGet refuses a malformed GetRequest with InvalidArgument.
+func checkGet(req *kvpb.GetRequest) error {
 	if err := systems.CheckKey(req.Key); err != nil {
-		return nil, status.Errorf(codes.InvalidArgument, "get: %v", err)
+		return status.Errorf(codes.InvalidArgument, "get: %v", err)
 	}
-	if err := s.awaitRead(ctx, req.Consistency); err != nil {
-		// awaitRead's own answers (bad consistency, a removed node's
-		// Aborted) go back as they are; readError maps the others.
-		if _, ok := status.FromError(err); ok {
-			return nil, err
-		}
-		return nil, readError(err)
+	return nil
+}
+
+// awaitReadStatus is awaitRead with its error as a gRPC status: its own
+// answers (bad consistency, a removed node's Aborted) as they are,
+// readError's mapping for the others.
+func (s *kvServer) awaitReadStatus(ctx context.Context, c kvpb.ReadConsistency) error {
+	err := s.awaitRead(ctx, c)
+	if err == nil {
+		return nil
 	}
+	if _, ok := status.FromError(err); ok {
+		return err
+	}
+	return readError(err)
+}
+
+// getLocal answers a checked GetRequest from the local state machine
+// (after awaitRead made it safe).
+func (s *kvServer) getLocal(req *kvpb.GetRequest) (*kvpb.GetResponse, error) {
 	v, found, err := s.n.sm.Get(req.Key)
 	if err != nil {
 		s.n.logger.Error("get failed", "key", fmt.Sprintf("%q", truncate(req.Key)), "err", err)
@@ -313,13 +336,8 @@ func (s *kvServer) Scan(ctx context.Context, req *kvpb.ScanRequest) (*kvpb.ScanR
 	if len(req.End) > 0 && string(req.Start) > string(req.End) {
 		return nil, status.Errorf(codes.InvalidArgument, "scan: start %q is after end %q", truncate(req.Start), truncate(req.End))
 	}
-	if err := s.awaitRead(ctx, req.Consistency); err != nil {
-		// awaitRead's own answers (bad consistency, a removed node's
-		// Aborted) go back as they are; readError maps the others.
-		if _, ok := status.FromError(err); ok {
-			return nil, err
-		}
-		return nil, readError(err)
+	if err := s.awaitReadStatus(ctx, req.Consistency); err != nil {
+		return nil, err
 	}
 	kvs, more, err := s.n.sm.Scan(req.Start, req.End, int(req.Limit), s.n.cfg.ScanMaxBytes)
 	if err != nil {
