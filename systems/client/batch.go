@@ -32,6 +32,9 @@ const (
 // older node) is sent unary calls from then on.
 type batcher struct {
 	kv kvpb.KVClient
+	// sweepEvery is how often a stream's sweeper looks for calls past
+	// their attempt deadline.
+	sweepEvery time.Duration
 
 	mu     sync.Mutex
 	stream *batchStream // nil: none open
@@ -54,6 +57,9 @@ type batchStream struct {
 type batchCall struct {
 	op   *kvpb.BatchOp
 	size int
+	// deadline, if not zero, is the end of the attempt: the stream's
+	// sweeper answers the call with DeadlineExceeded after it.
+	deadline time.Time
 	// sent (under the stream's mu): the sender handed the operation to
 	// gRPC, so it may have reached the server.
 	sent bool
@@ -75,10 +81,16 @@ func (e *notSentError) GRPCStatus() *status.Status { return e.st }
 // do sends op (whose Id do sets) and returns its result, or an error with
 // the status codes of the unary methods: the operation's own status, the
 // stream's transport error (codes.Unavailable: the outcome of a write is
-// unknown), a *notSentError, or ctx's end (DeadlineExceeded, Canceled).
-func (b *batcher) do(ctx context.Context, op *kvpb.BatchOp, size int) (*kvpb.BatchResult, error) {
-	if dl, ok := ctx.Deadline(); ok {
-		op.TimeoutNs = int64(time.Until(dl))
+// unknown), a *notSentError, ctx's end (DeadlineExceeded, Canceled), or
+// DeadlineExceeded once the attempt's deadline (if not zero) has passed.
+// The server is told the sooner of ctx's deadline and the attempt's.
+func (b *batcher) do(ctx context.Context, op *kvpb.BatchOp, size int, deadline time.Time) (*kvpb.BatchResult, error) {
+	end := deadline
+	if dl, ok := ctx.Deadline(); ok && (end.IsZero() || dl.Before(end)) {
+		end = dl
+	}
+	if !end.IsZero() {
+		op.TimeoutNs = int64(time.Until(end))
 		if op.TimeoutNs <= 0 {
 			return nil, &notSentError{st: status.FromContextError(context.DeadlineExceeded)}
 		}
@@ -87,7 +99,7 @@ func (b *batcher) do(ctx context.Context, op *kvpb.BatchOp, size int) (*kvpb.Bat
 	if err != nil {
 		return nil, err
 	}
-	call := &batchCall{op: op, size: size, done: make(chan batchOutcome, 1)}
+	call := &batchCall{op: op, size: size, deadline: deadline, done: make(chan batchOutcome, 1)}
 	if err := st.register(call); err != nil {
 		b.forget(st)
 		return nil, err
@@ -145,7 +157,44 @@ func (b *batcher) open() (*batchStream, error) {
 	b.stream = st
 	go st.send(s)
 	go st.receive(s)
+	go st.sweep(ctx, b.sweepEvery)
 	return st, nil
+}
+
+// sweepPeriod is how often a stream looks for attempts past their
+// deadline: a sixteenth of the attempt timeout, within 1 ms and 100 ms.
+func sweepPeriod(attemptTimeout time.Duration) time.Duration {
+	return min(max(attemptTimeout/16, time.Millisecond), 100*time.Millisecond)
+}
+
+// sweep answers, every period until ctx ends, the pending calls past
+// their attempt deadline with DeadlineExceeded (not-sent if the sender
+// never handed them to gRPC): one ticker per stream instead of a timer per
+// call.
+func (st *batchStream) sweep(ctx context.Context, period time.Duration) {
+	t := time.NewTicker(period)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case now := <-t.C:
+			st.mu.Lock()
+			for id, call := range st.pending {
+				if call.deadline.IsZero() || now.Before(call.deadline) {
+					continue
+				}
+				delete(st.pending, id)
+				late := status.New(codes.DeadlineExceeded, "no answer within the attempt's deadline")
+				if !call.sent {
+					call.done <- batchOutcome{err: &notSentError{st: late}}
+				} else {
+					call.done <- batchOutcome{err: late.Err()}
+				}
+			}
+			st.mu.Unlock()
+		}
+	}
 }
 
 // forget drops st as the open stream once it is broken.
@@ -298,13 +347,13 @@ func (st *batchStream) receive(s kvpb.KV_BatchClient) {
 // errNoBatch: the server does not implement Batch; use a unary call.
 var errNoBatch = errors.New("server has no Batch method")
 
-// batchOp sends op through the server's batcher, or returns errNoBatch if
-// the server takes unary calls only.
-func (s *server) batchOp(ctx context.Context, op *kvpb.BatchOp, size int) (*kvpb.BatchResult, error) {
+// batchOp sends op through the server's batcher (batcher.do), or returns
+// errNoBatch if the server takes unary calls only.
+func (s *server) batchOp(ctx context.Context, op *kvpb.BatchOp, size int, deadline time.Time) (*kvpb.BatchResult, error) {
 	if s.batch == nil || s.batch.unary.Load() {
 		return nil, errNoBatch
 	}
-	r, err := s.batch.do(ctx, op, size)
+	r, err := s.batch.do(ctx, op, size, deadline)
 	if err != nil && s.batch.unary.Load() {
 		return nil, errNoBatch
 	}

@@ -218,7 +218,7 @@ func (c *Client) add(addr string) (*server, error) {
 	}
 	s := &server{addr: addr, cc: cc, kv: kvpb.NewKVClient(cc)}
 	if !c.cfg.Unary {
-		s.batch = &batcher{kv: s.kv}
+		s.batch = &batcher{kv: s.kv, sweepEvery: sweepPeriod(c.cfg.AttemptTimeout)}
 	}
 	c.servers = append(c.servers, s)
 	return s, nil
@@ -400,7 +400,11 @@ func (c *Client) write(ctx context.Context, call func(context.Context, *server, 
 }
 
 // read sends a read until it succeeds, fails definitely, or ctx ends.
-func (c *Client) read(ctx context.Context, call func(context.Context, *server) (*kvpb.ResponseHeader, error)) error {
+// call makes one attempt on a server, which must end by the attempt's
+// deadline (AttemptTimeout from its start): a batched read gives it to the
+// stream's sweeper (no timer per read), a unary one bounds its context by
+// it (attemptContext).
+func (c *Client) read(ctx context.Context, call func(ctx context.Context, s *server, deadline time.Time) (*kvpb.ResponseHeader, error)) error {
 	var last error
 	for attempt := 0; ; attempt++ {
 		if ctx.Err() != nil {
@@ -410,12 +414,7 @@ func (c *Client) read(ctx context.Context, call func(context.Context, *server) (
 			return fmt.Errorf("%w (last error: %v)", ctx.Err(), last)
 		}
 		s := c.pick(attempt)
-		actx, cancel := ctx, context.CancelFunc(func() {})
-		if dl, ok := ctx.Deadline(); !ok || time.Until(dl) > c.cfg.AttemptTimeout {
-			actx, cancel = context.WithTimeout(ctx, c.cfg.AttemptTimeout)
-		}
-		h, err := call(actx, s)
-		cancel()
+		h, err := call(ctx, s, time.Now().Add(c.cfg.AttemptTimeout))
 		if err == nil {
 			c.learn(s, h)
 			return nil
@@ -429,6 +428,15 @@ func (c *Client) read(ctx context.Context, call func(context.Context, *server) (
 			return fmt.Errorf("%w (last error: %v)", perr, last)
 		}
 	}
+}
+
+// attemptContext bounds ctx by an attempt's deadline (a timer), unless ctx
+// ends sooner.
+func attemptContext(ctx context.Context, deadline time.Time) (context.Context, context.CancelFunc) {
+	if dl, ok := ctx.Deadline(); ok && !dl.After(deadline) {
+		return ctx, func() {}
+	}
+	return context.WithDeadline(ctx, deadline)
 }
 
 // Put writes key = value and returns the Raft index that applied it. A
@@ -463,7 +471,7 @@ func (c *Client) put(ctx context.Context, key, value []byte, ttlMs uint64) (uint
 	err := c.write(ctx, func(ctx context.Context, s *server, sess *session) (*kvpb.ResponseHeader, error) {
 		req := &kvpb.PutRequest{Key: key, Value: value, ClientId: sess.id, Seq: sess.seq, TtlMs: ttlMs}
 		if len(value) < kvpb.LargeValueBytes {
-			br, err := s.batchOp(ctx, &kvpb.BatchOp{Op: &kvpb.BatchOp_Put{Put: req}}, len(key)+len(value))
+			br, err := s.batchOp(ctx, &kvpb.BatchOp{Op: &kvpb.BatchOp_Put{Put: req}}, len(key)+len(value), time.Time{})
 			if err == nil {
 				idx = br.GetPut().GetIndex()
 				return br.GetPut().GetHeader(), nil
@@ -490,7 +498,7 @@ func (c *Client) Delete(ctx context.Context, key []byte) (uint64, error) {
 	var idx uint64
 	err := c.write(ctx, func(ctx context.Context, s *server, sess *session) (*kvpb.ResponseHeader, error) {
 		req := &kvpb.DeleteRequest{Key: key, ClientId: sess.id, Seq: sess.seq}
-		br, err := s.batchOp(ctx, &kvpb.BatchOp{Op: &kvpb.BatchOp_Delete{Delete: req}}, len(key))
+		br, err := s.batchOp(ctx, &kvpb.BatchOp{Op: &kvpb.BatchOp_Delete{Delete: req}}, len(key), time.Time{})
 		if err == nil {
 			idx = br.GetDelete().GetIndex()
 			return br.GetDelete().GetHeader(), nil
@@ -513,9 +521,9 @@ func (c *Client) Get(ctx context.Context, key []byte) (value []byte, found bool,
 	if c.etcd != nil {
 		return c.etcd.get(ctx, key)
 	}
-	err = c.read(ctx, func(ctx context.Context, s *server) (*kvpb.ResponseHeader, error) {
+	err = c.read(ctx, func(ctx context.Context, s *server, deadline time.Time) (*kvpb.ResponseHeader, error) {
 		req := &kvpb.GetRequest{Key: key, Consistency: c.cfg.Consistency}
-		br, err := s.batchOp(ctx, &kvpb.BatchOp{Op: &kvpb.BatchOp_Get{Get: req}}, len(key))
+		br, err := s.batchOp(ctx, &kvpb.BatchOp{Op: &kvpb.BatchOp_Get{Get: req}}, len(key), deadline)
 		if err == nil {
 			value, found = br.GetGet().GetValue(), br.GetGet().GetFound()
 			return br.GetGet().GetHeader(), nil
@@ -523,6 +531,8 @@ func (c *Client) Get(ctx context.Context, key []byte) (value []byte, found bool,
 		if err != errNoBatch {
 			return nil, err
 		}
+		ctx, cancel := attemptContext(ctx, deadline)
+		defer cancel()
 		r, err := s.kv.Get(ctx, req)
 		if err != nil {
 			return nil, err
@@ -549,7 +559,9 @@ func (c *Client) Scan(ctx context.Context, start, end []byte, limit int) ([]KeyV
 			want = limit - len(out)
 		}
 		var page *kvpb.ScanResponse
-		err := c.read(ctx, func(ctx context.Context, s *server) (*kvpb.ResponseHeader, error) {
+		err := c.read(ctx, func(ctx context.Context, s *server, deadline time.Time) (*kvpb.ResponseHeader, error) {
+			ctx, cancel := attemptContext(ctx, deadline)
+			defer cancel()
 			r, err := s.kv.Scan(ctx, &kvpb.ScanRequest{Start: from, End: end, Limit: uint32(want), Consistency: c.cfg.Consistency})
 			if err != nil {
 				return nil, err
