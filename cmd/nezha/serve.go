@@ -61,6 +61,7 @@ func (c *cli) serveCommand() *ffcli.Command {
 	fs.BoolVar(&cfg.Sync, "sync", cfg.Sync, "fdatasync the Raft log once per Ready; false is for comparison only")
 	fs.Int64Var(&cfg.SegmentSizeBytes, "segmentSizeBytes", cfg.SegmentSizeBytes, "Raft log segment size in bytes")
 	fs.Int64Var(&cfg.EntryCacheBytes, "entryCacheBytes", cfg.EntryCacheBytes, "bytes of the newest Raft entries kept in memory so they are not read back from the log (0: off)")
+	fs.Int64Var(&cfg.LogPageCacheBytes, "logPageCacheBytes", cfg.LogPageCacheBytes, "bytes of the newest synced Raft log data left in the kernel's page cache; older synced data is dropped from it (posix_fadvise DONTNEED; negative: no limit)")
 	fs.IntVar(&cfg.MaxValueBytes, "maxValueBytes", cfg.MaxValueBytes, "largest value a Put accepts, in bytes")
 	fs.DurationVar(&cfg.TickInterval, "tick", cfg.TickInterval, "Raft tick interval (a duration, e.g. 100ms)")
 	fs.IntVar(&cfg.ElectionTicks, "electionTicks", cfg.ElectionTicks, "election timeout in ticks")

@@ -94,6 +94,10 @@ type Config struct {
 	// entries and MsgApps to followers that trail by little are not read
 	// back from the log. 0 disables it. Default 32 MiB.
 	EntryCacheBytes int64
+	// LogPageCacheBytes bounds the newest Raft log data left in the
+	// kernel's page cache once synced (raftlog.Options.PageCacheBytes;
+	// negative: no limit). Default 64 MiB.
+	LogPageCacheBytes int64
 	// MaxValueBytes is the largest value a Put accepts. Default 64 MiB.
 	MaxValueBytes int
 	// TickInterval is one Raft tick. Default 100ms.
@@ -147,17 +151,18 @@ type Config struct {
 // Default returns a Config holding every documented default.
 func Default() Config {
 	return Config{
-		Sync:             true,
-		SegmentSizeBytes: raftlog.DefaultSegmentSizeBytes,
-		EntryCacheBytes:  raftlog.DefaultEntryCacheBytes,
-		MaxValueBytes:    systems.DefaultMaxValueBytes,
-		TickInterval:     100 * time.Millisecond,
-		ElectionTicks:    10,
-		HeartbeatTicks:   1,
-		RequestTimeout:   5 * time.Second,
-		ScanMaxBytes:     16 << 20,
-		MinFreeDiskBytes: 256 << 20,
-		DiskBallastBytes: 16 << 20,
+		Sync:              true,
+		SegmentSizeBytes:  raftlog.DefaultSegmentSizeBytes,
+		EntryCacheBytes:   raftlog.DefaultEntryCacheBytes,
+		LogPageCacheBytes: raftlog.DefaultPageCacheBytes,
+		MaxValueBytes:     systems.DefaultMaxValueBytes,
+		TickInterval:      100 * time.Millisecond,
+		ElectionTicks:     10,
+		HeartbeatTicks:    1,
+		RequestTimeout:    5 * time.Second,
+		ScanMaxBytes:      16 << 20,
+		MinFreeDiskBytes:  256 << 20,
+		DiskBallastBytes:  16 << 20,
 
 		JSONRPCMaxLineBytes: 4 << 20,
 	}

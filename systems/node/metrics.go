@@ -171,9 +171,9 @@ func desc(name, help string, labels ...string) *prometheus.Desc {
 
 // nodeDescs are the descriptors of nodeCollector.
 type nodeDescs struct {
-	info, term, leader, isLeader, commit, applied, first, last, logWritten, logBytes *prometheus.Desc
-	gcRounds, gcFailed, gcRead, gcWritten, gcReclaimed, gcSeconds                    *prometheus.Desc
-	valueLog, sortedRuns, blobFiles, live, levelBytes, levelFiles, indexEntries      *prometheus.Desc
+	info, term, leader, isLeader, commit, applied, first, last, logWritten, logDropped, logBytes *prometheus.Desc
+	gcRounds, gcFailed, gcRead, gcWritten, gcReclaimed, gcSeconds                                *prometheus.Desc
+	valueLog, sortedRuns, blobFiles, live, levelBytes, levelFiles, indexEntries                  *prometheus.Desc
 }
 
 func newNodeDescs() nodeDescs {
@@ -187,6 +187,7 @@ func newNodeDescs() nodeDescs {
 		first:      desc("nezha_raftlog_first_index", "The first index in the node's Raft log (above the compaction point)."),
 		last:       desc("nezha_raftlog_last_index", "The last index in the node's Raft log."),
 		logWritten: desc("nezha_raftlog_written_bytes_total", "Record bytes written to Raft log segments since the node started."),
+		logDropped: desc("nezha_raftlog_page_cache_dropped_bytes_total", "Synced Raft log bytes the node asked the kernel to drop from its page cache (-logPageCacheBytes)."),
 		logBytes:   desc("nezha_raftlog_bytes", "Bytes in the node's Raft log segment files."),
 
 		gcRounds:    desc("nezha_gc_rounds_total", "GC rounds since the node started (nezha: GC into sorted runs; RocksDB baselines: Raft log truncation)."),
@@ -210,7 +211,7 @@ func newNodeDescs() nodeDescs {
 func (c *nodeCollector) Describe(ch chan<- *prometheus.Desc) {
 	d := c.d
 	for _, dd := range []*prometheus.Desc{d.info, d.term, d.leader, d.isLeader, d.commit, d.applied, d.first, d.last,
-		d.logWritten, d.logBytes, d.gcRounds, d.gcFailed, d.gcRead, d.gcWritten, d.gcReclaimed, d.gcSeconds,
+		d.logWritten, d.logDropped, d.logBytes, d.gcRounds, d.gcFailed, d.gcRead, d.gcWritten, d.gcReclaimed, d.gcSeconds,
 		d.valueLog, d.sortedRuns, d.blobFiles, d.live, d.levelBytes, d.levelFiles, d.indexEntries} {
 		ch <- dd
 	}
@@ -237,7 +238,9 @@ func (c *nodeCollector) Collect(ch chan<- prometheus.Metric) {
 	gauge(d.applied, float64(n.applied.Load()))
 	gauge(d.first, float64(n.firstIndex.Load()))
 	gauge(d.last, float64(n.lastIndex.Load()))
-	counter(d.logWritten, float64(n.log.Stats().BytesWritten))
+	ls := n.log.Stats()
+	counter(d.logWritten, float64(ls.BytesWritten))
+	counter(d.logDropped, float64(ls.PageCacheDroppedBytes))
 	var logBytes int64
 	for _, seg := range n.log.Segments() {
 		logBytes += seg.SizeBytes

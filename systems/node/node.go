@@ -301,6 +301,7 @@ func (n *Node) open() error {
 	lo := raftlog.DefaultOptions(n.cfg.logDir())
 	lo.SegmentSizeBytes = n.cfg.SegmentSizeBytes
 	lo.EntryCacheBytes = n.cfg.EntryCacheBytes
+	lo.PageCacheBytes = n.cfg.LogPageCacheBytes
 	lo.Sync = n.cfg.Sync
 	lo.Bootstrap = raftpb.ConfState{Voters: voters}
 	lo.Logger = n.logger

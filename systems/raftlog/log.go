@@ -52,6 +52,13 @@ const DefaultSegmentSizeBytes = 64 << 20
 // at 256 KiB values, 128 entries, several Readies of commit lag).
 const DefaultEntryCacheBytes = 32 << 20
 
+// DefaultPageCacheBytes is the default of Options.PageCacheBytes (64 MiB).
+const DefaultPageCacheBytes = 64 << 20
+
+// pageBytes is the page size dropSynced aligns to (4 KiB on Linux/amd64;
+// a larger page only leaves more of a boundary page cached).
+const pageBytes = 4096
+
 // Options configures a Log.
 type Options struct {
 	// Dir holds the segment files. Created if missing.
@@ -71,6 +78,19 @@ type Options struct {
 	// them to apply). 0 disables the cache. Default 32 MiB
 	// (DefaultEntryCacheBytes).
 	EntryCacheBytes int64
+	// PageCacheBytes bounds how much of the log's newest data the kernel
+	// keeps in its page cache: after each fdatasync, synced data older
+	// than the newest PageCacheBytes is dropped from it (vfs.File.DropCache,
+	// posix_fadvise DONTNEED). A log is written once and read back rarely
+	// (a follower far behind, a value read of nezha), so its pages would
+	// otherwise fill free memory with data nobody reads, and every new page
+	// costs the kernel an allocation, which on a VM with free page reporting
+	// (this project's machines) is a fault into the hypervisor: about half
+	// of a node's CPU for 256 KiB PUTs. With a window the log reuses the
+	// pages it just freed. Negative: no limit (the kernel decides). Only
+	// with Sync (unsynced pages are dirty). Default 64 MiB
+	// (DefaultPageCacheBytes).
+	PageCacheBytes int64
 	// Logger receives warnings (torn tails). Default slog.Default().
 	Logger *slog.Logger
 	// FS opens the segment files: it injects disk faults and watches
@@ -100,7 +120,8 @@ type Observer interface {
 
 // DefaultOptions returns Options with the documented defaults for dir.
 func DefaultOptions(dir string) Options {
-	return Options{Dir: dir, SegmentSizeBytes: DefaultSegmentSizeBytes, Sync: true, EntryCacheBytes: DefaultEntryCacheBytes}
+	return Options{Dir: dir, SegmentSizeBytes: DefaultSegmentSizeBytes, Sync: true, EntryCacheBytes: DefaultEntryCacheBytes,
+		PageCacheBytes: DefaultPageCacheBytes}
 }
 
 // Validate reports every problem with o at once.
@@ -138,6 +159,9 @@ type Stats struct {
 	// CacheHits and CacheMisses count Entries calls served from the entry
 	// cache and from the segment files.
 	CacheHits, CacheMisses int64
+	// PageCacheDroppedBytes counts synced bytes the log asked the kernel
+	// to drop from its page cache (Options.PageCacheBytes).
+	PageCacheDroppedBytes int64
 }
 
 // Log is a segmented Raft log. Append, ApplySnapshot and Compact must be
@@ -163,6 +187,7 @@ type Log struct {
 	gap  gap      // the last index gap seen by recovery
 
 	bytesWritten atomic.Int64
+	droppedBytes atomic.Int64 // dropped from the page cache (dropSynced)
 	fsyncs       atomic.Int64
 	appends      atomic.Int64
 	cacheHits    atomic.Int64
@@ -851,8 +876,65 @@ func (l *Log) writev(seg *segment, bufs [][]byte, size int64, mustSync bool) err
 		if err := l.datasync(seg); err != nil {
 			return fmt.Errorf("raftlog: fdatasync %s: %w", seg.path, err)
 		}
+		l.dropSynced()
 	}
 	return nil
+}
+
+// dropSynced drops from the page cache the log's synced data older than
+// its newest Options.PageCacheBytes (every segment is synced up to its
+// size once the active one is: sealed segments were synced when they were
+// rolled), except sealed segments whose sidecar index is still being
+// built. Writer goroutine only; a failed hint is logged, not returned.
+func (l *Log) dropSynced() {
+	keep := l.opts.PageCacheBytes
+	if keep < 0 {
+		return
+	}
+	l.mu.RLock()
+	segs := l.segs
+	l.mu.RUnlock()
+	for i := len(segs) - 1; i >= 0; i-- {
+		seg := segs[i]
+		size := seg.size.Load()
+		if keep >= size {
+			keep -= size
+			continue
+		}
+		cut := size - keep
+		keep = 0
+		sealed := i < len(segs)-1
+		if sealed && !seg.settled {
+			if !seg.indexed.Load() {
+				// Its sidecar index is being built from its pages
+				// (indexSealed): dropping them now would have it read
+				// them back from the disk. A later call drops them.
+				continue
+			}
+			// The indexer read its pages back into the cache.
+			seg.settled, seg.dropped = true, 0
+		}
+		if cut <= seg.dropped {
+			if sealed {
+				return // sealed and dropped already, as is every older one
+			}
+			continue
+		}
+		// The kernel drops whole pages only: start at the page the last
+		// drop ended in (all of it is synced), and let the last drop of
+		// a sealed segment run to its end (length 0).
+		from := seg.dropped &^ (pageBytes - 1)
+		n := cut - from
+		if sealed && cut == size {
+			n = 0
+		}
+		if err := seg.f.DropCache(from, n); err != nil {
+			l.opts.Logger.Debug("raftlog: dropping synced pages from the page cache", "err", err)
+			return
+		}
+		l.droppedBytes.Add(cut - seg.dropped)
+		seg.dropped = cut
+	}
 }
 
 // Roll seals the active segment and starts the next one, whose first records
@@ -902,9 +984,12 @@ func (l *Log) Roll() error {
 // that the next Open deletes). Close waits for it.
 func (l *Log) indexSealed(seg *segment) {
 	size := seg.size.Load()
+	seg.indexed.Store(false)
+	seg.settled = false
 	l.indexing.Add(1)
 	go func() {
 		defer l.indexing.Done()
+		defer seg.indexed.Store(true) // dropSynced may now drop its pages
 		recs, err := scanHeaders(seg, size)
 		if err == nil {
 			err = writeSegIndex(l.opts.Dir, seg.id, encodeSegIndex(size, recs))
@@ -1015,7 +1100,7 @@ func (l *Log) RemoveSegment(id uint64) error {
 // Stats returns cumulative counters.
 func (l *Log) Stats() Stats {
 	return Stats{BytesWritten: l.bytesWritten.Load(), Fsyncs: l.fsyncs.Load(), Appends: l.appends.Load(),
-		CacheHits: l.cacheHits.Load(), CacheMisses: l.cacheMisses.Load()}
+		CacheHits: l.cacheHits.Load(), CacheMisses: l.cacheMisses.Load(), PageCacheDroppedBytes: l.droppedBytes.Load()}
 }
 
 // Sync forces an fdatasync of the active segment (used on clean shutdown
@@ -1084,6 +1169,13 @@ type segment struct {
 
 	// Written only by the writer goroutine under Log.mu.
 	firstIndex, lastIndex uint64
+	// dropped: bytes from the start dropped from the page cache
+	// (dropSynced; writer goroutine only). indexed: its sidecar index is
+	// written, or will not be (indexSealed is done with its pages).
+	dropped int64
+	indexed atomic.Bool
+	// settled (writer goroutine only): dropSynced has seen indexed.
+	settled bool
 
 	mu     sync.RWMutex
 	closed bool
@@ -1183,7 +1275,9 @@ func openSegment(fs *vfs.FS, dir string, id uint64) (*segment, error) {
 	if err != nil {
 		return nil, fmt.Errorf("raftlog: open segment: %w", err)
 	}
-	return &segment{id: id, path: p, f: f}, nil
+	s := &segment{id: id, path: p, f: f}
+	s.indexed.Store(true) // recovery has read it; nothing builds its index now
+	return s, nil
 }
 
 // listSegments returns the ids of the segment files in dir, ascending.

@@ -434,6 +434,17 @@ func (f *File) Close() error { return f.f.Close() }
 // Truncate changes the file's size.
 func (f *File) Truncate(size int64) error { return f.f.Truncate(size) }
 
+// DropCache asks the kernel to drop the cached pages wholly inside
+// [off, off+n) (n 0: to the end of the file) that are clean
+// (posix_fadvise POSIX_FADV_DONTNEED): a hint, not a fault point; dirty
+// pages are left (written back first by the kernel's own schedule).
+func (f *File) DropCache(off, n int64) error {
+	if err := unix.Fadvise(int(f.f.Fd()), off, n, unix.FADV_DONTNEED); err != nil {
+		return &os.PathError{Op: "fadvise", Path: f.path, Err: err}
+	}
+	return nil
+}
+
 func (f *File) beforeWrite(size int) error {
 	op := Op{Kind: OpWrite, Path: f.path, SizeBytes: int64(size)}
 	if err := f.fs.MaybeError(op); err != nil {
