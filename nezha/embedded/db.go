@@ -147,6 +147,9 @@ func open(dir string, opts Options) (*DB, error) {
 	lo.EntryCacheBytes = 0 // entries are applied straight from Append
 	lo.Logger = logger
 	lo.MmapReads = opts.MmapReads
+	// The kernel keeps what it likes cached, as it does for Badger's and
+	// Pebble's files (a library does not bound the caller's page cache).
+	lo.PageCacheBytes = -1
 	l, err := raftlog.Open(lo)
 	if err != nil {
 		return nil, fmt.Errorf("embedded: %w", err)
