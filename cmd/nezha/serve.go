@@ -61,6 +61,7 @@ func (c *cli) serveCommand() *ffcli.Command {
 	fs.BoolVar(&cfg.Sync, "sync", cfg.Sync, "fdatasync the Raft log once per Ready; false is for comparison only")
 	fs.Int64Var(&cfg.SegmentSizeBytes, "segmentSizeBytes", cfg.SegmentSizeBytes, "Raft log segment size in bytes")
 	fs.Int64Var(&cfg.EntryCacheBytes, "entryCacheBytes", cfg.EntryCacheBytes, "bytes of the newest Raft entries kept in memory so they are not read back from the log (0: off)")
+	fs.BoolVar(&cfg.LogDirectIO, "logDirectIO", cfg.LogDirectIO, "write the Raft log with O_DIRECT (from a block-aligned copy, not through the page cache) when -sync is on; a filesystem without O_DIRECT gets buffered writes")
 	fs.Int64Var(&cfg.LogPageCacheBytes, "logPageCacheBytes", cfg.LogPageCacheBytes, "bytes of the newest synced Raft log data left in the kernel's page cache; older synced data is dropped from it (posix_fadvise DONTNEED; negative: no limit)")
 	fs.IntVar(&cfg.MaxValueBytes, "maxValueBytes", cfg.MaxValueBytes, "largest value a Put accepts, in bytes")
 	fs.DurationVar(&cfg.TickInterval, "tick", cfg.TickInterval, "Raft tick interval (a duration, e.g. 100ms)")

@@ -147,9 +147,11 @@ func open(dir string, opts Options) (*DB, error) {
 	lo.EntryCacheBytes = 0 // entries are applied straight from Append
 	lo.Logger = logger
 	lo.MmapReads = opts.MmapReads
-	// The kernel keeps what it likes cached, as it does for Badger's and
-	// Pebble's files (a library does not bound the caller's page cache).
+	// Writes go through the page cache and the kernel keeps what it likes
+	// cached, as for Badger's and Pebble's files (a library does not bound
+	// the caller's page cache, and mapped reads want the pages).
 	lo.PageCacheBytes = -1
+	lo.DirectIO = false
 	l, err := raftlog.Open(lo)
 	if err != nil {
 		return nil, fmt.Errorf("embedded: %w", err)

@@ -98,6 +98,9 @@ type Config struct {
 	// kernel's page cache once synced (raftlog.Options.PageCacheBytes;
 	// negative: no limit). Default 64 MiB.
 	LogPageCacheBytes int64
+	// LogDirectIO writes the Raft log with O_DIRECT when Sync is on
+	// (raftlog.Options.DirectIO). Default true.
+	LogDirectIO bool
 	// MaxValueBytes is the largest value a Put accepts. Default 64 MiB.
 	MaxValueBytes int
 	// TickInterval is one Raft tick. Default 100ms.
@@ -155,6 +158,7 @@ func Default() Config {
 		SegmentSizeBytes:  raftlog.DefaultSegmentSizeBytes,
 		EntryCacheBytes:   raftlog.DefaultEntryCacheBytes,
 		LogPageCacheBytes: raftlog.DefaultPageCacheBytes,
+		LogDirectIO:       true,
 		MaxValueBytes:     systems.DefaultMaxValueBytes,
 		TickInterval:      100 * time.Millisecond,
 		ElectionTicks:     10,

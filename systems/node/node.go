@@ -302,6 +302,7 @@ func (n *Node) open() error {
 	lo.SegmentSizeBytes = n.cfg.SegmentSizeBytes
 	lo.EntryCacheBytes = n.cfg.EntryCacheBytes
 	lo.PageCacheBytes = n.cfg.LogPageCacheBytes
+	lo.DirectIO = n.cfg.LogDirectIO
 	lo.Sync = n.cfg.Sync
 	lo.Bootstrap = raftpb.ConfState{Voters: voters}
 	lo.Logger = n.logger
