@@ -32,6 +32,9 @@ const (
 // older node) is sent unary calls from then on.
 type batcher struct {
 	kv kvpb.KVClient
+	// learn is given each BatchResponse's header (the node's), before its
+	// results reach their callers.
+	learn func(*kvpb.ResponseHeader)
 	// sweepEvery is how often a stream's sweeper looks for calls past
 	// their attempt deadline.
 	sweepEvery time.Duration
@@ -156,7 +159,7 @@ func (b *batcher) open() (*batchStream, error) {
 	st := &batchStream{cancel: cancel, sendq: make(chan *batchCall, batchQueue), pending: map[uint64]*batchCall{}}
 	b.stream = st
 	go st.send(s)
-	go st.receive(s)
+	go st.receive(s, b.learn)
 	go st.sweep(ctx, b.sweepEvery)
 	return st, nil
 }
@@ -325,13 +328,17 @@ func (st *batchStream) send(s kvpb.KV_BatchClient) {
 	}
 }
 
-// receive hands each result to its caller until the stream breaks.
-func (st *batchStream) receive(s kvpb.KV_BatchClient) {
+// receive hands each result to its caller until the stream breaks, after
+// giving learn (if set) the response's header.
+func (st *batchStream) receive(s kvpb.KV_BatchClient, learn func(*kvpb.ResponseHeader)) {
 	for {
 		resp, err := s.Recv()
 		if err != nil {
 			st.fail(err)
 			return
+		}
+		if learn != nil && resp.Header != nil {
+			learn(resp.Header)
 		}
 		st.mu.Lock()
 		for _, r := range resp.Results {

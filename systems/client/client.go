@@ -218,7 +218,8 @@ func (c *Client) add(addr string) (*server, error) {
 	}
 	s := &server{addr: addr, cc: cc, kv: kvpb.NewKVClient(cc)}
 	if !c.cfg.Unary {
-		s.batch = &batcher{kv: s.kv, sweepEvery: sweepPeriod(c.cfg.AttemptTimeout)}
+		s.batch = &batcher{kv: s.kv, sweepEvery: sweepPeriod(c.cfg.AttemptTimeout),
+			learn: func(h *kvpb.ResponseHeader) { c.learn(s, h) }}
 	}
 	c.servers = append(c.servers, s)
 	return s, nil

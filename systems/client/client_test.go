@@ -66,7 +66,7 @@ func (f *fakeKV) Batch(stream kvpb.KV_BatchServer) error {
 	var breakOnce sync.Once
 	served := make(chan error, 1)
 	go func() {
-		served <- kvpb.ServeBatch(stream, 1<<10, kvpb.ServeEach(f.serveBatchOp(stream, broken, &breakOnce)))
+		served <- kvpb.ServeBatch(stream, 1<<10, kvpb.ServeEach(f.serveBatchOp(stream, broken, &breakOnce)), f.header)
 	}()
 	select {
 	case err := <-served:
@@ -87,6 +87,7 @@ func (f *fakeKV) serveBatchOp(stream kvpb.KV_BatchServer, broken chan struct{}, 
 			defer cancel()
 		}
 		r := kvpb.ServeBatchOp(ctx, f, op)
+		r.ClearHeader() // the BatchResponse's header stands for it, as on a node
 		if r.Message == errBreakStream.Error() {
 			once.Do(func() { close(broken) })
 			<-stream.Context().Done()

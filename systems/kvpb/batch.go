@@ -29,10 +29,13 @@ const (
 // without reaching serve. ServeBatch returns once the client closed its
 // side and every operation was answered (nil), or once the stream broke
 // and every operation was answered (the error).
-func ServeBatch(stream KV_BatchServer, maxInFlight int, serve func(req *BatchRequest, answer func(*BatchResult))) error {
+//
+// header, if not nil, gives each BatchResponse its header (the answering
+// node's); serve should then leave the results' own headers empty.
+func ServeBatch(stream KV_BatchServer, maxInFlight int, serve func(req *BatchRequest, answer func(*BatchResult)), header func() *ResponseHeader) error {
 	results := make(chan *BatchResult, 4096)
 	sent := make(chan error, 1)
-	go func() { sent <- sendBatchResults(stream, results) }()
+	go func() { sent <- sendBatchResults(stream, results, header) }()
 	var (
 		ops      sync.WaitGroup
 		inFlight atomic.Int64
@@ -87,7 +90,7 @@ func ServeEach(do func(*BatchOp) *BatchResult) func(*BatchRequest, func(*BatchRe
 // sendBatchResults sends what arrives on results, as many as are ready per
 // BatchResponse, until results is closed. After a failed send it drains
 // results (the operations still finish) and returns the error.
-func sendBatchResults(stream KV_BatchServer, results <-chan *BatchResult) error {
+func sendBatchResults(stream KV_BatchServer, results <-chan *BatchResult, header func() *ResponseHeader) error {
 	var err error
 	for r := range results {
 		if err != nil {
@@ -107,6 +110,9 @@ func sendBatchResults(stream KV_BatchServer, results <-chan *BatchResult) error 
 			default:
 				break gather
 			}
+		}
+		if header != nil {
+			resp.Header = header()
 		}
 		err = stream.Send(resp)
 	}
@@ -157,6 +163,21 @@ func ServeBatchOp(ctx context.Context, srv BatchOpServer, op *BatchOp) *BatchRes
 		err = status.Errorf(codes.InvalidArgument, "batch: operation %d has no request", op.Id)
 	}
 	return NewBatchResult(op.Id, resp, err)
+}
+
+// ClearHeader empties the header of r's response (BatchResponse.header
+// stands for it).
+func (r *BatchResult) ClearHeader() {
+	switch x := r.Result.(type) {
+	case *BatchResult_Put:
+		x.Put.Header = nil
+	case *BatchResult_Get:
+		x.Get.Header = nil
+	case *BatchResult_Delete:
+		x.Delete.Header = nil
+	case *BatchResult_Scan:
+		x.Scan.Header = nil
+	}
 }
 
 // NewBatchResult is the result of operation id that answered resp (a

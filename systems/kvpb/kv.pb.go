@@ -1604,8 +1604,12 @@ func (*BatchOp_Scan) isBatchOp_Op() {}
 // BatchResponse carries the answers to operations of one or more
 // BatchRequests, in the order they were done.
 type BatchResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Results       []*BatchResult         `protobuf:"bytes,1,rep,name=results,proto3" json:"results,omitempty"`
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Results []*BatchResult         `protobuf:"bytes,1,rep,name=results,proto3" json:"results,omitempty"`
+	// header is the answering node's, as it was when the response was sent;
+	// it stands for the headers of the results' responses, which are left
+	// empty.
+	Header        *ResponseHeader `protobuf:"bytes,2,opt,name=header,proto3" json:"header,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1643,6 +1647,13 @@ func (*BatchResponse) Descriptor() ([]byte, []int) {
 func (x *BatchResponse) GetResults() []*BatchResult {
 	if x != nil {
 		return x.Results
+	}
+	return nil
+}
+
+func (x *BatchResponse) GetHeader() *ResponseHeader {
+	if x != nil {
+		return x.Header
 	}
 	return nil
 }
@@ -1914,9 +1925,10 @@ const file_systems_kvpb_kv_proto_rawDesc = "" +
 	"\x03get\x18\x04 \x01(\v2\x14.nezha.kv.GetRequestH\x00R\x03get\x121\n" +
 	"\x06delete\x18\x05 \x01(\v2\x17.nezha.kv.DeleteRequestH\x00R\x06delete\x12+\n" +
 	"\x04scan\x18\x06 \x01(\v2\x15.nezha.kv.ScanRequestH\x00R\x04scanB\x04\n" +
-	"\x02op\"@\n" +
+	"\x02op\"r\n" +
 	"\rBatchResponse\x12/\n" +
-	"\aresults\x18\x01 \x03(\v2\x15.nezha.kv.BatchResultR\aresults\"\x8d\x02\n" +
+	"\aresults\x18\x01 \x03(\v2\x15.nezha.kv.BatchResultR\aresults\x120\n" +
+	"\x06header\x18\x02 \x01(\v2\x18.nezha.kv.ResponseHeaderR\x06header\"\x8d\x02\n" +
 	"\vBatchResult\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\x12\x12\n" +
 	"\x04code\x18\x02 \x01(\rR\x04code\x12\x18\n" +
@@ -1999,31 +2011,32 @@ var file_systems_kvpb_kv_proto_depIdxs = []int32{
 	6,  // 15: nezha.kv.BatchOp.delete:type_name -> nezha.kv.DeleteRequest
 	8,  // 16: nezha.kv.BatchOp.scan:type_name -> nezha.kv.ScanRequest
 	23, // 17: nezha.kv.BatchResponse.results:type_name -> nezha.kv.BatchResult
-	3,  // 18: nezha.kv.BatchResult.put:type_name -> nezha.kv.PutResponse
-	5,  // 19: nezha.kv.BatchResult.get:type_name -> nezha.kv.GetResponse
-	7,  // 20: nezha.kv.BatchResult.delete:type_name -> nezha.kv.DeleteResponse
-	10, // 21: nezha.kv.BatchResult.scan:type_name -> nezha.kv.ScanResponse
-	2,  // 22: nezha.kv.KV.Put:input_type -> nezha.kv.PutRequest
-	4,  // 23: nezha.kv.KV.Get:input_type -> nezha.kv.GetRequest
-	6,  // 24: nezha.kv.KV.Delete:input_type -> nezha.kv.DeleteRequest
-	8,  // 25: nezha.kv.KV.Scan:input_type -> nezha.kv.ScanRequest
-	11, // 26: nezha.kv.KV.Status:input_type -> nezha.kv.StatusRequest
-	20, // 27: nezha.kv.KV.Batch:input_type -> nezha.kv.BatchRequest
-	18, // 28: nezha.kv.Raft.Stream:input_type -> nezha.kv.MessageBatch
-	17, // 29: nezha.kv.Raft.Snapshot:input_type -> nezha.kv.SnapshotChunk
-	3,  // 30: nezha.kv.KV.Put:output_type -> nezha.kv.PutResponse
-	5,  // 31: nezha.kv.KV.Get:output_type -> nezha.kv.GetResponse
-	7,  // 32: nezha.kv.KV.Delete:output_type -> nezha.kv.DeleteResponse
-	10, // 33: nezha.kv.KV.Scan:output_type -> nezha.kv.ScanResponse
-	13, // 34: nezha.kv.KV.Status:output_type -> nezha.kv.StatusResponse
-	22, // 35: nezha.kv.KV.Batch:output_type -> nezha.kv.BatchResponse
-	19, // 36: nezha.kv.Raft.Stream:output_type -> nezha.kv.StreamAck
-	19, // 37: nezha.kv.Raft.Snapshot:output_type -> nezha.kv.StreamAck
-	30, // [30:38] is the sub-list for method output_type
-	22, // [22:30] is the sub-list for method input_type
-	22, // [22:22] is the sub-list for extension type_name
-	22, // [22:22] is the sub-list for extension extendee
-	0,  // [0:22] is the sub-list for field type_name
+	1,  // 18: nezha.kv.BatchResponse.header:type_name -> nezha.kv.ResponseHeader
+	3,  // 19: nezha.kv.BatchResult.put:type_name -> nezha.kv.PutResponse
+	5,  // 20: nezha.kv.BatchResult.get:type_name -> nezha.kv.GetResponse
+	7,  // 21: nezha.kv.BatchResult.delete:type_name -> nezha.kv.DeleteResponse
+	10, // 22: nezha.kv.BatchResult.scan:type_name -> nezha.kv.ScanResponse
+	2,  // 23: nezha.kv.KV.Put:input_type -> nezha.kv.PutRequest
+	4,  // 24: nezha.kv.KV.Get:input_type -> nezha.kv.GetRequest
+	6,  // 25: nezha.kv.KV.Delete:input_type -> nezha.kv.DeleteRequest
+	8,  // 26: nezha.kv.KV.Scan:input_type -> nezha.kv.ScanRequest
+	11, // 27: nezha.kv.KV.Status:input_type -> nezha.kv.StatusRequest
+	20, // 28: nezha.kv.KV.Batch:input_type -> nezha.kv.BatchRequest
+	18, // 29: nezha.kv.Raft.Stream:input_type -> nezha.kv.MessageBatch
+	17, // 30: nezha.kv.Raft.Snapshot:input_type -> nezha.kv.SnapshotChunk
+	3,  // 31: nezha.kv.KV.Put:output_type -> nezha.kv.PutResponse
+	5,  // 32: nezha.kv.KV.Get:output_type -> nezha.kv.GetResponse
+	7,  // 33: nezha.kv.KV.Delete:output_type -> nezha.kv.DeleteResponse
+	10, // 34: nezha.kv.KV.Scan:output_type -> nezha.kv.ScanResponse
+	13, // 35: nezha.kv.KV.Status:output_type -> nezha.kv.StatusResponse
+	22, // 36: nezha.kv.KV.Batch:output_type -> nezha.kv.BatchResponse
+	19, // 37: nezha.kv.Raft.Stream:output_type -> nezha.kv.StreamAck
+	19, // 38: nezha.kv.Raft.Snapshot:output_type -> nezha.kv.StreamAck
+	31, // [31:39] is the sub-list for method output_type
+	23, // [23:31] is the sub-list for method input_type
+	23, // [23:23] is the sub-list for extension type_name
+	23, // [23:23] is the sub-list for extension extendee
+	0,  // [0:23] is the sub-list for field type_name
 }
 
 func init() { file_systems_kvpb_kv_proto_init() }

@@ -19,9 +19,10 @@ const MaxBatchOpsInFlight = 1 << 16
 // (awaitRead: for linearizable ones, one ReadIndex round, issued after
 // they all arrived); each is then answered in a goroutine of its own, so
 // that reads from the disk overlap. The writes of a request reach the
-// Ready loop together.
+// Ready loop together. Each BatchResponse carries the node's header once,
+// for all of its results.
 func (s *kvServer) Batch(stream kvpb.KV_BatchServer) error {
-	return kvpb.ServeBatch(stream, MaxBatchOpsInFlight, s.serveBatch)
+	return kvpb.ServeBatch(stream, MaxBatchOpsInFlight, s.serveBatch, s.header)
 }
 
 // serveBatch starts serving the operations of req (kvpb.ServeBatch).
@@ -77,7 +78,7 @@ func (s *kvServer) serveBatchGets(c kvpb.ReadConsistency, ops []*kvpb.BatchOp, a
 			continue
 		}
 		go func() {
-			resp, err := s.getLocal(op.GetGet())
+			resp, err := s.getLocal(op.GetGet(), false)
 			r := kvpb.NewBatchResult(op.Id, resp, err)
 			done[i](r)
 			answer(r)
@@ -98,6 +99,7 @@ func (s *kvServer) serveBatchOp(op *kvpb.BatchOp) *kvpb.BatchResult {
 	ctx, cancel := context.WithTimeout(context.Background(), s.opTimeout(op))
 	defer cancel()
 	r := kvpb.ServeBatchOp(ctx, s, op)
+	r.ClearHeader()
 	done(r)
 	return r
 }

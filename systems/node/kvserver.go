@@ -293,7 +293,7 @@ func (s *kvServer) Get(ctx context.Context, req *kvpb.GetRequest) (*kvpb.GetResp
 	if err := s.awaitReadStatus(ctx, req.Consistency); err != nil {
 		return nil, err
 	}
-	return s.getLocal(req)
+	return s.getLocal(req, true)
 }
 
 // checkGet refuses a malformed GetRequest with InvalidArgument.
@@ -319,14 +319,18 @@ func (s *kvServer) awaitReadStatus(ctx context.Context, c kvpb.ReadConsistency) 
 }
 
 // getLocal answers a checked GetRequest from the local state machine
-// (after awaitRead made it safe).
-func (s *kvServer) getLocal(req *kvpb.GetRequest) (*kvpb.GetResponse, error) {
+// (after awaitRead made it safe), with the node's header if withHeader.
+func (s *kvServer) getLocal(req *kvpb.GetRequest, withHeader bool) (*kvpb.GetResponse, error) {
 	v, found, err := s.n.sm.Get(req.Key)
 	if err != nil {
 		s.n.logger.Error("get failed", "key", fmt.Sprintf("%q", truncate(req.Key)), "err", err)
 		return nil, readError(err)
 	}
-	return &kvpb.GetResponse{Header: s.header(), Found: found, Value: v}, nil
+	resp := &kvpb.GetResponse{Found: found, Value: v}
+	if withHeader {
+		resp.Header = s.header()
+	}
+	return resp, nil
 }
 
 func (s *kvServer) Scan(ctx context.Context, req *kvpb.ScanRequest) (*kvpb.ScanResponse, error) {
