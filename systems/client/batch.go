@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -290,6 +291,11 @@ func (st *batchStream) send(s kvpb.KV_BatchClient) {
 			return
 		}
 		size := calls[0].size
+		if len(st.sendq) == 0 {
+			// Let the callers that are about to queue (those a response
+			// just woke) do so, so that they share this request.
+			runtime.Gosched()
+		}
 	gather:
 		for len(calls) < maxBatchOps && size < maxBatchBytes {
 			select {

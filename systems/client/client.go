@@ -134,8 +134,10 @@ type server struct {
 // Client is safe for concurrent use.
 type Client struct {
 	cfg     Config
-	mu      sync.Mutex
-	servers []*server
+	mu      sync.Mutex // serializes add, the writer of servers
+	// servers is replaced, never changed in place (under mu), so that
+	// every request reads it without a lock or a copy.
+	servers atomic.Pointer[[]*server]
 	leader  atomic.Int64 // index into servers, -1 if unknown
 	next    atomic.Uint64
 
@@ -207,7 +209,7 @@ func DialOptions(maxMessageBytes int) []grpc.DialOption {
 func (c *Client) add(addr string) (*server, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	for _, s := range c.servers {
+	for _, s := range c.snapshot() {
 		if s.addr == addr {
 			return s, nil
 		}
@@ -221,14 +223,19 @@ func (c *Client) add(addr string) (*server, error) {
 		s.batch = &batcher{kv: s.kv, sweepEvery: sweepPeriod(c.cfg.AttemptTimeout),
 			learn: func(h *kvpb.ResponseHeader) { c.learn(s, h) }}
 	}
-	c.servers = append(c.servers, s)
+	old := c.snapshot()
+	ss := append(old[:len(old):len(old)], s) // always a new array: readers keep the old one
+	c.servers.Store(&ss)
 	return s, nil
 }
 
+// snapshot returns the servers the client knows; the caller must not
+// change the slice.
 func (c *Client) snapshot() []*server {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return append([]*server(nil), c.servers...)
+	if ss := c.servers.Load(); ss != nil {
+		return *ss
+	}
+	return nil
 }
 
 // Close closes all connections.

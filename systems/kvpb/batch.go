@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"runtime"
 	"sync"
 	"sync/atomic"
 
@@ -98,6 +99,12 @@ func sendBatchResults(stream KV_BatchServer, results <-chan *BatchResult, header
 		}
 		resp := &BatchResponse{Results: []*BatchResult{r}}
 		size := resultBytes(r)
+		if len(results) == 0 {
+			// Let operations that are about to answer (those the same
+			// round or commit finished) do so, so that they share this
+			// response.
+			runtime.Gosched()
+		}
 	gather:
 		for len(resp.Results) < maxBatchResults && size < maxBatchResponseBytes {
 			select {

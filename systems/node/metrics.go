@@ -33,6 +33,10 @@ type metrics struct {
 	leaderChanges    prometheus.Counter
 	proposals        prometheus.Counter
 	proposalsDropped prometheus.Counter
+	// readRounds counts the ReadIndex rounds this node issued and
+	// readWaiters the waits they served (each a unary read, or the reads
+	// of one Batch request that share a consistency).
+	readRounds, readWaiters prometheus.Counter
 	// batch counts the operations of Batch streams as grpc counts
 	// unary calls (batchmetrics.go).
 	batch            *batchMetrics
@@ -68,6 +72,10 @@ func newMetrics() *metrics {
 			Help: "Client writes this node proposed to Raft (counted where the client sent them; a follower forwards its proposals to the leader)."}),
 		proposalsDropped: prometheus.NewCounter(prometheus.CounterOpts{Name: "nezha_raft_proposals_dropped_total",
 			Help: "Proposals Raft did not accept (no leader, leadership transfer)."}),
+		readRounds: prometheus.NewCounter(prometheus.CounterOpts{Name: "nezha_raft_read_index_rounds_total",
+			Help: "ReadIndex rounds this node issued for linearizable reads (one per batch of reads that arrived together)."}),
+		readWaiters: prometheus.NewCounter(prometheus.CounterOpts{Name: "nezha_raft_read_index_waiters_total",
+			Help: "Linearizable read waits the ReadIndex rounds served (a unary read, or the reads of one Batch request that share a consistency)."}),
 		snapshotSends: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "nezha_raft_snapshot_sends_total",
 			Help: "Raft snapshots this node streamed to a follower, by result."}, []string{"result"}),
 		snapshotInstalls: prometheus.NewCounter(prometheus.CounterOpts{Name: "nezha_raft_snapshot_installs_total",
@@ -88,7 +96,7 @@ func newMetrics() *metrics {
 	// defined before the first snapshot.
 	m.snapshotSends.WithLabelValues("success")
 	m.snapshotSends.WithLabelValues("failure")
-	m.reg.MustRegister(m.leaderChanges, m.proposals, m.proposalsDropped, m.snapshotSends, m.snapshotInstalls,
+	m.reg.MustRegister(m.leaderChanges, m.proposals, m.proposalsDropped, m.readRounds, m.readWaiters, m.snapshotSends, m.snapshotInstalls,
 		m.writeStalls, m.writeStallSeconds,
 		m.appendSeconds, m.fsyncSeconds, m.grpc,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))

@@ -169,9 +169,11 @@ type Node struct {
 	sessCkptWG      sync.WaitGroup
 	sessCkpt        *sessionTable
 
-	// Loop-owned read index state.
+	// Loop-owned read index state: the rounds in flight, and the reads
+	// that wait for one to end (issueReads).
 	readSeq      uint64
 	pendingReads map[uint64]*readBatch
+	queuedReads  []readRequest
 	ticks        int
 
 	peerAddrs sync.Map // uint64 id -> string client address
@@ -602,13 +604,11 @@ func (n *Node) runLoop() {
 				n.propose(<-n.propc)
 			}
 		case r := <-n.readc:
-			batch := &readBatch{waiters: []readRequest{r}, issuedAt: n.ticks, started: time.Now()}
+			n.queuedReads = append(n.queuedReads, r)
 			for more := len(n.readc); more > 0; more-- {
-				batch.waiters = append(batch.waiters, <-n.readc)
+				n.queuedReads = append(n.queuedReads, <-n.readc)
 			}
-			n.readSeq++
-			n.pendingReads[n.readSeq] = batch
-			n.rn.ReadIndex(n.readCtx(n.readSeq))
+			n.issueReads()
 		case id := <-n.unreachc:
 			n.rn.ReportUnreachable(id)
 		case <-n.stopc:
@@ -717,6 +717,7 @@ func (n *Node) handleReady(rd raft.Ready) error {
 		n.transport.send(rd.Messages)
 	}
 	n.noteEntries(rd, last)
+	defer n.issueReads() // the rounds that ended make room for the reads queued meanwhile
 	for _, rs := range rd.ReadStates {
 		seq, ok := n.readSeqOf(rs.RequestCtx)
 		if !ok {
@@ -781,8 +782,31 @@ func (n *Node) readSeqOf(ctx []byte) (uint64, bool) {
 	return binary.BigEndian.Uint64(ctx[16:]), true
 }
 
+// maxReadRounds is how many ReadIndex rounds a node has in flight at
+// once. Reads that arrive meanwhile queue and share the next round, as
+// etcd's linearizableReadLoop shares one: under load a round serves many
+// reads (its heartbeats to every follower are the cost), and a read waits
+// at most for the round in flight and its own.
+const maxReadRounds = 1
+
+// issueReads starts a ReadIndex round for the queued reads, unless
+// maxReadRounds are in flight (Ready loop only).
+func (n *Node) issueReads() {
+	if len(n.queuedReads) == 0 || len(n.pendingReads) >= maxReadRounds {
+		return
+	}
+	batch := &readBatch{waiters: n.queuedReads, issuedAt: n.ticks, started: time.Now()}
+	n.queuedReads = nil
+	n.readSeq++
+	n.pendingReads[n.readSeq] = batch
+	n.rn.ReadIndex(n.readCtx(n.readSeq))
+	n.metrics.readRounds.Inc()
+	n.metrics.readWaiters.Add(float64(len(batch.waiters)))
+}
+
 // expireReads fails read index rounds that got no answer within two
-// election timeouts (raft drops MsgReadIndex silently without a leader).
+// election timeouts (raft drops MsgReadIndex silently without a leader),
+// and issues the reads queued behind them.
 func (n *Node) expireReads() {
 	for seq, b := range n.pendingReads {
 		if n.ticks-b.issuedAt > 2*n.cfg.ElectionTicks {
@@ -792,8 +816,10 @@ func (n *Node) expireReads() {
 			}
 		}
 	}
+	n.issueReads()
 }
 
+// failReads fails every read in flight or queued.
 func (n *Node) failReads(err error) {
 	for seq, b := range n.pendingReads {
 		delete(n.pendingReads, seq)
@@ -801,6 +827,10 @@ func (n *Node) failReads(err error) {
 			w.ch <- readResult{err: err}
 		}
 	}
+	for _, w := range n.queuedReads {
+		w.ch <- readResult{err: err}
+	}
+	n.queuedReads = nil
 }
 
 // runApply applies committed entries to the state machine in order.
