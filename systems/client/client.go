@@ -133,8 +133,8 @@ type server struct {
 
 // Client is safe for concurrent use.
 type Client struct {
-	cfg     Config
-	mu      sync.Mutex // serializes add, the writer of servers
+	cfg Config
+	mu  sync.Mutex // serializes add, the writer of servers
 	// servers is replaced, never changed in place (under mu), so that
 	// every request reads it without a lock or a copy.
 	servers atomic.Pointer[[]*server]
