@@ -10,6 +10,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -286,38 +287,72 @@ func readRunFooter(f *vfs.File, id uint64, p string) (*run, error) {
 
 // decodeRunRecord checks one record (header and body) read at off.
 func decodeRunRecord(r *run, rec []byte, off int64) (key, value []byte, raftIndex uint64, expires int64, err error) {
-	bad := func(why string) error {
-		return fmt.Errorf("nezha: %w: run %s at offset %d: %s", systems.ErrCorrupt, r.path, off, why)
-	}
-	if len(rec) < runHeaderSize {
-		return nil, nil, 0, 0, bad("short record")
-	}
-	n := binary.LittleEndian.Uint32(rec[4:])
-	if int(n) != len(rec)-8 {
-		return nil, nil, 0, 0, bad(fmt.Sprintf("record length %d does not match %d bytes", n, len(rec)-8))
+	keyAt, valueAt, raftIndex, expires, err := decodeRunHeader(r, rec, len(rec), off)
+	if err != nil {
+		return nil, nil, 0, 0, err
 	}
 	if crc32.Update(0, castagnoli, rec[4:]) != binary.LittleEndian.Uint32(rec[0:]) {
-		return nil, nil, 0, 0, bad("CRC mismatch")
+		return nil, nil, 0, 0, runCorrupt(r, off, "CRC mismatch")
 	}
-	kl := binary.LittleEndian.Uint32(rec[16:])
-	at := runHeaderSize
+	return rec[keyAt:valueAt], rec[valueAt:], raftIndex, expires, nil
+}
+
+// runHeadBytes is how many bytes of a record of recBytes bytes whose key
+// has keyBytes bytes decodeRunHeader needs (with an expiry time or not).
+func runHeadBytes(recBytes, keyBytes int) int { return min(recBytes, runHeaderSize+8+keyBytes) }
+
+// decodeRunHeader checks the header of a record of recBytes bytes read at
+// off from its first bytes head (at least the header and the expiry time,
+// if any) and returns where its key and its value start. It does not
+// check the CRC, which covers the whole record.
+func decodeRunHeader(r *run, head []byte, recBytes int, off int64) (keyAt, valueAt int, raftIndex uint64, expires int64, err error) {
+	if recBytes < runHeaderSize || len(head) < runHeaderSize {
+		return 0, 0, 0, 0, runCorrupt(r, off, "short record")
+	}
+	if n := binary.LittleEndian.Uint32(head[4:]); int(n) != recBytes-8 {
+		return 0, 0, 0, 0, runCorrupt(r, off, fmt.Sprintf("record length %d does not match %d bytes", n, recBytes-8))
+	}
+	kl := binary.LittleEndian.Uint32(head[16:])
+	keyAt = runHeaderSize
 	if kl&runKeyExpiryFlag != 0 {
 		kl &^= runKeyExpiryFlag
-		if len(rec) < at+8 {
-			return nil, nil, 0, 0, bad("expiry past the record")
+		if len(head) < keyAt+8 {
+			return 0, 0, 0, 0, runCorrupt(r, off, "expiry past the record")
 		}
-		expires = int64(binary.LittleEndian.Uint64(rec[at:]))
-		at += 8
+		expires = int64(binary.LittleEndian.Uint64(head[keyAt:]))
+		keyAt += 8
 	}
-	if int(kl) > len(rec)-at {
-		return nil, nil, 0, 0, bad("key length past the record")
+	if int(kl) > recBytes-keyAt {
+		return 0, 0, 0, 0, runCorrupt(r, off, "key length past the record")
 	}
-	return rec[at : at+int(kl)], rec[at+int(kl):], binary.LittleEndian.Uint64(rec[8:]), expires, nil
+	return keyAt, keyAt + int(kl), binary.LittleEndian.Uint64(head[8:]), expires, nil
+}
+
+// runCorrupt is the error of a bad record of run r at off.
+func runCorrupt(r *run, off int64, why string) error {
+	return fmt.Errorf("nezha: %w: run %s at offset %d: %s", systems.ErrCorrupt, r.path, off, why)
+}
+
+// checkRunKey reports a record at off of run r that holds key k of Raft
+// index idx where a location said key of index want.
+func checkRunKey(r *run, off int64, k []byte, idx uint64, key []byte, want uint64) error {
+	if !bytes.Equal(k, key) || idx != want {
+		return fmt.Errorf("nezha: %w: run %s at offset %d holds key %s index %d, want key %s index %d",
+			systems.ErrCorrupt, r.path, off, keyString(k), idx, keyString(key), want)
+	}
+	return nil
 }
 
 // readNew returns the bytes [off, off+n) of the run's records: copied out
 // of the run's mapping if mapped, else read into a new buffer.
 func (r *run) readNew(off int64, n int, mapped bool) ([]byte, error) {
+	return r.readAppend(nil, off, n, mapped)
+}
+
+// readAppend appends the bytes [off, off+n) of the run's records to dst:
+// copied out of the run's mapping if mapped, else read with one
+// positioned read.
+func (r *run) readAppend(dst []byte, off int64, n int, mapped bool) ([]byte, error) {
 	r.mu.RLock()
 	defer r.mu.RUnlock()
 	if r.removed {
@@ -329,18 +364,18 @@ func (r *run) readNew(off int64, n int, mapped bool) ([]byte, error) {
 	}
 	if mapped {
 		if m := r.mapping.Get(r.f, r.dataBytes); m != nil {
-			buf, err := m.AppendAt(nil, off, n)
+			out, err := m.AppendAt(dst, off, n)
 			if err != nil {
 				return nil, fmt.Errorf("nezha: read run %s at %d: %w", r.path, off, err)
 			}
-			return buf, nil
+			return out, nil
 		}
 	}
-	buf := make([]byte, n)
-	if _, err := r.f.ReadAt(buf, off); err != nil {
+	out := slices.Grow(dst, n)[:len(dst)+n]
+	if _, err := r.f.ReadAt(out[len(dst):], off); err != nil {
 		return nil, fmt.Errorf("nezha: read run %s at %d: %w", r.path, off, err)
 	}
-	return buf, nil
+	return out, nil
 }
 
 // iterate calls fn for every record from the first block at or before
@@ -463,9 +498,9 @@ func (rs *runSet) closeAll() {
 
 // readValue reads the value of key at a run location, checking the record.
 func (rs *runSet) readValue(key []byte, loc systems.Location) ([]byte, error) {
-	r := rs.get(loc.Segment &^ runFlag)
-	if r == nil {
-		return nil, fmt.Errorf("nezha: %w: run %s of %s is not open", systems.ErrSegmentRemoved, runName(loc.Segment&^runFlag), locString(loc))
+	r, err := rs.open(loc)
+	if err != nil {
+		return nil, err
 	}
 	rec, err := r.readNew(loc.Offset, int(loc.Length), rs.mmap)
 	if err != nil {
@@ -475,11 +510,61 @@ func (rs *runSet) readValue(key []byte, loc systems.Location) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	if !bytes.Equal(k, key) || idx != loc.Index {
-		return nil, fmt.Errorf("nezha: %w: run %s at offset %d holds key %s index %d, want key %s index %d",
-			systems.ErrCorrupt, r.path, loc.Offset, keyString(k), idx, keyString(key), loc.Index)
+	if err := checkRunKey(r, loc.Offset, k, idx, key, loc.Index); err != nil {
+		return nil, err
 	}
 	return v, nil
+}
+
+// appendValue appends the value of key at a run location to dst, checking
+// the record as readValue does, without a buffer of its own: the record's
+// head is read into dst's spare room and checked there, the value then
+// appended after it, and the CRC computed over both reads.
+func (rs *runSet) appendValue(dst, key []byte, loc systems.Location) ([]byte, error) {
+	r, err := rs.open(loc)
+	if err != nil {
+		return nil, err
+	}
+	n := int(loc.Length)
+	headBytes := runHeadBytes(n, len(key))
+	base := len(dst)
+	out, err := r.readAppend(dst, loc.Offset, headBytes, rs.mmap)
+	if err != nil {
+		return nil, err
+	}
+	head := out[base:]
+	keyAt, valueAt, idx, _, err := decodeRunHeader(r, head, n, loc.Offset)
+	if err != nil {
+		return nil, err
+	}
+	if valueAt > len(head) { // a longer key than key: not its record
+		return nil, checkRunKey(r, loc.Offset, head[keyAt:], idx, key, loc.Index)
+	}
+	if err := checkRunKey(r, loc.Offset, head[keyAt:valueAt], idx, key, loc.Index); err != nil {
+		return nil, err
+	}
+	crc, want := crc32.Update(0, castagnoli, head[4:]), binary.LittleEndian.Uint32(head[0:])
+	// The value's first bytes, if the head read reached into it, move to
+	// the front, and the rest of the value follows them.
+	out = out[:base+copy(out[base:], head[valueAt:])]
+	rest := len(out)
+	if out, err = r.readAppend(out, loc.Offset+int64(headBytes), n-headBytes, rs.mmap); err != nil {
+		return nil, err
+	}
+	if crc32.Update(crc, castagnoli, out[rest:]) != want {
+		return nil, runCorrupt(r, loc.Offset, "CRC mismatch")
+	}
+	return out, nil
+}
+
+// open returns the run of a run location, or an error wrapping
+// systems.ErrSegmentRemoved.
+func (rs *runSet) open(loc systems.Location) (*run, error) {
+	r := rs.get(loc.Segment &^ runFlag)
+	if r == nil {
+		return nil, fmt.Errorf("nezha: %w: run %s of %s is not open", systems.ErrSegmentRemoved, runName(loc.Segment&^runFlag), locString(loc))
+	}
+	return r, nil
 }
 
 // listRunFiles returns the ids of the *.run files in dir.
@@ -515,47 +600,61 @@ var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
 // readValues reads records of one run at locs (ascending offsets expected,
 // as a scan produces them), one positioned read per run of adjacent
-// records up to 4 MiB, and checks each against its key.
+// records up to 4 MiB, and checks each against its key. The values are
+// the caller's.
 func (rs *runSet) readValues(keys [][]byte, locs []systems.Location) ([][]byte, error) {
 	out := make([][]byte, len(locs))
+	err := rs.forValues(keys, locs, 4<<20, false, func(i int, v []byte) error {
+		out[i] = v
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// forValues calls fn with the value of each record of one run at locs
+// (ascending offsets expected, as a scan produces them), in order, until
+// fn fails, checking each record against its key. Adjacent records are
+// read together, one positioned read (or mapped copy) per span of up to
+// about spanBytes. With reuse every span is read into the same buffer, so
+// a value is valid only during fn; without, each span gets a new one and
+// the values are fn's to keep.
+func (rs *runSet) forValues(keys [][]byte, locs []systems.Location, spanBytes int64, reuse bool, fn func(i int, value []byte) error) error {
+	var buf []byte
 	for start := 0; start < len(locs); {
 		end := start + 1
 		size := int64(locs[start].Length)
 		for end < len(locs) && locs[end].Segment == locs[start].Segment &&
-			locs[end].Offset == locs[end-1].Offset+int64(locs[end-1].Length) && size < 4<<20 {
+			locs[end].Offset == locs[end-1].Offset+int64(locs[end-1].Length) && size < spanBytes {
 			size += int64(locs[end].Length)
 			end++
 		}
-		if end == start+1 {
-			v, err := rs.readValue(keys[start], locs[start])
-			if err != nil {
-				return nil, err
-			}
-			out[start] = v
-			start = end
-			continue
-		}
-		r := rs.get(locs[start].Segment &^ runFlag)
-		if r == nil {
-			return nil, fmt.Errorf("nezha: %w: run %s is not open", systems.ErrSegmentRemoved, runName(locs[start].Segment&^runFlag))
-		}
-		buf, err := r.readNew(locs[start].Offset, int(size), rs.mmap)
+		r, err := rs.open(locs[start])
 		if err != nil {
-			return nil, err
+			return err
+		}
+		if !reuse {
+			buf = nil
+		}
+		if buf, err = r.readAppend(buf[:0], locs[start].Offset, int(size), rs.mmap); err != nil {
+			return err
 		}
 		for i := start; i < end; i++ {
 			rel := locs[i].Offset - locs[start].Offset
 			k, v, idx, _, err := decodeRunRecord(r, buf[rel:rel+int64(locs[i].Length)], locs[i].Offset)
 			if err != nil {
-				return nil, err
+				return err
 			}
-			if !bytes.Equal(k, keys[i]) || idx != locs[i].Index {
-				return nil, fmt.Errorf("nezha: %w: run %s at offset %d holds key %s index %d, want key %s index %d",
-					systems.ErrCorrupt, r.path, locs[i].Offset, keyString(k), idx, keyString(keys[i]), locs[i].Index)
+			if err := checkRunKey(r, locs[i].Offset, k, idx, keys[i], locs[i].Index); err != nil {
+				return err
 			}
-			out[i] = v
+			if err := fn(i, v); err != nil {
+				return err
+			}
 		}
 		start = end
 	}
-	return out, nil
+	return nil
 }
