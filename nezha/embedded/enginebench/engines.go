@@ -70,6 +70,10 @@ type EngineConfig struct {
 	// value log (the rest stay in its LSM tree); 1 KiB as the dwisckey
 	// system's default.
 	BadgerValueThresholdBytes int64
+	// BadgerVerifyValueChecksum makes Badger check each value's checksum
+	// (a CRC32C, as nezha checks on every read) when it reads the value
+	// log; off by default, as in Badger (Options.VerifyValueChecksum).
+	BadgerVerifyValueChecksum bool
 }
 
 // Open opens the named engine in dir (created).
@@ -87,7 +91,8 @@ func Open(name, dir string, c EngineConfig) (Engine, error) {
 		}
 		return nezhaEngine{db}, nil
 	case EngineBadger:
-		o := badger.DefaultOptions(dir).WithSyncWrites(c.Sync).WithValueThreshold(c.BadgerValueThresholdBytes).WithLogger(nil)
+		o := badger.DefaultOptions(dir).WithSyncWrites(c.Sync).WithValueThreshold(c.BadgerValueThresholdBytes).WithLogger(nil).
+			WithVerifyValueChecksum(c.BadgerVerifyValueChecksum)
 		db, err := badger.Open(o)
 		if err != nil {
 			return nil, fmt.Errorf("badger: %w", err)
