@@ -18,6 +18,8 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/zeebo/xxh3"
+
 	"github.com/nezha-harness/nezha/systems"
 	"github.com/nezha-harness/nezha/systems/vfs"
 )
@@ -26,11 +28,17 @@ import (
 // section 4.3). GC writes the live values it relocates into a run, in key order, so
 // that a SCAN reads them sequentially. File sorted/NNNNNN.run:
 //
-//	record*: crc32c (4) | length of the rest (4) | raft index (8) | key length (4) | [expiry (8)] | key | value
+//	record*: checksum (4) | length of the rest (4) | raft index (8) | key length (4) | [expiry (8)] | key | value
 //	block index: (uvarint len(key) | key | uvarint offset)* of the first record of every ~64 KiB
 //	footer (40): block index offset (8) | block index length (8) | records (8) | magic (8) | crc32c of the previous 32 bytes and the block index (4) | zero (4)
 //
-// The record CRC covers everything after it. All integers little endian.
+// The record checksum covers everything after it; how, the magic says
+// (runChecksum): runs written now ("NZRUN2") take the low 32 bits of the
+// xxh3 hash of the value seeded with the xxh3 hash of the rest of the
+// record (github.com/zeebo/xxh3), as RocksDB's XXH3 block checksums do;
+// older runs ("NZRUN1") a CRC32C, which this machine computes at about 20
+// GB/s against xxh3's 69 GB/s, a third of a 256 KiB GET's time (issue
+// 18). All integers little endian.
 // A value with a TTL has runKeyExpiryFlag set in its key length, and its
 // expiry time (Unix nanoseconds) before the key; runs written before TTLs
 // existed never set it.
@@ -40,7 +48,8 @@ import (
 const (
 	runHeaderSize = 20
 	runFooterSize = 40
-	runMagic      = 0x4e5a52554e310a00 // "NZRUN1\n\0"
+	runMagicV1    = 0x4e5a52554e310a00 // "NZRUN1\n\0": records checksummed with runCRC32C
+	runMagic      = 0x4e5a52554e320a00 // "NZRUN2\n\0": records checksummed with runXXH3
 	runBlockBytes = 64 << 10
 	runFlag       = uint64(1) << 63
 	// runKeyExpiryFlag, in a record's key length, marks a record with an
@@ -56,6 +65,55 @@ const (
 )
 
 func isRun(loc systems.Location) bool { return loc.Segment&runFlag != 0 }
+
+// runChecksum is how a run's records are checksummed, in two steps so that
+// a reader can check a record read in two pieces: meta over the bytes
+// between the checksum and the value (length, Raft index, key length,
+// expiry, key), then value over the value.
+type runChecksum uint8
+
+const (
+	// runXXH3: xxh3 of the value seeded with xxh3 of the meta, low 32
+	// bits (runs written now).
+	runXXH3 runChecksum = iota
+	// runCRC32C: CRC32C of the meta and the value (runs of format 1).
+	runCRC32C
+)
+
+// runChecksumOf returns the checksum of a run with footer magic m.
+func runChecksumOf(m uint64) (runChecksum, bool) {
+	switch m {
+	case runMagic:
+		return runXXH3, true
+	case runMagicV1:
+		return runCRC32C, true
+	}
+	return 0, false
+}
+
+// magic is the footer magic of runs checksummed with c.
+func (c runChecksum) magic() uint64 {
+	if c == runCRC32C {
+		return runMagicV1
+	}
+	return runMagic
+}
+
+// meta is the first step: the state after the record's meta bytes.
+func (c runChecksum) meta(meta []byte) uint64 {
+	if c == runCRC32C {
+		return uint64(crc32.Update(0, castagnoli, meta))
+	}
+	return xxh3.Hash(meta)
+}
+
+// value finishes the checksum begun by meta (its state) over the value.
+func (c runChecksum) value(state uint64, value []byte) uint32 {
+	if c == runCRC32C {
+		return crc32.Update(uint32(state), castagnoli, value)
+	}
+	return uint32(xxh3.HashSeed(value, state))
+}
 
 func runName(id uint64) string { return fmt.Sprintf("%06d%s", id, runFileSuffix) }
 
@@ -93,7 +151,10 @@ type runWriter struct {
 	lastKey  []byte
 	hdr      [runHeaderSize]byte
 	exp      [8]byte
-	synced   int64 // bytes handed to sync_file_range
+	meta     []byte // a record's bytes between checksum and value
+	synced   int64  // bytes handed to sync_file_range
+	// sum checksums the records (runXXH3; tests write format 1 runs).
+	sum runChecksum
 }
 
 func newRunWriter(create fileCreator, dir string, id uint64) (*runWriter, error) {
@@ -127,11 +188,8 @@ func (rw *runWriter) Add(key, value []byte, raftIndex uint64, expires int64) (sy
 	binary.LittleEndian.PutUint32(h[4:], uint32(12+len(exp)+len(key)+len(value)))
 	binary.LittleEndian.PutUint64(h[8:], raftIndex)
 	binary.LittleEndian.PutUint32(h[16:], kl)
-	crc := crc32.Update(0, castagnoli, h[4:])
-	crc = crc32.Update(crc, castagnoli, exp)
-	crc = crc32.Update(crc, castagnoli, key)
-	crc = crc32.Update(crc, castagnoli, value)
-	binary.LittleEndian.PutUint32(h[0:], crc)
+	rw.meta = append(append(append(rw.meta[:0], h[4:]...), exp...), key...)
+	binary.LittleEndian.PutUint32(h[0:], rw.sum.value(rw.sum.meta(rw.meta), value))
 	for _, b := range [][]byte{h, exp, key, value} {
 		if _, err := rw.w.Write(b); err != nil {
 			return systems.Location{}, fmt.Errorf("nezha: write run %s: %w", rw.path, err)
@@ -167,7 +225,7 @@ func (rw *runWriter) Finish() (int64, error) {
 	binary.LittleEndian.PutUint64(footer[0:], uint64(rw.off))
 	binary.LittleEndian.PutUint64(footer[8:], uint64(len(rw.index)))
 	binary.LittleEndian.PutUint64(footer[16:], rw.records)
-	binary.LittleEndian.PutUint64(footer[24:], runMagic)
+	binary.LittleEndian.PutUint64(footer[24:], rw.sum.magic())
 	crc := crc32.Update(crc32.Update(0, castagnoli, footer[:32]), castagnoli, rw.index)
 	binary.LittleEndian.PutUint32(footer[32:], crc)
 	if _, err := rw.w.Write(rw.index); err != nil {
@@ -204,6 +262,7 @@ type run struct {
 	dataBytes int64 // bytes of records (the block index starts here)
 	records   uint64
 	blocks    []runBlock
+	sum       runChecksum // of the records, from the magic
 	// tier of the run (its size class; see tierFor), from the manifest.
 	tier int
 
@@ -251,7 +310,8 @@ func readRunFooter(f *vfs.File, id uint64, p string) (*run, error) {
 	if _, err := f.ReadAtUnfaulted(footer[:], size-runFooterSize); err != nil {
 		return nil, err
 	}
-	if binary.LittleEndian.Uint64(footer[24:]) != runMagic {
+	sum, ok := runChecksumOf(binary.LittleEndian.Uint64(footer[24:]))
+	if !ok {
 		return nil, bad("bad magic")
 	}
 	idxOff := int64(binary.LittleEndian.Uint64(footer[0:]))
@@ -267,7 +327,7 @@ func readRunFooter(f *vfs.File, id uint64, p string) (*run, error) {
 	if crc != binary.LittleEndian.Uint32(footer[32:]) {
 		return nil, bad("footer CRC mismatch")
 	}
-	r := &run{id: id, path: p, f: f, size: size, dataBytes: idxOff, records: binary.LittleEndian.Uint64(footer[16:])}
+	r := &run{id: id, path: p, f: f, size: size, dataBytes: idxOff, records: binary.LittleEndian.Uint64(footer[16:]), sum: sum}
 	for rest := index; len(rest) > 0; {
 		kl, n := binary.Uvarint(rest)
 		if n <= 0 || kl > uint64(len(rest)-n) {
@@ -291,8 +351,8 @@ func decodeRunRecord(r *run, rec []byte, off int64) (key, value []byte, raftInde
 	if err != nil {
 		return nil, nil, 0, 0, err
 	}
-	if crc32.Update(0, castagnoli, rec[4:]) != binary.LittleEndian.Uint32(rec[0:]) {
-		return nil, nil, 0, 0, runCorrupt(r, off, "CRC mismatch")
+	if r.sum.value(r.sum.meta(rec[4:valueAt]), rec[valueAt:]) != binary.LittleEndian.Uint32(rec[0:]) {
+		return nil, nil, 0, 0, runCorrupt(r, off, "checksum mismatch")
 	}
 	return rec[keyAt:valueAt], rec[valueAt:], raftIndex, expires, nil
 }
@@ -304,7 +364,7 @@ func runHeadBytes(recBytes, keyBytes int) int { return min(recBytes, runHeaderSi
 // decodeRunHeader checks the header of a record of recBytes bytes read at
 // off from its first bytes head (at least the header and the expiry time,
 // if any) and returns where its key and its value start. It does not
-// check the CRC, which covers the whole record.
+// check the checksum, which covers the whole record.
 func decodeRunHeader(r *run, head []byte, recBytes int, off int64) (keyAt, valueAt int, raftIndex uint64, expires int64, err error) {
 	if recBytes < runHeaderSize || len(head) < runHeaderSize {
 		return 0, 0, 0, 0, runCorrupt(r, off, "short record")
@@ -518,8 +578,8 @@ func (rs *runSet) readValue(key []byte, loc systems.Location) ([]byte, error) {
 
 // appendValue appends the value of key at a run location to dst, checking
 // the record as readValue does, without a buffer of its own: the record's
-// head is read into dst's spare room and checked there, the value then
-// appended after it, and the CRC computed over both reads.
+// head is read into dst's spare room and checked there (and its meta
+// checksummed), the value then appended after it and checksummed.
 func (rs *runSet) appendValue(dst, key []byte, loc systems.Location) ([]byte, error) {
 	r, err := rs.open(loc)
 	if err != nil {
@@ -543,16 +603,15 @@ func (rs *runSet) appendValue(dst, key []byte, loc systems.Location) ([]byte, er
 	if err := checkRunKey(r, loc.Offset, head[keyAt:valueAt], idx, key, loc.Index); err != nil {
 		return nil, err
 	}
-	crc, want := crc32.Update(0, castagnoli, head[4:]), binary.LittleEndian.Uint32(head[0:])
+	state, want := r.sum.meta(head[4:valueAt]), binary.LittleEndian.Uint32(head[0:])
 	// The value's first bytes, if the head read reached into it, move to
 	// the front, and the rest of the value follows them.
 	out = out[:base+copy(out[base:], head[valueAt:])]
-	rest := len(out)
 	if out, err = r.readAppend(out, loc.Offset+int64(headBytes), n-headBytes, rs.mmap); err != nil {
 		return nil, err
 	}
-	if crc32.Update(crc, castagnoli, out[rest:]) != want {
-		return nil, runCorrupt(r, loc.Offset, "CRC mismatch")
+	if r.sum.value(state, out[base:]) != want {
+		return nil, runCorrupt(r, loc.Offset, "checksum mismatch")
 	}
 	return out, nil
 }

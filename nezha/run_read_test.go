@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/nezha-harness/nezha/systems"
+	"github.com/nezha-harness/nezha/systems/vfs"
 )
 
 // TestRunAppendReads: values in a sorted run, read with GetAppend and
@@ -103,5 +104,100 @@ func flipByte(t *testing.T, path string, off int64) {
 	one[0] ^= 0xff
 	if _, err := f.WriteAt(one[:], off); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestRunFormats: runs of both record checksums (format 2, xxh3, written
+// now; format 1, CRC32C, written by earlier versions) open with the
+// checksum their footer's magic names, and every read path (readValue,
+// appendValue, forValues with and without a reused buffer, iterate)
+// returns each record whole, with or without an expiry time, while a
+// flipped value byte is an error wrapping systems.ErrCorrupt on each.
+func TestRunFormats(t *testing.T) {
+	for _, sum := range []runChecksum{runXXH3, runCRC32C} {
+		for _, mapped := range []bool{false, true} {
+			t.Run(fmt.Sprintf("magic=%x/mmap=%v", sum.magic(), mapped), func(t *testing.T) {
+				rng := newRand(t, 43)
+				dir := t.TempDir()
+				w, err := newRunWriter(osCreate, dir, 7)
+				if err != nil {
+					t.Fatal(err)
+				}
+				w.sum = sum
+				var keys, values [][]byte
+				var locs []systems.Location
+				for i, size := range []int{0, 5, 300, 100 << 10, 17} {
+					k := []byte(fmt.Sprintf("key%02d", i))
+					v := randValue(rng, size)
+					loc, err := w.Add(k, v, uint64(100+i), int64(i%2)*1e18)
+					if err != nil {
+						t.Fatal(err)
+					}
+					keys, values, locs = append(keys, k), append(values, v), append(locs, loc)
+				}
+				if _, err := w.Finish(); err != nil {
+					t.Fatal(err)
+				}
+				r, err := openRun(vfs.New(), dir, 7)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if r.sum != sum {
+					t.Fatalf("opened with checksum %d, written with %d", r.sum, sum)
+				}
+				rs := newRunSet(dir, mapped)
+				rs.add(r)
+				defer rs.closeAll()
+				// check reads every record; corrupt is the one with a flipped
+				// byte (-1: none), whose reads must fail with ErrCorrupt, as
+				// must the passes over all records.
+				check := func(corrupt int) {
+					t.Helper()
+					ok := func(err error, i int) bool {
+						if corrupt >= 0 && (i == corrupt || i < 0) {
+							return errors.Is(err, systems.ErrCorrupt)
+						}
+						return err == nil
+					}
+					for i := range keys {
+						v, err := rs.readValue(keys[i], locs[i])
+						if !ok(err, i) || err == nil && !bytes.Equal(v, values[i]) {
+							t.Fatalf("readValue %d: %d bytes, %v", i, len(v), err)
+						}
+						v, err = rs.appendValue([]byte("dst"), keys[i], locs[i])
+						if !ok(err, i) || err == nil && !bytes.Equal(v, append([]byte("dst"), values[i]...)) {
+							t.Fatalf("appendValue %d: %d bytes, %v", i, len(v), err)
+						}
+					}
+					for _, reuse := range []bool{false, true} {
+						got := 0
+						err := rs.forValues(keys, locs, 1<<10, reuse, func(i int, v []byte) error {
+							if !bytes.Equal(v, values[i]) {
+								return fmt.Errorf("value %d: %d bytes", i, len(v))
+							}
+							got++
+							return nil
+						})
+						if !ok(err, -1) || err == nil && got != len(keys) {
+							t.Fatalf("forValues (reuse %v): %d values, %v", reuse, got, err)
+						}
+					}
+					got := 0
+					err := r.iterate(nil, func(k, v []byte, loc systems.Location) (bool, error) {
+						if !bytes.Equal(k, keys[got]) || !bytes.Equal(v, values[got]) || loc != locs[got] {
+							return false, fmt.Errorf("record %d: %q, %d bytes, %v", got, k, len(v), loc)
+						}
+						got++
+						return true, nil
+					})
+					if !ok(err, -1) || err == nil && got != len(keys) {
+						t.Fatalf("iterate: %d records, %v", got, err)
+					}
+				}
+				check(-1)
+				flipByte(t, r.path, locs[3].Offset+int64(locs[3].Length)-1)
+				check(3)
+			})
+		}
 	}
 }

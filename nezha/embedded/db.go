@@ -428,7 +428,7 @@ func (db *DB) logf(msg string, args ...any) {
 }
 
 // Get returns the value of key (the caller owns it), or ErrNotFound.
-// A read error (a record that fails its CRC, wrapping systems.ErrCorrupt)
+// A read error (a record that fails its checksum, wrapping systems.ErrCorrupt)
 // concerns this key only.
 func (db *DB) Get(key []byte) ([]byte, error) {
 	if err := db.beginRead(); err != nil {

@@ -71,8 +71,9 @@ type EngineConfig struct {
 	// system's default.
 	BadgerValueThresholdBytes int64
 	// BadgerVerifyValueChecksum makes Badger check each value's checksum
-	// (a CRC32C, as nezha checks on every read) when it reads the value
-	// log; off by default, as in Badger (Options.VerifyValueChecksum).
+	// (a CRC32C; nezha checks one on every read: xxh3 in its sorted runs,
+	// CRC32C in its log) when it reads the value log; off by default, as
+	// in Badger (Options.VerifyValueChecksum).
 	BadgerVerifyValueChecksum bool
 }
 
