@@ -388,3 +388,40 @@ func TestKeyItemOrder(t *testing.T) {
 		}
 	}
 }
+
+// TestMemoryIndexHashSpread: the short-key hash (hash, wyhash's mixing
+// over the packed key words) spreads keys evenly over the shards (the
+// hash's low bits) and over home slots (its high bits), for keys that
+// differ only in a few digits, and keys that pack alike ("a", "a\x00")
+// hash apart. Fixed seeds keep it deterministic.
+func TestMemoryIndexHashSpread(t *testing.T) {
+	x := NewMemoryIndex()
+	x.seeds = [4]uint64{0x9e3779b97f4a7c15, 0xbf58476d1ce4e5b9, 0x94d049bb133111eb, 0x2545f4914f6cdd1d}
+	const n, homes = 1 << 18, 1024
+	for _, shape := range []func(i int) string{
+		func(i int) string { return string(benchKey(i)) },
+		func(i int) string { return fmt.Sprintf("%d", i) },
+		func(i int) string { return fmt.Sprintf("%024d", i) },
+	} {
+		var shards [memoryShards]int
+		var home [homes]int
+		for i := 0; i < n; i++ {
+			h, _, _, _ := x.hash(shape(i))
+			shards[h%memoryShards]++
+			home[h>>32%homes]++
+		}
+		for s, c := range shards {
+			if mean := n / memoryShards; c < mean*8/10 || c > mean*12/10 {
+				t.Fatalf("keys like %q: shard %d holds %d of %d keys (mean %d)", shape(1), s, c, n, mean)
+			}
+		}
+		for s, c := range home {
+			if mean := n / homes; c < mean*7/10 || c > mean*13/10 {
+				t.Fatalf("keys like %q: home bucket %d holds %d of %d keys (mean %d)", shape(1), s, c, n, mean)
+			}
+		}
+	}
+	if a, b := func() uint64 { h, _, _, _ := x.hash("a"); return h }(), func() uint64 { h, _, _, _ := x.hash("a\x00"); return h }(); a == b {
+		t.Fatal(`"a" and "a\x00" hash alike`)
+	}
+}

@@ -159,6 +159,41 @@ func checkModel(t *testing.T, s *Store, m model) {
 	}
 	want, _ := m.scan("", "", 0, 0)
 	checkKVs(t, "scan all", kvs, more, want, false)
+	checkAppendPaths(t, s, m, want)
+}
+
+// checkAppendPaths compares GetAppend (after bytes already in dst) and
+// ScanFunc (all pairs, and stopped after two) with the model; want is the
+// model's full scan.
+func checkAppendPaths(t *testing.T, s *Store, m model, want []systems.KeyValue) {
+	t.Helper()
+	prefix := []byte("dst:")
+	buf := append([]byte(nil), prefix...)
+	for k, v := range m {
+		got, found, err := s.GetAppend(buf[:len(prefix)], []byte(k))
+		if err != nil || !found || !bytes.Equal(got[:len(prefix)], prefix) || !bytes.Equal(got[len(prefix):], v) {
+			t.Fatalf("GetAppend(%q) = %d bytes, found %v, err %v; want %d bytes after the prefix", k, len(got), found, err, len(v))
+		}
+		buf = got
+	}
+	if got, found, err := s.GetAppend(prefix, []byte("no such key")); err != nil || found || !bytes.Equal(got, prefix) {
+		t.Fatalf("GetAppend of an absent key = %q, found %v, err %v; want dst", got, found, err)
+	}
+	for _, stopAfter := range []int{0, 2} {
+		var got []systems.KeyValue
+		err := s.ScanFunc(nil, nil, 0, func(k, v []byte) (bool, error) {
+			got = append(got, systems.KeyValue{Key: bytes.Clone(k), Value: bytes.Clone(v)})
+			return stopAfter == 0 || len(got) < stopAfter, nil
+		})
+		if err != nil {
+			t.Fatalf("ScanFunc: %v", err)
+		}
+		w := want
+		if stopAfter > 0 && len(w) > stopAfter {
+			w = w[:stopAfter]
+		}
+		checkKVs(t, fmt.Sprintf("ScanFunc stopped after %d", stopAfter), got, false, w, false)
+	}
 }
 
 func checkKVs(t *testing.T, what string, got []systems.KeyValue, gotMore bool, want []systems.KeyValue, wantMore bool) {
@@ -467,21 +502,7 @@ func TestCorruptLocation(t *testing.T) {
 		}
 		// Corrupt k20's record: flip the last byte (value payload) on disk.
 		loc := ents[20].Location
-		path := segmentPath(t, l, loc.Segment)
-		f, err := os.OpenFile(path, os.O_RDWR, 0)
-		if err != nil {
-			t.Fatal(err)
-		}
-		var one [1]byte
-		at := loc.Offset + int64(loc.Length) - 1
-		if _, err := f.ReadAt(one[:], at); err != nil {
-			t.Fatal(err)
-		}
-		one[0] ^= 0xff
-		if _, err := f.WriteAt(one[:], at); err != nil {
-			t.Fatal(err)
-		}
-		f.Close()
+		flipByte(t, segmentPath(t, l, loc.Segment), loc.Offset+int64(loc.Length)-1)
 
 		for _, k := range []string{"past-end", "no-segment", "other-key", "k20"} {
 			v, found, err := s.Get([]byte(k))

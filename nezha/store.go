@@ -167,16 +167,35 @@ func (s *Store) WriteStall() error {
 // holds another key, or could not be read; the first two wrap
 // systems.ErrCorrupt and name the location) concerns this key only; other
 // keys keep working.
-func (s *Store) Get(key []byte) ([]byte, bool, error) {
+func (s *Store) Get(key []byte) ([]byte, bool, error) { return s.get(nil, key, false) }
+
+// GetAppend is Get that appends the value to dst and returns the result
+// (dst itself when the key is absent or on an error). A value in a sorted
+// run is read straight into dst's room, so a caller that passes the same
+// buffer again allocates nothing per GET; a value still in the log is read
+// into a new buffer and copied.
+func (s *Store) GetAppend(dst, key []byte) ([]byte, bool, error) { return s.get(dst, key, true) }
+
+func (s *Store) get(dst, key []byte, appendTo bool) ([]byte, bool, error) {
 	s.gate.RLock()
 	defer s.gate.RUnlock()
 	loc, found, err := s.index.Get(key)
 	if err != nil || !found || loc.Expired(s.nowUnixNano()) {
-		return nil, false, err
+		return dst, false, err
+	}
+	if appendTo && isRun(loc) {
+		out, err := s.runs.appendValue(dst, key, loc)
+		if err != nil {
+			return dst, false, readErr(key, loc, err)
+		}
+		return out, true, nil
 	}
 	v, err := s.readValue(key, loc)
 	if err != nil {
-		return nil, false, err
+		return dst, false, err
+	}
+	if appendTo {
+		v = append(dst, v...)
 	}
 	return v, true, nil
 }
@@ -222,35 +241,61 @@ func checkCommand(key []byte, loc systems.Location, c systems.Command) error {
 
 // readValues reads the values of keys at locs, coalescing adjacent records
 // of one file into one read (values GC wrote in key order are read
-// sequentially: the paper's SCAN gain). Caller holds gate.
+// sequentially: the paper's SCAN gain). The values are the caller's.
+// Caller holds gate.
 func (s *Store) readValues(keys [][]byte, locs []systems.Location) ([][]byte, error) {
 	out := make([][]byte, len(locs))
+	err := s.forValues(keys, locs, 4<<20, false, func(i int, v []byte) error {
+		out[i] = v
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// forValues calls fn with the value of each of keys at locs, in order,
+// until fn fails (its error is returned as is), reading adjacent records
+// of one file together (runs: spans of about spanBytes). With reuse, the
+// values of sorted runs are read into one buffer (runSet.forValues) and
+// are valid only during fn. Caller holds gate.
+func (s *Store) forValues(keys [][]byte, locs []systems.Location, spanBytes int64, reuse bool, fn func(i int, value []byte) error) error {
+	var fnErr error
+	call := func(i int, v []byte) error {
+		fnErr = fn(i, v)
+		return fnErr
+	}
 	for start := 0; start < len(locs); {
 		end := start + 1
 		for end < len(locs) && isRun(locs[end]) == isRun(locs[start]) && locs[end].Segment == locs[start].Segment {
 			end++
 		}
 		if isRun(locs[start]) {
-			vs, err := s.runs.readValues(keys[start:end], locs[start:end])
+			err := s.runs.forValues(keys[start:end], locs[start:end], spanBytes, reuse, func(i int, v []byte) error { return call(start+i, v) })
 			if err != nil {
-				return nil, readErr(keys[start], locs[start], err)
+				if fnErr != nil {
+					return fnErr
+				}
+				return readErr(keys[start], locs[start], err)
 			}
-			copy(out[start:end], vs)
 		} else {
 			cs, err := s.vlog.ReadCommands(locs[start:end])
 			if err != nil {
-				return nil, readErr(keys[start], locs[start], err)
+				return readErr(keys[start], locs[start], err)
 			}
 			for i, c := range cs {
 				if err := checkCommand(keys[start+i], locs[start+i], c); err != nil {
-					return nil, err
+					return err
 				}
-				out[start+i] = c.Value
+				if err := call(start+i, c.Value); err != nil {
+					return err
+				}
 			}
 		}
 		start = end
 	}
-	return out, nil
+	return nil
 }
 
 // recordOverheadMax bounds the bytes of a value-log or run record beyond
@@ -270,22 +315,80 @@ const headerOverheadLog = 25 + 1 + 10 + 10
 // values are then read with coalesced reads. A value read error fails the
 // whole scan (see Get).
 func (s *Store) Scan(start, end []byte, limit int, maxBytes int) ([]systems.KeyValue, bool, error) {
-	if len(end) > 0 && bytes.Compare(start, end) >= 0 {
-		return nil, false, nil
-	}
 	s.gate.RLock()
 	defer s.gate.RUnlock()
-	view, err := s.index.View()
+	keys, locs, more, err := s.scanLocations(start, end, limit, maxBytes)
 	if err != nil {
 		return nil, false, err
 	}
-	var (
-		keys     [][]byte
-		locs     []systems.Location
-		estimate int // record bytes: at least key + value each
-		more     bool
-		now      = s.nowUnixNano()
-	)
+	vals, err := s.readValues(keys, locs)
+	if err != nil {
+		return nil, false, err
+	}
+	s.countScan(locs)
+	kvs := make([]systems.KeyValue, 0, len(keys))
+	total := 0
+	for i := range keys {
+		kvs = append(kvs, systems.KeyValue{Key: keys[i], Value: vals[i]})
+		total += len(keys[i]) + len(vals[i])
+		if maxBytes > 0 && total >= maxBytes {
+			return kvs, more || i+1 < len(keys), nil
+		}
+	}
+	return kvs, more, nil
+}
+
+// scanSpanBytes bounds one read of adjacent run records in ScanFunc, which
+// reads every span into the same buffer.
+const scanSpanBytes = 256 << 10
+
+// ScanFunc calls fn with the pairs Scan(start, end, limit, 0) returns, in
+// order, until fn returns false or an error (which ScanFunc returns).
+// key and value are valid only during the call: the values of sorted runs
+// are read, span by span (at most about 256 KiB of adjacent records per
+// read, or one record), into one buffer that the scan reuses, so a scan
+// allocates about one span's buffer instead of one per value. A value read
+// error ends the scan as Scan's does.
+func (s *Store) ScanFunc(start, end []byte, limit int, fn func(key, value []byte) (bool, error)) error {
+	s.gate.RLock()
+	defer s.gate.RUnlock()
+	keys, locs, _, err := s.scanLocations(start, end, limit, 0)
+	if err != nil {
+		return err
+	}
+	done := 0
+	err = s.forValues(keys, locs, scanSpanBytes, true, func(i int, v []byte) error {
+		done = i + 1
+		more, err := fn(keys[i], v)
+		if err == nil && !more {
+			return errScanDone
+		}
+		return err
+	})
+	s.countScan(locs[:done])
+	if errors.Is(err, errScanDone) {
+		return nil
+	}
+	return err
+}
+
+// errScanDone ends ScanFunc's reads once fn wants no more pairs.
+var errScanDone = errors.New("nezha: scan done")
+
+// scanLocations collects the keys and locations of a scan (Scan's
+// arguments) from one consistent index view, leaving out expired keys;
+// more is true if maxBytes stopped it before the range's end. Caller
+// holds gate.
+func (s *Store) scanLocations(start, end []byte, limit int, maxBytes int) (keys [][]byte, locs []systems.Location, more bool, err error) {
+	if len(end) > 0 && bytes.Compare(start, end) >= 0 {
+		return nil, nil, false, nil
+	}
+	view, err := s.index.View()
+	if err != nil {
+		return nil, nil, false, err
+	}
+	estimate := 0 // record bytes: at least key + value each
+	now := s.nowUnixNano()
 	err = view.Iterate(start, end, func(key []byte, loc systems.Location) (bool, error) {
 		if loc.Expired(now) {
 			return true, nil
@@ -302,12 +405,14 @@ func (s *Store) Scan(start, end []byte, limit int, maxBytes int) ([]systems.KeyV
 	})
 	view.Release()
 	if err != nil {
-		return nil, false, err
+		return nil, nil, false, err
 	}
-	vals, err := s.readValues(keys, locs)
-	if err != nil {
-		return nil, false, err
-	}
+	return keys, locs, more, nil
+}
+
+// countScan adds the record bytes a scan read to the log and run
+// counters (GC's scan trigger).
+func (s *Store) countScan(locs []systems.Location) {
 	var fromLog, fromRuns int64
 	for _, l := range locs {
 		if isRun(l) {
@@ -318,16 +423,6 @@ func (s *Store) Scan(start, end []byte, limit int, maxBytes int) ([]systems.KeyV
 	}
 	s.scanLogBytes.Add(fromLog)
 	s.scanRunBytes.Add(fromRuns)
-	kvs := make([]systems.KeyValue, 0, len(keys))
-	total := 0
-	for i := range keys {
-		kvs = append(kvs, systems.KeyValue{Key: keys[i], Value: vals[i]})
-		total += len(keys[i]) + len(vals[i])
-		if maxBytes > 0 && total >= maxBytes {
-			return kvs, more || i+1 < len(keys), nil
-		}
-	}
-	return kvs, more, nil
 }
 
 // StateHash implements systems.StateHasher over one consistent index view

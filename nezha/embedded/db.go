@@ -433,7 +433,7 @@ func (db *DB) logf(msg string, args ...any) {
 }
 
 // Get returns the value of key (the caller owns it), or ErrNotFound.
-// A read error (a record that fails its CRC, wrapping systems.ErrCorrupt)
+// A read error (a record that fails its checksum, wrapping systems.ErrCorrupt)
 // concerns this key only.
 func (db *DB) Get(key []byte) ([]byte, error) {
 	if err := db.beginRead(); err != nil {
@@ -448,6 +448,43 @@ func (db *DB) Get(key []byte) ([]byte, error) {
 		return nil, ErrNotFound
 	}
 	return v, nil
+}
+
+// GetAppend appends the value of key to dst and returns the result, or
+// ErrNotFound (with dst). It is Get for callers that reuse a buffer: a
+// value in a sorted run (where GC puts every value that stays) is copied
+// straight into dst's room, so passing the same buffer again, e.g.
+// buf, err = db.GetAppend(buf[:0], key), allocates nothing per GET, as
+// Badger's Item.ValueCopy(dst) does. Errors as Get's.
+func (db *DB) GetAppend(dst, key []byte) ([]byte, error) {
+	if err := db.beginRead(); err != nil {
+		return dst, err
+	}
+	defer db.reading.RUnlock()
+	out, found, err := db.store.GetAppend(dst, key)
+	if err != nil {
+		return dst, err
+	}
+	if !found {
+		return dst, ErrNotFound
+	}
+	return out, nil
+}
+
+// ScanFunc calls fn with the pairs Scan(start, end, limit) would return,
+// in ascending key order, until fn returns false or an error (which
+// ScanFunc returns). key and value are valid only during the call: the
+// values are read into one buffer that the scan reuses, so a scan does not
+// allocate a buffer per value. Errors as Scan's.
+func (db *DB) ScanFunc(start, end []byte, limit int, fn func(key, value []byte) (bool, error)) error {
+	if limit < 0 {
+		return fmt.Errorf("embedded: scan limit %d must not be negative", limit)
+	}
+	if err := db.beginRead(); err != nil {
+		return err
+	}
+	defer db.reading.RUnlock()
+	return db.store.ScanFunc(start, end, limit, fn)
 }
 
 // Scan returns the pairs with start <= key < end in ascending key order

@@ -57,19 +57,44 @@ func mustOpen(t testing.TB, dir string, o Options) *DB {
 // model is the expected state: key -> value.
 type model map[string]string
 
-// check compares every path (Get of each key, a full Scan, a bounded Scan)
-// with m.
+// check compares every path (Get and GetAppend of each key, a full Scan
+// and ScanFunc, a bounded Scan, a ScanFunc stopped early) with m.
 func check(t testing.TB, db *DB, m model) {
 	t.Helper()
 	keys := make([]string, 0, len(m))
+	var buf []byte
 	for k, v := range m {
 		keys = append(keys, k)
 		got, err := db.Get([]byte(k))
 		if err != nil || string(got) != v {
 			t.Fatalf("Get(%q) = %.20q, %v; want %.20q", k, got, err, v)
 		}
+		buf, err = db.GetAppend(append(buf[:0], '>'), []byte(k))
+		if err != nil || string(buf) != ">"+v {
+			t.Fatalf("GetAppend(%q) = %.20q, %v; want %.20q after dst's byte", k, buf, err, v)
+		}
 	}
 	sort.Strings(keys)
+	for _, stopAfter := range []int{0, 3} {
+		i := 0
+		err := db.ScanFunc(nil, nil, 0, func(k, v []byte) (bool, error) {
+			if i >= len(keys) || string(k) != keys[i] || string(v) != m[keys[i]] {
+				return false, fmt.Errorf("ScanFunc pair %d is %q", i, k)
+			}
+			i++
+			return stopAfter == 0 || i < stopAfter, nil
+		})
+		if want := len(keys); stopAfter > 0 && want > stopAfter {
+			if i != stopAfter {
+				t.Fatalf("ScanFunc stopped after %d: %d pairs", stopAfter, i)
+			}
+		} else if err != nil || i != want {
+			t.Fatalf("ScanFunc: %d pairs, %v; want %d", i, err, want)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
 	kvs, err := db.Scan(nil, nil, 0)
 	if err != nil {
 		t.Fatalf("Scan: %v", err)
@@ -174,6 +199,12 @@ func TestBadInput(t *testing.T) {
 	}
 	if _, err := db.Scan(nil, nil, -1); err == nil {
 		t.Fatal("Scan with a negative limit succeeded")
+	}
+	if err := db.ScanFunc(nil, nil, -1, func(_, _ []byte) (bool, error) { return true, nil }); err == nil {
+		t.Fatal("ScanFunc with a negative limit succeeded")
+	}
+	if dst, err := db.GetAppend([]byte("dst"), []byte("absent")); !errors.Is(err, ErrNotFound) || string(dst) != "dst" {
+		t.Fatalf("GetAppend of an absent key: %q, %v, want dst and ErrNotFound", dst, err)
 	}
 	var empty Batch
 	if err := db.Write(&empty); err != nil {

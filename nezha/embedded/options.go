@@ -59,7 +59,7 @@ type Options struct {
 	// them with pread into zeroed buffers (raftlog.Options.MmapReads,
 	// nezha.Config.MmapReads): no system call and no clear per read, as
 	// Badger reads its value log. Records are still checked against their
-	// CRCs. Default true.
+	// checksums. Default true.
 	MmapReads bool
 }
 

@@ -30,8 +30,8 @@ func (c *clock) advance(d time.Duration) {
 	c.mu.Unlock()
 }
 
-// visible checks Get and Scan of db against the live keys want (in key
-// order) among every key named in all.
+// visible checks Get, GetAppend, Scan and ScanFunc of db against the live
+// keys want (in key order) among every key named in all.
 func visible(t *testing.T, what string, db *DB, all, want []string) {
 	t.Helper()
 	live := map[string]bool{}
@@ -40,27 +40,34 @@ func visible(t *testing.T, what string, db *DB, all, want []string) {
 	}
 	for _, k := range all {
 		v, err := db.Get([]byte(k))
+		va, errA := db.GetAppend(nil, []byte(k))
 		switch {
-		case live[k] && (err != nil || string(v) != "v-"+k):
-			t.Fatalf("%s: Get(%s) = %q, %v; want it", what, k, v, err)
-		case !live[k] && !errors.Is(err, ErrNotFound):
-			t.Fatalf("%s: Get(%s) = %q, %v; want ErrNotFound", what, k, v, err)
+		case live[k] && (err != nil || string(v) != "v-"+k || errA != nil || string(va) != "v-"+k):
+			t.Fatalf("%s: Get(%s) = %q, %v, GetAppend %q, %v; want it", what, k, v, err, va, errA)
+		case !live[k] && (!errors.Is(err, ErrNotFound) || !errors.Is(errA, ErrNotFound)):
+			t.Fatalf("%s: Get(%s) = %q, %v, GetAppend %q, %v; want ErrNotFound", what, k, v, err, va, errA)
 		}
 	}
 	kvs, err := db.Scan(nil, nil, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
-	var got []string
+	var got, gotFunc []string
 	for _, kv := range kvs {
 		got = append(got, string(kv.Key))
 	}
-	if fmt.Sprint(got) != fmt.Sprint(want) {
-		t.Fatalf("%s: Scan = %v, want %v", what, got, want)
+	if err := db.ScanFunc(nil, nil, 0, func(k, _ []byte) (bool, error) {
+		gotFunc = append(gotFunc, string(k))
+		return true, nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if fmt.Sprint(got) != fmt.Sprint(want) || fmt.Sprint(gotFunc) != fmt.Sprint(want) {
+		t.Fatalf("%s: Scan = %v, ScanFunc = %v, want %v", what, got, gotFunc, want)
 	}
 }
 
-// TestTTL: an expired key is absent from Get, Scan and a backup, after a
+// TestTTL: an expired key is absent from Get, GetAppend, Scan, ScanFunc and a backup, after a
 // restart and in a restored backup too; a put without a TTL clears one.
 // (GC's dropping of expired keys: nezha's TestGCDropsExpiredKeys.)
 func TestTTL(t *testing.T) {

@@ -93,19 +93,22 @@ func openBench(b *testing.B, name string) Engine {
 // at least 1000 keys.
 func readKeys(size int) int { return max(1000, (16<<20)/size) }
 
-// BenchmarkGet: uniformly random GETs of loaded keys (page cache warm).
+// BenchmarkGet: uniformly random GETs of loaded keys (page cache warm),
+// each goroutine copying values into one buffer it reuses.
 func BenchmarkGet(b *testing.B) {
-	benchRead(b, 1, func(e Engine, k []byte) error {
-		if _, found, err := e.Get(k); err != nil || !found {
+	benchRead(b, 1, func(e Engine, k []byte, buf *[]byte) error {
+		v, found, err := e.Get(*buf, k)
+		if err != nil || !found {
 			return fmt.Errorf("get %s: found %v, %v", k, found, err)
 		}
+		*buf = v
 		return nil
 	})
 }
 
 // BenchmarkScan: SCANs of 100 pairs from uniformly random loaded keys.
 func BenchmarkScan(b *testing.B) {
-	benchRead(b, 100, func(e Engine, k []byte) error {
+	benchRead(b, 100, func(e Engine, k []byte, _ *[]byte) error {
 		_, _, err := e.Scan(k, 100)
 		return err
 	})
@@ -114,15 +117,14 @@ func BenchmarkScan(b *testing.B) {
 // benchRead runs op from random loaded keys in parallel, per engine and
 // value size; pairs is how many pairs one op reads (for SetBytes).
 //
-// Every engine returns values in new buffers, so at 256 KiB the numbers
-// depend on the process's live heap as much as on the engine: the engines
-// run one after another in one process, and an engine that holds little
-// heap itself (nezha: a few MiB) makes the collector run every dozen or so
-// GETs and the scavenger hand the freed pages back to the kernel, so each
-// GET faults its buffer back in; one that holds ~90 MiB (Badger's
-// memtables) does not. systems/vfs BenchmarkMappingAppendAt shows the
-// effect without any engine; GOGC=off GOMEMLIMIT=1GiB levels it.
-func benchRead(b *testing.B, pairs int64, op func(e Engine, k []byte) error) {
+// Each goroutine passes op one buffer that GETs reuse, and every engine's
+// SCAN reuses one buffer per scan (Engine): with a new buffer per value,
+// the 256 KiB numbers depended on the process's live heap as much as on
+// the engine (an engine holding a few MiB made the collector run every
+// dozen or so GETs and the scavenger hand the freed pages back to the
+// kernel, so each GET faulted its buffer back in; systems/vfs
+// BenchmarkMappingAppendAt shows the effect without any engine).
+func benchRead(b *testing.B, pairs int64, op func(e Engine, k []byte, buf *[]byte) error) {
 	for _, size := range benchSizes {
 		for _, name := range Engines() {
 			b.Run(fmt.Sprintf("%s/%dB", name, size), func(b *testing.B) {
@@ -132,8 +134,9 @@ func benchRead(b *testing.B, pairs int64, op func(e Engine, k []byte) error) {
 				b.ResetTimer()
 				b.RunParallel(func(pb *testing.PB) {
 					rng := rand.New(rand.NewSource(rand.Int63()))
+					var buf []byte
 					for pb.Next() {
-						if err := op(e, key(uint64(rng.Intn(n)))); err != nil {
+						if err := op(e, key(uint64(rng.Intn(n))), &buf); err != nil {
 							b.Error(err)
 							return
 						}

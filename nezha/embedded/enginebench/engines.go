@@ -39,11 +39,17 @@ type Engine interface {
 	Put(key, value []byte) error
 	// Load writes the pairs as one batch (one commit).
 	Load(keys, values [][]byte) error
-	// Get returns the value of key (the caller's copy); found is false if
-	// the key is absent.
-	Get(key []byte) (value []byte, found bool, err error)
+	// Get copies the value of key into dst's room (dst[:0], grown if too
+	// small) and returns it: a copy the caller owns, in the buffer it
+	// passed, so that a caller reusing one buffer measures the engine
+	// rather than Go's allocator (nezha's DB.GetAppend, Badger's
+	// Item.ValueCopy(dst), Pebble's Get copied before its closer is
+	// closed). found is false if the key is absent.
+	Get(dst, key []byte) (value []byte, found bool, err error)
 	// Scan reads up to n pairs from the first key >= start, in key order,
-	// copying each value, and returns how many it read and their bytes.
+	// copying each value once into one buffer reused for the scan's pairs
+	// (nezha's DB.ScanFunc, Badger's Item.ValueCopy, Pebble's iterator
+	// value appended), and returns how many it read and their bytes.
 	Scan(start []byte, n int) (pairs int, bytes int64, err error)
 	// Close releases the engine.
 	Close() error
@@ -64,6 +70,11 @@ type EngineConfig struct {
 	// value log (the rest stay in its LSM tree); 1 KiB as the dwisckey
 	// system's default.
 	BadgerValueThresholdBytes int64
+	// BadgerVerifyValueChecksum makes Badger check each value's checksum
+	// (a CRC32C; nezha checks one on every read: xxh3 in its sorted runs,
+	// CRC32C in its log) when it reads the value log; off by default, as
+	// in Badger (Options.VerifyValueChecksum).
+	BadgerVerifyValueChecksum bool
 }
 
 // Open opens the named engine in dir (created).
@@ -81,7 +92,8 @@ func Open(name, dir string, c EngineConfig) (Engine, error) {
 		}
 		return nezhaEngine{db}, nil
 	case EngineBadger:
-		o := badger.DefaultOptions(dir).WithSyncWrites(c.Sync).WithValueThreshold(c.BadgerValueThresholdBytes).WithLogger(nil)
+		o := badger.DefaultOptions(dir).WithSyncWrites(c.Sync).WithValueThreshold(c.BadgerValueThresholdBytes).WithLogger(nil).
+			WithVerifyValueChecksum(c.BadgerVerifyValueChecksum)
 		db, err := badger.Open(o)
 		if err != nil {
 			return nil, fmt.Errorf("badger: %w", err)
@@ -111,20 +123,21 @@ func (e nezhaEngine) Load(ks, vs [][]byte) error {
 	}
 	return e.db.Write(&b)
 }
-func (e nezhaEngine) Get(k []byte) ([]byte, bool, error) {
-	v, err := e.db.Get(k)
+func (e nezhaEngine) Get(dst, k []byte) ([]byte, bool, error) {
+	v, err := e.db.GetAppend(dst[:0], k)
 	if errors.Is(err, embedded.ErrNotFound) {
-		return nil, false, nil
+		return dst, false, nil
 	}
 	return v, err == nil, err
 }
-func (e nezhaEngine) Scan(start []byte, n int) (int, int64, error) {
-	kvs, err := e.db.Scan(start, nil, n)
-	var b int64
-	for _, kv := range kvs {
-		b += int64(len(kv.Key) + len(kv.Value))
-	}
-	return len(kvs), b, err
+func (e nezhaEngine) Scan(start []byte, n int) (pairs int, b int64, err error) {
+	// ScanFunc copies each value once, into its reused buffer.
+	err = e.db.ScanFunc(start, nil, n, func(k, v []byte) (bool, error) {
+		pairs++
+		b += int64(len(k) + len(v))
+		return true, nil
+	})
+	return pairs, b, err
 }
 func (e nezhaEngine) Close() error { return e.db.Close() }
 
@@ -154,17 +167,17 @@ func (e badgerEngine) Load(ks, vs [][]byte) error {
 	}
 	return wb.Flush()
 }
-func (e badgerEngine) Get(k []byte) (v []byte, found bool, err error) {
+func (e badgerEngine) Get(dst, k []byte) (v []byte, found bool, err error) {
 	err = e.db.View(func(txn *badger.Txn) error {
 		it, err := txn.Get(k)
 		if err != nil {
 			return err
 		}
-		v, err = it.ValueCopy(nil)
+		v, err = it.ValueCopy(dst) // into dst[:0]
 		return err
 	})
 	if errors.Is(err, badger.ErrKeyNotFound) {
-		return nil, false, nil
+		return dst, false, nil
 	}
 	return v, err == nil, err
 }
@@ -174,14 +187,15 @@ func (e badgerEngine) Scan(start []byte, n int) (pairs int, b int64, err error) 
 		o.PrefetchSize = n
 		it := txn.NewIterator(o)
 		defer it.Close()
+		var buf []byte
 		for it.Seek(start); it.Valid() && pairs < n; it.Next() {
 			item := it.Item()
-			v, err := item.ValueCopy(nil)
-			if err != nil {
+			var err error
+			if buf, err = item.ValueCopy(buf); err != nil {
 				return err
 			}
 			pairs++
-			b += int64(len(item.Key()) + len(v))
+			b += int64(len(item.Key()) + len(buf))
 		}
 		return nil
 	})
@@ -205,15 +219,15 @@ func (e pebbleEngine) Load(ks, vs [][]byte) error {
 	}
 	return b.Commit(e.wo)
 }
-func (e pebbleEngine) Get(k []byte) ([]byte, bool, error) {
+func (e pebbleEngine) Get(dst, k []byte) ([]byte, bool, error) {
 	v, closer, err := e.db.Get(k)
 	if errors.Is(err, pebble.ErrNotFound) {
-		return nil, false, nil
+		return dst, false, nil
 	}
 	if err != nil {
-		return nil, false, err
+		return dst, false, err
 	}
-	out := append([]byte(nil), v...)
+	out := append(dst[:0], v...) // v is valid until closer.Close
 	return out, true, closer.Close()
 }
 func (e pebbleEngine) Scan(start []byte, n int) (pairs int, b int64, err error) {
@@ -221,15 +235,16 @@ func (e pebbleEngine) Scan(start []byte, n int) (pairs int, b int64, err error) 
 	if err != nil {
 		return 0, 0, err
 	}
+	var buf []byte
 	for ok := it.First(); ok && pairs < n; ok = it.Next() {
 		v, err := it.ValueAndErr()
 		if err != nil {
 			it.Close()
 			return pairs, b, err
 		}
-		v = append([]byte(nil), v...)
+		buf = append(buf[:0], v...) // v is valid until the iterator moves
 		pairs++
-		b += int64(len(it.Key()) + len(v))
+		b += int64(len(it.Key()) + len(buf))
 	}
 	return pairs, b, it.Close()
 }

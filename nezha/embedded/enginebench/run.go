@@ -8,6 +8,7 @@ import (
 	"math/rand"
 	"os"
 	"path/filepath"
+	"runtime/metrics"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -158,6 +159,29 @@ type Result struct {
 	// SettleSeconds (nezha, reads only): how long the idle GC round took
 	// to sort the load before the reads.
 	SettleSeconds float64 `json:"settle_seconds,omitempty"`
+	// GOGCPercent and GOMemLimitBytes are the Go collector's settings in
+	// the process during the run (GCSettings), which move the numbers of
+	// large values: GOGC (-1 when off) and GOMEMLIMIT (math.MaxInt64 when
+	// unset).
+	GOGCPercent     int64 `json:"gogc_percent"`
+	GOMemLimitBytes int64 `json:"gomemlimit_bytes"`
+}
+
+// GCSettings returns the Go collector's current settings: the GOGC
+// percentage (-1: off) and the memory limit in bytes (math.MaxInt64:
+// none), as the GOGC and GOMEMLIMIT environment variables or
+// runtime/debug set them, read through runtime/metrics (nothing changed).
+func GCSettings() (gogcPercent, memLimitBytes int64) {
+	samples := []metrics.Sample{{Name: "/gc/gogc:percent"}, {Name: "/gc/gomemlimit:bytes"}}
+	metrics.Read(samples)
+	if samples[0].Value.Kind() == metrics.KindUint64 {
+		// "off" reads as the largest uint64, which is -1 as an int64.
+		gogcPercent = int64(samples[0].Value.Uint64())
+	}
+	if samples[1].Value.Kind() == metrics.KindUint64 {
+		memLimitBytes = int64(samples[1].Value.Uint64())
+	}
+	return gogcPercent, memLimitBytes
 }
 
 // key i of the load: 16 hex digits of a bijection of i (an odd
@@ -188,6 +212,7 @@ func Run(ctx context.Context, o Options) ([]Result, error) {
 	if logf == nil {
 		logf = func(string, ...any) {}
 	}
+	gogc, memLimit := GCSettings()
 	var out []Result
 	for si, size := range o.ValueSizesBytes {
 		// Rotated per size, so that no engine always runs first (on a
@@ -197,6 +222,9 @@ func Run(ctx context.Context, o Options) ([]Result, error) {
 			rs, err := runOne(ctx, o, name, size, logf)
 			if err != nil {
 				return out, fmt.Errorf("%s at %d B: %w", name, size, err)
+			}
+			for i := range rs {
+				rs[i].GOGCPercent, rs[i].GOMemLimitBytes = gogc, memLimit
 			}
 			for _, r := range rs {
 				logf("%-6s %7d B %-4s %10.0f ops/s %8.1f MB/s p50 %8.1f us p99 %8.1f us (%d keys)",
@@ -261,10 +289,11 @@ func runOne(ctx context.Context, o Options, name string, size int, logf func(str
 		}
 		settle = time.Since(start)
 	}
-	get, _, err := measure(ctx, o.Readers, o.GetDuration, func(rng *rand.Rand, _ func() (uint64, bool)) (int64, error) {
-		i := uint64(rng.Int63n(keys))
+	get, _, err := measure(ctx, o.Readers, o.GetDuration, func(w *worker) (int64, error) {
+		i := uint64(w.rng.Int63n(keys))
 		k := key(i)
-		v, found, err := e.Get(k)
+		v, found, err := e.Get(w.buf, k)
+		w.buf = v // reused by this reader's next GET
 		if err != nil {
 			return 0, err
 		}
@@ -276,16 +305,16 @@ func runOne(ctx context.Context, o Options, name string, size int, logf func(str
 	if err != nil {
 		return nil, fmt.Errorf("get: %w", err)
 	}
-	scan, _, err := measure(ctx, o.Readers, o.ScanDuration, func(rng *rand.Rand, _ func() (uint64, bool)) (int64, error) {
-		_, b, err := e.Scan(key(uint64(rng.Int63n(keys))), o.ScanLength)
+	scan, _, err := measure(ctx, o.Readers, o.ScanDuration, func(w *worker) (int64, error) {
+		_, b, err := e.Scan(key(uint64(w.rng.Int63n(keys))), o.ScanLength)
 		return b, err
 	}, o.Seed+2)
 	if err != nil {
 		return nil, fmt.Errorf("scan: %w", err)
 	}
 	maxPuts := max(int64(1), o.PutMaxBytes/int64(size))
-	put, n, err := measure(ctx, o.Writers, o.PutDuration, func(_ *rand.Rand, next func() (uint64, bool)) (int64, error) {
-		i, ok := next()
+	put, n, err := measure(ctx, o.Writers, o.PutDuration, func(w *worker) (int64, error) {
+		i, ok := w.next()
 		if !ok || int64(i) >= maxPuts {
 			return 0, errStop
 		}
@@ -308,10 +337,19 @@ func runOne(ctx context.Context, o Options, name string, size int, logf func(str
 // errStop ends a worker of measure without an error.
 var errStop = errors.New("stop")
 
+// worker is one goroutine of measure: its random source, the shared
+// sequence of indexes (next: false once the phase is over), and a buffer
+// its op may keep between calls (a GET's value buffer).
+type worker struct {
+	rng  *rand.Rand
+	next func() (uint64, bool)
+	buf  []byte
+}
+
 // measure runs op in workers goroutines until d passes, ctx ends or op
 // returns errStop, and returns the throughput, latencies and how many
 // indexes next handed out. op returns the bytes it moved.
-func measure(ctx context.Context, workers int, d time.Duration, op func(rng *rand.Rand, next func() (uint64, bool)) (int64, error), seed int64) (Result, int64, error) {
+func measure(ctx context.Context, workers int, d time.Duration, op func(w *worker) (int64, error), seed int64) (Result, int64, error) {
 	var (
 		counter  atomic.Uint64
 		ops, sum atomic.Int64
@@ -332,7 +370,7 @@ func measure(ctx context.Context, workers int, d time.Duration, op func(rng *ran
 		wg.Add(1)
 		go func(w int) {
 			defer wg.Done()
-			rng := rand.New(rand.NewSource(seed*1000 + int64(w)))
+			wk := &worker{rng: rand.New(rand.NewSource(seed*1000 + int64(w))), next: next}
 			local := hdrhistogram.New(1, 60_000_000, 3)
 			defer func() {
 				mu.Lock()
@@ -341,7 +379,7 @@ func measure(ctx context.Context, workers int, d time.Duration, op func(rng *ran
 			}()
 			for time.Now().Before(deadline) && ctx.Err() == nil {
 				t0 := time.Now()
-				n, err := op(rng, next)
+				n, err := op(wk)
 				if errors.Is(err, errStop) {
 					return
 				}
