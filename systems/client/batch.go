@@ -110,6 +110,10 @@ func (b *batcher) do(ctx context.Context, op *kvpb.BatchOp, size int, deadline t
 	}
 	select {
 	case st.sendq <- call:
+	case out := <-call.done:
+		// The stream broke (its sender is gone) or the sweeper gave up
+		// while the queue was full.
+		return b.outcome(st, out)
 	case <-ctx.Done():
 		if st.remove(op.Id) {
 			return nil, &notSentError{st: status.FromContextError(ctx.Err())}
@@ -144,7 +148,10 @@ func (b *batcher) outcome(st *batchStream, out batchOutcome) (*kvpb.BatchResult,
 	return out.r, nil
 }
 
-// open returns the open stream, opening one if there is none.
+// open returns the open stream, opening one if there is none. Opening
+// takes no time once the connection is up; on a connection still being
+// made it waits, with the callers behind it, until gRPC gives up on it
+// (the client's MinConnectTimeout, 1 s).
 func (b *batcher) open() (*batchStream, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
