@@ -1,6 +1,7 @@
 package faults
 
 import (
+	"bufio"
 	"encoding/binary"
 	"fmt"
 	"io"
@@ -94,15 +95,19 @@ func TearFile(path, mode string, pick uint64) (string, error) {
 		return "", err
 	}
 	size := st.Size()
+	end, err := dataEnd(f, size)
+	if err != nil {
+		return "", err
+	}
 	var hdr [recordHeaderBytes]byte
+	if end < recordHeaderBytes {
+		return fmt.Sprintf("left %s alone (%d bytes of records, no whole record to copy)", path, end), nil
+	}
 	if _, err := f.ReadAt(hdr[:], 0); err != nil {
-		if err == io.EOF {
-			return fmt.Sprintf("left %s alone (%d bytes, no whole record to copy)", path, size), nil
-		}
 		return "", err
 	}
 	n := int64(recordHeaderBytes) + int64(binary.LittleEndian.Uint32(hdr[lengthOffset:]))
-	if n > size || n > maxCopiedRecord {
+	if n > end || n > maxCopiedRecord {
 		return fmt.Sprintf("left %s alone (first record of %d bytes cannot be copied)", path, n), nil
 	}
 	rec := make([]byte, n)
@@ -114,15 +119,18 @@ func TearFile(path, mode string, pick uint64) (string, error) {
 	case TearCut:
 		k := 1 + int64(pick%uint64(n-1))
 		rec = rec[:k]
-		what = fmt.Sprintf("appended the first %d of %d bytes of a record to %s (%d -> %d bytes)", k, n, path, size, size+k)
+		what = fmt.Sprintf("wrote the first %d of %d bytes of a record after the last record of %s (at offset %d of %d bytes)", k, n, path, end, size)
 	case TearCorrupt:
 		i := lengthOffset + int64(pick%uint64(n-lengthOffset))
 		rec[i] ^= 0xff
-		what = fmt.Sprintf("appended a %d-byte record with byte %d flipped to %s (%d -> %d bytes)", n, i, path, size, size+n)
+		what = fmt.Sprintf("wrote a %d-byte record with byte %d flipped after the last record of %s (at offset %d of %d bytes)", n, i, path, end, size)
 	default:
 		return "", fmt.Errorf("unknown tear mode %q (want %s or %s)", mode, TearCut, TearCorrupt)
 	}
-	if _, err := f.WriteAt(rec, size); err != nil {
+	// At the end of the records, not of the file: over the zero padding a
+	// node killed while writing with direct I/O leaves, as its own next
+	// write would have gone.
+	if _, err := f.WriteAt(rec, end); err != nil {
 		return "", err
 	}
 	if err := f.Sync(); err != nil {
@@ -149,20 +157,21 @@ func LoseSyncedFile(path, mode string, n int) (string, error) {
 	if n < 1 || n > MaxLoseBytes {
 		return "", fmt.Errorf("damage of %d bytes is outside 1..%d", n, MaxLoseBytes)
 	}
-	st, err := os.Stat(path)
+	// The last n bytes of the records, not of the file: the zero padding a
+	// node killed while writing with direct I/O leaves holds no entry.
+	size, err := SegmentDataBytes(path)
 	if err != nil {
 		return "", err
 	}
-	size := st.Size()
 	if size <= MaxLoseBytes {
-		return fmt.Sprintf("left %s alone (%d bytes, shorter than a record)", path, size), nil
+		return fmt.Sprintf("left %s alone (%d bytes of records, shorter than a record)", path, size), nil
 	}
 	switch mode {
 	case TearCut:
 		if err := os.Truncate(path, size-int64(n)); err != nil {
 			return "", err
 		}
-		return fmt.Sprintf("cut the last %d bytes of %s (%d -> %d bytes)", n, path, size, size-int64(n)), nil
+		return fmt.Sprintf("cut the last %d bytes of the records of %s (%d -> %d bytes)", n, path, size, size-int64(n)), nil
 	case TearCorrupt:
 		f, err := os.OpenFile(path, os.O_RDWR, 0)
 		if err != nil {
@@ -181,7 +190,60 @@ func LoseSyncedFile(path, mode string, n int) (string, error) {
 		if err := f.Sync(); err != nil {
 			return "", err
 		}
-		return fmt.Sprintf("flipped the byte %d bytes from the end of %s (offset %d of %d)", n, path, off, size), f.Close()
+		return fmt.Sprintf("flipped the byte %d bytes from the end of the records of %s (offset %d of %d)", n, path, off, size), f.Close()
 	}
 	return "", fmt.Errorf("unknown tear mode %q (want %s or %s)", mode, TearCut, TearCorrupt)
+}
+
+// SegmentDataBytes returns where the records of a Raft log segment end, in
+// bytes from its start: its size less the zero padding after the last
+// record that a node killed while writing with direct I/O leaves (a block
+// of 4096 bytes at most; systems/raftlog/direct.go), or less a torn record
+// already there. It walks the record headers from the start; a header of
+// zeros, a short one, or a record that runs past the end of the file ends
+// the walk. It does not check CRCs.
+func SegmentDataBytes(path string) (int64, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return 0, err
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		return 0, err
+	}
+	return dataEnd(f, st.Size())
+}
+
+// dataEnd is SegmentDataBytes on an open segment of size bytes.
+func dataEnd(f *os.File, size int64) (int64, error) {
+	r := bufio.NewReaderSize(io.NewSectionReader(f, 0, size), 1<<16)
+	var hdr [recordHeaderBytes]byte
+	off := int64(0)
+	for {
+		if size-off < recordHeaderBytes {
+			return off, nil
+		}
+		if _, err := io.ReadFull(r, hdr[:]); err != nil {
+			return 0, fmt.Errorf("read %s at %d: %w", f.Name(), off, err)
+		}
+		zero := true
+		for _, b := range hdr {
+			if b != 0 {
+				zero = false
+				break
+			}
+		}
+		if zero {
+			return off, nil
+		}
+		payload := int64(binary.LittleEndian.Uint32(hdr[lengthOffset:]))
+		if off+recordHeaderBytes+payload > size {
+			return off, nil
+		}
+		if _, err := r.Discard(int(payload)); err != nil {
+			return 0, fmt.Errorf("read %s at %d: %w", f.Name(), off, err)
+		}
+		off += recordHeaderBytes + payload
+	}
 }

@@ -2,6 +2,7 @@ package faults
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -399,52 +400,96 @@ func reopen(t *testing.T, dir string) (last uint64, err error) {
 	return l.LastIndex()
 }
 
+// padSegment appends to the newest segment under data the zero padding, up
+// to the next 4096-byte block, that a node killed while writing with direct
+// I/O leaves after its last record.
+func padSegment(t *testing.T, data string) {
+	t.Helper()
+	seg, err := LastSegment(data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := os.Stat(seg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Size()%4096 == 0 {
+		t.Fatalf("%s has %d bytes, block-aligned already: no room for padding", seg, st.Size())
+	}
+	if err := os.Truncate(seg, st.Size()+4096-st.Size()%4096); err != nil {
+		t.Fatal(err)
+	}
+}
+
 func TestTearTailIsRecovered(t *testing.T) {
-	for _, mode := range []string{TearCut, TearCorrupt} {
-		for pick := uint64(0); pick < 40; pick += 7 {
-			t.Run(fmt.Sprintf("%s-%d", mode, pick), func(t *testing.T) {
-				data := t.TempDir()
-				dir := filepath.Join(data, "valuelog")
-				writeLog(t, dir, 5)
-				want, err := reopen(t, dir)
-				if err != nil {
-					t.Fatal(err)
-				}
-				seg, _ := LastSegment(data)
-				before, _ := os.Stat(seg)
-				what, err := TearTail(data, mode, pick)
-				if err != nil {
-					t.Fatal(err)
-				}
-				after, _ := os.Stat(seg)
-				if after.Size() <= before.Size() {
-					t.Fatalf("%s: segment did not grow (%d -> %d)", what, before.Size(), after.Size())
-				}
-				got, err := reopen(t, dir)
-				if err != nil || got != want {
-					t.Fatalf("after %s: reopen gives last index %d, %v; want %d", what, got, err, want)
-				}
-				if st, _ := os.Stat(seg); st.Size() != before.Size() {
-					t.Fatalf("torn record not truncated: %d bytes, want %d", st.Size(), before.Size())
-				}
-			})
+	for _, padded := range []bool{false, true} {
+		for _, mode := range []string{TearCut, TearCorrupt} {
+			for pick := uint64(0); pick < 40; pick += 7 {
+				t.Run(fmt.Sprintf("padded=%v/%s-%d", padded, mode, pick), func(t *testing.T) {
+					data := t.TempDir()
+					dir := filepath.Join(data, "valuelog")
+					writeLog(t, dir, 5)
+					want, err := reopen(t, dir)
+					if err != nil {
+						t.Fatal(err)
+					}
+					seg, _ := LastSegment(data)
+					records, _ := os.Stat(seg)
+					if padded {
+						padSegment(t, data)
+					}
+					if end, err := SegmentDataBytes(seg); err != nil || end != records.Size() {
+						t.Fatalf("SegmentDataBytes = %d, %v; want %d", end, err, records.Size())
+					}
+					before, _ := os.ReadFile(seg)
+					what, err := TearTail(data, mode, pick)
+					if err != nil {
+						t.Fatal(err)
+					}
+					after, _ := os.ReadFile(seg)
+					if bytes.Equal(after, before) {
+						t.Fatalf("%s: segment unchanged", what)
+					}
+					if !bytes.Equal(after[:records.Size()], before[:records.Size()]) {
+						t.Fatalf("%s: the records before the torn one changed", what)
+					}
+					got, err := reopen(t, dir)
+					if err != nil || got != want {
+						t.Fatalf("after %s: reopen gives last index %d, %v; want %d", what, got, err, want)
+					}
+					if st, _ := os.Stat(seg); st.Size() != records.Size() {
+						t.Fatalf("torn record not truncated: %d bytes, want %d", st.Size(), records.Size())
+					}
+				})
+			}
 		}
 	}
 }
 
 func TestLoseSyncedTail(t *testing.T) {
+	for _, padded := range []bool{false, true} {
+		t.Run(fmt.Sprintf("padded=%v", padded), func(t *testing.T) {
+			data := t.TempDir()
+			dir := filepath.Join(data, "raftlog")
+			writeLog(t, dir, 5)
+			want, _ := reopen(t, dir)
+			if padded {
+				// Cutting the padding alone would lose nothing.
+				padSegment(t, data)
+			}
+			what, err := LoseSyncedTail(data, TearCut, 3)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, err := reopen(t, dir)
+			if err != nil || got != want-1 {
+				t.Fatalf("after %s: last index %d, %v; want %d (one synced entry lost)", what, got, err, want-1)
+			}
+		})
+	}
 	data := t.TempDir()
 	dir := filepath.Join(data, "raftlog")
 	writeLog(t, dir, 5)
-	want, _ := reopen(t, dir)
-	what, err := LoseSyncedTail(data, TearCut, 3)
-	if err != nil {
-		t.Fatal(err)
-	}
-	got, err := reopen(t, dir)
-	if err != nil || got != want-1 {
-		t.Fatalf("after %s: last index %d, %v; want %d (one synced entry lost)", what, got, err, want-1)
-	}
 	if _, err := LoseSyncedTail(data, TearCut, MaxLoseBytes+1); err == nil {
 		t.Fatal("damage past one record header accepted")
 	}
