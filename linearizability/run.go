@@ -18,6 +18,7 @@ import (
 
 	"github.com/nezha-harness/nezha/faults"
 	"github.com/nezha-harness/nezha/systems"
+	"github.com/nezha-harness/nezha/systems/buildinfo"
 	"github.com/nezha-harness/nezha/systems/client"
 	"github.com/nezha-harness/nezha/systems/cluster"
 )
@@ -301,6 +302,10 @@ type Result struct {
 	Elapsed      time.Duration    `json:"elapsed_ns"`
 	GoVersion    string           `json:"go_version"`
 	Host         string           `json:"host"`
+	// Build is what `nezha version` prints for the binary that ran the
+	// check (module version, VCS revision, Go version), so that a result
+	// names the commit that made it, as experiments' result.json do.
+	Build buildinfo.Info `json:"build"`
 }
 
 // Interrupted is the verdict of a run whose context was cancelled.
@@ -358,7 +363,7 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 	res := &Result{
 		Options: o, NodeFlags: o.NodeArgs(), Schedule: sched, Dir: dir,
 		HistoryPath: filepath.Join(dir, "history.json"), ResultPath: filepath.Join(dir, "result.json"),
-		Started: time.Now(), GoVersion: runtime.Version(), Host: host,
+		Started: time.Now(), GoVersion: runtime.Version(), Host: host, Build: buildinfo.Read(),
 	}
 	if err := writeJSON(filepath.Join(dir, "config.json"), res); err != nil {
 		return nil, err
