@@ -58,7 +58,7 @@ func ycsbExperiment() Experiment {
 					o.Settings = []string{
 						fmt.Sprintf("recordcount=%d", p.YCSBRecords), fmt.Sprintf("operationcount=%d", p.YCSBOps),
 						"fieldcount=1", fmt.Sprintf("fieldlength=%d", p.YCSBValueBytes), fmt.Sprintf("threadcount=%d", p.YCSBThreads),
-						"log.interval=86400", // no periodic go-ycsb summaries on the console
+						"measurement.interval=86400", // no periodic go-ycsb summaries on the console (go-ycsb's prop.LogInterval)
 					}
 					o.MaxValueBytes = 64 * mib
 					o.OpTimeout = time.Minute
