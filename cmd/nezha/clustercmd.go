@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"os"
 	"text/tabwriter"
 	"time"
 
@@ -71,13 +72,20 @@ func runCluster(args []string, known []string, stdout, stderr io.Writer) error {
 		if o.Nodes == 0 { // cluster.UpOptions read 0 as the default; here it was given
 			return systems.Usagef("cluster up: -nodes 0 is outside 1..%d", cluster.MaxNodes)
 		}
+		_, statErr := os.Stat(o.Dir)
+		created := os.IsNotExist(statErr)
 		unlock, err := cluster.Lock(o.Dir)
 		if err != nil {
 			return err
 		}
-		defer unlock()
 		s, leader, err := cluster.Up(ctx, o)
+		unlock()
 		if err != nil {
+			// A refused up (a bad flag) leaves no directory behind
+			// that it made itself and put nothing but the lock in.
+			if des, rerr := os.ReadDir(o.Dir); created && rerr == nil && len(des) == 1 && des[0].Name() == ".lock" {
+				_ = os.RemoveAll(o.Dir)
+			}
 			return systems.OneLine("cluster up", err)
 		}
 		fmt.Fprintf(stdout, "cluster of %d %s nodes up in %s, leader %d\n", len(s.Nodes), cluster.Label(s.System), s.Dir, leader)

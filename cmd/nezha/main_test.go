@@ -157,6 +157,28 @@ func TestUsageErrors(t *testing.T) {
 	}
 }
 
+// TestBadInputLeavesNothing: a refused `cluster up` removes the cluster
+// directory it made (it held only the lock), and a refused serve touches
+// no data directory.
+func TestBadInputLeavesNothing(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "c")
+	if code, _, stderr := runNezha(t, "cluster", "up", "-system", "nope", "-cluster", dir); code != 2 || !strings.Contains(stderr, `unknown system "nope"`) {
+		t.Fatalf("cluster up -system nope: exit %d, %q", code, stderr)
+	}
+	if _, err := os.Stat(dir); !os.IsNotExist(err) {
+		t.Fatalf("cluster up -system nope left %s behind (%v)", dir, err)
+	}
+	data := filepath.Join(t.TempDir(), "data")
+	code, _, stderr := runNezha(t, "serve", "-system", "original", "-address", "127.0.0.1:308108",
+		"-internalAddress", "127.0.0.1:30001", "-peers", "127.0.0.1:30001", "-data", data)
+	if code != 2 || !strings.Contains(stderr, "not a number in 0..65535") {
+		t.Fatalf("serve with port 308108: exit %d, %q", code, stderr)
+	}
+	if _, err := os.Stat(data); !os.IsNotExist(err) {
+		t.Fatalf("a refused serve made %s (%v)", data, err)
+	}
+}
+
 // TestServeRefusesBadLogFlags: a bad -logFormat is a usage error (exit
 // code 2) on one line, reported together with the other bad flags.
 func TestServeRefusesBadLogFlags(t *testing.T) {

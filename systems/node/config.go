@@ -266,8 +266,15 @@ func (c *Config) Validate() error {
 		if a == "" {
 			return
 		}
-		if _, port, err := net.SplitHostPort(a); err != nil || port == "" {
+		_, port, err := net.SplitHostPort(a)
+		if err != nil || port == "" {
 			bad("%s %q is not host:port", flagName, a)
+			return
+		}
+		// Checked here, before the data directory is touched, not when
+		// the listener fails after the stores were opened.
+		if _, err := strconv.ParseUint(port, 10, 16); err != nil {
+			bad("%s %q: port %q is not a number in 0..65535", flagName, a, port)
 		}
 	}
 	hostPort("-address", c.Address)

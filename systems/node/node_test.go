@@ -345,6 +345,12 @@ func TestStartErrors(t *testing.T) {
 	if err := bad.Validate(); !errors.As(err, &ue) || !strings.Contains(err.Error(), `-address "x" is not host:port`) {
 		t.Fatalf("malformed -address: %v", err)
 	}
+	for _, a := range []string{"127.0.0.1:308108", "127.0.0.1:http", "127.0.0.1:-1"} {
+		bad.Address = a
+		if err := bad.Validate(); !errors.As(err, &ue) || !strings.Contains(err.Error(), "is not a number in 0..65535") {
+			t.Fatalf("-address %s: %v", a, err)
+		}
+	}
 	bad.EntryCacheBytes = -1
 	if err := bad.Validate(); err == nil || !strings.Contains(err.Error(), "entry cache size -1") || !strings.Contains(err.Error(), "-address") {
 		t.Fatalf("negative entry cache with a bad -address: %v, want both reported", err)
