@@ -25,6 +25,7 @@ import (
 	"github.com/nezha-harness/nezha/systems/buildinfo"
 	"github.com/nezha-harness/nezha/systems/client"
 	"github.com/nezha-harness/nezha/systems/cluster"
+	"github.com/nezha-harness/nezha/workloads"
 )
 
 // Experiment is one named experiment.
@@ -228,6 +229,15 @@ func (x *Run) figure(f plots.Figure) {
 // fail records that system failed at step; spec (optional) supplies the
 // node logs.
 func (x *Run) fail(system, step string, err error, spec *cluster.Spec) {
+	var stall *workloads.StallError
+	if errors.As(err, &stall) && stall.Nodes == "" && spec != nil {
+		// What the nodes say now, as bench prints after a stall: which
+		// did not answer, which had no leader.
+		if c, cerr := client.New(client.DefaultConfig(spec.Addresses()...)); cerr == nil {
+			stall.Nodes = workloads.ProbeNodes(context.Background(), c, 2*time.Second)
+			c.Close()
+		}
+	}
 	f := Failure{System: system, Step: step, Error: err.Error()}
 	if spec != nil {
 		f.LogTails = map[string]string{}

@@ -82,7 +82,7 @@ type StallError struct {
 }
 
 func (e *StallError) Error() string {
-	msg := fmt.Sprintf("stopped: no operation got an answer from the cluster for %v (-stallTimeout)", e.Timeout)
+	msg := fmt.Sprintf("stopped: no operation got an answer from the cluster for %v (the stall timeout: -stallTimeout of bench and ycsb)", e.Timeout)
 	if e.Nodes != "" {
 		msg += "; " + e.Nodes
 	}
