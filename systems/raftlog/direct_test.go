@@ -140,3 +140,61 @@ func TestDirectIOSealedSegments(t *testing.T) {
 	}
 	checkEntries(t, mustOpen(t, o), want)
 }
+
+// TestDirectIORollFailsToCreate: a roll whose next segment cannot be
+// created (ENOSPC on the create, out of inodes, say: Append then keeps
+// the active segment) leaves the active segment written as before, and
+// the sidecar built when it is finally sealed holds every record of it:
+// a restart recovers every entry from it. The failed roll used to close
+// the segment's direct descriptor without reopening it, so the appends
+// after it were buffered writes (through the page cache) that the noted
+// records did not include: the sidecar did not cover the segment, and
+// every later recovery warned "ignoring a segment index" and scanned it.
+func TestDirectIORollFailsToCreate(t *testing.T) {
+	rng := rand.New(rand.NewSource(33))
+	l, o := directLog(t, 64<<10)
+	want := appendRange(t, l, 1, 2, 1, 1000, rng)
+	seg := l.active()
+	// Something in the way of the next segment's file makes its create
+	// fail (O_EXCL).
+	blocker := filepath.Join(o.Dir, segmentName(seg.id+1))
+	if err := os.WriteFile(blocker, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Roll(); err == nil {
+		t.Fatal("roll with the next segment's file in the way succeeded")
+	}
+	if l.active() != seg {
+		t.Fatal("a failed roll changed the active segment")
+	}
+	if seg.dw == nil {
+		t.Error("a failed roll left the active segment without its direct descriptor")
+	}
+	if err := os.Remove(blocker); err != nil {
+		t.Fatal(err)
+	}
+	// Appends to the same segment, past its size, then a roll that works.
+	for i := uint64(0); i < 6; i++ {
+		want = append(want, appendRange(t, l, 3+2*i, 4+2*i, 1, 20<<10, rng)...)
+	}
+	if l.active() == seg {
+		t.Fatal("the log did not roll once the next segment could be created")
+	}
+	l.indexing.Wait()
+	fromFile, err := scanHeaders(seg, seg.size.Load())
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := os.ReadFile(filepath.Join(o.Dir, segIndexName(seg.id)))
+	if err != nil {
+		t.Fatalf("sealed segment has no sidecar index: %v", err)
+	}
+	if !bytes.Equal(got, encodeSegIndex(seg.size.Load(), fromFile)) {
+		t.Error("sidecar of the sealed segment differs from the one a scan of the file builds")
+	}
+	checkEntries(t, l, want)
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	checkEntries(t, mustOpen(t, o), want)
+}

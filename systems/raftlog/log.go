@@ -902,6 +902,12 @@ func (l *Log) writev(seg *segment, bufs [][]byte, size int64, mustSync bool) err
 	}
 	off := seg.size.Load()
 	write := func() error { return seg.f.Pwritev(bufs, off) }
+	if seg.dw == nil && seg.recs != nil {
+		// Records written directly were noted for the sidecar; this one
+		// is not (a failed roll could not give the segment its direct
+		// descriptor back): indexSealed scans the segment instead.
+		seg.recs, seg.recsOver = nil, true
+	}
 	if seg.dw != nil {
 		write = func() error { return l.writeDirect(seg, bufs, size) }
 	}
@@ -995,6 +1001,11 @@ func (l *Log) Roll() error {
 	}
 	seg, err := createSegment(l.opts.FS, l.opts.Dir, old.id+1)
 	if err != nil {
+		// The active segment stays active (Append goes on after ENOSPC):
+		// give it its direct descriptor back.
+		if oerr := l.openDirect(old); oerr != nil {
+			err = errors.Join(err, oerr)
+		}
 		return err
 	}
 	l.mu.RLock()
