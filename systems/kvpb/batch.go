@@ -43,8 +43,11 @@ func ServeBatch(stream KV_BatchServer, maxInFlight int, serve func(req *BatchReq
 		recvErr  error
 	)
 	answer := func(r *BatchResult) {
-		inFlight.Add(-1)
+		// An operation is in flight until its result is queued: one
+		// whose answer waits for room (the client does not read its
+		// responses) still holds a goroutine, so it counts.
 		results <- r
+		inFlight.Add(-1)
 		ops.Done()
 	}
 	for {
@@ -55,7 +58,11 @@ func ServeBatch(stream KV_BatchServer, maxInFlight int, serve func(req *BatchReq
 			}
 			break
 		}
-		if over := inFlight.Load() + int64(len(req.Ops)) - int64(maxInFlight); over > 0 {
+		cur := inFlight.Load()
+		if testHookAdmit != nil {
+			testHookAdmit(cur)
+		}
+		if over := cur + int64(len(req.Ops)) - int64(maxInFlight); over > 0 {
 			keep := max(len(req.Ops)-int(over), 0)
 			for _, op := range req.Ops[keep:] {
 				results <- &BatchResult{Id: op.Id, Code: uint32(codes.ResourceExhausted),
@@ -77,6 +84,10 @@ func ServeBatch(stream KV_BatchServer, maxInFlight int, serve func(req *BatchReq
 	}
 	return recvErr
 }
+
+// testHookAdmit, if set (tests), is told how many operations a request
+// found in flight on its stream.
+var testHookAdmit func(inFlight int64)
 
 // ServeEach is a serve function for ServeBatch that runs every operation
 // in a goroutine of its own through do.

@@ -91,7 +91,42 @@ func (c *Codec) Unmarshal(data mem.BufferSlice, v any) error {
 	}
 	buf := data.MaterializeToBuffer(c.Pool)
 	defer buf.Free()
+	if _, ok := m.(*BatchRequest); ok {
+		if n := countBatchOps(buf.ReadOnlyData()); n > MaxBatchRequestOps {
+			return fmt.Errorf("batch: a request of %d operations is over the limit of %d per request", n, MaxBatchRequestOps)
+		}
+	}
 	return proto.Unmarshal(buf.ReadOnlyData(), m)
+}
+
+// MaxBatchRequestOps bounds the operations of one BatchRequest; Codec
+// refuses a larger one before decoding it. An operation costs its decoded
+// message (about 100 bytes) even when it is 2 bytes on the wire (an empty
+// BatchOp), so a request as large as the servers' receive limit (about
+// 129 MiB) would otherwise be decoded into some 67 million operations,
+// several GiB. The Go client sends at most 256 per request.
+const MaxBatchRequestOps = 1 << 16
+
+// countBatchOps counts the ops fields of the encoded BatchRequest b (up to
+// the first malformed field: proto.Unmarshal then reports it).
+func countBatchOps(b []byte) int {
+	n := 0
+	for len(b) > 0 {
+		num, typ, l := protowire.ConsumeTag(b)
+		if l < 0 {
+			return n
+		}
+		b = b[l:]
+		l = protowire.ConsumeFieldValue(num, typ, b)
+		if l < 0 {
+			return n
+		}
+		b = b[l:]
+		if num == 1 && typ == protowire.BytesType {
+			n++
+		}
+	}
+	return n
 }
 
 // BufferPool is a gRPC mem.BufferPool of power-of-two size classes from

@@ -29,7 +29,10 @@ func (s *kvServer) Batch(stream kvpb.KV_BatchServer) error {
 func (s *kvServer) serveBatch(req *kvpb.BatchRequest, answer func(*kvpb.BatchResult)) {
 	var gets [2][]*kvpb.BatchOp // by consistency: LINEARIZABLE, STALE
 	for _, op := range req.Ops {
-		if g := op.GetGet(); g != nil && checkGet(g) == nil && int(g.Consistency) < len(gets) {
+		// A consistency outside gets (7, or a negative one: proto3 enums
+		// are open, so -1 arrives as it was sent) is served alone, by Get,
+		// which refuses it.
+		if g := op.GetGet(); g != nil && checkGet(g) == nil && g.Consistency >= 0 && int(g.Consistency) < len(gets) {
 			gets[g.Consistency] = append(gets[g.Consistency], op)
 			continue
 		}

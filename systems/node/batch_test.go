@@ -106,3 +106,54 @@ func TestBatchStream(t *testing.T) {
 		t.Fatalf("after CloseSend the stream ended with %v, want io.EOF", err)
 	}
 }
+
+// TestBatchNegativeConsistency: a GET on a Batch stream whose consistency
+// is negative (proto3 enums are open: -1 decodes as -1) gets its own
+// InvalidArgument, as the unary Get answers it, and the node carries on.
+// It used to index the node's per-consistency groups with -1 and panic,
+// taking the whole node down with one message.
+func TestBatchNegativeConsistency(t *testing.T) {
+	tc := startCluster(t, 1)
+	leader := tc.waitLeader(10 * time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	cc, err := grpc.NewClient(tc.cfgs[leader].Address, client.DialOptions(64<<20)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cc.Close()
+	kv := kvpb.NewKVClient(cc)
+	s, err := kv.Batch(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ops := []*kvpb.BatchOp{
+		{Id: 1, Op: &kvpb.BatchOp_Get{Get: &kvpb.GetRequest{Key: []byte("a"), Consistency: -1}}},
+		{Id: 2, Op: &kvpb.BatchOp_Get{Get: &kvpb.GetRequest{Key: []byte("a"), Consistency: -(1 << 31)}}},
+		{Id: 3, Op: &kvpb.BatchOp_Get{Get: &kvpb.GetRequest{Key: []byte("a"), Consistency: kvpb.ReadConsistency_STALE}}},
+	}
+	if err := s.Send(&kvpb.BatchRequest{Ops: ops}); err != nil {
+		t.Fatal(err)
+	}
+	got := map[uint64]*kvpb.BatchResult{}
+	for len(got) < len(ops) {
+		resp, err := s.Recv()
+		if err != nil {
+			t.Fatalf("recv after %d of %d answers: %v", len(got), len(ops), err)
+		}
+		for _, r := range resp.Results {
+			got[r.Id] = r
+		}
+	}
+	for _, id := range []uint64{1, 2} {
+		if c := codes.Code(got[id].Code); c != codes.InvalidArgument {
+			t.Fatalf("get %d with a negative consistency: %v, want InvalidArgument", id, got[id])
+		}
+	}
+	if got[3].Code != 0 || got[3].GetGet().GetFound() {
+		t.Fatalf("stale get of a missing key: %v, want OK, not found", got[3])
+	}
+	if _, err := kv.Get(ctx, &kvpb.GetRequest{Key: []byte("a")}); err != nil {
+		t.Fatalf("unary get after the bad batch: %v", err)
+	}
+}

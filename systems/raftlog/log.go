@@ -315,7 +315,7 @@ func (l *Log) recoverSegment(id uint64, last bool) error {
 			l.logger.Warn("raftlog: ignoring a segment index; scanning the segment", "file", segIndexName(id), "err", err)
 		}
 	}
-	var recs []segIndexRecord // the sidecar of a sealed segment
+	var recs []segIndexRecord // the records, for the segment's sidecar
 	r := io.NewSectionReader(unfaulted{seg.f}, 0, fileSize)
 	var hdr [headerSize]byte
 	var rec []byte
@@ -385,21 +385,30 @@ func (l *Log) recoverSegment(id uint64, last bool) error {
 		if err := l.replay(seg, off, h, rec[headerSize:]); err != nil {
 			return fmt.Errorf("raftlog: %s at offset %d: %w", seg.path, off, err)
 		}
-		if !last {
-			ir := segIndexRecord{h: h, raw: hdr}
-			if !h.kind.isEntry() {
-				ir.payload = append([]byte(nil), rec[headerSize:]...)
-			}
-			recs = append(recs, ir)
+		ir := segIndexRecord{h: h, raw: hdr}
+		if !h.kind.isEntry() {
+			ir.payload = append([]byte(nil), rec[headerSize:]...)
 		}
+		recs = append(recs, ir)
 		off = end
 	}
 	seg.size.Store(fileSize)
-	if !last {
-		// Best effort: without it the next recovery scans again.
-		if err := writeSegIndex(l.opts.Dir, id, encodeSegIndex(fileSize, recs)); err != nil {
-			l.logger.Warn("raftlog: cannot write a segment index", "file", segIndexName(id), "err", err)
+	if last {
+		// The active segment's sidecar is built, when it is sealed, from
+		// the records noted as they are written (noteRecords): start from
+		// the ones it holds already, or the sidecar would cover only what
+		// was written since this recovery (and every later recovery would
+		// ignore it and scan the segment).
+		if len(recs) > maxDirectRecs {
+			seg.recs, seg.recsOver = nil, true
+		} else {
+			seg.recs = recs
 		}
+		return nil
+	}
+	// Best effort: without it the next recovery scans again.
+	if err := writeSegIndex(l.opts.Dir, id, encodeSegIndex(fileSize, recs)); err != nil {
+		l.logger.Warn("raftlog: cannot write a segment index", "file", segIndexName(id), "err", err)
 	}
 	return nil
 }
@@ -902,6 +911,12 @@ func (l *Log) writev(seg *segment, bufs [][]byte, size int64, mustSync bool) err
 	}
 	off := seg.size.Load()
 	write := func() error { return seg.f.Pwritev(bufs, off) }
+	if seg.dw == nil && seg.recs != nil {
+		// Records written directly were noted for the sidecar; this one
+		// is not (a failed roll could not give the segment its direct
+		// descriptor back): indexSealed scans the segment instead.
+		seg.recs, seg.recsOver = nil, true
+	}
 	if seg.dw != nil {
 		write = func() error { return l.writeDirect(seg, bufs, size) }
 	}
@@ -995,6 +1010,11 @@ func (l *Log) Roll() error {
 	}
 	seg, err := createSegment(l.opts.FS, l.opts.Dir, old.id+1)
 	if err != nil {
+		// The active segment stays active (Append goes on after ENOSPC):
+		// give it its direct descriptor back.
+		if oerr := l.openDirect(old); oerr != nil {
+			err = errors.Join(err, oerr)
+		}
 		return err
 	}
 	l.mu.RLock()
