@@ -34,6 +34,12 @@ const (
 // header, if not nil, gives each BatchResponse its header (the answering
 // node's); serve should then leave the results' own headers empty.
 func ServeBatch(stream KV_BatchServer, maxInFlight int, serve func(req *BatchRequest, answer func(*BatchResult)), header func() *ResponseHeader) error {
+	return serveBatch(stream, maxInFlight, serve, header, nil)
+}
+
+// serveBatch is ServeBatch; admit, if not nil (tests), is told how many
+// operations each request found in flight on the stream.
+func serveBatch(stream KV_BatchServer, maxInFlight int, serve func(req *BatchRequest, answer func(*BatchResult)), header func() *ResponseHeader, admit func(inFlight int64)) error {
 	results := make(chan *BatchResult, 4096)
 	sent := make(chan error, 1)
 	go func() { sent <- sendBatchResults(stream, results, header) }()
@@ -59,8 +65,8 @@ func ServeBatch(stream KV_BatchServer, maxInFlight int, serve func(req *BatchReq
 			break
 		}
 		cur := inFlight.Load()
-		if testHookAdmit != nil {
-			testHookAdmit(cur)
+		if admit != nil {
+			admit(cur)
 		}
 		if over := cur + int64(len(req.Ops)) - int64(maxInFlight); over > 0 {
 			keep := max(len(req.Ops)-int(over), 0)
@@ -84,10 +90,6 @@ func ServeBatch(stream KV_BatchServer, maxInFlight int, serve func(req *BatchReq
 	}
 	return recvErr
 }
-
-// testHookAdmit, if set (tests), is told how many operations a request
-// found in flight on its stream.
-var testHookAdmit func(inFlight int64)
 
 // ServeEach is a serve function for ServeBatch that runs every operation
 // in a goroutine of its own through do.

@@ -83,10 +83,8 @@ func TestServeBatchBoundsOpsWaitingToBeSent(t *testing.T) {
 		return req
 	}
 	admitted := make(chan int64, 2) // what each request found in flight
-	testHookAdmit = func(n int64) { admitted <- n }
-	defer func() { testHookAdmit = nil }()
 	done := make(chan error, 1)
-	go func() { done <- ServeBatch(st, limit, serve, nil) }()
+	go func() { done <- serveBatch(st, limit, serve, nil, func(n int64) { admitted <- n }) }()
 
 	// limit operations, all admitted; the sender takes a first response
 	// and blocks in Send; the results channel (4096) fills up, and the
