@@ -109,7 +109,7 @@ func (s *kvServer) put(ctx context.Context, key, value []byte, sess clientSessio
 		expires = exp
 	}
 	if err := s.n.disk.check(len(key) + len(value)); err != nil {
-		return nil, status.Errorf(codes.ResourceExhausted, "put: %v", err)
+		return nil, s.diskRefusal("put", err)
 	}
 	ctx, cancel := s.withTimeout(ctx)
 	defer cancel()
@@ -255,7 +255,7 @@ func (s *kvServer) Delete(ctx context.Context, req *kvpb.DeleteRequest) (*kvpb.D
 		return nil, status.Errorf(codes.InvalidArgument, "delete: %v", err)
 	}
 	if err := s.n.disk.check(len(req.Key)); err != nil {
-		return nil, status.Errorf(codes.ResourceExhausted, "delete: %v", err)
+		return nil, s.diskRefusal("delete", err)
 	}
 	ctx, cancel := s.withTimeout(ctx)
 	defer cancel()
@@ -407,4 +407,17 @@ func truncate(b []byte) []byte {
 		return b[:64]
 	}
 	return b
+}
+
+// diskRefusal is the error of a write that the disk guard refused (err)
+// before it was proposed. On the leader (or a node that knows none) it is
+// ResourceExhausted, definite: the leader's log must take every entry
+// first. On a follower it is Aborted, which clients retry on another
+// member: a quorum commits the write without this node, which catches up
+// once space returns, so its full disk need not fail the write.
+func (s *kvServer) diskRefusal(op string, err error) error {
+	if lead := s.n.lead.Load(); lead != raft.None && lead != s.n.id {
+		return status.Errorf(codes.Aborted, "%s: %v; not proposed: node %d is a follower, send the write to the leader (node %d)", op, err, s.n.id, lead)
+	}
+	return status.Errorf(codes.ResourceExhausted, "%s: %v", op, err)
 }

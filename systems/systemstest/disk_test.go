@@ -248,6 +248,52 @@ func TestDiskFaults(t *testing.T) {
 			h.putWhenSpaceReturns("resumed", "yes")
 			acked["resumed"] = "yes"
 
+			// A follower's full disk does not fail a write: it is not
+			// proposed there (Aborted, naming the leader), and the client
+			// retries it on the other members.
+			lead := h.leader()
+			var fid uint64
+			for _, n := range h.spec.Nodes {
+				if n.ID != lead {
+					fid = n.ID
+					break
+				}
+			}
+			h.setDiskFaults(fid, &kvpb.DiskFault{Kind: "disk-full"})
+			fn, _ := h.spec.Node(fid)
+			conn, err := grpc.NewClient(fn.Address, grpc.WithTransportCredentials(insecure.NewCredentials()))
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx, cancel := ctxFor(10 * time.Second)
+			_, err = kvpb.NewKVClient(conn).Put(ctx, &kvpb.PutRequest{Key: []byte("on-full-follower"), Value: []byte("x")})
+			cancel()
+			conn.Close()
+			if status.Code(err) != codes.Aborted || !strings.Contains(err.Error(), fmt.Sprintf("send the write to the leader (node %d)", lead)) {
+				t.Fatalf("put to follower %d with a full disk: %v; want Aborted naming leader %d", fid, err, lead)
+			}
+			// A client that tries the follower first (it took it for the
+			// leader, as one does after a leadership transfer).
+			addrs := []string{fn.Address}
+			for _, n := range h.spec.Nodes {
+				if n.ID != fid {
+					addrs = append(addrs, n.Address)
+				}
+			}
+			viaFollower, err := client.New(client.DefaultConfig(addrs...))
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx, cancel = ctxFor(20 * time.Second)
+			_, err = viaFollower.Put(ctx, []byte("via-full-follower"), []byte("y"))
+			cancel()
+			viaFollower.Close()
+			if err != nil {
+				t.Fatalf("put through a client that tries follower %d (full disk) first: %v", fid, err)
+			}
+			acked["via-full-follower"] = "y"
+			h.setDiskFaults(fid)
+
 			h.readFaults(acked)
 
 			l := h.leader()
