@@ -4,11 +4,13 @@ import (
 	"context"
 	"errors"
 	"io"
+	"strings"
 	"testing"
 	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/nezha-harness/nezha/systems/client"
 	"github.com/nezha-harness/nezha/systems/kvpb"
@@ -155,5 +157,28 @@ func TestBatchNegativeConsistency(t *testing.T) {
 	}
 	if _, err := kv.Get(ctx, &kvpb.GetRequest{Key: []byte("a")}); err != nil {
 		t.Fatalf("unary get after the bad batch: %v", err)
+	}
+}
+
+// TestWriteErrorCodes: what a write's outcome inside the node becomes for
+// the client; a write that surely was not applied is Aborted (retried as
+// it is), one whose outcome is unknown is not.
+func TestWriteErrorCodes(t *testing.T) {
+	for _, c := range []struct {
+		err  error
+		want codes.Code
+		says string
+	}{
+		{errDropped, codes.Aborted, "not accepted by raft"},
+		{errNotProposed, codes.Aborted, "the request ended before it was proposed"},
+		{errSuperseded, codes.Aborted, "write not applied"},
+		{errLeaderChanged, codes.Unavailable, "write outcome unknown"},
+		{context.DeadlineExceeded, codes.DeadlineExceeded, "write outcome unknown"},
+		{errStopping, codes.Unavailable, "write outcome unknown"},
+	} {
+		err := writeError(c.err)
+		if status.Code(err) != c.want || !strings.Contains(err.Error(), c.says) {
+			t.Errorf("writeError(%v) = %v; want %v saying %q", c.err, err, c.want, c.says)
+		}
 	}
 }

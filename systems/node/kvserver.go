@@ -49,7 +49,7 @@ func (s *kvServer) withTimeout(ctx context.Context) (context.Context, context.Ca
 // writeError maps the outcome of a proposal to a gRPC status.
 func writeError(err error) error {
 	switch {
-	case errors.Is(err, errDropped), errors.Is(err, errSuperseded):
+	case errors.Is(err, errDropped), errors.Is(err, errSuperseded), errors.Is(err, errNotProposed):
 		return status.Errorf(codes.Aborted, "write not applied: %v; retry", err)
 	case errors.Is(err, errLeaderChanged):
 		return status.Errorf(codes.Unavailable, "write outcome unknown: %v; resend it with the same client session", err)

@@ -35,6 +35,9 @@ var (
 	// errDropped: the proposal or read was not accepted by Raft (no leader,
 	// leadership transfer); it was definitely not applied.
 	errDropped = errors.New("not accepted by raft (no leader?)")
+	// errNotProposed: the request ended (its deadline, a cancel) before
+	// the Ready loop took its proposal; it was definitely not applied.
+	errNotProposed = errors.New("the request ended before it was proposed")
 	// errStopping: the node is shutting down.
 	errStopping = errors.New("node is stopping")
 	// errLeaderChanged: the node lost its leader, or the term changed,
@@ -1018,7 +1021,7 @@ func (n *Node) proposeOnce(ctx context.Context, id uint64, data []byte) (uint64,
 	case n.propc <- proposal{id: id, data: data}:
 	case <-ctx.Done():
 		n.proposals.cancel(id)
-		return 0, errDropped // never handed to raft
+		return 0, errNotProposed // never handed to raft
 	case <-n.stopc:
 		n.proposals.cancel(id)
 		return 0, errDropped
