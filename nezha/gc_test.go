@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"math/rand"
 	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"syscall"
@@ -418,10 +419,14 @@ func TestSnapshotRestore(t *testing.T) {
 }
 
 // A restore interrupted after the log recorded the snapshot finishes at
-// open; one interrupted before is discarded.
+// open; one interrupted before is discarded. A crash inside finishRestore,
+// after it wiped the index and while LevelDB was creating the new one
+// (files there, no CURRENT yet), must not keep the node from opening: the
+// restore rebuilds the index anyway.
 func TestRestoreRecoveryAtOpen(t *testing.T) {
-	for _, recorded := range []bool{true, false} {
-		t.Run(fmt.Sprintf("recorded=%v", recorded), func(t *testing.T) {
+	for _, c := range []struct{ recorded, midIndex bool }{{true, false}, {false, false}, {true, true}} {
+		recorded := c.recorded
+		t.Run(fmt.Sprintf("recorded=%v/midIndex=%v", recorded, c.midIndex), func(t *testing.T) {
 			src := newGCFixture(t, IndexLevelDB, StrategyMerge, 17)
 			src.write(100, 30)
 			var buf bytes.Buffer
@@ -444,6 +449,22 @@ func TestRestoreRecoveryAtOpen(t *testing.T) {
 			}
 			// Crash: close without CommitRestore, reopen.
 			dst.s.Close()
+			if c.midIndex {
+				// finishRestore's wipe, then a fresh LevelDB cut short
+				// before it wrote CURRENT.
+				idx := filepath.Join(dst.s.dir, IndexDir)
+				if err := os.RemoveAll(idx); err != nil {
+					t.Fatal(err)
+				}
+				x, err := OpenLevelDBIndex(idx)
+				if err != nil {
+					t.Fatal(err)
+				}
+				x.Close()
+				if err := os.Remove(filepath.Join(idx, "CURRENT")); err != nil {
+					t.Fatal(err)
+				}
+			}
 			dst.open(IndexLevelDB, StrategyMerge)
 			if recorded {
 				dst.m = src.m

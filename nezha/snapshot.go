@@ -124,8 +124,10 @@ func (s *Store) CommitRestore(index uint64) error {
 // idempotent: Open calls it again after a crash in the middle. Caller holds
 // applyMu and gate (or is Open).
 func (s *Store) finishRestore(p pendingRestore) error {
-	if err := s.index.Close(); err != nil {
-		return fmt.Errorf("nezha: close index for restore: %w", err)
+	if s.index != nil { // nil: Open, which does not open the index first
+		if err := s.index.Close(); err != nil {
+			return fmt.Errorf("nezha: close index for restore: %w", err)
+		}
 	}
 	if err := errors.Join(os.RemoveAll(filepath.Join(s.dir, IndexDir)), os.RemoveAll(filepath.Join(s.dir, checkpointName))); err != nil {
 		return fmt.Errorf("nezha: wipe index for restore: %w", err)

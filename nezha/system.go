@@ -379,32 +379,37 @@ func (s *Store) open() error {
 	if err := s.recoverRuns(); err != nil {
 		return err
 	}
-	x, err := s.openIndex()
-	if err != nil {
-		return err
+	p := s.man.Restore
+	compacted := uint64(0)
+	if s.ctl != nil {
+		compacted = s.ctl.CompactedIndex()
 	}
-	s.index = x
-	if p := s.man.Restore; p != nil {
-		compacted := uint64(0)
-		if s.ctl != nil {
-			compacted = s.ctl.CompactedIndex()
+	if p != nil && compacted >= p.Index {
+		// The index is not opened first: finishRestore wipes and rebuilds
+		// it, and a crash inside finishRestore can have left it half
+		// created (LevelDB's files without its CURRENT), which would not
+		// open.
+		s.logger.Info("nezha: finishing a snapshot restore interrupted by a crash", "index", p.Index)
+		if err := s.finishRestore(*p); err != nil {
+			return err
 		}
-		if compacted >= p.Index {
-			s.logger.Info("nezha: finishing a snapshot restore interrupted by a crash", "index", p.Index)
-			if err := s.finishRestore(*p); err != nil {
-				return err
-			}
-		} else {
-			s.logger.Warn("nezha: discarding a staged snapshot the log never recorded", "index", p.Index)
-			m := s.man
-			m.Restore = nil
-			if err := m.write(s.fs, s.sortedDir); err != nil {
-				return err
-			}
-			s.man = m
-			if err := os.Remove(filepath.Join(s.sortedDir, runName(p.Run))); err != nil && !errors.Is(err, os.ErrNotExist) {
-				return fmt.Errorf("nezha: %w", err)
-			}
+	} else {
+		x, err := s.openIndex()
+		if err != nil {
+			return err
+		}
+		s.index = x
+	}
+	if p != nil && compacted < p.Index {
+		s.logger.Warn("nezha: discarding a staged snapshot the log never recorded", "index", p.Index)
+		m := s.man
+		m.Restore = nil
+		if err := m.write(s.fs, s.sortedDir); err != nil {
+			return err
+		}
+		s.man = m
+		if err := os.Remove(filepath.Join(s.sortedDir, runName(p.Run))); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return fmt.Errorf("nezha: %w", err)
 		}
 	}
 	if s.ctl != nil {
