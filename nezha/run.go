@@ -657,22 +657,6 @@ func locString(loc systems.Location) string {
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
-// readValues reads records of one run at locs (ascending offsets expected,
-// as a scan produces them), one positioned read per run of adjacent
-// records up to 4 MiB, and checks each against its key. The values are
-// the caller's.
-func (rs *runSet) readValues(keys [][]byte, locs []systems.Location) ([][]byte, error) {
-	out := make([][]byte, len(locs))
-	err := rs.forValues(keys, locs, 4<<20, false, func(i int, v []byte) error {
-		out[i] = v
-		return nil
-	})
-	if err != nil {
-		return nil, err
-	}
-	return out, nil
-}
-
 // forValues calls fn with the value of each record of one run at locs
 // (ascending offsets expected, as a scan produces them), in order, until
 // fn fails, checking each record against its key. Adjacent records are

@@ -26,34 +26,14 @@ func TestBatchStream(t *testing.T) {
 	leader := tc.waitLeader(10 * time.Second)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	cc, err := grpc.NewClient(tc.cfgs[leader].Address, client.DialOptions(64<<20)...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cc.Close()
-	s, err := kvpb.NewKVClient(cc).Batch(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, s := openBatch(ctx, t, tc.cfgs[leader].Address)
 	roundTrip := func(ops ...*kvpb.BatchOp) map[uint64]*kvpb.BatchResult {
 		t.Helper()
-		if err := s.Send(&kvpb.BatchRequest{Ops: ops}); err != nil {
-			t.Fatal(err)
-		}
-		got := map[uint64]*kvpb.BatchResult{}
-		for len(got) < len(ops) {
-			resp, err := s.Recv()
-			if err != nil {
-				t.Fatalf("recv after %d of %d answers: %v", len(got), len(ops), err)
-			}
+		return batchRoundTrip(t, s, func(resp *kvpb.BatchResponse) {
 			if resp.Header == nil || resp.Header.NodeId == 0 {
 				t.Fatalf("response without the node's header: %v", resp)
 			}
-			for _, r := range resp.Results {
-				got[r.Id] = r
-			}
-		}
-		return got
+		}, ops...)
 	}
 	put := func(id uint64, key, value string) *kvpb.BatchOp {
 		return &kvpb.BatchOp{Id: id, Op: &kvpb.BatchOp_Put{Put: &kvpb.PutRequest{Key: []byte(key), Value: []byte(value)}}}
@@ -119,34 +99,12 @@ func TestBatchNegativeConsistency(t *testing.T) {
 	leader := tc.waitLeader(10 * time.Second)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	cc, err := grpc.NewClient(tc.cfgs[leader].Address, client.DialOptions(64<<20)...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cc.Close()
-	kv := kvpb.NewKVClient(cc)
-	s, err := kv.Batch(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ops := []*kvpb.BatchOp{
-		{Id: 1, Op: &kvpb.BatchOp_Get{Get: &kvpb.GetRequest{Key: []byte("a"), Consistency: -1}}},
-		{Id: 2, Op: &kvpb.BatchOp_Get{Get: &kvpb.GetRequest{Key: []byte("a"), Consistency: -(1 << 31)}}},
-		{Id: 3, Op: &kvpb.BatchOp_Get{Get: &kvpb.GetRequest{Key: []byte("a"), Consistency: kvpb.ReadConsistency_STALE}}},
-	}
-	if err := s.Send(&kvpb.BatchRequest{Ops: ops}); err != nil {
-		t.Fatal(err)
-	}
-	got := map[uint64]*kvpb.BatchResult{}
-	for len(got) < len(ops) {
-		resp, err := s.Recv()
-		if err != nil {
-			t.Fatalf("recv after %d of %d answers: %v", len(got), len(ops), err)
-		}
-		for _, r := range resp.Results {
-			got[r.Id] = r
-		}
-	}
+	kv, s := openBatch(ctx, t, tc.cfgs[leader].Address)
+	got := batchRoundTrip(t, s, nil,
+		&kvpb.BatchOp{Id: 1, Op: &kvpb.BatchOp_Get{Get: &kvpb.GetRequest{Key: []byte("a"), Consistency: -1}}},
+		&kvpb.BatchOp{Id: 2, Op: &kvpb.BatchOp_Get{Get: &kvpb.GetRequest{Key: []byte("a"), Consistency: -(1 << 31)}}},
+		&kvpb.BatchOp{Id: 3, Op: &kvpb.BatchOp_Get{Get: &kvpb.GetRequest{Key: []byte("a"), Consistency: kvpb.ReadConsistency_STALE}}},
+	)
 	for _, id := range []uint64{1, 2} {
 		if c := codes.Code(got[id].Code); c != codes.InvalidArgument {
 			t.Fatalf("get %d with a negative consistency: %v, want InvalidArgument", id, got[id])
@@ -181,4 +139,44 @@ func TestWriteErrorCodes(t *testing.T) {
 			t.Errorf("writeError(%v) = %v; want %v saying %q", c.err, err, c.want, c.says)
 		}
 	}
+}
+
+// openBatch dials addr and opens a Batch stream on it (both end with the
+// test or ctx).
+func openBatch(ctx context.Context, t *testing.T, addr string) (kvpb.KVClient, kvpb.KV_BatchClient) {
+	t.Helper()
+	cc, err := grpc.NewClient(addr, client.DialOptions(64<<20)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cc.Close() })
+	kv := kvpb.NewKVClient(cc)
+	s, err := kv.Batch(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return kv, s
+}
+
+// batchRoundTrip sends ops as one BatchRequest on s and returns their
+// results by id, once all arrived; check, if not nil, sees every response.
+func batchRoundTrip(t *testing.T, s kvpb.KV_BatchClient, check func(*kvpb.BatchResponse), ops ...*kvpb.BatchOp) map[uint64]*kvpb.BatchResult {
+	t.Helper()
+	if err := s.Send(&kvpb.BatchRequest{Ops: ops}); err != nil {
+		t.Fatal(err)
+	}
+	got := map[uint64]*kvpb.BatchResult{}
+	for len(got) < len(ops) {
+		resp, err := s.Recv()
+		if err != nil {
+			t.Fatalf("recv after %d of %d answers: %v", len(got), len(ops), err)
+		}
+		if check != nil {
+			check(resp)
+		}
+		for _, r := range resp.Results {
+			got[r.Id] = r
+		}
+	}
+	return got
 }
