@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"maps"
 	"math/rand"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -424,4 +425,86 @@ func TestMemoryIndexHashSpread(t *testing.T) {
 	if a, b := func() uint64 { h, _, _, _ := x.hash("a"); return h }(), func() uint64 { h, _, _, _ := x.hash("a\x00"); return h }(); a == b {
 		t.Fatal(`"a" and "a\x00" hash alike`)
 	}
+}
+
+// TestPackKey: packKey's word reads give, for every key length up to
+// memoryInlineKeyBytes, the words of the byte-by-byte definition (byte j
+// of the key is byte j%8 of word j/8, the rest zero), also for a key that
+// ends where its buffer ends (no read past it).
+func TestPackKey(t *testing.T) {
+	const seed = 7
+	rng := rand.New(rand.NewSource(seed))
+	for n := 0; n <= memoryInlineKeyBytes; n++ {
+		for trial := 0; trial < 50; trial++ {
+			buf := make([]byte, n) // the key is the whole buffer
+			rng.Read(buf)
+			var want [3]uint64
+			for j, c := range buf {
+				want[j/8] |= uint64(c) << (8 * (j % 8))
+			}
+			k0, k1, k2 := packKey(string(buf))
+			if got := [3]uint64{k0, k1, k2}; got != want {
+				t.Fatalf("seed %d: packKey(%x) = %x, want %x", seed, buf, got, want)
+			}
+		}
+	}
+}
+
+// TestMemoryIndexHomeAndProbe: Get finds keys at their home slot (the
+// fast path) and displaced from it (the full probe), keys with an expiry
+// time (whose slot the fast path leaves to the full probe), long keys, and
+// reports absent keys as absent, in tables at the load where about a
+// quarter of the keys are displaced.
+func TestMemoryIndexHomeAndProbe(t *testing.T) {
+	const seed, n = 11, 20000
+	rng := rand.New(rand.NewSource(seed))
+	x := NewMemoryIndex()
+	want := map[string]systems.Location{}
+	var b IndexBatch
+	for i := 0; i < n; i++ {
+		key := fmt.Sprintf("k%0*d", rng.Intn(20)+1, i) // 2..21 bytes, and some longer below
+		if i%97 == 0 {
+			key = strings.Repeat("L", memoryInlineKeyBytes+1) + key
+		}
+		loc := systems.Location{Segment: uint64(i + 1), Offset: int64(i) * 3, Length: uint32(i), Index: uint64(i + 7)}
+		if i%5 == 0 {
+			loc.ExpiresUnixNano = int64(i + 1000)
+		}
+		b.Put([]byte(key), loc)
+		want[key] = loc
+	}
+	b.SetApplied(1)
+	if err := x.Write(&b); err != nil {
+		t.Fatal(err)
+	}
+	home, displaced := 0, 0
+	for key, loc := range want {
+		if len(key) <= memoryInlineKeyBytes {
+			if atHome(x, key) {
+				home++
+			} else if loc.ExpiresUnixNano == 0 {
+				displaced++
+			}
+		}
+		got, found, err := x.Get([]byte(key))
+		if err != nil || !found || got != loc {
+			t.Fatalf("seed %d: Get(%q) = %+v, %v, %v; want %+v", seed, key, got, found, err, loc)
+		}
+		if _, found, _ := x.Get([]byte(key + "x")); found {
+			t.Fatalf("seed %d: Get(%q) found an absent key", seed, key+"x")
+		}
+	}
+	if home == 0 || displaced == 0 {
+		t.Fatalf("seed %d: %d keys at home, %d displaced: both paths must be taken", seed, home, displaced)
+	}
+	t.Logf("seed %d: %d keys found at home, %d displaced (probed in full)", seed, home, displaced)
+}
+
+// atHome reports whether key (of at most memoryInlineKeyBytes) is in its
+// home slot, where lookupWords's first attempt finds it.
+func atHome(x *MemoryIndex, key string) bool {
+	h, k0, k1, k2 := x.hash(key)
+	t := x.shards[h%memoryShards].tab.Load()
+	s := t.slot(h >> 32 & t.mask)
+	return s[0] == slotMeta(h, len(key)) && s[1] == k0 && s[2] == k1 && s[3] == k2
 }
