@@ -743,9 +743,12 @@ func (n *Node) handleReady(rd raft.Ready) error {
 		select {
 		case n.applyc <- applyBatch{entries: rd.CommittedEntries}:
 		case <-n.stopc:
-			return nil
+			// Not nil: this Ready was not advanced, and runLoop must not
+			// ask raft for another (raft panics: "two accepted Ready
+			// structs without call to Advance").
+			return errStopping
 		case <-n.failed:
-			return nil
+			return errStopping
 		}
 	}
 	n.rn.Advance(rd)

@@ -691,3 +691,78 @@ func TestApplyBarrierAfterEntries(t *testing.T) {
 		t.Fatalf("node failed: %v", err)
 	}
 }
+
+// TestStopWhileApplyQueueFull: when a node stops while its Ready loop
+// waits to hand committed entries to a busy apply goroutine, handleReady
+// reports the stop (errStopping), so that the loop ends. It used to return
+// nil without advancing the Ready it held, and the loop then asked raft for
+// another Ready, which raft refuses with a panic ("two accepted Ready
+// structs without call to Advance"; seen once in 20 runs of this package's
+// tests). The test runs the loop's steps itself, in the loop goroutine.
+func TestStopWhileApplyQueueFull(t *testing.T) {
+	var (
+		gate    = make(chan struct{})
+		entered = make(chan struct{}, 1)
+		gated   atomic.Bool
+	)
+	hold := func() {
+		if gated.Load() {
+			select {
+			case entered <- struct{}{}:
+			default:
+			}
+			<-gate
+		}
+	}
+	tc := startClusterWith(t, 1, func(c *Config) { c.SystemConfig = gatedConfig{hold: hold} })
+	tc.waitLeader(10 * time.Second)
+	n := tc.nodes[0]
+	c := tc.client(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	gated.Store(true)
+	go c.Put(ctx, []byte("k0"), []byte("v")) // its Apply holds the apply goroutine
+	select {
+	case <-entered:
+	case <-ctx.Done():
+		t.Fatal("the apply goroutine never entered Apply")
+	}
+	var commitBefore atomic.Uint64
+	result := make(chan error, 1)
+	go func() {
+		result <- n.inLoop(ctx, func() error {
+			for len(n.applyc) < cap(n.applyc) { // the apply queue is full
+				n.applyc <- applyBatch{barrier: make(chan struct{})}
+			}
+			commitBefore.Store(n.commit.Load())
+			if err := n.rn.Propose(systems.AppendCommand(nil, &systems.Command{Op: systems.OpPut, Key: []byte("k1"), Value: []byte("v")})); err != nil {
+				return err
+			}
+			for n.rn.HasReady() { // what runLoop does next
+				if err := n.handleReady(n.rn.Ready()); err != nil {
+					return err
+				}
+			}
+			return fmt.Errorf("handleReady returned nil for every Ready, and raft has no other")
+		})
+	}()
+	// k1 committed: the loop is at, or about to be at, the hand-off of
+	// k1 to the full apply queue.
+	waitFor(t, 10*time.Second, "k1 committed", func() bool {
+		b := commitBefore.Load()
+		return b != 0 && n.commit.Load() > b
+	})
+	stopped := make(chan struct{})
+	go func() { n.Stop(); close(stopped) }()
+	var err error
+	select {
+	case err = <-result:
+	case <-ctx.Done():
+		t.Fatal("handleReady did not return on Stop")
+	}
+	close(gate)
+	<-stopped
+	if !errors.Is(err, errStopping) {
+		t.Fatalf("handleReady interrupted by Stop returned %v, want errStopping", err)
+	}
+}
