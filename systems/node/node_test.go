@@ -611,6 +611,44 @@ func (s *gatedSM) Apply(ents []systems.AppliedEntry) error {
 	return s.memSM.Apply(ents)
 }
 
+// applyGate is a test's gate for gatedConfig.hold: once shut, an Apply
+// signals entered and waits until the channel shut returned is closed;
+// after pass, Applies go through again (one already waiting still waits).
+type applyGate struct {
+	mu      sync.Mutex
+	gate    chan struct{} // non-nil: Apply waits for it to close
+	entered chan struct{}
+}
+
+func newApplyGate() *applyGate { return &applyGate{entered: make(chan struct{}, 1)} }
+
+func (g *applyGate) hold() {
+	g.mu.Lock()
+	c := g.gate
+	g.mu.Unlock()
+	if c != nil {
+		select {
+		case g.entered <- struct{}{}:
+		default:
+		}
+		<-c
+	}
+}
+
+func (g *applyGate) shut() chan struct{} {
+	c := make(chan struct{})
+	g.mu.Lock()
+	g.gate = c
+	g.mu.Unlock()
+	return c
+}
+
+func (g *applyGate) pass() {
+	g.mu.Lock()
+	g.gate = nil
+	g.mu.Unlock()
+}
+
 // waitFor polls cond until it holds or the deadline passes.
 func waitFor(t testing.TB, deadline time.Duration, what string, cond func() bool) {
 	t.Helper()
@@ -627,24 +665,8 @@ func waitFor(t testing.TB, deadline time.Duration, what string, cond func() bool
 // entries and a barrier (as installSnapshot sends) in one go; it applies
 // the entries once, then releases the barrier.
 func TestApplyBarrierAfterEntries(t *testing.T) {
-	var (
-		mu      sync.Mutex
-		gate    chan struct{} // non-nil: Apply waits for it to close
-		entered = make(chan struct{}, 1)
-	)
-	hold := func() {
-		mu.Lock()
-		g := gate
-		mu.Unlock()
-		if g != nil {
-			select {
-			case entered <- struct{}{}:
-			default:
-			}
-			<-g
-		}
-	}
-	tc := startClusterWith(t, 1, func(c *Config) { c.SystemConfig = gatedConfig{hold: hold} })
+	ag := newApplyGate()
+	tc := startClusterWith(t, 1, func(c *Config) { c.SystemConfig = gatedConfig{hold: ag.hold} })
 	tc.waitLeader(10 * time.Second)
 	n := tc.nodes[0]
 	c := tc.client(t)
@@ -653,16 +675,11 @@ func TestApplyBarrierAfterEntries(t *testing.T) {
 	if _, err := c.Put(ctx, []byte("k0"), []byte("v")); err != nil {
 		t.Fatal(err)
 	}
-	g := make(chan struct{})
-	mu.Lock()
-	gate = g
-	mu.Unlock()
+	g := ag.shut()
 	errs := make(chan error, 2)
 	go func() { _, err := c.Put(ctx, []byte("k1"), []byte("v")); errs <- err }()
-	<-entered // the apply goroutine holds k1's batch
-	mu.Lock()
-	gate = nil
-	mu.Unlock()
+	<-ag.entered // the apply goroutine holds k1's batch
+	ag.pass()
 	go func() { _, err := c.Put(ctx, []byte("k2"), []byte("v")); errs <- err }()
 	waitFor(t, 10*time.Second, "k2's batch queued for the apply goroutine", func() bool { return len(n.applyc) > 0 })
 	barrier := make(chan struct{})
@@ -700,30 +717,17 @@ func TestApplyBarrierAfterEntries(t *testing.T) {
 // structs without call to Advance"; seen once in 20 runs of this package's
 // tests). The test runs the loop's steps itself, in the loop goroutine.
 func TestStopWhileApplyQueueFull(t *testing.T) {
-	var (
-		gate    = make(chan struct{})
-		entered = make(chan struct{}, 1)
-		gated   atomic.Bool
-	)
-	hold := func() {
-		if gated.Load() {
-			select {
-			case entered <- struct{}{}:
-			default:
-			}
-			<-gate
-		}
-	}
-	tc := startClusterWith(t, 1, func(c *Config) { c.SystemConfig = gatedConfig{hold: hold} })
+	ag := newApplyGate()
+	tc := startClusterWith(t, 1, func(c *Config) { c.SystemConfig = gatedConfig{hold: ag.hold} })
 	tc.waitLeader(10 * time.Second)
 	n := tc.nodes[0]
 	c := tc.client(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	gated.Store(true)
+	gate := ag.shut()
 	go c.Put(ctx, []byte("k0"), []byte("v")) // its Apply holds the apply goroutine
 	select {
-	case <-entered:
+	case <-ag.entered:
 	case <-ctx.Done():
 		t.Fatal("the apply goroutine never entered Apply")
 	}
