@@ -197,6 +197,8 @@ func DialOptions(maxMessageBytes int) []grpc.DialOption {
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(maxMessageBytes), grpc.MaxCallSendMsgSize(maxMessageBytes),
 			grpc.ForceCodecV2(codec)),
 		experimental.WithBufferPool(codec.Pool),
+		grpc.WithInitialWindowSize(kvpb.StreamWindowBytes), grpc.WithInitialConnWindowSize(kvpb.ConnWindowBytes),
+		grpc.WithWriteBufferSize(kvpb.ConnBufferBytes), grpc.WithReadBufferSize(kvpb.ConnBufferBytes),
 		// Reconnect quickly after a node restarts (gRPC's default backoff
 		// grows to two minutes).
 		grpc.WithConnectParams(grpc.ConnectParams{

@@ -181,3 +181,16 @@ func (p *BufferPool) Put(b *[]byte) {
 	}
 	p.classes[k-minPoolClass].Put(b)
 }
+
+// Flow control and buffers of the KV API's gRPC connections, set alike on
+// both ends (the client's DialOptions and the node's server). gRPC's
+// defaults, a 64 KiB window grown by BDP estimation and 32 KiB read and
+// write buffers, cut a 256 KiB value into many window updates, BDP pings
+// and writes, each a wake-up of a thread on both sides; these let a value
+// of up to StreamWindowBytes travel in one go, while a connection holds
+// at most ConnWindowBytes that its reader has not taken.
+const (
+	StreamWindowBytes = 4 << 20
+	ConnWindowBytes   = 16 << 20
+	ConnBufferBytes   = 256 << 10
+)

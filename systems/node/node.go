@@ -409,6 +409,8 @@ func (n *Node) listen() error {
 	n.kvServer = grpc.NewServer(append(n.metrics.serverOptions(),
 		grpc.ForceServerCodecV2(kvCodec{n.codec}),
 		experimental.BufferPool(n.codec.Pool),
+		grpc.InitialWindowSize(kvpb.StreamWindowBytes), grpc.InitialConnWindowSize(kvpb.ConnWindowBytes),
+		grpc.WriteBufferSize(kvpb.ConnBufferBytes), grpc.ReadBufferSize(kvpb.ConnBufferBytes),
 		grpc.MaxRecvMsgSize(2*n.cfg.MaxValueBytes+systems.MaxKeyBytes+(1<<20)),
 		grpc.MaxSendMsgSize(n.cfg.ScanMaxBytes+n.cfg.MaxValueBytes+(4<<20)),
 	)...)
@@ -428,6 +430,8 @@ func (n *Node) listen() error {
 		// etcd's own codec and limits: a request up to the largest value
 		// and key, a response up to a scan page and a value.
 		n.etcdServer = grpc.NewServer(append(n.metrics.serverOptions(),
+			grpc.InitialWindowSize(kvpb.StreamWindowBytes), grpc.InitialConnWindowSize(kvpb.ConnWindowBytes),
+			grpc.WriteBufferSize(kvpb.ConnBufferBytes), grpc.ReadBufferSize(kvpb.ConnBufferBytes),
 			grpc.MaxRecvMsgSize(n.cfg.MaxValueBytes+systems.MaxKeyBytes+(1<<20)),
 			grpc.MaxSendMsgSize(n.cfg.ScanMaxBytes+n.cfg.MaxValueBytes+(4<<20)),
 		)...)

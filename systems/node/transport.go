@@ -70,6 +70,18 @@ type peer struct {
 	cancel context.CancelFunc
 }
 
+// Flow control and buffers of the Raft transport's connections (both
+// ends): as kvpb.StreamWindowBytes and its siblings for the KV API, but
+// larger, since one stream carries a follower's appends of values of up to
+// MaxValueBytes. Fixed windows turn off gRPC's BDP estimation, whose pings
+// and window updates, and the 32 KiB writes of its default buffers, made a
+// 256 KiB value cost about 95 syscalls and 40 context switches over the
+// three nodes, against 31 and 24 with these (nezha-nogc, 50 clients).
+const (
+	peerWindowBytes = 16 << 20
+	peerBufferBytes = 512 << 10
+)
+
 func maxMsgBytes(n *Node) int { return 2*n.cfg.MaxValueBytes + maxBatchBytes + (1 << 20) }
 
 func newTransport(n *Node, lis net.Listener) *transport {
@@ -79,6 +91,8 @@ func newTransport(n *Node, lis net.Listener) *transport {
 		grpc.ForceServerCodecV2(t.codec),
 		experimental.BufferPool(t.codec.Pool),
 		grpc.MaxRecvMsgSize(maxMsgBytes(n)),
+		grpc.InitialWindowSize(peerWindowBytes), grpc.InitialConnWindowSize(2*peerWindowBytes),
+		grpc.WriteBufferSize(peerBufferBytes), grpc.ReadBufferSize(peerBufferBytes),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 500 * time.Millisecond, PermitWithoutStream: true}),
 	)...)
 	kvpb.RegisterRaftServer(t.server, &raftServer{n: n})
@@ -122,6 +136,8 @@ func (t *transport) addPeer(id uint64, addr string) {
 		grpc.WithTransportCredentials(insecure.NewCredentials()),
 		grpc.WithDefaultCallOptions(grpc.MaxCallSendMsgSize(maxMsgBytes(n)), grpc.ForceCodecV2(t.codec)),
 		experimental.WithBufferPool(t.codec.Pool),
+		grpc.WithInitialWindowSize(peerWindowBytes), grpc.WithInitialConnWindowSize(2*peerWindowBytes),
+		grpc.WithWriteBufferSize(peerBufferBytes), grpc.WithReadBufferSize(peerBufferBytes),
 		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: time.Second, Timeout: 2 * time.Second, PermitWithoutStream: true}),
 		// Reconnect within a second of a peer's restart (gRPC's default
 		// backoff grows to two minutes).
