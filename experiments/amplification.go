@@ -90,13 +90,13 @@ func amplification() Experiment {
 			x.param("keys", p.AmpKeys)
 			x.param("value_bytes", p.AmpValueBytes)
 			x.param("geometry", p.Geometry)
-			x.note("Write amplification = bytes a node wrote (/proc/<pid>/io write_bytes minus cancelled_write_bytes, averaged over the nodes) / user bytes written (keys and values). Space amplification = bytes on disk under a node's data directory (allocated blocks) / live user bytes. Measured after the nodes went quiet (flushes, compactions, GC done). nezha's figure includes its GC copying live values into sorted runs (its threshold here is half the load, so GC runs during the load, with the nodes' default strategy: tiered, not the paper's merge); nezha-nogc shows the value path alone. The baselines truncate their Raft log once it holds more than -rocksdb.logRetainBytes (64 MiB), so their space amplification includes at most that much log. RocksDB's last memtable (%s per node) may still be unflushed when measured, so the baselines' write amplification is a lower bound. Allocated blocks include the space RocksDB preallocates for its active WAL file (about 1.1 write buffers per node), a fixed cost that weighs on small loads only.", bytesText(x.writeBufferBytes(p.AmpKeys*int64(p.AmpValueBytes))))
+			x.note("Write amplification = bytes a node wrote (/proc/<pid>/io write_bytes minus cancelled_write_bytes, averaged over the nodes) / user bytes written (keys and values). Space amplification = bytes on disk under a node's data directory (allocated blocks) / live user bytes. Measured after the nodes went quiet (flushes, compactions, GC done): after each phase the run waits for nezha's idle GC round (-gcIdleAfter plus a stagger slot per node) and for GC to stop, then for the nodes' writes to stop, alike for every system. nezha's figure includes what its GC wrote (the nodes' default strategy: tiered, not the paper's merge; its size threshold here is half the load, and a round copies nothing from garbage-free data, so under the load's inserts GC may only sort the log when the nodes go idle; the rounds column counts node 1's GC rounds, and the baselines' Raft log truncations); nezha-nogc shows the value path alone. The baselines truncate their Raft log once it holds more than -rocksdb.logRetainBytes (64 MiB), so their space amplification includes at most that much log. RocksDB's last memtable (%s per node) may still be unflushed when measured, so the baselines' write amplification is a lower bound. Allocated blocks include the space RocksDB preallocates for its active WAL file (about 1.1 write buffers per node), a fixed cost that weighs on small loads only.", bytesText(x.writeBufferBytes(p.AmpKeys*int64(p.AmpValueBytes))))
 			cats := []string{"after load", "after overwriting half"}
 			wf := plots.Figure{Name: "write-amplification", Title: "Write amplification", Kind: plots.Bars,
 				XLabel: "phase", YLabel: "bytes written per node / user bytes", Categories: cats, HLines: []plots.Mark{{At: 1, Label: "1 (written once)"}}}
 			sf := plots.Figure{Name: "space-amplification", Title: "Space amplification", Kind: plots.Bars,
 				XLabel: "phase", YLabel: "bytes on disk per node / live user bytes", Categories: cats, HLines: []plots.Mark{{At: 1, Label: "1"}}}
-			tbl := Table{Title: "Amplification per system", Columns: []string{"system", "write amp (load)", "space amp (load)", "write amp (overwrite)", "space amp (overwrite)", "user MB written", "live MB"}}
+			tbl := Table{Title: "Amplification per system", Columns: []string{"system", "write amp (load)", "space amp (load)", "write amp (overwrite)", "space amp (overwrite)", "user MB written", "live MB", "GC or log truncation rounds (node 1)"}}
 			keyBytes := int64(len(workloads.Key("a", 0)))
 			for _, sys := range x.Systems {
 				// GC (nezha) runs once the log holds half the loaded bytes.
@@ -108,7 +108,7 @@ func amplification() Experiment {
 					sf.Series = append(sf.Series, plots.Series{Name: sys, Values: []float64{0, 0}, Missing: []int{0, 1}})
 					continue
 				}
-				w, s, user, live, err := x.ampPhases(ctx, tb, keyBytes)
+				w, s, user, live, rounds, err := x.ampPhases(ctx, tb, keyBytes)
 				if err != nil {
 					x.fail(sys, "amplification", err, tb.spec)
 					tb.stop(true)
@@ -119,7 +119,7 @@ func amplification() Experiment {
 				tb.stop(false)
 				wf.Series = append(wf.Series, plots.Series{Name: sys, Values: w})
 				sf.Series = append(sf.Series, plots.Series{Name: sys, Values: s})
-				tbl.Rows = append(tbl.Rows, []string{sys, f2(w[0]), f2(s[0]), f2(w[1]), f2(s[1]), f1(user / 1e6), f1(live / 1e6)})
+				tbl.Rows = append(tbl.Rows, []string{sys, f2(w[0]), f2(s[0]), f2(w[1]), f2(s[1]), f1(user / 1e6), f1(live / 1e6), fmt.Sprint(rounds)})
 				x.metric("write_amp_load/"+sys, w[0])
 				x.metric("space_amp_load/"+sys, s[0])
 				x.metric("write_amp_overwrite/"+sys, w[1])
@@ -135,13 +135,13 @@ func amplification() Experiment {
 }
 
 // ampPhases loads, overwrites half, and returns write and space
-// amplification after each phase, the user bytes written and the live
-// bytes.
-func (x *Run) ampPhases(ctx context.Context, tb *testbed, keyBytes int64) (w, s []float64, user, live float64, err error) {
+// amplification after each phase, the user bytes written, the live bytes
+// and node 1's GC rounds at the end.
+func (x *Run) ampPhases(ctx context.Context, tb *testbed, keyBytes int64) (w, s []float64, user, live float64, rounds int, err error) {
 	p := x.Profile
 	before, err := readIO(tb.spec)
 	if err != nil {
-		return nil, nil, 0, 0, err
+		return nil, nil, 0, 0, 0, err
 	}
 	put := func(ops int64, seed int64) error {
 		o := workloads.PutOptions{Common: x.benchCommon("a", p.Clients, ops, seed, nil), ValueBytes: p.AmpValueBytes,
@@ -155,6 +155,11 @@ func (x *Run) ampPhases(ctx context.Context, tb *testbed, keyBytes int64) (w, s 
 	perKey := float64(keyBytes + int64(p.AmpValueBytes))
 	live = float64(p.AmpKeys) * perKey
 	measure := func(user float64) error {
+		// nezha's idle round starts after -gcIdleAfter without writes, later
+		// than the nodes' writes may look settled.
+		if err := x.waitIdleGC(ctx, tb, time.Now()); err != nil {
+			return err
+		}
 		if err := settle(ctx, tb.spec); err != nil {
 			return err
 		}
@@ -172,21 +177,25 @@ func (x *Run) ampPhases(ctx context.Context, tb *testbed, keyBytes int64) (w, s 
 	}
 	x.logf("%s: load %d keys x %d KiB", tb.system, p.AmpKeys, p.AmpValueBytes/kib)
 	if err := put(p.AmpKeys, 1); err != nil {
-		return nil, nil, 0, 0, err
+		return nil, nil, 0, 0, 0, err
 	}
 	user = live
 	if err := measure(user); err != nil {
-		return nil, nil, 0, 0, err
+		return nil, nil, 0, 0, 0, err
 	}
 	// Overwrite the first half of the key indices (same prefix, same
 	// sizes): live bytes stay the same, half of them become garbage.
 	x.logf("%s: overwrite %d keys", tb.system, p.AmpKeys/2)
 	if err := put(p.AmpKeys/2, 2); err != nil {
-		return nil, nil, 0, 0, err
+		return nil, nil, 0, 0, 0, err
 	}
 	user += float64(p.AmpKeys/2) * perKey
 	if err := measure(user); err != nil {
-		return nil, nil, 0, 0, err
+		return nil, nil, 0, 0, 0, err
 	}
-	return w, s, user, live, nil
+	rs, err := gcRounds(ctx, tb)
+	if err != nil {
+		return nil, nil, 0, 0, 0, err
+	}
+	return w, s, user, live, len(rs), nil
 }
