@@ -6,5 +6,5 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 source scripts/setup.sh
 echo "test: go vet ./..."
 go vet ./...
-echo "test: go test -race ./..."
+echo "test: go test -race ./... (6-12 min on 2 cores; each package prints when it ends, systems/systemstest last and longest)"
 go test -race -count=1 -timeout 20m ./...

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"regexp"
 	"text/tabwriter"
 	"time"
 
@@ -96,6 +97,9 @@ func runCluster(args []string, known []string, stdout, stderr io.Writer) error {
 			}
 			if n.JSONRPCAddress != "" {
 				fmt.Fprintf(stdout, "  jsonrpc %s", n.JSONRPCAddress)
+			}
+			if a := loggedEtcdAddress(n.Log); a != "" {
+				fmt.Fprintf(stdout, "  etcd %s", a)
 			}
 			fmt.Fprintln(stdout)
 		}
@@ -311,4 +315,23 @@ func printStatus(w io.Writer, s *cluster.Spec, sts []cluster.NodeStatus, asJSON 
 			r.CommitIndex, r.AppliedIndex, logRange, sync)
 	}
 	return tw.Flush()
+}
+
+// etcdAddressPattern finds the address a node logs when it serves etcd's
+// API (-etcdAddress; serve's "etcd_address" attribute, text or JSON logs).
+var etcdAddressPattern = regexp.MustCompile(`etcd_address(?:=|":")([^\s"]+)`)
+
+// loggedEtcdAddress returns the last etcd API address in a node's log, or
+// "" if it serves none (a node logs it as it starts, before cluster up
+// returns).
+func loggedEtcdAddress(log string) string {
+	b, err := os.ReadFile(log)
+	if err != nil {
+		return ""
+	}
+	ms := etcdAddressPattern.FindAllSubmatch(b, -1)
+	if len(ms) == 0 {
+		return ""
+	}
+	return string(ms[len(ms)-1][1])
 }

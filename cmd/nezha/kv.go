@@ -20,10 +20,11 @@ import (
 var errNotFound = errors.New("not found")
 
 const kvUsage = `usage: nezha kv SUBCOMMAND ARGS (-cluster DIR | -servers A,B,C) [-timeout D]
-  put KEY VALUE [-ttl D]              write; with -ttl the key expires D after the leader proposes it
+  put KEY VALUE [-ttl D]              write; prints "OK index=N", the Raft index that applied it (etcd: the
+                                      revision); with -ttl the key expires D after the leader proposes it
                                       (nezha and nezha-nogc only; other systems refuse it)
   get KEY [-consistency stale]        print the value; a missing key prints "not found" on stderr, exit 1
-  delete KEY                          delete (deleting a missing key is not an error)
+  delete KEY                          delete (deleting a missing key is not an error); prints "OK index=N"
   scan START [END] [-limit N]         keys in [START, END) in order, one "key<TAB>value" per line;
                                       END omitted or "" means no upper bound`
 
@@ -100,16 +101,19 @@ func (c *cli) kvRequest(ctx context.Context, kc *client.Client, sub string, pos 
 	}
 	switch sub {
 	case "put":
-		var err error
+		var (
+			index uint64
+			err   error
+		)
 		if ttl > 0 {
-			_, err = kc.PutWithTTL(ctx, []byte(pos[0]), []byte(pos[1]), ttl)
+			index, err = kc.PutWithTTL(ctx, []byte(pos[0]), []byte(pos[1]), ttl)
 		} else {
-			_, err = kc.Put(ctx, []byte(pos[0]), []byte(pos[1]))
+			index, err = kc.Put(ctx, []byte(pos[0]), []byte(pos[1]))
 		}
 		if err != nil {
 			return fmt.Errorf("kv put: %w", err)
 		}
-		fmt.Fprintln(c.stdout, "OK")
+		fmt.Fprintf(c.stdout, "OK index=%d\n", index)
 	case "get":
 		v, found, err := kc.Get(ctx, []byte(pos[0]))
 		if err != nil {
@@ -120,10 +124,11 @@ func (c *cli) kvRequest(ctx context.Context, kc *client.Client, sub string, pos 
 		}
 		fmt.Fprintf(c.stdout, "%s\n", v)
 	case "delete":
-		if _, err := kc.Delete(ctx, []byte(pos[0])); err != nil {
+		index, err := kc.Delete(ctx, []byte(pos[0]))
+		if err != nil {
 			return fmt.Errorf("kv delete: %w", err)
 		}
-		fmt.Fprintln(c.stdout, "OK")
+		fmt.Fprintf(c.stdout, "OK index=%d\n", index)
 	case "scan":
 		var end []byte
 		if len(pos) == 2 {

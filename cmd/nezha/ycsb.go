@@ -110,7 +110,11 @@ func (c *cli) ycsb(ctx context.Context, phase string, y *ycsbFlags) error {
 		return err
 	}
 	fmt.Fprintln(w, "**********************************************")
-	fmt.Fprintf(w, "nezha summary (TOTAL: one row per YCSB operation; latencies of completed operations, us):\n")
+	label := system
+	if label == "" {
+		label = "servers " + strings.Join(addrs, ",")
+	}
+	fmt.Fprintf(w, "%s summary (TOTAL: one row per YCSB operation; latencies of completed operations, us):\n", label)
 	rows := []workloads.Summary{s.Summary}
 	ops := make([]string, 0, len(s.Operations))
 	for op := range s.Operations {
