@@ -167,27 +167,42 @@ func CompareDirs(w io.Writer, r CompareRequest) error {
 	if err := WriteComparison(w, dirs[0], dirs[1], cs, *threshold); err != nil {
 		return err
 	}
-	var bad []string
-	gated, regressed := 0, 0
+	var worse, missing []string
+	gated := 0
 	for _, c := range cs {
 		if c.Gated {
 			gated++
 		}
-		if c.Regressed {
-			regressed++
-			bad = append(bad, c.Experiment+"/"+c.Key)
+		switch {
+		case c.Regressed && !c.InB:
+			missing = append(missing, c.Experiment+"/"+c.Key)
+		case c.Regressed:
+			worse = append(worse, c.Experiment+"/"+c.Key)
 		}
 	}
 	if gated == 0 {
 		return systems.Usagef("experiment compare: -metric %q selects no ranked metric present in %s", *metric, dirs[0])
 	}
-	if len(bad) > 5 {
-		bad = append(bad[:5], fmt.Sprintf("and %d more (REGRESSION in the table)", len(bad)-5))
+	var parts []string
+	if len(worse) > 0 {
+		parts = append(parts, fmt.Sprintf("%d regressed beyond %g%%: %s", len(worse), *threshold, firstFew(worse, "REGRESSION")))
 	}
-	if len(bad) > 0 {
-		return fmt.Errorf("experiment compare: %d of %d selected metrics regressed beyond %g%%: %s", regressed, gated, *threshold, strings.Join(bad, ", "))
+	if len(missing) > 0 {
+		parts = append(parts, fmt.Sprintf("%d missing in B (a system or experiment B did not run, or one that failed there): %s", len(missing), firstFew(missing, "MISSING IN B")))
+	}
+	if len(parts) > 0 {
+		return fmt.Errorf("experiment compare: of %d selected metrics, %s", gated, strings.Join(parts, "; "))
 	}
 	return nil
+}
+
+// firstFew joins the first five names, saying how many more the table
+// marks with verdict.
+func firstFew(names []string, verdict string) string {
+	if len(names) > 5 {
+		names = append(names[:5:5], fmt.Sprintf("and %d more (%s in the table)", len(names)-5, verdict))
+	}
+	return strings.Join(names, ", ")
 }
 
 // ReadResults reads DIR/*/result.json (and DIR/result.json, if DIR is one
@@ -335,6 +350,8 @@ func WriteComparison(w io.Writer, dirA, dirB string, cs []Comparison, thresholdP
 		}
 		verdict := ""
 		switch {
+		case c.Regressed && !c.InB:
+			verdict = "**MISSING IN B**"
 		case c.Regressed:
 			verdict = "**REGRESSION**"
 		case c.Gated:

@@ -89,7 +89,7 @@ func TestCompareCommand(t *testing.T) {
 	if err == nil || errors.As(err, &ue) {
 		t.Fatalf("A vs B: err %v, want a regression (exit 1)\n%s", err, out)
 	}
-	if !strings.Contains(err.Error(), "2 of 3 selected metrics regressed beyond 10%") {
+	if !strings.Contains(err.Error(), "of 3 selected metrics, 2 regressed beyond 10%") || strings.Contains(err.Error(), "missing") {
 		t.Errorf("A vs B: %v", err)
 	}
 	for _, want := range []string{"| nezha | scan_ops_per_sec | 100 | 80 | -20.0% | range ±3% / range ±2% (p=0.100 n=3, not significant) | higher | **REGRESSION** |",
@@ -105,13 +105,19 @@ func TestCompareCommand(t *testing.T) {
 	if out, err := run(CompareRequest{Metric: `^scan/scan_ops_per_sec/original$`}, a, b); err != nil {
 		t.Fatalf("-metric original: %v\n%s", err, out)
 	}
-	if _, err := run(CompareRequest{ThresholdPct: 25}, a, b); err == nil || !strings.Contains(err.Error(), "1 of 3") {
+	if _, err := run(CompareRequest{ThresholdPct: 25}, a, b); err == nil || !strings.Contains(err.Error(), "of 3 selected metrics, 1 regressed") {
 		t.Fatalf("-threshold 25: %v", err)
 	}
-	// A metric missing in B regresses.
+	// A metric missing in B fails the comparison, counted and marked
+	// apart from the regressions.
 	c := writeResults(t, map[string]float64{"scan_ops_per_sec/nezha": 100}, nil)
-	if _, err := run(CompareRequest{Metric: "original"}, a, c); err == nil || !strings.Contains(err.Error(), "scan/scan_ops_per_sec/original") {
+	out, err = run(CompareRequest{Metric: "original"}, a, c)
+	if err == nil || !strings.Contains(err.Error(), "1 missing in B") || !strings.Contains(err.Error(), "scan/scan_ops_per_sec/original") ||
+		strings.Contains(err.Error(), "regressed") {
 		t.Fatalf("missing in B: %v", err)
+	}
+	if !strings.Contains(out, "| original | scan_ops_per_sec | 50 | missing | - | ") || !strings.Contains(out, "**MISSING IN B**") {
+		t.Errorf("missing in B: the table does not mark it\n%s", out)
 	}
 
 	// Bad arguments: usage errors (exit 2), one line each.
