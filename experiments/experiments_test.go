@@ -92,7 +92,7 @@ func TestHeadlinesAndReport(t *testing.T) {
 		{Name: "scan", Title: "SCAN", Shows: "scans", Metrics: map[string]float64{"scan_ops_per_sec/nezha": 20, "scan_ops_per_sec/original": 10,
 			"scan_ops_per_sec_disk_read_kb_per_op/nezha": 100, "scan_ops_per_sec_disk_read_kb_per_op/original": 700,
 			"scan_ops_per_sec/dwisckey": 8, "scan_ops_per_sec_disk_read_kb_per_op/dwisckey": 300},
-			Params:   map[string]any{"read_cache": "disk (cgroup)"},
+			Params:   map[string]any{"read_cache": "disk (cgroup)", "keys": float64(4096), "value_bytes": float64(16384), "clients": float64(1), "scan_size": float64(100)},
 			Failures: []Failure{{System: "pasv", Step: "load", Error: "boom", LogTails: map[string]string{"node1": "last line"}}}},
 	}
 	for _, r := range res {
@@ -161,7 +161,8 @@ func TestHeadlinesAndReport(t *testing.T) {
 		t.Fatal(err)
 	}
 	report, _ := os.ReadFile(path)
-	for _, want := range []string{"profile quick", "git commit", "![PUT goodput](put-vsize/put-mbps.png)", "**pasv failed** at load", "last line", "n = 3", "| 1 | 2 |"} {
+	for _, want := range []string{"profile quick", "git commit", "![PUT goodput](put-vsize/put-mbps.png)", "**pasv failed** at load", "last line", "n = 3", "| 1 | 2 |",
+		"reads from disk (cgroup), 4096 keys x 16 KiB (64 MiB per node), 1 client, 100 keys per scan."} {
 		if !strings.Contains(string(report), want) {
 			t.Fatalf("report lacks %q:\n%s", want, report)
 		}

@@ -387,7 +387,7 @@ func writeDifferences(b *strings.Builder, results []*Result, hs []Headline) {
 			paper = 1 + paperScanGain
 		}
 		rc := paramText(params[rd.exp]["read_cache"])
-		add("**%s.** Ours: nezha %.2fx over original (paper %.3fx); reads from %s.", rd.workload, h.Ratio, paper, rc)
+		add("**%s.** Ours: nezha %.2fx over original (paper %.3fx); reads from %s, %s.", rd.workload, h.Ratio, paper, rc, readRegime(params[rd.exp]))
 		if strings.HasPrefix(rc, "page cache") {
 			add("- The paper's reads went to SSDs (100 GB per node); here they were served from memory, so the ratio measures CPU per operation, not I/O.")
 		}
@@ -420,4 +420,27 @@ func conditionBasis(minSeconds float64) string {
 		return "one run each"
 	}
 	return fmt.Sprintf("medians of runs adding up to %.0f s each", minSeconds)
+}
+
+// readRegime says what a read experiment's runs read, from its parameters:
+// keys, value size and so the data per node, clients, the Zipf exponent
+// (get-zipf) or keys per scan (scan).
+func readRegime(p map[string]any) string {
+	keys, vb := paramFloat(p["keys"]), paramFloat(p["value_bytes"])
+	value := bytesText(int64(vb))
+	if vb < mib {
+		value = fmt.Sprintf("%g KiB", vb/kib)
+	}
+	clients := paramText(p["clients"]) + " clients"
+	if clients == "1 clients" {
+		clients = "1 client"
+	}
+	out := fmt.Sprintf("%s keys x %s (%s per node), %s", paramText(p["keys"]), value, bytesText(int64(keys*vb)), clients)
+	if z, ok := p["zipf"]; ok {
+		out += ", Zipf " + paramText(z)
+	}
+	if n, ok := p["scan_size"]; ok {
+		out += ", " + paramText(n) + " keys per scan"
+	}
+	return out
 }
