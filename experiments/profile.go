@@ -440,11 +440,11 @@ func (p *Profile) Validate() error {
 
 // String renders the parameters for the start of a run.
 func (p *Profile) String() string {
-	return fmt.Sprintf("profile %s: %s geometry, %d nodes, %d clients; put-vsize %d MiB per size at %v KiB; put-scale %s per node (headline: last, %d runs; conditions %v at %s); reads from %s; "+
+	return fmt.Sprintf("profile %s: %s geometry, %d nodes, %d clients; put-vsize %d MiB per size at %v KiB; put-scale %s per node (headline: last, %d runs, more until %v measured, at most %d; conditions %v at %s); reads from %s; "+
 		"reads over %d keys x %d KiB, %d Zipf(%.2f) GETs, %d scans of %d; YCSB %d records x %d KiB, %d ops of %v; "+
 		"amplification %d keys x %d KiB; GC %d keys x %d KiB for %v; linearizability %v x %v, seeds %v; crash %d kills; "+
 		"segments %d MiB, nezha GC threshold %d MiB",
-		p.Name, p.Geometry, p.Nodes, p.Clients, p.PutTotalBytes/mib, p.ValueSizesKiB, bytesList(p.ScaleDataBytes), p.HeadlineRuns,
+		p.Name, p.Geometry, p.Nodes, p.Clients, p.PutTotalBytes/mib, p.ValueSizesKiB, bytesList(p.ScaleDataBytes), p.HeadlineRuns, p.HeadlineMinSeconds, 3*p.HeadlineRuns,
 		p.Conditions, bytesText(p.ConditionDataBytes), readCacheText(p),
 		p.ReadKeys, p.ReadValueBytes/kib, p.GetOps, p.Zipf, p.ScanOps, p.ScanSize,
 		p.YCSBRecords, p.YCSBValueBytes/kib, p.YCSBOps, p.YCSBWorkloads,
