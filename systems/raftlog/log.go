@@ -198,6 +198,10 @@ type Log struct {
 	direct bool
 	dbuf   []byte
 	gap    gap // the last index gap seen by recovery
+	// marked is the highest index a compaction or snapshot record named
+	// during recovery: a gap must lie at or below it. (snap cannot tell:
+	// recovery moves it over every gap it meets.)
+	marked uint64
 
 	bytesWritten atomic.Int64
 	droppedBytes atomic.Int64 // dropped from the page cache (dropSynced)
@@ -242,7 +246,7 @@ func Open(opts Options) (*Log, error) {
 			return nil, err
 		}
 	}
-	if g := l.gap; g.index != 0 && l.snap.Index+1 < g.index {
+	if g := l.gap; g.index != 0 && l.marked+1 < g.index {
 		l.closeFiles()
 		return nil, fmt.Errorf("raftlog: %s at offset %d: entry %d follows entry %d: gap in the log", g.path, g.off, g.index, g.after)
 	}
@@ -502,6 +506,7 @@ func (l *Log) replay(seg *segment, off int64, h header, payload []byte) error {
 		if err := md.Unmarshal(payload); err != nil {
 			return fmt.Errorf("snapshot metadata: %w", err)
 		}
+		l.marked = max(l.marked, md.Index)
 		if h.kind == kindSnapshot {
 			l.resetTo(md)
 		} else {
