@@ -53,6 +53,9 @@ type Store struct {
 	// man is the sorted/ manifest; written under manMu.
 	manMu sync.Mutex
 	man   manifest
+	// orphanRuns are run files the manifest does not list, found at open
+	// (recoverRuns) and removed once the index is open (removeOrphanRuns).
+	orphanRuns []uint64
 
 	gc *collector // nil without GC (nezha-nogc)
 
@@ -619,6 +622,50 @@ func (s *Store) syncIndex() error {
 	return s.index.Sync()
 }
 
+// removeOrphanRuns deletes the run files recoverRuns found unlisted (a
+// GC or restore that crashed before registering them), once the index is
+// open: if the index points into one of them, the manifest was lost or
+// damaged, not a registration interrupted (a round registers its run
+// before it repoints any key), and Open refuses, keeping the files,
+// instead of deleting values the index still needs.
+func (s *Store) removeOrphanRuns() error {
+	if len(s.orphanRuns) == 0 {
+		return nil
+	}
+	orphan := map[uint64]bool{}
+	for _, id := range s.orphanRuns {
+		orphan[runFlag|id] = true
+	}
+	var keys int
+	var first uint64
+	err := s.iterateChunks(4096, func(_ [][]byte, locs []systems.Location) error {
+		for _, l := range locs {
+			if orphan[l.Segment] {
+				if keys == 0 {
+					first = l.Segment &^ runFlag
+				}
+				keys++
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	if keys > 0 {
+		return fmt.Errorf("nezha: the index points %d keys into run %s, which %s does not list (lost or damaged manifest?): "+
+			"refusing to start; the run files are kept", keys, runName(first), filepath.Join(s.sortedDir, manifestName))
+	}
+	for _, id := range s.orphanRuns {
+		s.logger.Warn("nezha: removing a run no manifest lists (an interrupted GC or restore)", "run", runName(id))
+		if err := os.Remove(filepath.Join(s.sortedDir, runName(id))); err != nil {
+			return fmt.Errorf("nezha: %w", err)
+		}
+	}
+	s.orphanRuns = nil
+	return nil
+}
+
 // recoverRuns reconciles sorted/ with its manifest at open: it finishes or
 // discards a staged snapshot restore, deletes run files the manifest does
 // not list (a GC or restore that crashed before registering them), and
@@ -633,12 +680,12 @@ func (s *Store) recoverRuns() error {
 	if err != nil {
 		return err
 	}
+	s.orphanRuns = nil
 	for _, id := range files {
 		if !m.hasRun(id) && (m.Restore == nil || m.Restore.Run != id) {
-			s.logger.Warn("nezha: removing a run no manifest lists (an interrupted GC or restore)", "run", runName(id))
-			if err := os.Remove(filepath.Join(s.sortedDir, runName(id))); err != nil {
-				return fmt.Errorf("nezha: %w", err)
-			}
+			// Removed by removeOrphanRuns once the index is open and
+			// points at none of them.
+			s.orphanRuns = append(s.orphanRuns, id)
 		}
 		if id >= s.man.NextRun {
 			s.man.NextRun = id + 1

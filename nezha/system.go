@@ -418,6 +418,9 @@ func (s *Store) open() error {
 				"entries %d..%d are gone (was the index deleted?)", s.index.Kind(), s.index.AppliedIndex(), c, s.index.AppliedIndex()+1, c)
 		}
 	}
+	if err := s.removeOrphanRuns(); err != nil {
+		return err
+	}
 	if s.gc != nil {
 		return s.gc.rebuildLive()
 	}
