@@ -16,6 +16,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"net"
 	"os"
 	"path/filepath"
@@ -185,6 +186,12 @@ func (c *Config) ID() uint64 {
 	return 0
 }
 
+// MaxNodeID is the largest Raft id a member may have: etcd raft takes
+// math.MaxUint64 and math.MaxUint64-1 for its local storage threads
+// (raft.LocalAppendThread, raft.LocalApplyThread) and panics on a peer
+// that has one ("cannot use local target as id").
+const MaxNodeID = math.MaxUint64 - 2
+
 // members returns the ids and internal addresses of Peers, in order.
 func (c *Config) members() (ids []uint64, addrs []string, err error) {
 	explicit := 0
@@ -195,6 +202,9 @@ func (c *Config) members() (ids []uint64, addrs []string, err error) {
 			v, perr := strconv.ParseUint(idText, 10, 64)
 			if perr != nil || v == 0 {
 				return nil, nil, fmt.Errorf("-peers entry %q: the id before = is not a positive integer", p)
+			}
+			if v > MaxNodeID {
+				return nil, nil, fmt.Errorf("-peers entry %q: ids above %d are reserved by etcd raft", p, uint64(MaxNodeID))
 			}
 			id, addr = v, a
 		}
@@ -260,6 +270,8 @@ func (c *Config) Validate() error {
 	for _, v := range c.BootstrapVoters {
 		if v == 0 {
 			bad("-bootstrapVoters names id 0")
+		} else if v > MaxNodeID {
+			bad("-bootstrapVoters names id %d: ids above %d are reserved by etcd raft", v, uint64(MaxNodeID))
 		}
 	}
 	hostPort := func(flagName, a string) {

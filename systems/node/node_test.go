@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"net"
 	"os"
 	"sort"
@@ -339,6 +340,18 @@ func TestStartErrors(t *testing.T) {
 	var ue *systems.UsageError
 	if !errors.As(err, &ue) || !strings.Contains(err.Error(), "not in -peers") {
 		t.Fatalf("internal address not in peers: %v", err)
+	}
+	for _, peers := range [][]string{{"18446744073709551615=" + addrs[1]}, {"18446744073709551614=" + addrs[1]}} {
+		reserved := c
+		reserved.Peers, reserved.InternalAddress = peers, addrs[1]
+		if err := reserved.Validate(); !errors.As(err, &ue) || !strings.Contains(err.Error(), "reserved by etcd raft") {
+			t.Fatalf("-peers %v: %v (etcd raft panics on such an id)", peers, err)
+		}
+	}
+	reservedVoter := c
+	reservedVoter.BootstrapVoters = []uint64{math.MaxUint64 - 1}
+	if err := reservedVoter.Validate(); !errors.As(err, &ue) || !strings.Contains(err.Error(), "reserved by etcd raft") {
+		t.Fatalf("-bootstrapVoters %v: %v", reservedVoter.BootstrapVoters, err)
 	}
 	bad := c
 	bad.Address = "x"
