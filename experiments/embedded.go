@@ -113,7 +113,7 @@ func (x *Run) embeddedReport(o enginebench.Options, rs []enginebench.Result) {
 	}
 	x.table(rt)
 	if v, ok := ratio(enginebench.OpPut, enginebench.EnginePebble, 256<<10); ok {
-		x.note("Target (issue 18): nezha's 256 KiB PUT with fsync >= 1.5x Pebble's: measured %.2fx (%s).", v, verdict(v >= 1.5))
+		x.note("Target: nezha's 256 KiB PUT with fsync >= 1.5x Pebble's: measured %.2fx (%s).", v, verdict(v >= 1.5))
 	}
 	for _, op := range []string{enginebench.OpGet, enginebench.OpScan} {
 		var parts []string
@@ -124,7 +124,7 @@ func (x *Run) embeddedReport(o enginebench.Options, rs []enginebench.Result) {
 				all = all && v >= 0.8
 			}
 		}
-		x.note("Target (issue 18): nezha's %s within 20 %% of Badger's or ahead (>= 0.8x): %s (%s).", strings.ToUpper(op), strings.Join(parts, ", "), verdict(all))
+		x.note("Target: nezha's %s within 20 %% of Badger's or ahead (>= 0.8x): %s (%s).", strings.ToUpper(op), strings.Join(parts, ", "), verdict(all))
 	}
 	x.note("All engines run in this process, one after the other (order rotated per value size), on the same disk, with their default caches. Per engine and size: the read set (%s of values, at most %d keys: the same keys for every engine) loaded in batches of about 1 MiB, GET and SCAN (%d pairs) by %d readers for %v each, then PUT of new keys by %d writers until %v or %s. nezha uses the %s index with GC on, and its reads start after its idle GC round sorted the read set (settle_seconds in engines.csv); Badger keeps values of %d B and more in its value log. Reads hit the page cache. Every engine copies each value it reads once, into a buffer the reader reuses (GET: one per reader; SCAN: one per scan), so that large values measure the engines rather than Go's allocator and collector. nezha checks a checksum on every value it reads (xxh3 in its sorted runs, where its reads find the values, CRC32C in its log); Badger (value checksums off) and Pebble as configured by default. Go collector: %s (gogc_percent and gomemlimit_bytes in engines.csv).",
 		bytesText(o.ReadSetBytes), o.ReadSetMaxKeys, o.ScanLength, o.Readers, o.GetDuration, o.Writers, o.PutDuration, bytesText(o.PutMaxBytes),

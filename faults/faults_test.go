@@ -165,6 +165,44 @@ func TestWindows(t *testing.T) {
 	}
 }
 
+// TestKeepsHold: a step reached with at least half of its hold left is
+// injected; one reached later is skipped.
+func TestKeepsHold(t *testing.T) {
+	st := Step{At: 10 * time.Second, Hold: 4 * time.Second}
+	for _, c := range []struct {
+		elapsed time.Duration
+		want    bool
+	}{
+		{10 * time.Second, true},
+		{12 * time.Second, true}, // 2 s of 4 left
+		{12*time.Second + time.Millisecond, false},
+		{14*time.Second - 2*time.Millisecond, false}, // the 2 ms window a user saw listed as a fault
+		{20 * time.Second, false},
+	} {
+		if got := KeepsHold(st, c.elapsed); got != c.want {
+			t.Errorf("KeepsHold(at %v hold %v, reached %v) = %v, want %v", st.At, st.Hold, c.elapsed, got, c.want)
+		}
+	}
+}
+
+// TestRunSkipsLateStep: Run records a step it reaches too late as "skip"
+// and injects nothing for it (the step's nemesis would need a cluster;
+// this env has none), and skipped steps open no fault window.
+func TestRunSkipsLateStep(t *testing.T) {
+	env := &Env{Cluster: &cluster.Spec{}, Start: time.Now().Add(-time.Minute)}
+	s := &Schedule{Steps: []Step{{Index: 0, Nemesis: Kill, At: time.Second, Hold: 4 * time.Second}}}
+	ev := s.Run(context.Background(), env)
+	if len(ev) != 2 || ev[0].Action != "skip" || ev[0].Step != 0 || ev[1].Action != "heal-all" || ev[1].Error != "" {
+		t.Fatalf("events %+v, want a skip of step 0 and the heal-all", ev)
+	}
+	if !strings.Contains(ev[0].Detail, "less than half") {
+		t.Errorf("skip detail %q does not say why", ev[0].Detail)
+	}
+	if w := Windows(ev, 2*time.Minute); len(w) != 0 {
+		t.Fatalf("windows %+v for a skipped step", w)
+	}
+}
+
 // echo serves lines back, prefixed with name.
 func echo(t *testing.T, name string) string {
 	t.Helper()

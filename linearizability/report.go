@@ -47,6 +47,11 @@ func WriteResult(w io.Writer, r *Result) {
 	for _, win := range r.Windows {
 		fmt.Fprintf(tw, "  fault\t%s\t%v..%v\t%s\n", win.Nemesis, win.Start.Round(time.Millisecond), win.End.Round(time.Millisecond), win.Detail)
 	}
+	for _, e := range r.Events {
+		if e.Action == "skip" {
+			fmt.Fprintf(tw, "  skipped\t%s\tstep %d\t%s\n", e.Nemesis, e.Step, e.Detail)
+		}
+	}
 	tw.Flush()
 	fmt.Fprintf(w, "operations: %d (%d ok, %d ambiguous, %d failed), availability %.3f\n",
 		r.Ops.Total, r.Ops.OK, r.Ops.Ambiguous, r.Ops.Failed, r.Availability)
