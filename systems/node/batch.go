@@ -56,7 +56,7 @@ func (s *kvServer) opTimeout(op *kvpb.BatchOp) time.Duration {
 
 // serveBatchGets waits once for the checked GETs ops, all of consistency
 // c, to be safe to serve locally, then answers each from the state
-// machine in a goroutine of its own. A linearizable wait is bounded by
+// machine on a goroutine of its own (readerPool). A linearizable wait is bounded by
 // the longest of their timeouts.
 func (s *kvServer) serveBatchGets(c kvpb.ReadConsistency, ops []*kvpb.BatchOp, answer func(*kvpb.BatchResult)) {
 	done := make([]func(*kvpb.BatchResult), len(ops))
@@ -80,12 +80,12 @@ func (s *kvServer) serveBatchGets(c kvpb.ReadConsistency, ops []*kvpb.BatchOp, a
 			answer(r)
 			continue
 		}
-		go func() {
+		s.n.readers.run(func() {
 			resp, err := s.getLocal(op.GetGet(), false)
 			r := kvpb.NewBatchResult(op.Id, resp, err)
 			done[i](r)
 			answer(r)
-		}()
+		})
 	}
 }
 

@@ -113,6 +113,7 @@ type Node struct {
 
 	stopOnce  sync.Once
 	stopc     chan struct{} // closed by Stop
+	readers   *readerPool   // serves batched GETs (readers.go)
 	loopDone  chan struct{}
 	applyDone chan struct{}
 	failOnce  sync.Once
@@ -247,6 +248,7 @@ func Start(cfg Config) (*Node, error) {
 	}
 	// Every line the node, its log and its state machine write names the
 	// node and the term it is in.
+	n.readers = newReaderPool(readerWorkers, n.stopc)
 	n.logger = slog.New(termHandler{Handler: cfg.Logger.Handler(), term: &n.term}).With("node", n.id)
 	n.fs = vfs.New()
 	n.disk = newDiskGuard(cfg.DataDir, cfg.MinFreeDiskBytes, n.fs, cfg.DiskBallastBytes, n.logger)
