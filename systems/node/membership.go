@@ -9,6 +9,7 @@ import (
 	"io/fs"
 	"log/slog"
 	"math"
+	"net"
 	"os"
 	"slices"
 	"strconv"
@@ -475,13 +476,39 @@ func (s *adminServer) MemberList(ctx context.Context, _ *kvpb.MemberListRequest)
 	return s.response(ctx, 0)
 }
 
+// checkHostPort says why a is not host:port with a port in 1..65535.
+func checkHostPort(a string) error {
+	_, port, err := net.SplitHostPort(a)
+	if err != nil || port == "" {
+		return errors.New("is not host:port")
+	}
+	if p, err := strconv.ParseUint(port, 10, 16); err != nil || p == 0 {
+		return fmt.Errorf("is not host:port (port %q is not a number in 1..65535)", port)
+	}
+	return nil
+}
+
 func (s *adminServer) AddMember(ctx context.Context, req *kvpb.AddMemberRequest) (*kvpb.MembershipResponse, error) {
 	n := s.n
 	if req.Id == 0 {
 		return nil, status.Errorf(codes.InvalidArgument, "add member: id 0 is not a member id")
 	}
+	if req.Id > MaxNodeID {
+		return nil, status.Errorf(codes.InvalidArgument, "add member: ids above %d are reserved by etcd raft", uint64(MaxNodeID))
+	}
 	if req.InternalAddress == "" {
 		return nil, status.Errorf(codes.InvalidArgument, "add member %d: internal (Raft) address is required", req.Id)
+	}
+	// The addresses are dialled by every member (and written to
+	// cluster.json): refuse what no node could listen on, as serve's
+	// -internalAddress and -address are.
+	if err := checkHostPort(req.InternalAddress); err != nil {
+		return nil, status.Errorf(codes.InvalidArgument, "add member %d: internal address %q %v", req.Id, req.InternalAddress, err)
+	}
+	if req.Address != "" {
+		if err := checkHostPort(req.Address); err != nil {
+			return nil, status.Errorf(codes.InvalidArgument, "add member %d: client address %q %v", req.Id, req.Address, err)
+		}
 	}
 	ctx, cancel := s.withTimeout(ctx)
 	defer cancel()

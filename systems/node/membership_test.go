@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"math"
 	"os"
 	"path/filepath"
 	"slices"
@@ -278,6 +279,21 @@ func TestMembershipBadInput(t *testing.T) {
 	wantCode(t, "add a member's id", err, codes.InvalidArgument, "already a member")
 	_, err = adm.AddMember(ctx, &kvpb.AddMemberRequest{Id: 0, InternalAddress: "127.0.0.1:1"})
 	wantCode(t, "add id 0", err, codes.InvalidArgument)
+	for _, id := range []uint64{math.MaxUint64, math.MaxUint64 - 1} {
+		_, err = adm.AddMember(ctx, &kvpb.AddMemberRequest{Id: id, InternalAddress: "127.0.0.1:1"})
+		wantCode(t, fmt.Sprintf("add reserved id %d", id), err, codes.InvalidArgument, "reserved by etcd raft")
+	}
+	for _, a := range []string{"not an address", "127.0.0.1", "127.0.0.1:", "127.0.0.1:99999", "127.0.0.1:http"} {
+		_, err = adm.AddMember(ctx, &kvpb.AddMemberRequest{Id: 5, InternalAddress: a})
+		wantCode(t, "add internal address "+a, err, codes.InvalidArgument, "not host:port")
+		_, err = adm.AddMember(ctx, &kvpb.AddMemberRequest{Id: 5, InternalAddress: "127.0.0.1:1", Address: a})
+		wantCode(t, "add client address "+a, err, codes.InvalidArgument, "not host:port")
+	}
+	if r, err := adm.MemberList(ctx, &kvpb.MemberListRequest{}); err != nil {
+		t.Fatal(err)
+	} else if _, ls := voters(r); len(ls) != 0 {
+		t.Fatalf("refused adds left learners %v", ls)
+	}
 	_, err = adm.RemoveMember(ctx, &kvpb.RemoveMemberRequest{Id: 9})
 	wantCode(t, "remove a stranger", err, codes.InvalidArgument, "not a member")
 	_, err = adm.TransferLeader(ctx, &kvpb.TransferLeaderRequest{Id: 9})
