@@ -88,7 +88,10 @@ type Node struct {
 
 	log *raftlog.Log
 	sm  systems.StateMachine
-	rn  *raft.RawNode // owned by the Ready loop goroutine
+	// dataLock holds the data directory's flock (lockDataDir) until
+	// closeStorage.
+	dataLock *os.File
+	rn       *raft.RawNode // owned by the Ready loop goroutine
 
 	transport *transport
 	codec     *kvpb.Codec // the gRPC codec and buffer pool of both servers and the peer clients
@@ -250,11 +253,19 @@ func Start(cfg Config) (*Node, error) {
 	// node and the term it is in.
 	n.readers = newReaderPool(readerWorkers, n.stopc)
 	n.logger = slog.New(termHandler{Handler: cfg.Logger.Handler(), term: &n.term}).With("node", n.id)
+	// Before anything in the data directory is opened: a second node on
+	// it would damage the first's log (lockDataDir).
+	lock, err := lockDataDir(cfg.DataDir)
+	if err != nil {
+		return nil, err
+	}
+	n.dataLock = lock
 	n.fs = vfs.New()
 	n.disk = newDiskGuard(cfg.DataDir, cfg.MinFreeDiskBytes, n.fs, cfg.DiskBallastBytes, n.logger)
 	n.minFollowerMatch.Store(math.MaxUint64)
 	var nonce [4]byte
 	if _, err := rand.Read(nonce[:]); err != nil {
+		n.closeStorage()
 		return nil, err
 	}
 	n.reqNonce = uint64(binary.LittleEndian.Uint32(nonce[:])) << 32
@@ -558,6 +569,10 @@ func (n *Node) closeStorage() {
 		if err := n.log.Close(); err != nil {
 			n.logger.Warn("close raft log", "err", err)
 		}
+	}
+	if n.dataLock != nil {
+		n.dataLock.Close() // drops the flock
+		n.dataLock = nil
 	}
 }
 

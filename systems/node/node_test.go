@@ -790,3 +790,39 @@ func TestStopWhileApplyQueueFull(t *testing.T) {
 		t.Fatalf("handleReady interrupted by Stop returned %v, want errStopping", err)
 	}
 }
+
+// A second node started on a running node's data directory stops before
+// it opens anything there (found by breaker2: serve -data of a live node
+// recovered the node's active Raft log segment, truncating the record
+// being written as a "torn tail"; the node's acknowledged entries read
+// back as corrupt). Stop releases the directory for the next start.
+func TestSecondNodeOnDataDirRefused(t *testing.T) {
+	tc := startCluster(t, 1)
+	tc.waitLeader(10 * time.Second)
+	ctx, cancel := ctxFor(10 * time.Second)
+	defer cancel()
+	c := tc.client(t)
+	if _, err := c.Put(ctx, []byte("k"), []byte("v")); err != nil {
+		t.Fatal(err)
+	}
+	second := tc.cfgs[0]
+	addrs := freeAddrs(t, 2)
+	second.Address, second.InternalAddress, second.Peers = addrs[0], addrs[1], addrs[1:]
+	nd, err := Start(second)
+	if err == nil {
+		nd.Stop()
+		t.Fatal("a second node started on a running node's data directory")
+	}
+	var ue *systems.UsageError
+	if !errors.As(err, &ue) || !strings.Contains(err.Error(), "in use by another node") {
+		t.Fatalf("second node: got %v (%T), want a usage error naming the directory in use", err, err)
+	}
+	tc.stop(0)
+	tc.start(0)
+	tc.waitLeader(10 * time.Second)
+	ctx2, cancel2 := ctxFor(10 * time.Second)
+	defer cancel2()
+	if v, found, err := c.Get(ctx2, []byte("k")); err != nil || !found || string(v) != "v" {
+		t.Fatalf("after restart: get k = %q %v %v", v, found, err)
+	}
+}
