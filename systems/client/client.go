@@ -26,6 +26,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"math"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -566,7 +567,9 @@ func (c *Client) Scan(ctx context.Context, start, end []byte, limit int) ([]KeyV
 	for {
 		want := 0
 		if limit > 0 {
-			want = limit - len(out)
+			// ScanRequest.limit is a uint32: a larger limit asks for
+			// at most that many per page (not the limit modulo 2^32).
+			want = min(limit-len(out), math.MaxUint32)
 		}
 		var page *kvpb.ScanResponse
 		err := c.read(ctx, func(ctx context.Context, s *server, deadline time.Time) (*kvpb.ResponseHeader, error) {

@@ -9,6 +9,7 @@ package client
 import (
 	"context"
 	"errors"
+	"math"
 	"net"
 	"sync"
 	"testing"
@@ -738,5 +739,33 @@ func TestScanPaging(t *testing.T) {
 	}
 	if len(kvs) != 3 || string(kvs[0].Key) != "b" || string(kvs[2].Key) != "d" {
 		t.Fatalf("scan from b limit 3 returned %d pairs, want b..d", len(kvs))
+	}
+	// A limit past the request's uint32 is "more than there are", not
+	// the limit modulo 2^32 (found by breaker2: kv scan -limit 4294967297
+	// printed one pair).
+	// The fake answers as a node does: more only when its size cap (2
+	// pairs) stopped the page, not the request's limit.
+	a.scan = func(r *kvpb.ScanRequest) *kvpb.ScanResponse {
+		var resp kvpb.ScanResponse
+		for _, k := range keys {
+			if k < string(r.Start) || (r.Limit != 0 && len(resp.Kvs) == int(r.Limit)) {
+				continue
+			}
+			if len(resp.Kvs) == 2 {
+				resp.More = true
+				break
+			}
+			resp.Kvs = append(resp.Kvs, &kvpb.KeyValue{Key: []byte(k), Value: []byte("v" + k)})
+		}
+		return &resp
+	}
+	for _, limit := range []int{1 << 32, 1<<32 + 1, math.MaxInt} {
+		kvs, err = c.Scan(ctx, nil, nil, limit)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(kvs) != len(keys) {
+			t.Fatalf("scan limit %d returned %d pairs, want all %d", limit, len(kvs), len(keys))
+		}
 	}
 }

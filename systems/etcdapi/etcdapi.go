@@ -39,6 +39,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"math"
 	"time"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
@@ -112,7 +113,7 @@ func (s *KV) Range(ctx context.Context, r *pb.RangeRequest) (*pb.RangeResponse, 
 		limit = 0
 	}
 	want := 0 // 0: all
-	if limit > 0 {
+	if limit > 0 && limit < math.MaxInt {
 		want = limit + 1 // one more tells whether there are more
 	}
 	var (
@@ -123,7 +124,9 @@ func (s *KV) Range(ctx context.Context, r *pb.RangeRequest) (*pb.RangeResponse, 
 	for {
 		var page *kvpb.ScanResponse
 		err := retryNotApplied(ctx, func() (err error) {
-			page, err = s.kv.Scan(ctx, &kvpb.ScanRequest{Start: from, End: end, Limit: uint32(max(want-len(kvs), 0)), Consistency: consistency})
+			// ScanRequest.limit is a uint32: ask for at most that many
+			// per page, not want modulo 2^32.
+			page, err = s.kv.Scan(ctx, &kvpb.ScanRequest{Start: from, End: end, Limit: uint32(min(max(want-len(kvs), 0), math.MaxUint32)), Consistency: consistency})
 			return err
 		})
 		if err != nil {

@@ -2,6 +2,7 @@ package etcdapi
 
 import (
 	"context"
+	"math"
 	"sort"
 	"strings"
 	"testing"
@@ -101,6 +102,14 @@ func TestKV(t *testing.T) {
 	r, err = s.Range(ctx, &pb.RangeRequest{Key: []byte("b"), RangeEnd: []byte("c"), Limit: 3, KeysOnly: true})
 	if err != nil || keys(r) != "b1=,b2=,b3=" || !r.More || r.Count != 4 {
 		t.Fatalf("limit 3, keys only: %v %v", r, err)
+	}
+	// A limit past ScanRequest's uint32 is not taken modulo 2^32 (found
+	// by breaker2: limit 4294967296 returned one key).
+	for _, limit := range []int64{1<<32 - 1, 1 << 32, 1<<32 + 1, math.MaxInt64} {
+		r, err = s.Range(ctx, &pb.RangeRequest{Key: []byte("b"), RangeEnd: []byte("c"), Limit: limit})
+		if err != nil || keys(r) != "b1=vb1,b2=vb2,b3=vb3,b4=vb4" || r.More || r.Count != 4 {
+			t.Fatalf("limit %d: %v %v", limit, r, err)
+		}
 	}
 	r, err = s.Range(ctx, &pb.RangeRequest{Key: []byte("b2"), RangeEnd: []byte{0}, CountOnly: true, Limit: 1})
 	if err != nil || len(r.Kvs) != 0 || r.Count != 4 || r.More {
