@@ -6,10 +6,12 @@ import (
 	"encoding/csv"
 	"errors"
 	"fmt"
+	"math"
 	"math/rand"
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -239,6 +241,9 @@ func TestValidate(t *testing.T) {
 	g := DefaultGetOptions()
 	g.Zipf = 0.99
 	checkUsage(t, g.Validate(), []string{"-keys 0", "-zipf 0.99"})
+	g = *withKeys(DefaultGetOptions())
+	g.Zipf = math.Inf(1) // rand.NewZipf never returns with it: bench get hung
+	checkUsage(t, g.Validate(), []string{"-zipf +Inf"})
 	s := DefaultScanOptions()
 	s.Keys, s.ScanSize = 10, 11
 	checkUsage(t, s.Validate(), []string{"-scansize 11 is more than the 10"})
@@ -442,4 +447,26 @@ func (s *syncWriter) Write(p []byte) (int, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.w.Write(p)
+}
+
+// run starts no more clients than there are operations (found by
+// breaker2: bench put -cnums 10000000 -dnums 10 did its 10 PUTs, then held
+// 7.8 GB for over a minute starting clients that would never run one).
+func TestRunStartsNoMoreClientsThanOps(t *testing.T) {
+	c := DefaultCommon()
+	c.Clients, c.Ops, c.StallTimeout = 1000, 10, 0
+	var started, done atomic.Int64
+	s, err := run(context.Background(), c, "put", func(id int) opFunc {
+		started.Add(1)
+		return func(context.Context, int, int64) (Outcome, int64, int64, error) {
+			done.Add(1)
+			return OK, 0, 1, nil
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if started.Load() != 10 || done.Load() != 10 {
+		t.Fatalf("started %d clients and ran %d operations, want 10 and 10 (summary %+v)", started.Load(), done.Load(), s)
+	}
 }
