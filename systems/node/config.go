@@ -186,6 +186,10 @@ func (c *Config) ID() uint64 {
 	return 0
 }
 
+// MinTickInterval is the shortest -tick a node takes: its Ready loop
+// wakes once a tick, and below this it spins a core doing nothing else.
+const MinTickInterval = time.Millisecond
+
 // MaxNodeID is the largest Raft id a member may have: etcd raft takes
 // math.MaxUint64 and math.MaxUint64-1 for its local storage threads
 // (raft.LocalAppendThread, raft.LocalApplyThread) and panics on a peer
@@ -329,6 +333,8 @@ func (c *Config) Validate() error {
 	}
 	if c.TickInterval <= 0 {
 		bad("tick interval %v must be positive", c.TickInterval)
+	} else if c.TickInterval < MinTickInterval {
+		bad("tick interval %v is below the minimum of %v", c.TickInterval, MinTickInterval)
 	}
 	if c.HeartbeatTicks <= 0 || c.ElectionTicks <= c.HeartbeatTicks {
 		bad("election ticks (%d) must exceed heartbeat ticks (%d) > 0", c.ElectionTicks, c.HeartbeatTicks)

@@ -368,6 +368,15 @@ func TestStartErrors(t *testing.T) {
 	if err := bad.Validate(); err == nil || !strings.Contains(err.Error(), "entry cache size -1") || !strings.Contains(err.Error(), "-address") {
 		t.Fatalf("negative entry cache with a bad -address: %v, want both reported", err)
 	}
+	// A tick below MinTickInterval: -tick 1ns ran a node that spun a core
+	// on its ticker (found by breaker2).
+	for _, tick := range []time.Duration{time.Nanosecond, time.Microsecond, MinTickInterval - 1} {
+		bad = c
+		bad.TickInterval = tick
+		if err := bad.Validate(); !errors.As(err, &ue) || !strings.Contains(err.Error(), "is below the minimum of 1ms") {
+			t.Fatalf("-tick %v: %v", tick, err)
+		}
+	}
 	bad = c
 	bad.MetricsAddress = "0.0.0.0:9100"
 	if err := bad.Validate(); !errors.As(err, &ue) || !strings.Contains(err.Error(), `-metricsAddress "0.0.0.0:9100" is not a loopback address`) {
