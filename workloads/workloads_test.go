@@ -449,8 +449,8 @@ func (s *syncWriter) Write(p []byte) (int, error) {
 	return s.w.Write(p)
 }
 
-// run starts no more clients than there are operations (found by
-// breaker2: bench put -cnums 10000000 -dnums 10 did its 10 PUTs, then held
+// run starts no more clients than there are operations (before:
+// bench put -cnums 10000000 -dnums 10 did its 10 PUTs, then held
 // 7.8 GB for over a minute starting clients that would never run one).
 func TestRunStartsNoMoreClientsThanOps(t *testing.T) {
 	c := DefaultCommon()

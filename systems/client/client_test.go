@@ -741,7 +741,7 @@ func TestScanPaging(t *testing.T) {
 		t.Fatalf("scan from b limit 3 returned %d pairs, want b..d", len(kvs))
 	}
 	// A limit past the request's uint32 is "more than there are", not
-	// the limit modulo 2^32 (found by breaker2: kv scan -limit 4294967297
+	// the limit modulo 2^32 (before, kv scan -limit 4294967297
 	// printed one pair).
 	// The fake answers as a node does: more only when its size cap (2
 	// pairs) stopped the page, not the request's limit.

@@ -103,8 +103,8 @@ func TestKV(t *testing.T) {
 	if err != nil || keys(r) != "b1=,b2=,b3=" || !r.More || r.Count != 4 {
 		t.Fatalf("limit 3, keys only: %v %v", r, err)
 	}
-	// A limit past ScanRequest's uint32 is not taken modulo 2^32 (found
-	// by breaker2: limit 4294967296 returned one key).
+	// A limit past ScanRequest's uint32 is not taken modulo 2^32 (before,
+	// limit 4294967296 returned one key).
 	for _, limit := range []int64{1<<32 - 1, 1 << 32, 1<<32 + 1, math.MaxInt64} {
 		r, err = s.Range(ctx, &pb.RangeRequest{Key: []byte("b"), RangeEnd: []byte("c"), Limit: limit})
 		if err != nil || keys(r) != "b1=vb1,b2=vb2,b3=vb3,b4=vb4" || r.More || r.Count != 4 {

@@ -369,7 +369,7 @@ func TestStartErrors(t *testing.T) {
 		t.Fatalf("negative entry cache with a bad -address: %v, want both reported", err)
 	}
 	// A tick below MinTickInterval: -tick 1ns ran a node that spun a core
-	// on its ticker (found by breaker2).
+	// on its ticker.
 	for _, tick := range []time.Duration{time.Nanosecond, time.Microsecond, MinTickInterval - 1} {
 		bad = c
 		bad.TickInterval = tick
@@ -801,7 +801,7 @@ func TestStopWhileApplyQueueFull(t *testing.T) {
 }
 
 // A second node started on a running node's data directory stops before
-// it opens anything there (found by breaker2: serve -data of a live node
+// it opens anything there (before, serve -data of a live node
 // recovered the node's active Raft log segment, truncating the record
 // being written as a "torn tail"; the node's acknowledged entries read
 // back as corrupt). Stop releases the directory for the next start.
