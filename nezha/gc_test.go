@@ -456,7 +456,7 @@ func TestRestoreRecoveryAtOpen(t *testing.T) {
 				if err := os.RemoveAll(idx); err != nil {
 					t.Fatal(err)
 				}
-				x, err := OpenLevelDBIndex(idx)
+				x, err := OpenLevelDBIndex(idx, 0)
 				if err != nil {
 					t.Fatal(err)
 				}

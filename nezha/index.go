@@ -19,6 +19,9 @@ const (
 	IndexMemory = "memory"
 )
 
+// DefaultIndexCacheEntries is the default Config.IndexCacheEntries.
+const DefaultIndexCacheEntries = 1 << 18
+
 // IndexKinds returns the accepted -index values.
 func IndexKinds() []string { return []string{IndexLevelDB, IndexMemory} }
 
@@ -108,11 +111,18 @@ func (b *IndexBatch) Reset() {
 }
 
 // OpenIndex opens the index of the given kind; dir is used by IndexLevelDB
-// only (created if missing).
+// only (created if missing), with a location cache of
+// DefaultIndexCacheEntries.
 func OpenIndex(kind, dir string) (Index, error) {
+	return openIndex(kind, dir, DefaultIndexCacheEntries)
+}
+
+// openIndex is OpenIndex with the LevelDB index's cache size
+// (Config.IndexCacheEntries).
+func openIndex(kind, dir string, cacheEntries int) (Index, error) {
 	switch kind {
 	case IndexLevelDB:
-		return OpenLevelDBIndex(dir)
+		return OpenLevelDBIndex(dir, cacheEntries)
 	case IndexMemory:
 		return NewMemoryIndex(), nil
 	}

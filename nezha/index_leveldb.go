@@ -28,21 +28,23 @@ type LevelDBIndex struct {
 	dir     string
 	applied atomic.Uint64
 	wo      opt.WriteOptions
-	lb      leveldb.Batch // reused by Write (one writer goroutine)
-	kbuf    []byte        // index key scratch of Write
-	vbuf    []byte        // index value scratch of Write
+	lb      leveldb.Batch  // reused by Write (one writer goroutine)
+	kbuf    []byte         // index key scratch of Write
+	vbuf    []byte         // index value scratch of Write
+	cache   *locationCache // nil: none (Config.IndexCacheEntries 0)
 }
 
 var _ Index = (*LevelDBIndex)(nil)
 
 // OpenLevelDBIndex opens or creates the LevelDB index in dir and reads its
-// applied index.
-func OpenLevelDBIndex(dir string) (*LevelDBIndex, error) {
+// applied index. cacheEntries bounds the location cache in front of
+// LevelDB (locationCache; 0: none).
+func OpenLevelDBIndex(dir string, cacheEntries int) (*LevelDBIndex, error) {
 	db, err := leveldb.OpenFile(dir, nil)
 	if err != nil {
 		return nil, fmt.Errorf("nezha: open leveldb index %s: %w", dir, err)
 	}
-	x := &LevelDBIndex{db: db, dir: dir, wo: opt.WriteOptions{Sync: false}}
+	x := &LevelDBIndex{db: db, dir: dir, wo: opt.WriteOptions{Sync: false}, cache: newLocationCache(cacheEntries)}
 	v, err := db.Get(metaApplied, nil)
 	switch {
 	case errors.Is(err, leveldb.ErrNotFound):
@@ -63,8 +65,24 @@ func OpenLevelDBIndex(dir string) (*LevelDBIndex, error) {
 // Kind returns IndexLevelDB.
 func (x *LevelDBIndex) Kind() string { return IndexLevelDB }
 
-// Get implements Index.
+// Get implements Index: from the location cache, or from LevelDB.
 func (x *LevelDBIndex) Get(key []byte) (systems.Location, bool, error) {
+	if x.cache == nil {
+		return x.get(key)
+	}
+	loc, ok, gen := x.cache.get(key)
+	if ok {
+		return loc, true, nil
+	}
+	loc, found, err := x.get(key)
+	if found && err == nil {
+		x.cache.put(key, loc, gen)
+	}
+	return loc, found, err
+}
+
+// get reads key's location from LevelDB.
+func (x *LevelDBIndex) get(key []byte) (systems.Location, bool, error) {
 	v, err := x.db.Get(userKey(key), nil)
 	if errors.Is(err, leveldb.ErrNotFound) {
 		return systems.Location{}, false, nil
@@ -79,8 +97,13 @@ func (x *LevelDBIndex) Get(key []byte) (systems.Location, bool, error) {
 	return loc, true, nil
 }
 
-// Write implements Index: one LevelDB batch, not fsynced.
+// Write implements Index: one LevelDB batch, not fsynced. The batch's
+// keys leave the location cache first.
 func (x *LevelDBIndex) Write(b *IndexBatch) error {
+	if x.cache != nil {
+		x.cache.beginWrite(b)
+		defer x.cache.endWrite()
+	}
 	x.lb.Reset()
 	for _, op := range b.ops {
 		x.kbuf = append(append(x.kbuf[:0], userPrefix), op.key...)

@@ -132,7 +132,7 @@ func (s *Store) finishRestore(p pendingRestore) error {
 	if err := errors.Join(os.RemoveAll(filepath.Join(s.dir, IndexDir)), os.RemoveAll(filepath.Join(s.dir, checkpointName))); err != nil {
 		return fmt.Errorf("nezha: wipe index for restore: %w", err)
 	}
-	x, err := OpenIndex(s.cfg.Index, filepath.Join(s.dir, IndexDir))
+	x, err := openIndex(s.cfg.Index, filepath.Join(s.dir, IndexDir), s.cfg.IndexCacheEntries)
 	if err != nil {
 		return err
 	}

@@ -598,7 +598,7 @@ func (s *Store) Close() error {
 // openIndex opens the configured index; a memory index loads the GC
 // checkpoint if there is one.
 func (s *Store) openIndex() (Index, error) {
-	x, err := OpenIndex(s.cfg.Index, filepath.Join(s.dir, IndexDir))
+	x, err := openIndex(s.cfg.Index, filepath.Join(s.dir, IndexDir), s.cfg.IndexCacheEntries)
 	if err != nil {
 		return nil, err
 	}

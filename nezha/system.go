@@ -84,6 +84,12 @@ type Config struct {
 	// Index is the key -> location index: IndexLevelDB (default, as the
 	// paper's code) or IndexMemory. Flag -index.
 	Index string
+	// IndexCacheEntries bounds the cache of key -> location in front of
+	// the LevelDB index (RocksDB's row cache for the index; see
+	// locationCache), in keys; about 100 bytes each with a 10-byte key.
+	// 0: no cache. Flag -indexCacheEntries. Default
+	// DefaultIndexCacheEntries (262,144, about 26 MiB).
+	IndexCacheEntries int
 
 	// GC settings, for Name only (nezha-nogc has no GC).
 	//
@@ -176,6 +182,7 @@ var _ systems.SystemConfig = (*Config)(nil)
 func newConfig(system string) *Config {
 	return &Config{
 		Index:               IndexLevelDB,
+		IndexCacheEntries:   DefaultIndexCacheEntries,
 		GC:                  StrategyTiered,
 		GCThresholdBytes:    1 << 30,
 		GCGarbageRatio:      0.5,
@@ -208,6 +215,8 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.Index, "index", c.Index,
 		"key -> location index: "+strings.Join(IndexKinds(), " or ")+
 			" (leveldb persists under <data>/index/; memory is rebuilt from the Raft log on start)")
+	fs.IntVar(&c.IndexCacheEntries, "indexCacheEntries", c.IndexCacheEntries,
+		"leveldb index: cache the locations of at most this many keys in memory, about 100 bytes each (0: no cache)")
 	if !c.gcEnabled() {
 		return
 	}
@@ -233,6 +242,9 @@ func (c *Config) Validate() error {
 	var errs []error
 	if !slices.Contains(IndexKinds(), c.Index) {
 		errs = append(errs, systems.Usagef("-index %q: want one of %s", c.Index, strings.Join(IndexKinds(), ", ")))
+	}
+	if c.IndexCacheEntries < 0 {
+		errs = append(errs, systems.Usagef("-indexCacheEntries %d must not be negative", c.IndexCacheEntries))
 	}
 	if c.system != Name && c.system != NameNoGC {
 		errs = append(errs, systems.Usagef("nezha: unknown system %q (use NezhaNoGC or Nezha)", c.system))
@@ -293,6 +305,7 @@ func (c *Config) Describe() map[string]any {
 	if c.Index == IndexLevelDB {
 		d["index_dir"] = IndexDir
 		d["index_sync"] = false
+		d["index_cache_entries"] = c.IndexCacheEntries
 	}
 	if c.gcEnabled() {
 		d["gc_strategy"] = c.GC
