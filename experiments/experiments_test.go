@@ -263,7 +263,8 @@ func TestLatencyCDF(t *testing.T) {
 }
 
 // TestGeometry: scaled geometry gives the baselines RocksDB's sizes times
-// data / 100 GB and nezha 40 % of the data as GC threshold; native gives
+// data / 100 GB, nezha 40 % of the data as GC threshold and both nezha
+// systems their index cache scaled as RocksDB's block cache; native gives
 // nothing; the expected LSM of 100 GB under RocksDB's defaults has levels
 // 1-4 (the paper's "about five levels" with level 0), and a scaled store
 // the same levels.
@@ -275,11 +276,15 @@ func TestGeometry(t *testing.T) {
 	if !strings.Contains(args, "-rocksdb.writeBufferBytes 720575") || !strings.Contains(args, "-rocksdb.maxBytesForLevelBase 2882303") {
 		t.Fatalf("original scaled to 1 GiB: %s", args)
 	}
-	if got := strings.Join(x.geometryArgs("nezha", 1<<30), " "); got != "-gcThresholdBytes 429496729" {
+	// The index cache as RocksDB's block cache: 262,144 keys x 2^30 / 10^11.
+	if got := strings.Join(x.geometryArgs("nezha", 1<<30), " "); got != "-gcThresholdBytes 429496729 -indexCacheEntries 2814" {
 		t.Fatalf("nezha scaled to 1 GiB: %s", got)
 	}
-	if got := x.geometryArgs("nezha-nogc", 1<<30); got != nil {
-		t.Fatalf("nezha-nogc has no geometry: %v", got)
+	if got := strings.Join(x.geometryArgs("nezha-nogc", 1<<30), " "); got != "-indexCacheEntries 2814" {
+		t.Fatalf("nezha-nogc scaled to 1 GiB: %v", got)
+	}
+	if got := strings.Join(x.geometryArgs("nezha-nogc", 1<<20), " "); got != "-indexCacheEntries 655" {
+		t.Fatalf("nezha-nogc scaled to 1 MiB (the floor, 64 KiB at 100 bytes a key): %v", got)
 	}
 	x.Profile.Geometry = GeometryNative
 	if got := x.geometryArgs("original", 1<<30); got != nil {

@@ -12,6 +12,7 @@ import (
 
 	"github.com/nezha-harness/nezha/baseline"
 	"github.com/nezha-harness/nezha/dwisckey"
+	"github.com/nezha-harness/nezha/nezha"
 	"github.com/nezha-harness/nezha/plots"
 	"github.com/nezha-harness/nezha/systems"
 	"github.com/nezha-harness/nezha/workloads"
@@ -109,13 +110,25 @@ func (x *Run) geometryArgs(sys string, dataPerNode int64) []string {
 		c.ScaleGeometry(f)
 		return c.GeometryFlags()
 	case sys == sysNezha:
-		return []string{"-gcThresholdBytes", fmt.Sprint(max(int64(paperGCThresholdRatio*float64(dataPerNode)), x.Profile.SegmentSizeBytes))}
+		return append([]string{"-gcThresholdBytes", fmt.Sprint(max(int64(paperGCThresholdRatio*float64(dataPerNode)), x.Profile.SegmentSizeBytes))},
+			indexCacheArgs(f)...)
+	case sys == sysNezhaNoGC:
+		return indexCacheArgs(f)
 	case sys == dwisckey.Name:
 		c := dwisckey.NewConfig()
 		c.ScaleGeometry(f)
 		return c.GeometryFlags()
 	}
 	return nil
+}
+
+// indexCacheArgs scale nezha's index location cache (-indexCacheEntries)
+// by f as baseline.Config.ScaleGeometry scales RocksDB's block cache, with
+// the same floor (64 KiB, at about 100 bytes per cached key), so that a
+// scaled run gives neither system's index a cache the other lacks.
+func indexCacheArgs(f float64) []string {
+	const floorEntries = 64 << 10 / 100
+	return []string{"-indexCacheEntries", fmt.Sprint(max(int(float64(nezha.DefaultIndexCacheEntries)*f), floorEntries))}
 }
 
 // writeBufferBytes is RocksDB's write buffer under the profile's geometry
