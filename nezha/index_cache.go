@@ -111,15 +111,3 @@ func (c *locationCache) beginWrite(b *IndexBatch) {
 
 // endWrite makes gen even again, once LevelDB holds the batch.
 func (c *locationCache) endWrite() { c.gen.Add(1) }
-
-// len returns the number of cached keys.
-func (c *locationCache) len() int {
-	n := 0
-	for i := range c.shards {
-		sh := &c.shards[i]
-		sh.mu.RLock()
-		n += len(sh.m)
-		sh.mu.RUnlock()
-	}
-	return n
-}

@@ -7,7 +7,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"syscall"
 
 	"github.com/nezha-harness/nezha/systems"
 )
@@ -21,34 +20,29 @@ import (
 // has acknowledged.
 const dataLockName = "NODE.LOCK"
 
-// lockDataDir creates dir if needed and takes its lock. The lock holds
-// until the returned file is closed or the process exits (however it
-// exits: the kernel drops the lock with the descriptor).
-func lockDataDir(dir string) (*os.File, error) {
+// lockDataDir creates dir if needed and takes its lock (systems.LockFile);
+// the returned function releases it, as does the process's end however it
+// ends. A directory in use is a usage error naming the holder's pid.
+func lockDataDir(dir string) (unlock func(), err error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, fmt.Errorf("create -data %s: %w", dir, err)
 	}
 	path := filepath.Join(dir, dataLockName)
-	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o644)
-	if err != nil {
-		return nil, fmt.Errorf("open %s: %w", path, err)
-	}
-	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+	unlock, err = systems.LockFile(path)
+	if errors.Is(err, systems.ErrLocked) {
 		holder := ""
 		if b, rerr := os.ReadFile(path); rerr == nil {
 			if pid := strings.TrimSpace(string(b)); pid != "" {
 				holder = " (pid " + pid + ")"
 			}
 		}
-		f.Close()
-		if errors.Is(err, syscall.EWOULDBLOCK) {
-			return nil, systems.Usagef("-data %s is in use by another node%s: one node per data directory", dir, holder)
-		}
-		return nil, fmt.Errorf("lock %s: %w", path, err)
+		return nil, systems.Usagef("-data %s is in use by another node%s: one node per data directory", dir, holder)
 	}
-	// The holder's pid, for the message above; best effort.
-	if err := f.Truncate(0); err == nil {
-		f.WriteAt([]byte(strconv.Itoa(os.Getpid())+"\n"), 0)
+	if err != nil {
+		return nil, err
 	}
-	return f, nil
+	// The holder's pid, for the message above; best effort (the lock is
+	// on the descriptor LockFile holds, which this write does not touch).
+	_ = os.WriteFile(path, []byte(strconv.Itoa(os.Getpid())+"\n"), 0o644)
+	return unlock, nil
 }

@@ -88,10 +88,10 @@ type Node struct {
 
 	log *raftlog.Log
 	sm  systems.StateMachine
-	// dataLock holds the data directory's flock (lockDataDir) until
+	// dataUnlock releases the data directory's flock (lockDataDir) in
 	// closeStorage.
-	dataLock *os.File
-	rn       *raft.RawNode // owned by the Ready loop goroutine
+	dataUnlock func()
+	rn         *raft.RawNode // owned by the Ready loop goroutine
 
 	transport *transport
 	codec     *kvpb.Codec // the gRPC codec and buffer pool of both servers and the peer clients
@@ -259,7 +259,7 @@ func Start(cfg Config) (*Node, error) {
 	if err != nil {
 		return nil, err
 	}
-	n.dataLock = lock
+	n.dataUnlock = lock
 	n.fs = vfs.New()
 	n.disk = newDiskGuard(cfg.DataDir, cfg.MinFreeDiskBytes, n.fs, cfg.DiskBallastBytes, n.logger)
 	n.minFollowerMatch.Store(math.MaxUint64)
@@ -570,9 +570,9 @@ func (n *Node) closeStorage() {
 			n.logger.Warn("close raft log", "err", err)
 		}
 	}
-	if n.dataLock != nil {
-		n.dataLock.Close() // drops the flock
-		n.dataLock = nil
+	if n.dataUnlock != nil {
+		n.dataUnlock()
+		n.dataUnlock = nil
 	}
 }
 

@@ -642,6 +642,18 @@ type applyGate struct {
 	entered chan struct{}
 }
 
+// startGatedNode starts a one-node cluster whose state machine applies
+// through ag, waits for its leader, and returns the node, a client of it
+// and a 20 s context ended with the test.
+func startGatedNode(t *testing.T) (ag *applyGate, n *Node, c *client.Client, ctx context.Context) {
+	ag = newApplyGate()
+	tc := startClusterWith(t, 1, func(c *Config) { c.SystemConfig = gatedConfig{hold: ag.hold} })
+	tc.waitLeader(10 * time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	t.Cleanup(cancel)
+	return ag, tc.nodes[0], tc.client(t), ctx
+}
+
 func newApplyGate() *applyGate { return &applyGate{entered: make(chan struct{}, 1)} }
 
 func (g *applyGate) hold() {
@@ -687,13 +699,7 @@ func waitFor(t testing.TB, deadline time.Duration, what string, cond func() bool
 // entries and a barrier (as installSnapshot sends) in one go; it applies
 // the entries once, then releases the barrier.
 func TestApplyBarrierAfterEntries(t *testing.T) {
-	ag := newApplyGate()
-	tc := startClusterWith(t, 1, func(c *Config) { c.SystemConfig = gatedConfig{hold: ag.hold} })
-	tc.waitLeader(10 * time.Second)
-	n := tc.nodes[0]
-	c := tc.client(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
+	ag, n, c, ctx := startGatedNode(t)
 	if _, err := c.Put(ctx, []byte("k0"), []byte("v")); err != nil {
 		t.Fatal(err)
 	}
@@ -739,13 +745,7 @@ func TestApplyBarrierAfterEntries(t *testing.T) {
 // structs without call to Advance"; seen once in 20 runs of this package's
 // tests). The test runs the loop's steps itself, in the loop goroutine.
 func TestStopWhileApplyQueueFull(t *testing.T) {
-	ag := newApplyGate()
-	tc := startClusterWith(t, 1, func(c *Config) { c.SystemConfig = gatedConfig{hold: ag.hold} })
-	tc.waitLeader(10 * time.Second)
-	n := tc.nodes[0]
-	c := tc.client(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
+	ag, n, c, ctx := startGatedNode(t)
 	gate := ag.shut()
 	go c.Put(ctx, []byte("k0"), []byte("v")) // its Apply holds the apply goroutine
 	select {
