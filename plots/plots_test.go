@@ -15,6 +15,7 @@ import (
 	"testing"
 
 	"gonum.org/v1/plot/vg"
+	"gonum.org/v1/plot/vg/draw"
 )
 
 func goodBars() Figure {
@@ -498,5 +499,47 @@ func TestErrorExtents(t *testing.T) {
 		if d, u := tc.s.errorExtents(0); d != tc.down || u != tc.up {
 			t.Errorf("%+v: %v, %v; want %v, %v", tc.s, d, u, tc.down, tc.up)
 		}
+	}
+}
+
+// TestHLineLabelPlacement: an hline's label goes where it covers no bar:
+// between the bars along its line when bars cross the line at both ends
+// (the four end places are all taken), and as a key in the free band at
+// the top when bars cross it everywhere.
+func TestHLineLabelPlacement(t *testing.T) {
+	area := vg.Rectangle{Max: vg.Point{X: 400, Y: 300}}
+	c := draw.Canvas{Rectangle: area}
+	const y = 150
+	sty := textStyle(noteSize, 30)
+	bar := func(x0, x1, top vg.Length) vg.Rectangle {
+		return vg.Rectangle{Min: vg.Point{X: x0}, Max: vg.Point{X: x1, Y: top}}
+	}
+	line := [][2]vg.Point{{{X: 0, Y: y}, {X: 400, Y: y}}}
+	for _, tc := range []struct {
+		name    string
+		bars    []vg.Rectangle
+		wantKey bool
+	}{
+		{"gap along the line", []vg.Rectangle{bar(0, 100, 200), bar(100, 300, 50), bar(300, 400, 200)}, false},
+		{"bars everywhere", []vg.Rectangle{bar(0, 400, 200)}, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			n, hits := pickNote(hlineNotes(sty, y, c, "paper: 5.6x"), area, nil, tc.bars)
+			b := n.box()
+			if hits != 0 {
+				t.Fatalf("label box %v meets %d bars", b, hits)
+			}
+			for _, r := range tc.bars {
+				if overlaps(r, b) {
+					t.Fatalf("label box %v overlaps bar %v", b, r)
+				}
+			}
+			if n.key != tc.wantKey {
+				t.Fatalf("label placed as key %v, want %v (box %v)", n.key, tc.wantKey, b)
+			}
+			if !n.key && segmentHits(line[0], b) {
+				t.Fatalf("label box %v crosses its own line", b)
+			}
+		})
 	}
 }

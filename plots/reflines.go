@@ -3,6 +3,7 @@ package plots
 import (
 	"image/color"
 	"math"
+	"slices"
 
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/text"
@@ -13,13 +14,17 @@ import (
 // refLines draws the figure's Marks (vertical) and HLines (horizontal) as
 // dashed dark-grey lines with 8 pt labels on a white box: a mark's label
 // upright beside its line, an hline's label along it. Each label goes to
-// the first of four places that covers no data, no other reference line
-// and no label placed before it (else to the one covering least):
+// the first place that covers no data, no other reference line and no
+// label placed before it (else to the one covering least):
 //
 //   - mark: right of the line at the top, left at the top, right at the
 //     bottom, left at the bottom;
 //   - hline: above the line at the left end, above at the right end,
-//     below at the left end, below at the right end.
+//     below at the left end, below at the right end; then above and below
+//     the line at every hlineStep from left to right (between bars that
+//     do not reach the line); then, as a key (a short dashed sample before
+//     the label), in the band at the top of the data area, which a bar
+//     chart's headroom keeps free, from left to right.
 //
 // The data are given in data units: solid rectangles (bars, from their
 // base to the top of the bar or error bar) and polylines (series as drawn,
@@ -114,48 +119,75 @@ func (r refLines) Plot(c draw.Canvas, p *plot.Plot) {
 		} else {
 			cands = hlineNotes(sty, l.seg[0].Y, c, l.label)
 		}
-		best, bestHits := cands[0], math.MaxInt
-		for _, n := range cands {
-			b := n.box()
-			if b.Min.X < c.Min.X || b.Max.X > c.Max.X || b.Min.Y < c.Min.Y || b.Max.Y > c.Max.Y {
-				continue
+		others := slices.Clip(segs) // the first append copies
+		for j, o := range lines {
+			if j != i {
+				others = append(others, o.seg)
 			}
-			hits := 0
-			for _, s := range segs {
-				if segmentHits(s, b) {
-					hits++
-				}
-			}
-			for j, o := range lines {
-				if j != i && segmentHits(o.seg, b) {
-					hits++
-				}
-			}
-			for _, o := range boxes {
-				if overlaps(o, b) {
-					hits++
-				}
-			}
-			if hits < bestHits {
-				best, bestHits = n, hits
-			}
-			if hits == 0 {
-				break
-			}
+		}
+		best, _ := pickNote(cands, c.Rectangle, others, boxes)
+		if best.key {
+			b := best.box()
+			y := (b.Min.Y + b.Max.Y) / 2
+			c.FillPolygon(color.White, rectPoly(b))
+			c.StrokeLines(ls, []vg.Point{{X: b.Min.X + notePad, Y: y}, {X: b.Min.X + notePad + keyLength, Y: y}})
 		}
 		fillNoteBox(c, best.sty, best.pt, best.txt)
 		boxes = append(boxes, best.box())
 	}
 }
 
-// note is a candidate place for a label.
+// pickNote returns the first of cands whose box lies inside area and
+// meets none of the segments and boxes, else the one that meets fewest,
+// with the number it meets.
+func pickNote(cands []note, area vg.Rectangle, segs [][2]vg.Point, boxes []vg.Rectangle) (note, int) {
+	best, bestHits := cands[0], math.MaxInt
+	for _, n := range cands {
+		b := n.box()
+		if b.Min.X < area.Min.X || b.Max.X > area.Max.X || b.Min.Y < area.Min.Y || b.Max.Y > area.Max.Y {
+			continue
+		}
+		hits := 0
+		for _, s := range segs {
+			if segmentHits(s, b) {
+				hits++
+			}
+		}
+		for _, o := range boxes {
+			if overlaps(o, b) {
+				hits++
+			}
+		}
+		if hits < bestHits {
+			best, bestHits = n, hits
+		}
+		if hits == 0 {
+			break
+		}
+	}
+	return best, bestHits
+}
+
+// note is a candidate place for a label. A key note is drawn with a short
+// dashed sample of the line before its text (keyLength plus a gap), for a
+// label placed away from its line.
 type note struct {
 	sty text.Style
 	pt  vg.Point
 	txt string
+	key bool
 }
 
-func (n note) box() vg.Rectangle { return noteBox(n.sty, n.pt, n.txt) }
+// keyLength is the length of a key note's line sample.
+const keyLength = vg.Length(14)
+
+func (n note) box() vg.Rectangle {
+	b := noteBox(n.sty, n.pt, n.txt)
+	if n.key {
+		b.Min.X -= keyLength + noteGap
+	}
+	return b
+}
 
 // markNotes are the places for the label of a mark at canvas x.
 func markNotes(sty text.Style, x vg.Length, c draw.Canvas, txt string) []note {
@@ -166,10 +198,10 @@ func markNotes(sty text.Style, x vg.Length, c draw.Canvas, txt string) []note {
 	right, left := x+noteGap-b.Min.X, x-noteGap-b.Max.X
 	top, bottom := c.Max.Y-noteGap-b.Max.Y, c.Min.Y+noteGap-b.Min.Y
 	return []note{
-		{s, vg.Point{X: right, Y: top}, txt},
-		{s, vg.Point{X: left, Y: top}, txt},
-		{s, vg.Point{X: right, Y: bottom}, txt},
-		{s, vg.Point{X: left, Y: bottom}, txt},
+		{s, vg.Point{X: right, Y: top}, txt, false},
+		{s, vg.Point{X: left, Y: top}, txt, false},
+		{s, vg.Point{X: right, Y: bottom}, txt, false},
+		{s, vg.Point{X: left, Y: bottom}, txt, false},
 	}
 }
 
@@ -181,13 +213,24 @@ func hlineNotes(sty text.Style, y vg.Length, c draw.Canvas, txt string) []note {
 	inset := vg.Points(4)
 	left, right := c.Min.X+inset-b.Min.X, c.Max.X-inset-b.Max.X
 	above, below := y+noteGap-b.Min.Y, y-noteGap-b.Max.Y
-	return []note{
-		{s, vg.Point{X: left, Y: above}, txt},
-		{s, vg.Point{X: right, Y: above}, txt},
-		{s, vg.Point{X: left, Y: below}, txt},
-		{s, vg.Point{X: right, Y: below}, txt},
+	notes := []note{
+		{s, vg.Point{X: left, Y: above}, txt, false},
+		{s, vg.Point{X: right, Y: above}, txt, false},
+		{s, vg.Point{X: left, Y: below}, txt, false},
+		{s, vg.Point{X: right, Y: below}, txt, false},
 	}
+	for x := left + hlineStep; x < right; x += hlineStep {
+		notes = append(notes, note{s, vg.Point{X: x, Y: above}, txt, false}, note{s, vg.Point{X: x, Y: below}, txt, false})
+	}
+	top := c.Max.Y - noteGap - b.Max.Y
+	for x := left + keyLength + noteGap; x < right; x += hlineStep {
+		notes = append(notes, note{s, vg.Point{X: x, Y: top}, txt, true})
+	}
+	return notes
 }
+
+// hlineStep is the distance between the places tried along an hline.
+const hlineStep = vg.Length(4)
 
 func overlaps(a, b vg.Rectangle) bool {
 	return a.Min.X < b.Max.X && b.Min.X < a.Max.X && a.Min.Y < b.Max.Y && b.Min.Y < a.Max.Y

@@ -28,8 +28,9 @@ import (
 // as a row (or balanced rows) of entries centred above the data area, so
 // it never hides data, then the plot with its axis labels. Marks and
 // HLines are dashed dark-grey lines labelled in place (8 pt on a white
-// box, at the first of four candidate spots that covers no data, no other
-// reference line and no other label; see refLines), not in the legend.
+// box, at the first candidate spot along the line that covers no data, no
+// other reference line and no other label, else as a key in the band at
+// the top of the data area; see refLines), not in the legend.
 //
 //   - Bars: one group per category, one plotter.BarChart bar per series
 //     in series order, the group 80% of a category's width. A Missing bar
