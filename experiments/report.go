@@ -399,7 +399,7 @@ func writeDifferences(b *strings.Builder, results []*Result, hs []Headline) {
 		busy := func(sys string) float64 { return m[op+"_cpu_share/"+sys+"/machine_busy"] }
 		if _, ok := m[op+"_cpu_share/"+sysNezha+"/machine_busy"]; ok {
 			share := func(sys, key string) float64 { return 100 * m[op+"_cpu_share/"+sys+"/"+key] }
-			add("- Profiled %s runs (the second of each system): the machine was %.0f %% busy during nezha's and %.0f %% during original's (nodes and clients on two cores); node CPU per %s: nezha %.0f us, original %.0f us. nezha's nodes spent %.0f %% of their CPU in system calls, %.0f %% in gRPC's transport (outside the handlers) and %.0f %% in its store; original's %.0f %% in RocksDB calls and %.0f %% in gRPC's transport.",
+			add("- Profiled %s runs (the second of each system): the machine was %.0f %% busy during nezha's and %.0f %% during original's (nodes and clients on two cores); node CPU per %s: nezha %.0f us, original %.0f us. nezha's nodes had %.0f %% of their CPU samples in system calls, %.0f %% in gRPC's transport (outside the handlers) and %.0f %% in its store; original's %.0f %% in RocksDB calls and %.0f %% in gRPC's transport (each share counts the samples with that part anywhere on the stack, so the parts overlap and do not add up to 100 %%).",
 				rd.workload, 100*busy(sysNezha), 100*busy(sysOriginal), rd.workload, m[op+"_node_cpu_us_per_op/"+sysNezha], m[op+"_node_cpu_us_per_op/"+sysOriginal],
 				share(sysNezha, "syscalls"), share(sysNezha, "grpc"), share(sysNezha, "nezha_store"), share(sysOriginal, "rocksdb_foreground"), share(sysOriginal, "grpc"))
 			if busy(sysNezha) >= 0.9 && busy(sysOriginal) >= 0.9 {

@@ -399,6 +399,8 @@ func (x *Run) putScaleRun(ctx context.Context, phase, sys, cond string, data, ge
 	if user > 0 {
 		r.WriteAmp = r.Window.WriteBytesPerNode / user
 	}
+	x.logf("%s: %.1f MB/s, write amp %.2f, node CPU %.1f s, machine busy %.0f %%, GC rounds/node %.1f, shape (node 1) %s",
+		sys, r.MBPerSec, r.WriteAmp, r.Window.NodeCPUSeconds, 100*r.Window.MachineBusy, r.Window.GCRounds, shapeText(r.Window.Shape))
 	if phase == "headline" && rep == 0 && (isBaseline(sys) || sys == sysNezha) && slices.Contains(x.Profile.HeadlineSystems, sys) {
 		// What the window left to do (RocksDB's compaction debt, nezha's
 		// idle sort): let it finish, then look again. Only for the
@@ -413,13 +415,11 @@ func (x *Run) putScaleRun(ctx context.Context, phase, sys, cond string, data, ge
 		if err == nil {
 			if w, err := x.since(ctx, tb.spec, before); err == nil && user > 0 {
 				r.Settled, r.SettledWriteAmp = w.Shape, w.WriteBytesPerNode/user
-				x.logf("%s: after compaction settled: write amp %.2f, shape %s", sys, r.SettledWriteAmp, shapeText(r.Settled))
+				x.logf("%s: after compaction settled: write amp %.2f, shape (node 1) %s", sys, r.SettledWriteAmp, shapeText(r.Settled))
 			}
 		}
 	}
 	tb.stop(false)
-	x.logf("%s: %.1f MB/s, write amp %.2f, node CPU %.1f s, machine busy %.0f %%, GC rounds %.1f, shape %s",
-		sys, r.MBPerSec, r.WriteAmp, r.Window.NodeCPUSeconds, 100*r.Window.MachineBusy, r.Window.GCRounds, shapeText(r.Window.Shape))
 	if raw != nil {
 		// The first headline run's per-second series, for the figure.
 		if s, ok := throughputSeries(sys, sum, true); ok {
@@ -506,12 +506,18 @@ func (x *Run) putScaleReport(all []putRun, top int64, limit float64, haveLimit b
 
 	// 1. Data-size points (the headline point: its median run).
 	tbl := Table{Title: "PUT vs data per node (the largest point: the run closest to the median of its repetitions)", Columns: cols}
+	// The x axis is in the binary units the profiles give data sizes in.
+	dataUnit, dataUnitName := float64(mib), "MiB"
+	if top >= 10*gib {
+		dataUnit, dataUnitName = gib, "GiB"
+	}
+	dataLabel := "data per node (" + dataUnitName + ")"
 	ratioFig := plots.Figure{Name: "put-scale-ratio", Title: "PUT goodput over original's vs data per node", Kind: plots.Lines,
-		XLabel: "data per node (MB)", YLabel: "goodput / original's", HLines: []plots.Mark{{At: paperPutRatio, Label: "paper: 5.6x at 100 GB"}, {At: 1, Label: "1x"}}}
+		XLabel: dataLabel, YLabel: "goodput / original's", HLines: []plots.Mark{{At: paperPutRatio, Label: "paper: 5.6x at 100 GB"}, {At: 1, Label: "1x"}}}
 	mbpsFig := plots.Figure{Name: "put-scale-mbps", Title: "PUT goodput vs data per node", Kind: plots.Lines,
-		XLabel: "data per node (MB)", YLabel: "goodput (MB/s)"}
+		XLabel: dataLabel, YLabel: "goodput (MB/s)"}
 	waFig := plots.Figure{Name: "put-scale-write-amp", Title: "Write amplification in the window vs data per node", Kind: plots.Lines,
-		XLabel: "data per node (MB)", YLabel: "bytes written per node / user bytes", HLines: []plots.Mark{{At: 1, Label: "1 (written once)"}}}
+		XLabel: dataLabel, YLabel: "bytes written per node / user bytes", HLines: []plots.Mark{{At: 1, Label: "1 (written once)"}}}
 	pointRun := func(sys string, data int64) (putRun, bool) {
 		rs := runsOf(all, func(r putRun) bool { return r.System == sys && r.Phase != "condition" && r.DataBytes == data })
 		if len(rs) == 0 {
@@ -537,12 +543,12 @@ func (x *Run) putScaleReport(all []putRun, top int64, limit float64, haveLimit b
 			}
 			med := medianOf(rs, func(r putRun) float64 { return r.MBPerSec })
 			tbl.Rows = append(tbl.Rows, row(r, base))
-			mb := float64(data) / 1e6
+			at := float64(data) / dataUnit
 			s := series[sys]
-			s[1].X, s[1].Y = append(s[1].X, mb), append(s[1].Y, med)
-			s[2].X, s[2].Y = append(s[2].X, mb), append(s[2].Y, medianOf(rs, func(r putRun) float64 { return r.WriteAmp }))
+			s[1].X, s[1].Y = append(s[1].X, at), append(s[1].Y, med)
+			s[2].X, s[2].Y = append(s[2].X, at), append(s[2].Y, medianOf(rs, func(r putRun) float64 { return r.WriteAmp }))
 			if base > 0 && sys != sysOriginal {
-				s[0].X, s[0].Y = append(s[0].X, mb), append(s[0].Y, med/base)
+				s[0].X, s[0].Y = append(s[0].X, at), append(s[0].Y, med/base)
 				x.metric(fmt.Sprintf("put_scale_ratio/%s/%d", sys, data), med/base)
 			}
 			x.metric(fmt.Sprintf("put_scale_mb_per_sec/%s/%d", sys, data), med)
@@ -566,7 +572,7 @@ func (x *Run) putScaleReport(all []putRun, top int64, limit float64, haveLimit b
 	head := Table{Title: fmt.Sprintf("Headline PUT: %d KiB values, %s per node, interleaved runs: at least %d per headline system and %.0f s of measured time", size, bytesText(top), p.HeadlineRuns, p.HeadlineMinSeconds.Seconds()),
 		Columns: []string{"system", "median MB/s", "min", "max", "runs", "median / original's", "write amp (median)", "node CPU s/GB (median)", "machine busy", "GC rounds/node", "deepest LSM level"}}
 	fig := plots.Figure{Name: "put-headline", Title: fmt.Sprintf("PUT goodput, %d KiB values, %s per node (median of interleaved runs, range as error bars)", size, bytesText(top)),
-		Kind: plots.Bars, XLabel: "system", YLabel: "goodput (MB/s)", Categories: []string{fmt.Sprintf("%d KiB", size)}}
+		Kind: plots.Bars, XLabel: "value size", YLabel: "goodput (MB/s)", Categories: []string{fmt.Sprintf("%d KiB", size)}}
 	if haveLimit {
 		fig.HLines = []plots.Mark{{At: limit / 3, Label: "disk limit / 3"}}
 	}
