@@ -165,22 +165,33 @@ func TestWindows(t *testing.T) {
 	}
 }
 
-// TestKeepsHold: a step reached with at least half of its hold left is
-// injected; one reached later is skipped.
-func TestKeepsHold(t *testing.T) {
+// TestHealAt: a step reached late keeps its whole hold when the schedule's
+// fault time (duration minus cool-down) allows, keeps what is left of it
+// up to that end if that is at least half, and is skipped otherwise;
+// without a duration the step's own heal time is the end.
+func TestHealAt(t *testing.T) {
 	st := Step{At: 10 * time.Second, Hold: 4 * time.Second}
+	timed := &Schedule{Options: ScheduleOptions{Duration: 30 * time.Second, CoolDown: 2 * time.Second}}
+	untimed := &Schedule{}
 	for _, c := range []struct {
-		elapsed time.Duration
-		want    bool
+		s        *Schedule
+		elapsed  time.Duration
+		wantAt   time.Duration
+		wantKeep bool
 	}{
-		{10 * time.Second, true},
-		{12 * time.Second, true}, // 2 s of 4 left
-		{12*time.Second + time.Millisecond, false},
-		{14*time.Second - 2*time.Millisecond, false}, // the 2 ms window a user saw listed as a fault
-		{20 * time.Second, false},
+		{timed, 10 * time.Second, 14 * time.Second, true},
+		{timed, 13 * time.Second, 17 * time.Second, true}, // late: the whole hold, later
+		{timed, 25 * time.Second, 28 * time.Second, true}, // 3 s of 4 left before 28 s
+		{timed, 26*time.Second + time.Millisecond, 28 * time.Second, false},
+		{timed, 40 * time.Second, 40 * time.Second, false},
+		{untimed, 12 * time.Second, 14 * time.Second, true}, // 2 s of 4 left
+		{untimed, 12*time.Second + time.Millisecond, 14 * time.Second, false},
+		{untimed, 14*time.Second - 2*time.Millisecond, 14 * time.Second, false}, // the 2 ms window a user saw listed as a fault
 	} {
-		if got := KeepsHold(st, c.elapsed); got != c.want {
-			t.Errorf("KeepsHold(at %v hold %v, reached %v) = %v, want %v", st.At, st.Hold, c.elapsed, got, c.want)
+		at, keep := c.s.HealAt(st, c.elapsed)
+		if keep != c.wantKeep || (keep && at != c.wantAt) {
+			t.Errorf("HealAt(at %v hold %v, reached %v, duration %v) = %v, %v; want %v, %v",
+				st.At, st.Hold, c.elapsed, c.s.Options.Duration, at, keep, c.wantAt, c.wantKeep)
 		}
 	}
 }

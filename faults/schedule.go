@@ -211,7 +211,7 @@ type Event struct {
 	Step    int           `json:"step"`
 	Nemesis string        `json:"nemesis"`
 	// Action is "inject", "heal", "heal-all" (the final sweep), or "skip"
-	// (a step that came too late to hold its fault: KeepsHold).
+	// (a step that came too late to hold its fault: Schedule.HealAt).
 	Action string   `json:"action"`
 	Nodes  []uint64 `json:"nodes,omitempty"`
 	Detail string   `json:"detail,omitempty"`
@@ -303,15 +303,20 @@ func (s *Schedule) Run(ctx context.Context, env *Env) (events []Event) {
 		if !sleepUntil(ctx, env.Start.Add(st.At)) {
 			return events
 		}
-		if late := time.Since(env.Start); !KeepsHold(st, late) {
+		reached := time.Since(env.Start)
+		healAt, keep := s.HealAt(st, reached)
+		if !keep {
 			record(Event{Step: st.Index, Nemesis: st.Nemesis, Action: "skip",
-				Detail: fmt.Sprintf("due at %v, reached at %v (the previous heal ran long): less than half of its %v hold was left",
-					st.At.Round(time.Millisecond), late.Round(time.Millisecond), st.Hold.Round(time.Millisecond))})
+				Detail: fmt.Sprintf("due at %v, reached at %v (the previous heal ran long): less than half of its %v hold was left before %v",
+					st.At.Round(time.Millisecond), reached.Round(time.Millisecond), st.Hold.Round(time.Millisecond), s.healBy(st).Round(time.Millisecond))})
 			continue
 		}
 		n, _ := lookup(st.Nemesis)
 		f, err := n.inject(ctx, env, st)
 		e := Event{Step: st.Index, Nemesis: st.Nemesis, Action: "inject", Nodes: f.nodes, Detail: f.detail}
+		if late := reached - st.At; late > lateNote {
+			e.Detail += fmt.Sprintf(" (%v late: the previous heal ran long; held until %v)", late.Round(time.Millisecond), healAt.Round(time.Millisecond))
+		}
 		if err != nil {
 			e.Error = err.Error()
 			record(e)
@@ -319,7 +324,7 @@ func (s *Schedule) Run(ctx context.Context, env *Env) (events []Event) {
 		}
 		record(e)
 		pending, pendingStep = &f, st
-		ok := sleepUntil(ctx, env.Start.Add(st.At+st.Hold))
+		ok := sleepUntil(ctx, env.Start.Add(healAt))
 		heal()
 		if !ok {
 			return events
@@ -328,15 +333,33 @@ func (s *Schedule) Run(ctx context.Context, env *Env) (events []Event) {
 	return events
 }
 
-// KeepsHold reports whether step st, reached at elapsed since the run's
-// start, still has at least half of its hold before its heal time
-// (st.At+st.Hold). A step is reached late when the heal before it ran
-// long (a killed node took seconds to restart); one with less left is
-// skipped and recorded as "skip" rather than injected for a few
+// HealAt returns when step st, reached at elapsed since the run's start,
+// is healed, and whether it is injected at all. A step is reached late
+// when the heal before it ran long (a killed node took seconds to restart
+// on a loaded machine). It then starts late and keeps its whole hold,
+// healed at elapsed+st.Hold, but never after the time every fault must be
+// healed by (Options.Duration - Options.CoolDown, or the step's own heal
+// time when the schedule has no duration) nor before its planned heal
+// time (st.At+st.Hold). A step left with less than half of its hold is
+// skipped and recorded as "skip", rather than injected for a few
 // milliseconds and listed like a fault that was tested.
-func KeepsHold(st Step, elapsed time.Duration) bool {
-	return st.At+st.Hold-elapsed >= st.Hold/2
+func (s *Schedule) HealAt(st Step, elapsed time.Duration) (time.Duration, bool) {
+	at := max(st.At+st.Hold, min(elapsed+st.Hold, s.healBy(st)))
+	return at, at-elapsed >= st.Hold/2
 }
+
+// healBy is the latest time step st may be healed at: the end of the
+// schedule's fault time, or, without a duration, the step's own heal time.
+func (s *Schedule) healBy(st Step) time.Duration {
+	if s.Options.Duration > 0 {
+		return max(s.Options.Duration-s.Options.CoolDown, st.At+st.Hold)
+	}
+	return st.At + st.Hold
+}
+
+// lateNote is how late a step's start must be for its inject event to
+// say so.
+const lateNote = 100 * time.Millisecond
 
 func sleepUntil(ctx context.Context, t time.Time) bool {
 	d := time.Until(t)

@@ -96,3 +96,40 @@ func BenchmarkGet256KiB(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkIndexWriteBatch: Writes of batches of 32 random keys among 1M
+// (an Apply of 32 PUTs), ops/s and process CPU per key (LevelDB's
+// compactions included), after 200k keys: LevelDB's
+// memtable then holds tens of thousands of entries, as under a PUT load.
+func BenchmarkIndexWriteBatch(b *testing.B) {
+	const batchKeys, preload = 32, 200000
+	for _, kind := range IndexKinds() {
+		b.Run(kind, func(b *testing.B) {
+			x := benchIndex(b, kind)
+			rng := rand.New(rand.NewSource(3))
+			var batch IndexBatch
+			applied := uint64(0)
+			write := func() {
+				batch.Reset()
+				for j := 0; j < batchKeys; j++ {
+					batch.Put(benchKey(rng.Intn(1<<20)), systems.Location{Segment: 7, Offset: int64(applied) << 10, Length: 1 << 10, Index: applied + 1})
+				}
+				applied += batchKeys
+				batch.SetApplied(applied)
+				if err := x.Write(&batch); err != nil {
+					b.Fatal(err)
+				}
+			}
+			for i := 0; i < preload/batchKeys; i++ {
+				write()
+			}
+			b.ReportAllocs()
+			cpu0 := processCPUTime(b)
+			b.ResetTimer()
+			for i := 0; i < b.N; i += batchKeys {
+				write()
+			}
+			reportOpsPerSec(b, cpu0)
+		})
+	}
+}
