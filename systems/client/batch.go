@@ -105,6 +105,13 @@ func (b *batcher) do(ctx context.Context, op *kvpb.BatchOp, size int, deadline t
 	}
 	call := &batchCall{op: op, size: size, deadline: deadline, done: make(chan batchOutcome, 1)}
 	if err := st.register(call); err != nil {
+		if st.brokenWith(codes.Unimplemented) {
+			// The server answered the stream's opening with Unimplemented
+			// before any call was pending: unary calls from now on, and
+			// this one goes unary to the same server (batchOp), not to the
+			// next server as a failed attempt.
+			b.unary.Store(true)
+		}
 		b.forget(st)
 		return nil, err
 	}
@@ -232,6 +239,13 @@ func (b *batcher) close() {
 	if st != nil {
 		st.fail(status.Error(codes.Canceled, "client closed"))
 	}
+}
+
+// brokenWith reports whether the stream broke with an error of code c.
+func (st *batchStream) brokenWith(c codes.Code) bool {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	return st.broken != nil && status.Code(st.broken) == c
 }
 
 // register gives call an id and records it as pending, unless the stream
