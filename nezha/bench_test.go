@@ -107,12 +107,16 @@ func BenchmarkIndexWriteBatch(b *testing.B) {
 		b.Run(kind, func(b *testing.B) {
 			x := benchIndex(b, kind)
 			rng := rand.New(rand.NewSource(3))
+			keys := make([][]byte, 1<<20) // made before the timer starts
+			for i := range keys {
+				keys[i] = benchKey(i)
+			}
 			var batch IndexBatch
 			applied := uint64(0)
 			write := func() {
 				batch.Reset()
 				for j := 0; j < batchKeys; j++ {
-					batch.Put(benchKey(rng.Intn(1<<20)), systems.Location{Segment: 7, Offset: int64(applied) << 10, Length: 1 << 10, Index: applied + 1})
+					batch.Put(keys[rng.Intn(len(keys))], systems.Location{Segment: 7, Offset: int64(applied) << 10, Length: 1 << 10, Index: applied + 1})
 				}
 				applied += batchKeys
 				batch.SetApplied(applied)
