@@ -257,7 +257,8 @@ func Windows(events []Event, end time.Duration) []Window {
 }
 
 // Run carries out the schedule on env: it waits for each step's time,
-// injects, waits for the hold, heals. It returns when the schedule is done
+// injects, waits for the hold, heals; a step reached late keeps its hold
+// or is skipped (HealAt). It returns when the schedule is done
 // or ctx ends, always after healing everything (HealAll), and records every
 // injection and heal with its time. Faults that cannot be injected are
 // recorded with their error and skipped.
