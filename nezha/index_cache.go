@@ -1,6 +1,7 @@
 package nezha
 
 import (
+	"hash/maphash"
 	"sync"
 	"sync/atomic"
 	"unsafe"
@@ -28,6 +29,7 @@ import (
 type locationCache struct {
 	// gen is odd while a Write is under way; every Write adds 2.
 	gen      atomic.Uint64
+	seed     maphash.Seed // of the shard hash
 	perShard int
 	shards   [locationCacheShards]locationCacheShard
 }
@@ -46,7 +48,7 @@ func newLocationCache(entries int) *locationCache {
 	if entries <= 0 {
 		return nil
 	}
-	c := &locationCache{perShard: (entries + locationCacheShards - 1) / locationCacheShards}
+	c := &locationCache{seed: maphash.MakeSeed(), perShard: (entries + locationCacheShards - 1) / locationCacheShards}
 	for i := range c.shards {
 		c.shards[i].m = make(map[string]systems.Location)
 	}
@@ -54,13 +56,7 @@ func newLocationCache(entries int) *locationCache {
 }
 
 func (c *locationCache) shard(key string) *locationCacheShard {
-	// FNV-1a over the key: cheap, and the shard choice needs no quality
-	// beyond spreading keys.
-	h := uint32(2166136261)
-	for i := 0; i < len(key); i++ {
-		h = (h ^ uint32(key[i])) * 16777619
-	}
-	return &c.shards[h%locationCacheShards]
+	return &c.shards[maphash.String(c.seed, key)%locationCacheShards]
 }
 
 // get returns key's cached location, and the generation a read that
