@@ -14,12 +14,12 @@ const MaxBatchOpsInFlight = 1 << 16
 
 // Batch serves a Batch stream (kvpb.KV, kvpb.ServeBatch): every operation
 // is served as its unary method (Put, Get, Delete, Scan) serves it, with
-// the same checks, consistency and session rules. The GETs of one
+// the same checks, consistency and session rules. The PUTs of one
+// BatchRequest are proposed together (serveBatchPuts). The GETs of one
 // BatchRequest that ask for the same consistency share one wait
 // (awaitRead: for linearizable ones, one ReadIndex round, issued after
 // they all arrived); each is then answered in a goroutine of its own, so
-// that reads from the disk overlap. The writes of a request reach the
-// Ready loop together. Each BatchResponse carries the node's header once,
+// that reads from the disk overlap. Each BatchResponse carries the node's header once,
 // for all of its results.
 func (s *kvServer) Batch(stream kvpb.KV_BatchServer) error {
 	return kvpb.ServeBatch(stream, MaxBatchOpsInFlight, s.serveBatch, s.header)
@@ -27,8 +27,15 @@ func (s *kvServer) Batch(stream kvpb.KV_BatchServer) error {
 
 // serveBatch starts serving the operations of req (kvpb.ServeBatch).
 func (s *kvServer) serveBatch(req *kvpb.BatchRequest, answer func(*kvpb.BatchResult)) {
-	var gets [2][]*kvpb.BatchOp // by consistency: LINEARIZABLE, STALE
+	var (
+		gets [2][]*kvpb.BatchOp // by consistency: LINEARIZABLE, STALE
+		puts []*kvpb.BatchOp
+	)
 	for _, op := range req.Ops {
+		if op.GetPut() != nil {
+			puts = append(puts, op)
+			continue
+		}
 		// A consistency outside gets (7, or a negative one: proto3 enums
 		// are open, so -1 arrives as it was sent) is served alone, by Get,
 		// which refuses it.
@@ -42,6 +49,65 @@ func (s *kvServer) serveBatch(req *kvpb.BatchRequest, answer func(*kvpb.BatchRes
 		if len(ops) > 0 {
 			go s.serveBatchGets(kvpb.ReadConsistency(c), ops, answer)
 		}
+	}
+	switch {
+	case len(puts) == 1:
+		go func() { answer(s.serveBatchOp(puts[0])) }()
+	case len(puts) > 1:
+		go s.serveBatchPuts(puts, answer)
+	}
+}
+
+// serveBatchPuts serves the PUTs ops of one BatchRequest in one goroutine:
+// each is checked as Put checks it, and those that pass are proposed
+// together (Node.proposeBatchAndWait: one proposal message, one wake-up).
+// The wait is bounded by the longest of their timeouts.
+func (s *kvServer) serveBatchPuts(ops []*kvpb.BatchOp, answer func(*kvpb.BatchResult)) {
+	var timeout time.Duration
+	done := make([]func(*kvpb.BatchResult), len(ops))
+	finish := func(i int, resp *kvpb.PutResponse, err error) {
+		var r *kvpb.BatchResult
+		if err != nil {
+			r = kvpb.NewBatchResult(ops[i].Id, nil, err)
+		} else {
+			r = kvpb.NewBatchResult(ops[i].Id, resp, nil)
+		}
+		done[i](r)
+		answer(r)
+	}
+	var (
+		at   []int // ops[at[j]] is proposed as ids[j], data[j]
+		ids  []uint64
+		data [][]byte
+	)
+	for i, op := range ops {
+		done[i] = s.n.metrics.batch.begin(op)
+		timeout = max(timeout, s.opTimeout(op))
+		p := op.GetPut()
+		id, d, err := s.preparePut(p.Key, p.Value, clientSession{p.ClientId, p.Seq}, p.TtlMs, nil)
+		if err != nil {
+			finish(i, nil, err)
+			continue
+		}
+		at, ids, data = append(at, i), append(ids, id), append(data, d)
+	}
+	if len(ids) == 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	if err := s.stalled(ctx, "put"); err != nil {
+		for _, i := range at {
+			finish(i, nil, err)
+		}
+		return
+	}
+	for j, r := range s.n.proposeBatchAndWait(ctx, ids, data) {
+		if r.err != nil {
+			finish(at[j], nil, writeError(r.err))
+			continue
+		}
+		finish(at[j], &kvpb.PutResponse{Index: r.index}, nil)
 	}
 }
 

@@ -85,51 +85,60 @@ type clientSession struct{ client, seq uint64 }
 // of this node's clock + ttlMs, carried in the command. frame, if not nil,
 // holds key and value, and the entry data is built in it around the value.
 func (s *kvServer) put(ctx context.Context, key, value []byte, sess clientSession, ttlMs uint64, frame *putFrame) (*kvpb.PutResponse, error) {
-	if err := s.n.removedErr(); err != nil {
+	id, data, err := s.preparePut(key, value, sess, ttlMs, frame)
+	if err != nil {
 		return nil, err
-	}
-	if err := systems.CheckKey(key); err != nil {
-		return nil, status.Errorf(codes.InvalidArgument, "put: %v", err)
-	}
-	if err := systems.CheckValue(value, s.n.cfg.MaxValueBytes); err != nil {
-		return nil, status.Errorf(codes.InvalidArgument, "put: %v", err)
-	}
-	var expires int64
-	if ttlMs > 0 {
-		if ts, ok := s.n.sm.(systems.TTLStore); !ok || !ts.SupportsTTL() {
-			return nil, status.Errorf(codes.Unimplemented, "put: this system's state machine does not support TTLs")
-		}
-		if ttlMs > uint64(systems.MaxTTL/time.Millisecond) {
-			return nil, status.Errorf(codes.InvalidArgument, "put: TTL of %d ms is over the maximum of %d ms", ttlMs, uint64(systems.MaxTTL/time.Millisecond))
-		}
-		exp, err := systems.ExpiryUnixNano(time.Now(), time.Duration(ttlMs)*time.Millisecond)
-		if err != nil {
-			return nil, status.Errorf(codes.InvalidArgument, "put: %v", err)
-		}
-		expires = exp
-	}
-	if err := s.n.disk.check(len(key) + len(value)); err != nil {
-		return nil, s.diskRefusal("put", err)
 	}
 	ctx, cancel := s.withTimeout(ctx)
 	defer cancel()
 	if err := s.stalled(ctx, "put"); err != nil {
 		return nil, err
 	}
+	idx, err := s.n.proposeDataAndWait(ctx, id, data)
+	if err != nil {
+		return nil, writeError(err)
+	}
+	return &kvpb.PutResponse{Header: s.header(), Index: idx}, nil
+}
+
+// preparePut checks a put (put's arguments) and returns its request id
+// and its encoded command, or the gRPC status that refuses it.
+func (s *kvServer) preparePut(key, value []byte, sess clientSession, ttlMs uint64, frame *putFrame) (id uint64, data []byte, err error) {
+	if err := s.n.removedErr(); err != nil {
+		return 0, nil, err
+	}
+	if err := systems.CheckKey(key); err != nil {
+		return 0, nil, status.Errorf(codes.InvalidArgument, "put: %v", err)
+	}
+	if err := systems.CheckValue(value, s.n.cfg.MaxValueBytes); err != nil {
+		return 0, nil, status.Errorf(codes.InvalidArgument, "put: %v", err)
+	}
+	var expires int64
+	if ttlMs > 0 {
+		if ts, ok := s.n.sm.(systems.TTLStore); !ok || !ts.SupportsTTL() {
+			return 0, nil, status.Errorf(codes.Unimplemented, "put: this system's state machine does not support TTLs")
+		}
+		if ttlMs > uint64(systems.MaxTTL/time.Millisecond) {
+			return 0, nil, status.Errorf(codes.InvalidArgument, "put: TTL of %d ms is over the maximum of %d ms", ttlMs, uint64(systems.MaxTTL/time.Millisecond))
+		}
+		exp, err := systems.ExpiryUnixNano(time.Now(), time.Duration(ttlMs)*time.Millisecond)
+		if err != nil {
+			return 0, nil, status.Errorf(codes.InvalidArgument, "put: %v", err)
+		}
+		expires = exp
+	}
+	if err := s.n.disk.check(len(key) + len(value)); err != nil {
+		return 0, nil, s.diskRefusal("put", err)
+	}
 	c := &systems.Command{Op: systems.OpPut, Key: key, Value: value, RequestID: s.n.nextRequestID(),
 		ClientID: sess.client, Seq: sess.seq, ExpiresUnixNano: expires}
-	var data []byte
 	if frame != nil && frame.valueLast {
 		data, _ = systems.PrependCommandHeader(frame.buf, frame.valueStart, c)
 	}
 	if data == nil {
 		data = systems.AppendCommand(make([]byte, 0, c.EncodedSize()), c)
 	}
-	idx, err := s.n.proposeDataAndWait(ctx, c.RequestID, data)
-	if err != nil {
-		return nil, writeError(err)
-	}
-	return &kvpb.PutResponse{Header: s.header(), Index: idx}, nil
+	return c.RequestID, data, nil
 }
 
 // putFrame is a PutRequest as kvCodec decodes it: one buffer holding

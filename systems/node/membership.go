@@ -402,7 +402,7 @@ func (n *Node) proposeConfChangeInLoop(requestID uint64, cc raftpb.ConfChangeV2)
 		return status.Errorf(codes.Aborted, "membership change not accepted by raft: %v; retry", err)
 	}
 	n.lastConfIndex = math.MaxUint64 // until its Ready shows the index
-	n.proposals.proposed(requestID, n.propEpoch)
+	n.proposals.proposed(n.propEpoch, requestID)
 	return nil
 }
 

@@ -50,10 +50,13 @@ var (
 	errSuperseded = errors.New("a later write of the same client session was applied first")
 )
 
-// proposal is a client write on its way into the Ready loop.
+// proposal is a client write on its way into the Ready loop, or the
+// writes of one batch (batch not nil; id and data unused), which Raft gets
+// as one proposal message of several entries.
 type proposal struct {
-	id   uint64
-	data []byte
+	id    uint64
+	data  []byte
+	batch []proposal
 }
 
 // readRequest asks the Ready loop for a read index.
@@ -675,13 +678,33 @@ func (n *Node) step(m raftpb.Message) {
 }
 
 func (n *Node) propose(p proposal) {
-	if err := n.rn.Propose(p.data); err != nil {
-		n.metrics.proposalsDropped.Inc()
-		n.proposals.trigger(p.id, applyResult{err: errDropped})
+	if p.batch == nil {
+		if err := n.rn.Propose(p.data); err != nil {
+			n.metrics.proposalsDropped.Inc()
+			n.proposals.trigger(p.id, applyResult{err: errDropped})
+			return
+		}
+		n.metrics.proposals.Inc()
+		n.proposals.proposed(n.propEpoch, p.id)
 		return
 	}
-	n.metrics.proposals.Inc()
-	n.proposals.proposed(p.id, n.propEpoch)
+	// One MsgProp of all the batch's entries (RawNode.Propose is a MsgProp
+	// of one): Raft appends them and sends them to each follower at once,
+	// and accepts or drops them together.
+	ents := make([]raftpb.Entry, len(p.batch))
+	ids := make([]uint64, len(p.batch))
+	for i, q := range p.batch {
+		ents[i].Data, ids[i] = q.data, q.id
+	}
+	if err := n.rn.Step(raftpb.Message{Type: raftpb.MsgProp, From: n.id, Entries: ents}); err != nil {
+		n.metrics.proposalsDropped.Add(float64(len(ids)))
+		for _, id := range ids {
+			n.proposals.trigger(id, applyResult{err: errDropped})
+		}
+		return
+	}
+	n.metrics.proposals.Add(float64(len(ids)))
+	n.proposals.proposed(n.propEpoch, ids...)
 }
 
 // handleReady persists, sends and dispatches one Ready (raft's doc.go: write
@@ -1001,9 +1024,15 @@ const leaderWaitElectionTimeouts = 3
 // times. A node cut off from the leader thus still fails the write within a
 // few election timeouts, and the client tries another node.
 func (n *Node) proposeDataAndWait(ctx context.Context, id uint64, data []byte) (uint64, error) {
+	idx, err := n.proposeOnce(ctx, id, data)
+	return n.resendDropped(ctx, id, data, idx, err)
+}
+
+// resendDropped is proposeDataAndWait after the first attempt, which
+// returned idx and err.
+func (n *Node) resendDropped(ctx context.Context, id uint64, data []byte, idx uint64, err error) (uint64, error) {
 	var leaderWait <-chan time.Time // from the first drop
-	for resends := 0; ; {
-		idx, err := n.proposeOnce(ctx, id, data)
+	for resends := 0; ; idx, err = n.proposeOnce(ctx, id, data) {
 		if !errors.Is(err, errDropped) || ctx.Err() != nil {
 			return idx, err
 		}
@@ -1035,6 +1064,63 @@ func (n *Node) proposeDataAndWait(ctx context.Context, id uint64, data []byte) (
 			return 0, err
 		}
 	}
+}
+
+// proposeBatchAndWait is proposeDataAndWait for several writes (request
+// ids, encoded commands data) at once: they reach Raft as one proposal
+// message (Node.propose) and their proposer wakes once, when all of them
+// are answered; a write Raft dropped is then proposed again alone
+// (resendDropped). It returns each write's index, or its error.
+func (n *Node) proposeBatchAndWait(ctx context.Context, ids []uint64, data [][]byte) []applyResult {
+	out := make([]applyResult, len(ids))
+	batch := make([]proposal, len(ids))
+	for i := range ids {
+		batch[i] = proposal{id: ids[i], data: data[i]}
+	}
+	g := n.proposals.registerGroup(ids)
+	fail := func(err error) []applyResult {
+		n.proposals.cancelGroup(ids, g)
+		for i := range out {
+			out[i].err = err
+		}
+		return out
+	}
+	select {
+	case n.propc <- proposal{batch: batch}:
+	case <-ctx.Done():
+		return fail(errNotProposed) // never handed to raft
+	case <-n.stopc:
+		return fail(errDropped)
+	case <-n.failed:
+		return fail(errDropped)
+	}
+	var err error
+	select {
+	case <-g.done:
+	case <-ctx.Done():
+		err = ctx.Err()
+	case <-n.failed:
+		err = errStopping
+	}
+	delivered := g.delivered
+	if err != nil {
+		delivered = n.proposals.cancelGroup(ids, g)
+	}
+	var resends sync.WaitGroup // the dropped writes wait for a leader side by side
+	for i := range out {
+		if !delivered[i] {
+			out[i].err = err
+			continue
+		}
+		out[i] = g.results[i]
+		if errors.Is(out[i].err, errDropped) {
+			resends.Go(func() {
+				out[i].index, out[i].err = n.resendDropped(ctx, ids[i], data[i], out[i].index, out[i].err)
+			})
+		}
+	}
+	resends.Wait()
+	return out
 }
 
 // proposeOnce proposes the encoded command data of request id once and

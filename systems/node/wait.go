@@ -19,10 +19,39 @@ type waitRegistry struct {
 }
 
 type waiter struct {
-	ch chan applyResult
+	ch chan applyResult // nil for a proposal of a group
+	// group and slot: the group the proposal belongs to and its place in
+	// the group's results.
+	group *waitGroup
+	slot  int
 	// epoch is the leader/term epoch the proposal was handed to Raft in;
 	// 0 until then.
 	epoch uint64
+}
+
+// waitGroup is what the proposals of one batch wait on together
+// (registerGroup): one wake-up for the batch instead of one per proposal.
+// results[i] and delivered[i] are written under the registry's lock, when
+// proposal i is answered; done is closed once every proposal of the group
+// was answered.
+type waitGroup struct {
+	results   []applyResult
+	delivered []bool
+	left      int
+	done      chan struct{}
+}
+
+// deliver answers wt with r (registry lock held, wt already removed).
+func (wt *waiter) deliver(r applyResult) {
+	if g := wt.group; g != nil {
+		g.results[wt.slot] = r
+		g.delivered[wt.slot] = true
+		if g.left--; g.left == 0 {
+			close(g.done)
+		}
+		return
+	}
+	wt.ch <- r
 }
 
 func newWaitRegistry() *waitRegistry { return &waitRegistry{m: map[uint64]*waiter{}} }
@@ -35,17 +64,48 @@ func (w *waitRegistry) register(id uint64) <-chan applyResult {
 	return ch
 }
 
+// registerGroup registers the proposals ids, which are answered together:
+// the group's done channel is closed once each of them was answered.
+func (w *waitRegistry) registerGroup(ids []uint64) *waitGroup {
+	g := &waitGroup{results: make([]applyResult, len(ids)), delivered: make([]bool, len(ids)),
+		left: len(ids), done: make(chan struct{})}
+	ws := make([]waiter, len(ids))
+	w.mu.Lock()
+	for i, id := range ids {
+		ws[i] = waiter{group: g, slot: i}
+		w.m[id] = &ws[i]
+	}
+	w.mu.Unlock()
+	return g
+}
+
+// cancelGroup stops waiting for the proposals of g (ids, as registered)
+// that were not answered yet; it returns which were (g.delivered is
+// stable afterwards).
+func (w *waitRegistry) cancelGroup(ids []uint64, g *waitGroup) []bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for i, id := range ids {
+		if !g.delivered[i] {
+			delete(w.m, id)
+		}
+	}
+	return g.delivered
+}
+
 func (w *waitRegistry) cancel(id uint64) {
 	w.mu.Lock()
 	delete(w.m, id)
 	w.mu.Unlock()
 }
 
-// proposed records that Raft accepted proposal id in epoch.
-func (w *waitRegistry) proposed(id, epoch uint64) {
+// proposed records that Raft accepted proposals ids in epoch.
+func (w *waitRegistry) proposed(epoch uint64, ids ...uint64) {
 	w.mu.Lock()
-	if wt, ok := w.m[id]; ok {
-		wt.epoch = epoch + 1 // 0 stays "not proposed yet"
+	for _, id := range ids {
+		if wt, ok := w.m[id]; ok {
+			wt.epoch = epoch + 1 // 0 stays "not proposed yet"
+		}
 	}
 	w.mu.Unlock()
 }
@@ -57,8 +117,8 @@ func (w *waitRegistry) failProposedBefore(epoch uint64, err error) {
 	defer w.mu.Unlock()
 	for id, wt := range w.m {
 		if wt.epoch != 0 && wt.epoch-1 < epoch {
-			wt.ch <- applyResult{err: err}
 			delete(w.m, id)
+			wt.deliver(applyResult{err: err})
 		}
 	}
 }
@@ -67,19 +127,26 @@ func (w *waitRegistry) failProposedBefore(epoch uint64, err error) {
 func (w *waitRegistry) trigger(id uint64, r applyResult) {
 	w.mu.Lock()
 	wt, ok := w.m[id]
-	delete(w.m, id)
-	w.mu.Unlock()
-	if ok {
-		wt.ch <- r
+	if !ok {
+		w.mu.Unlock()
+		return
 	}
+	delete(w.m, id)
+	if wt.group != nil {
+		wt.deliver(r)
+		w.mu.Unlock()
+		return
+	}
+	w.mu.Unlock()
+	wt.ch <- r
 }
 
 func (w *waitRegistry) failAll(err error) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	for id, wt := range w.m {
-		wt.ch <- applyResult{err: err}
 		delete(w.m, id)
+		wt.deliver(applyResult{err: err})
 	}
 }
 
