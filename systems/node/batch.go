@@ -19,8 +19,8 @@ const MaxBatchOpsInFlight = 1 << 16
 // BatchRequest that ask for the same consistency share one wait
 // (awaitRead: for linearizable ones, one ReadIndex round, issued after
 // they all arrived); each is then answered in a goroutine of its own, so
-// that reads from the disk overlap. Each BatchResponse carries the node's header once,
-// for all of its results.
+// that reads from the disk overlap. Each BatchResponse carries the node's
+// header once, for all of its results.
 func (s *kvServer) Batch(stream kvpb.KV_BatchServer) error {
 	return kvpb.ServeBatch(stream, MaxBatchOpsInFlight, s.serveBatch, s.header)
 }
