@@ -60,10 +60,17 @@ func (s *kvServer) serveBatch(req *kvpb.BatchRequest, answer func(*kvpb.BatchRes
 
 // serveBatchPuts serves the PUTs ops of one BatchRequest in one goroutine:
 // each is checked as Put checks it, and those that pass are proposed
-// together (Node.proposeBatchAndWait: one proposal message, one wake-up).
-// The wait is bounded by the longest of their timeouts.
+// together (Node.proposeBatchAndWait: one proposal message, one wake-up),
+// each bounded by its own timeout (opTimeout). While the state machine
+// stalls writes (systems.WriteStaller), each waits out the stall on its
+// own, as Put does, so that each is refused at its own timeout.
 func (s *kvServer) serveBatchPuts(ops []*kvpb.BatchOp, answer func(*kvpb.BatchResult)) {
-	var timeout time.Duration
+	if s.n.writeStalled() {
+		for _, op := range ops {
+			go func() { answer(s.serveBatchOp(op)) }()
+		}
+		return
+	}
 	done := make([]func(*kvpb.BatchResult), len(ops))
 	finish := func(i int, resp *kvpb.PutResponse, err error) {
 		var r *kvpb.BatchResult
@@ -76,13 +83,14 @@ func (s *kvServer) serveBatchPuts(ops []*kvpb.BatchOp, answer func(*kvpb.BatchRe
 		answer(r)
 	}
 	var (
-		at   []int // ops[at[j]] is proposed as ids[j], data[j]
-		ids  []uint64
-		data [][]byte
+		at        []int // ops[at[j]] is proposed as ids[j], data[j]
+		ids       []uint64
+		data      [][]byte
+		deadlines []time.Time
 	)
+	now := time.Now()
 	for i, op := range ops {
 		done[i] = s.n.metrics.batch.begin(op)
-		timeout = max(timeout, s.opTimeout(op))
 		p := op.GetPut()
 		id, d, err := s.preparePut(p.Key, p.Value, clientSession{p.ClientId, p.Seq}, p.TtlMs, nil)
 		if err != nil {
@@ -90,19 +98,12 @@ func (s *kvServer) serveBatchPuts(ops []*kvpb.BatchOp, answer func(*kvpb.BatchRe
 			continue
 		}
 		at, ids, data = append(at, i), append(ids, id), append(data, d)
+		deadlines = append(deadlines, now.Add(s.opTimeout(op)))
 	}
 	if len(ids) == 0 {
 		return
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), timeout)
-	defer cancel()
-	if err := s.stalled(ctx, "put"); err != nil {
-		for _, i := range at {
-			finish(i, nil, err)
-		}
-		return
-	}
-	for j, r := range s.n.proposeBatchAndWait(ctx, ids, data) {
+	for j, r := range s.n.proposeBatchAndWait(ids, data, deadlines) {
 		if r.err != nil {
 			finish(at[j], nil, writeError(r.err))
 			continue

@@ -248,6 +248,13 @@ func (n *Node) retryFullDisk(op func() error) error {
 	}
 }
 
+// writeStalled reports whether the state machine stalls writes now
+// (systems.WriteStaller).
+func (n *Node) writeStalled() bool {
+	ws, ok := n.sm.(systems.WriteStaller)
+	return ok && ws.WriteStall() != nil
+}
+
 // writeStallPoll is how often a write held by a write stall checks again.
 const writeStallPoll = 10 * time.Millisecond
 

@@ -376,7 +376,7 @@ func (n *Node) open() error {
 		HeartbeatTick:             n.cfg.HeartbeatTicks,
 		Storage:                   l,
 		Applied:                   applied,
-		MaxSizePerMsg:             1 << 20,
+		MaxSizePerMsg:             maxProposalBytes,
 		MaxCommittedSizePerReady:  64 << 20,
 		MaxUncommittedEntriesSize: 1 << 30,
 		MaxInflightMsgs:           256,
@@ -688,23 +688,53 @@ func (n *Node) propose(p proposal) {
 		n.proposals.proposed(n.propEpoch, p.id)
 		return
 	}
-	// One MsgProp of all the batch's entries (RawNode.Propose is a MsgProp
-	// of one): Raft appends them and sends them to each follower at once,
-	// and accepts or drops them together.
-	ents := make([]raftpb.Entry, len(p.batch))
-	ids := make([]uint64, len(p.batch))
-	for i, q := range p.batch {
-		ents[i].Data, ids[i] = q.data, q.id
-	}
-	if err := n.rn.Step(raftpb.Message{Type: raftpb.MsgProp, From: n.id, Entries: ents}); err != nil {
-		n.metrics.proposalsDropped.Add(float64(len(ids)))
-		for _, id := range ids {
-			n.proposals.trigger(id, applyResult{err: errDropped})
+	// One MsgProp per chunk of the batch's entries (RawNode.Propose is a
+	// MsgProp of one): Raft appends a chunk's entries and sends them to
+	// each follower at once, and accepts or drops them together.
+	for _, chunk := range proposalChunks(p.batch, maxProposalBytes) {
+		ents := make([]raftpb.Entry, len(chunk))
+		ids := make([]uint64, len(chunk))
+		for i, q := range chunk {
+			ents[i].Data, ids[i] = q.data, q.id
 		}
-		return
+		if err := n.rn.Step(raftpb.Message{Type: raftpb.MsgProp, From: n.id, Entries: ents}); err != nil {
+			n.metrics.proposalsDropped.Add(float64(len(ids)))
+			for _, id := range ids {
+				n.proposals.trigger(id, applyResult{err: errDropped})
+			}
+			continue
+		}
+		n.metrics.proposals.Add(float64(len(ids)))
+		n.proposals.proposed(n.propEpoch, ids...)
 	}
-	n.metrics.proposals.Add(float64(len(ids)))
-	n.proposals.proposed(n.propEpoch, ids...)
+}
+
+// maxProposalBytes bounds the entry data of one proposal message of a
+// batch (a single larger entry goes alone): a follower forwards the
+// message to the leader whole, and the Raft transport sizes its message
+// limit (maxMsgBytes) for a batch of messages of about this size plus
+// values of at most MaxValueBytes. It is raft.Config.MaxSizePerMsg.
+const maxProposalBytes = 1 << 20
+
+// proposalChunks splits batch in order into runs whose data add up to at
+// most maxBytes, except a run of one larger write.
+func proposalChunks(batch []proposal, maxBytes int) [][]proposal {
+	var (
+		chunks [][]proposal
+		start  int
+		size   int
+	)
+	for i, q := range batch {
+		if i > start && size+len(q.data) > maxBytes {
+			chunks = append(chunks, batch[start:i])
+			start, size = i, 0
+		}
+		size += len(q.data)
+	}
+	if start < len(batch) {
+		chunks = append(chunks, batch[start:])
+	}
+	return chunks
 }
 
 // handleReady persists, sends and dispatches one Ready (raft's doc.go: write
@@ -1067,16 +1097,25 @@ func (n *Node) resendDropped(ctx context.Context, id uint64, data []byte, idx ui
 }
 
 // proposeBatchAndWait is proposeDataAndWait for several writes (request
-// ids, encoded commands data) at once: they reach Raft as one proposal
-// message (Node.propose) and their proposer wakes once, when all of them
-// are answered; a write Raft dropped is then proposed again alone
-// (resendDropped). It returns each write's index, or its error.
-func (n *Node) proposeBatchAndWait(ctx context.Context, ids []uint64, data [][]byte) []applyResult {
+// ids, encoded commands data, each with its own deadline) at once: they
+// reach Raft together (Node.propose: proposal messages of at most
+// maxProposalBytes) and their proposer wakes once, when all of them are
+// answered, or at a write's deadline, which fails that write alone with
+// context.DeadlineExceeded (its outcome unknown, as a unary write's). A
+// write Raft dropped is then proposed again alone (resendDropped), up to
+// its deadline. It returns each write's index, or its error.
+func (n *Node) proposeBatchAndWait(ids []uint64, data [][]byte, deadlines []time.Time) []applyResult {
 	out := make([]applyResult, len(ids))
 	batch := make([]proposal, len(ids))
+	last := deadlines[0]
 	for i := range ids {
 		batch[i] = proposal{id: ids[i], data: data[i]}
+		if deadlines[i].After(last) {
+			last = deadlines[i]
+		}
 	}
+	ctx, cancel := context.WithDeadline(context.Background(), last)
+	defer cancel()
 	g := n.proposals.registerGroup(ids)
 	fail := func(err error) []applyResult {
 		n.proposals.cancelGroup(ids, g)
@@ -1094,29 +1133,52 @@ func (n *Node) proposeBatchAndWait(ctx context.Context, ids []uint64, data [][]b
 	case <-n.failed:
 		return fail(errDropped)
 	}
+	expired := make([]bool, len(ids))
+	timer := time.NewTimer(0)
+	defer timer.Stop()
+	<-timer.C
 	var err error
-	select {
-	case <-g.done:
-	case <-ctx.Done():
-		err = ctx.Err()
-	case <-n.failed:
-		err = errStopping
+wait:
+	for {
+		// Fail the writes whose deadline passed; wait for the next one.
+		now, next := time.Now(), last
+		for i, dl := range deadlines {
+			if expired[i] {
+				continue
+			}
+			if !dl.After(now) {
+				expired[i] = n.proposals.expire(ids[i], g, i)
+			} else if dl.Before(next) {
+				next = dl
+			}
+		}
+		timer.Reset(time.Until(next))
+		select {
+		case <-g.done:
+			break wait
+		case <-timer.C:
+		case <-n.failed:
+			err = errStopping
+			break wait
+		}
 	}
-	delivered := g.delivered
-	if err != nil {
-		delivered = n.proposals.cancelGroup(ids, g)
-	}
+	delivered := n.proposals.cancelGroup(ids, g)
 	var resends sync.WaitGroup // the dropped writes wait for a leader side by side
 	for i := range out {
-		if !delivered[i] {
+		switch {
+		case expired[i]:
+			out[i].err = context.DeadlineExceeded
+		case !delivered[i]:
 			out[i].err = err
-			continue
-		}
-		out[i] = g.results[i]
-		if errors.Is(out[i].err, errDropped) {
-			resends.Go(func() {
-				out[i].index, out[i].err = n.resendDropped(ctx, ids[i], data[i], out[i].index, out[i].err)
-			})
+		default:
+			out[i] = g.results[i]
+			if errors.Is(out[i].err, errDropped) {
+				resends.Go(func() {
+					ctx, cancel := context.WithDeadline(context.Background(), deadlines[i])
+					defer cancel()
+					out[i].index, out[i].err = n.resendDropped(ctx, ids[i], data[i], out[i].index, out[i].err)
+				})
+			}
 		}
 	}
 	resends.Wait()

@@ -93,6 +93,22 @@ func (w *waitRegistry) cancelGroup(ids []uint64, g *waitGroup) []bool {
 	return g.delivered
 }
 
+// expire stops waiting for proposal i of g (ids[i], as registered) if it
+// was not answered yet, and counts it as done; it reports whether it
+// expired it (false: it was answered).
+func (w *waitRegistry) expire(id uint64, g *waitGroup, i int) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if g.delivered[i] {
+		return false
+	}
+	delete(w.m, id)
+	if g.left--; g.left == 0 {
+		close(g.done)
+	}
+	return true
+}
+
 func (w *waitRegistry) cancel(id uint64) {
 	w.mu.Lock()
 	delete(w.m, id)

@@ -3,10 +3,14 @@ package node
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
+	"google.golang.org/grpc/codes"
+
 	"github.com/nezha-harness/nezha/systems"
+	"github.com/nezha-harness/nezha/systems/kvpb"
 )
 
 // TestWaitRegistryGroup covers the waits of a batch's proposals
@@ -93,10 +97,12 @@ func TestBatchDroppedWithoutLeaderFailsAtOnce(t *testing.T) {
 		ids[i], data[i] = c.RequestID, systems.AppendCommand(nil, c)
 	}
 	leaderWait := leaderWaitElectionTimeouts * time.Duration(n.cfg.ElectionTicks) * n.cfg.TickInterval
-	ctx, cancel := context.WithTimeout(context.Background(), writes*leaderWait*2)
-	defer cancel()
 	start := time.Now()
-	res := n.proposeBatchAndWait(ctx, ids, data)
+	deadlines := make([]time.Time, writes)
+	for i := range deadlines {
+		deadlines[i] = start.Add(writes * leaderWait * 2)
+	}
+	res := n.proposeBatchAndWait(ids, data, deadlines)
 	took := time.Since(start)
 	for i, r := range res {
 		if !errors.Is(r.err, errDropped) {
@@ -108,4 +114,114 @@ func TestBatchDroppedWithoutLeaderFailsAtOnce(t *testing.T) {
 		t.Fatalf("the batch failed after %v, over %v (leader wait %v): its dropped writes waited one after the other", took, limit, leaderWait)
 	}
 	t.Logf("batch of %d dropped writes failed after %v (leader wait %v)", writes, took, leaderWait)
+}
+
+// TestBatchWritesKeepTheirOwnDeadlines proposes two writes together while
+// the state machine holds applies: the one with the short deadline fails
+// at it (DeadlineExceeded: outcome unknown), alone, and the other is
+// applied once applies resume. The batch used to wait for all of its
+// writes up to the longest deadline.
+func TestBatchWritesKeepTheirOwnDeadlines(t *testing.T) {
+	ag, n, _, _ := startGatedNode(t)
+	g := ag.shut()
+	ids := make([]uint64, 2)
+	data := make([][]byte, 2)
+	for i := range ids {
+		c := &systems.Command{Op: systems.OpPut, Key: []byte(fmt.Sprint("k", i)), Value: []byte("v"), RequestID: n.nextRequestID()}
+		ids[i], data[i] = c.RequestID, systems.AppendCommand(nil, c)
+	}
+	now := time.Now()
+	deadlines := []time.Time{now.Add(200 * time.Millisecond), now.Add(20 * time.Second)}
+	res := make(chan []applyResult, 1)
+	go func() { res <- n.proposeBatchAndWait(ids, data, deadlines) }()
+	<-ag.entered // the apply goroutine holds the batch
+	waitFor(t, 10*time.Second, "the short write to give up", func() bool {
+		n.proposals.mu.Lock()
+		defer n.proposals.mu.Unlock()
+		_, waiting := n.proposals.m[ids[0]]
+		return !waiting
+	})
+	close(g)
+	ag.pass()
+	r := <-res
+	if !errors.Is(r[0].err, context.DeadlineExceeded) {
+		t.Fatalf("short write: %+v, want DeadlineExceeded", r[0])
+	}
+	if r[1].err != nil || r[1].index == 0 {
+		t.Fatalf("long write: %+v, want applied", r[1])
+	}
+}
+
+// TestBatchPutRefusedAtItsOwnTimeoutUnderStall sends two PUTs in one
+// BatchRequest while the state machine stalls writes: the one with a
+// 100 ms timeout is refused (ResourceExhausted: not applied) at about its
+// timeout, not at the other's (the node's 3 s request timeout).
+func TestBatchPutRefusedAtItsOwnTimeoutUnderStall(t *testing.T) {
+	tc := startClusterWith(t, 3, func(c *Config) { c.RequestTimeout = 3 * time.Second })
+	leader := tc.waitLeader(10 * time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	_, s := openBatch(ctx, t, tc.cfgs[leader].Address)
+	stall := errors.New("test stall")
+	tc.nodes[leader].sm.(*memSM).stall.Store(&stall)
+	put := func(id uint64, k string) *kvpb.BatchOp {
+		return &kvpb.BatchOp{Id: id, Op: &kvpb.BatchOp_Put{Put: &kvpb.PutRequest{Key: []byte(k), Value: []byte("1")}}}
+	}
+	short := put(1, "b")
+	short.TimeoutNs = int64(100 * time.Millisecond)
+	start := time.Now()
+	if err := s.Send(&kvpb.BatchRequest{Ops: []*kvpb.BatchOp{short, put(2, "c")}}); err != nil {
+		t.Fatal(err)
+	}
+	for n := 0; n < 2; {
+		resp, err := s.Recv()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, r := range resp.Results {
+			n++
+			if r.Id != 1 {
+				continue
+			}
+			// The other PUT is answered at 3 s: well before that.
+			if took := time.Since(start); codes.Code(r.Code) != codes.ResourceExhausted || took > 2*time.Second {
+				t.Fatalf("the 100 ms PUT: %v after %v, want ResourceExhausted at about 100 ms", r, took)
+			}
+		}
+	}
+}
+
+// TestProposalChunks: a batch is split in order into proposal messages of
+// at most the given bytes, a larger write alone.
+func TestProposalChunks(t *testing.T) {
+	mk := func(sizes ...int) []proposal {
+		var b []proposal
+		for i, n := range sizes {
+			b = append(b, proposal{id: uint64(i + 1), data: make([]byte, n)})
+		}
+		return b
+	}
+	for _, tc := range []struct {
+		sizes []int
+		want  string
+	}{
+		{[]int{1, 2, 3}, "[[1 2 3]]"},
+		{[]int{4, 4, 4}, "[[1 2] [3]]"},
+		{[]int{20, 1, 1}, "[[1] [2 3]]"},
+		{[]int{1, 20, 1}, "[[1] [2] [3]]"},
+		{[]int{10, 10}, "[[1] [2]]"},
+		{nil, "[]"},
+	} {
+		var got [][]uint64
+		for _, c := range proposalChunks(mk(tc.sizes...), 9) {
+			var ids []uint64
+			for _, q := range c {
+				ids = append(ids, q.id)
+			}
+			got = append(got, ids)
+		}
+		if g := fmt.Sprint(got); g != tc.want && !(tc.want == "[]" && len(got) == 0) {
+			t.Errorf("sizes %v: chunks %s, want %s", tc.sizes, g, tc.want)
+		}
+	}
 }
