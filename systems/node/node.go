@@ -716,8 +716,13 @@ func (n *Node) propose(p proposal) {
 // values of at most MaxValueBytes. It is raft.Config.MaxSizePerMsg.
 const maxProposalBytes = 1 << 20
 
-// proposalChunks splits batch in order into runs whose data add up to at
-// most maxBytes, except a run of one larger write.
+// entryOverheadBytes bounds what an entry adds to a message beyond its
+// data (raftpb.Entry's term, index, type and data length fields).
+const entryOverheadBytes = 32
+
+// proposalChunks splits batch in order into runs whose entries (data plus
+// entryOverheadBytes each) add up to at most maxBytes, except a run of one
+// larger write.
 func proposalChunks(batch []proposal, maxBytes int) [][]proposal {
 	var (
 		chunks [][]proposal
@@ -725,11 +730,12 @@ func proposalChunks(batch []proposal, maxBytes int) [][]proposal {
 		size   int
 	)
 	for i, q := range batch {
-		if i > start && size+len(q.data) > maxBytes {
+		n := len(q.data) + entryOverheadBytes
+		if i > start && size+n > maxBytes {
 			chunks = append(chunks, batch[start:i])
 			start, size = i, 0
 		}
-		size += len(q.data)
+		size += n
 	}
 	if start < len(batch) {
 		chunks = append(chunks, batch[start:])

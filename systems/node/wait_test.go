@@ -192,7 +192,8 @@ func TestBatchPutRefusedAtItsOwnTimeoutUnderStall(t *testing.T) {
 }
 
 // TestProposalChunks: a batch is split in order into proposal messages of
-// at most the given bytes, a larger write alone.
+// at most the given bytes (data and each entry's overhead), a larger
+// write alone.
 func TestProposalChunks(t *testing.T) {
 	mk := func(sizes ...int) []proposal {
 		var b []proposal
@@ -205,15 +206,16 @@ func TestProposalChunks(t *testing.T) {
 		sizes []int
 		want  string
 	}{
-		{[]int{1, 2, 3}, "[[1 2 3]]"},
+		{[]int{1, 2}, "[[1 2]]"},
 		{[]int{4, 4, 4}, "[[1 2] [3]]"},
-		{[]int{20, 1, 1}, "[[1] [2 3]]"},
-		{[]int{1, 20, 1}, "[[1] [2] [3]]"},
+		{[]int{3, 3, 3}, "[[1 2] [3]]"}, // 9 bytes of data fit; a third entry's overhead does not
+		{[]int{100, 1, 1}, "[[1] [2 3]]"},
+		{[]int{1, 100, 1}, "[[1] [2] [3]]"},
 		{[]int{10, 10}, "[[1] [2]]"},
 		{nil, "[]"},
 	} {
 		var got [][]uint64
-		for _, c := range proposalChunks(mk(tc.sizes...), 9) {
+		for _, c := range proposalChunks(mk(tc.sizes...), 9+2*entryOverheadBytes) {
 			var ids []uint64
 			for _, q := range c {
 				ids = append(ids, q.id)
