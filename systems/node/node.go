@@ -52,7 +52,7 @@ var (
 
 // proposal is a client write on its way into the Ready loop, or the
 // writes of one batch (batch not nil; id and data unused), which Raft gets
-// as one proposal message of several entries.
+// in proposal messages of several entries (proposalChunks).
 type proposal struct {
 	id    uint64
 	data  []byte
@@ -709,8 +709,8 @@ func (n *Node) propose(p proposal) {
 	}
 }
 
-// maxProposalBytes bounds the entry data of one proposal message of a
-// batch (a single larger entry goes alone): a follower forwards the
+// maxProposalBytes bounds the entries (data and entryOverheadBytes each)
+// of one proposal message of a batch (a single larger entry goes alone): a follower forwards the
 // message to the leader whole, and the Raft transport sizes its message
 // limit (maxMsgBytes) for a batch of messages of about this size plus
 // values of at most MaxValueBytes. It is raft.Config.MaxSizePerMsg.
@@ -1140,9 +1140,8 @@ func (n *Node) proposeBatchAndWait(ids []uint64, data [][]byte, deadlines []time
 		return fail(errDropped)
 	}
 	expired := make([]bool, len(ids))
-	timer := time.NewTimer(0)
+	timer := time.NewTimer(time.Until(last))
 	defer timer.Stop()
-	<-timer.C
 	var err error
 wait:
 	for {

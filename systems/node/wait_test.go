@@ -22,21 +22,13 @@ func TestWaitRegistryGroup(t *testing.T) {
 	w := newWaitRegistry()
 	ids := []uint64{7, 3, 9}
 	g := w.registerGroup(ids)
-	isDone := func() bool {
-		select {
-		case <-g.done:
-			return true
-		default:
-			return false
-		}
-	}
 	w.proposed(1, 7, 3) // 9 not yet handed to raft
 	w.trigger(9, applyResult{index: 90})
-	if isDone() {
+	if isDoneOf(g) {
 		t.Fatal("done after one of three answers")
 	}
 	w.failProposedBefore(5, errLeaderChanged) // fails 7 and 3, proposed in epoch 1
-	if !isDone() {
+	if !isDoneOf(g) {
 		t.Fatal("not done after every member was answered")
 	}
 	if g.results[2].index != 90 || !errors.Is(g.results[0].err, errLeaderChanged) || !errors.Is(g.results[1].err, errLeaderChanged) {
