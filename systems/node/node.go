@@ -710,10 +710,11 @@ func (n *Node) propose(p proposal) {
 }
 
 // maxProposalBytes bounds the entries (data and entryOverheadBytes each)
-// of one proposal message of a batch (a single larger entry goes alone): a follower forwards the
-// message to the leader whole, and the Raft transport sizes its message
-// limit (maxMsgBytes) for a batch of messages of about this size plus
-// values of at most MaxValueBytes. It is raft.Config.MaxSizePerMsg.
+// of one proposal message of a batch (a single larger entry goes alone):
+// a follower forwards the message to the leader whole, and the Raft
+// transport sizes its message limit (maxMsgBytes) for a batch of messages
+// of about this size plus values of at most MaxValueBytes. It is
+// raft.Config.MaxSizePerMsg.
 const maxProposalBytes = 1 << 20
 
 // entryOverheadBytes bounds what an entry adds to a message beyond its
