@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # A/B of two builds on the GET path, side by side in one run: one 3-node
 # cluster per build (fsync on), both loaded (60,000 keys of 100 B) and
-# warmed (an 8 s stale-GET run, which also lets nezha's GC round after the
-# load finish), then PAIRS pairs of SECS-second GET runs of 100 clients,
-# alternating A and B, while the other cluster stays up and idle. On a
+# warmed (an 8 s stale-GET run: it fills nezha's location cache and gives
+# GC's round after the load time to run), then PAIRS pairs of SECS-second
+# GET runs of 100 clients, one on each cluster while the other stays up and
+# idle, A first in odd pairs and B first in even ones. On a
 # shared machine whose speed drifts by tens of percent from one minute to
 # the next, a pair's two runs see about the same machine; count the pairs
 # a build wins and let benchstat judge the rest.
@@ -12,9 +13,9 @@
 #   defaults: nezha linearizable 10 5
 #
 # Each build drives its own cluster with its own client. Output: one Go
-# benchmark line per run (name BenchmarkGet/build=a or /build=b; ops/s,
-# node-cpu-us/op and the rest of `nezha bench -benchfmt`), then the pairs
-# won by B. For benchstat:
+# benchmark line per run (BenchmarkGet/system=S/consistency=C/build=a or
+# build=b; ops/s, node-cpu-us/op and the rest of `nezha bench -benchfmt`),
+# then the number of pairs B won. For benchstat:
 #
 #   scripts/ab-get.sh old/nezha bin/nezha > ab.txt
 #   benchstat -col /build ab.txt
@@ -40,7 +41,9 @@ done
 wins=0
 for r in $(seq "$PAIRS"); do
   declare -A ops=()
-  for x in a b; do
+  order="a b"
+  [ $((r % 2)) -eq 0 ] && order="b a"
+  for x in $order; do
     line=$("${BIN[$x]}" bench get -cluster "$TMP/$x" -cnums 100 -dnums 100000000 -keys 60000 -consistency "$C" \
       -duration "${SECS}s" -benchfmt 2>/dev/null | grep '^BenchmarkGet')
     [ -n "$line" ] || { echo "ab-get: pair $r: build $x gave no result" >&2; exit 1; }
