@@ -39,8 +39,8 @@ for x in a b; do
   "${BIN[$x]}" bench get -cluster "$TMP/$x" -cnums 100 -dnums 3000000 -keys 60000 -consistency stale -duration 8s >/dev/null || exit 1
 done
 wins=0
+declare -A ops
 for r in $(seq "$PAIRS"); do
-  declare -A ops=()
   order="a b"
   [ $((r % 2)) -eq 0 ] && order="b a"
   for x in $order; do
@@ -50,7 +50,7 @@ for r in $(seq "$PAIRS"); do
     echo "$line" | sed "s|^BenchmarkGet[^ ]*|BenchmarkGet/system=$SYS/consistency=$C/build=$x|"
     ops[$x]=$(echo "$line" | awk '{for (i = 1; i < NF; i++) if ($(i + 1) == "ops/s") print $i}')
   done
-  if python3 -c "import sys; sys.exit(0 if ${ops[b]} > ${ops[a]} else 1)"; then wins=$((wins + 1)); fi
+  if awk -v a="${ops[a]}" -v b="${ops[b]}" 'BEGIN { exit !(b > a) }'; then wins=$((wins + 1)); fi
   echo "ab-get: pair $r of $PAIRS: a ${ops[a]} b ${ops[b]} ops/s" >&2
 done
 echo "# build b faster in $wins of $PAIRS pairs"
