@@ -33,5 +33,5 @@ if [ ${#missing[@]} -gt 0 ]; then
   fi
 fi
 
-echo "setup: building bin/nezha ($(go version | cut -d' ' -f3))"
+echo "setup: building bin/nezha ($(go version | cut -d' ' -f3), profile-guided by cmd/nezha/default.pgo)"
 go build -buildvcs=auto -o bin/nezha ./cmd/nezha
