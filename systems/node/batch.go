@@ -71,7 +71,7 @@ func (s *kvServer) serveBatchPuts(ops []*kvpb.BatchOp, answer func(*kvpb.BatchRe
 		}
 		return
 	}
-	done := make([]func(*kvpb.BatchResult), len(ops))
+	started := s.n.metrics.batch.start(batchOpPut, len(ops))
 	finish := func(i int, resp *kvpb.PutResponse, err error) {
 		var r *kvpb.BatchResult
 		if err != nil {
@@ -79,7 +79,7 @@ func (s *kvServer) serveBatchPuts(ops []*kvpb.BatchOp, answer func(*kvpb.BatchRe
 		} else {
 			r = kvpb.NewBatchResult(ops[i].Id, resp, nil)
 		}
-		done[i](r)
+		s.n.metrics.batch.finish(started, r)
 		answer(r)
 	}
 	var (
@@ -90,7 +90,6 @@ func (s *kvServer) serveBatchPuts(ops []*kvpb.BatchOp, answer func(*kvpb.BatchRe
 	)
 	now := time.Now()
 	for i, op := range ops {
-		done[i] = s.n.metrics.batch.begin(op)
 		p := op.GetPut()
 		id, d, err := s.preparePut(p.Key, p.Value, clientSession{p.ClientId, p.Seq}, p.TtlMs, nil)
 		if err != nil {
@@ -126,10 +125,9 @@ func (s *kvServer) opTimeout(op *kvpb.BatchOp) time.Duration {
 // machine on a goroutine of its own (readerPool). A linearizable wait is bounded by
 // the longest of their timeouts.
 func (s *kvServer) serveBatchGets(c kvpb.ReadConsistency, ops []*kvpb.BatchOp, answer func(*kvpb.BatchResult)) {
-	done := make([]func(*kvpb.BatchResult), len(ops))
+	started := s.n.metrics.batch.start(batchOpGet, len(ops))
 	var timeout time.Duration
-	for i, op := range ops {
-		done[i] = s.n.metrics.batch.begin(op)
+	for _, op := range ops {
 		timeout = max(timeout, s.opTimeout(op))
 	}
 	var err error
@@ -140,17 +138,17 @@ func (s *kvServer) serveBatchGets(c kvpb.ReadConsistency, ops []*kvpb.BatchOp, a
 		err = s.awaitReadStatus(ctx, c)
 		cancel()
 	}
-	for i, op := range ops {
+	for _, op := range ops {
 		if err != nil {
 			r := kvpb.NewBatchResult(op.Id, nil, err)
-			done[i](r)
+			s.n.metrics.batch.finish(started, r)
 			answer(r)
 			continue
 		}
 		s.n.readers.run(func() {
 			resp, err := s.getLocal(op.GetGet(), false)
 			r := kvpb.NewBatchResult(op.Id, resp, err)
-			done[i](r)
+			s.n.metrics.batch.finish(started, r)
 			answer(r)
 		})
 	}
@@ -165,11 +163,11 @@ func (s *kvServer) serveBatchGets(c kvpb.ReadConsistency, ops []*kvpb.BatchOp, a
 // lock they would share), and it outlives a stream the client broke by at
 // most that bound.
 func (s *kvServer) serveBatchOp(op *kvpb.BatchOp) *kvpb.BatchResult {
-	done := s.n.metrics.batch.begin(op)
+	started := s.n.metrics.batch.start(batchOpKind(op), 1)
 	ctx, cancel := context.WithTimeout(context.Background(), s.opTimeout(op))
 	defer cancel()
 	r := kvpb.ServeBatchOp(ctx, s, op)
 	r.ClearHeader()
-	done(r)
+	s.n.metrics.batch.finish(started, r)
 	return r
 }
