@@ -8,7 +8,7 @@
 # clients over 60,000 keys of 100 B (after a load and an 8 s stale
 # warm-up), and 256 KiB PUT with 50 clients. Each workload runs 20 s; the
 # three nodes are profiled for 10 s of it (their -pprofAddress) and the
-# client for all of it (bench -cpuprofile). About 8 minutes.
+# client for all of it (bench -cpuprofile). About 4 minutes.
 #
 #   scripts/pgo-profile.sh [OUT]    # default cmd/nezha/default.pgo
 #
