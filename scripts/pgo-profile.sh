@@ -6,11 +6,14 @@
 # original and nezha, each on a fresh 3-node cluster of bin/nezha (fsync
 # on): 100 B PUT with 1000 clients, stale and linearizable GET with 100
 # clients over 60,000 keys of 100 B (after a load and an 8 s stale
-# warm-up), and 256 KiB PUT with 50 clients. Each workload runs 20 s; the
-# three nodes are profiled for 10 s of it (their -pprofAddress) and the
-# client for all of it (bench -cpuprofile). About 4 minutes.
+# warm-up), and 256 KiB PUT with 50 clients. Each workload runs for at
+# most 20 s or until its operation count; the three nodes are profiled for
+# 10 s from its 4th second (their -pprofAddress) and the client for all of
+# it (bench -cpuprofile). About 4 minutes.
 #
 #   scripts/pgo-profile.sh [OUT]    # default cmd/nezha/default.pgo
+#
+# A relative OUT is taken from the repository's root.
 #
 # Rebuild afterwards (scripts/setup.sh, or go build -o bin/nezha
 # ./cmd/nezha). Profiles of an older build still apply: the toolchain
