@@ -57,9 +57,8 @@ for sys in original nezha; do
     mkdir -p "$dir"
     # shellcheck disable=SC2086 # args is a list of flags
     "$NEZHA" bench $args -cluster "$CL" -duration 20s -cpuprofile "$dir/client.pprof" >"$dir/bench.txt" 2>&1 &
-    bench=$!
     # The node profiles start once the load runs (the clients connect
-    # within a second) and end 6 s before it does.
+    # within a second); wait below waits for them and for the load.
     sleep 4
     i=0
     for a in $addrs; do
