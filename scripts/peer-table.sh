@@ -23,7 +23,11 @@
 #   scripts/peer-table.sh OUT [ROUNDS]    # default 3 rounds, about 6 min each
 #
 # OUT/cpu.txt, OUT/harness.txt and OUT/etcdtool.txt are Go benchmark lines
-# (benchstat reads them); OUT/progress.log has the disk limits and times.
+# (benchstat reads them), each round after a "# round N" line;
+# OUT/progress.log has the disk limits and times; OUT/config.txt the builds,
+# the commit and the settings of the run. At the end
+# scripts/peer-table-report.py writes OUT/report.md: medians, each system's
+# ratio to etcd round by round, and the CPU and disk-limit figures.
 # Needs scripts/setup.sh to have run (bin/nezha, etcd, etcdctl, python3).
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -39,6 +43,8 @@ OLD=${OLD:-}
 BENCHMARK=${BENCHMARK:-}
 [ -x "$NEZHA" ] || { echo "peer-table: $NEZHA missing: run scripts/setup.sh first" >&2; exit 2; }
 mkdir -p "$OUT"
+# A run's files start empty: a second run into the same OUT replaces the first.
+for f in cpu.txt harness.txt etcdtool.txt progress.log report.md; do : > "$OUT/$f"; done
 log() { echo "[$(date +%H:%M:%S)] $*" | tee -a "$OUT/progress.log"; }
 pids_of() { python3 -c "import json;print(' '.join(str(n['pid']) for n in json.load(open('$1/cluster.json'))['nodes']))"; }
 cpu_ticks() { local t=0 f; for p in "$@"; do f=($(cut -d' ' -f14,15 /proc/$p/stat 2>/dev/null)); t=$((t + ${f[0]:-0} + ${f[1]:-0})); done; echo $t; }
@@ -56,10 +62,20 @@ settle() {
   log "settled $1 after $((i + 5)) s"
 }
 TCK=$(getconf CLK_TCK)
+{
+  echo "date: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
+  echo "commit: $(git describe --always --dirty 2>/dev/null || echo unknown)"
+  echo "bin/nezha: $("$NEZHA" version 2>&1 | head -1)"
+  echo "OLD: ${OLD:-none}${OLD:+ ($("$OLD" version 2>/dev/null | head -1 | grep . || echo "no version command"))}"
+  echo "BENCHMARK: ${BENCHMARK:-none}"
+  echo "rounds: $ROUNDS"
+  echo "machine: $(nproc) CPUs, $(uname -sr)"
+} > "$OUT/config.txt"
 V100=$(head -c 100 /dev/zero | tr '\0' 'v')
 TMP=$(mktemp -d /tmp/peer-table.XXXXXX)
 trap 'for d in "$TMP"/*; do [ -f "$d/cluster.json" ] && "$NEZHA" cluster down -cluster "$d" -purge >/dev/null 2>&1; done; rm -rf "$TMP"' EXIT
 for r in $(seq 1 "$ROUNDS"); do
+  for f in cpu harness etcdtool; do echo "# round $r" >> "$OUT/$f.txt"; done
   log "round $r of $ROUNDS: disk limit"
   "$NEZHA" experiment run disk-limit -profile quick -out "$OUT/disk-$r" > "$OUT/disk-$r.txt" 2>&1
   grep -o '[0-9.]* MB/s in 1024 KiB' "$OUT/disk-$r.txt" | tee -a "$OUT/progress.log"
@@ -115,3 +131,4 @@ for r in $(seq 1 "$ROUNDS"); do
   done
 done
 log "done: $OUT"
+python3 scripts/peer-table-report.py "$OUT"
