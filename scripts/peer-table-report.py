@@ -43,6 +43,7 @@ TOOL_ROWS = (
 )
 ROUND_RE = re.compile(r"^# round (\d+)\s*$")
 DISK_RE = re.compile(r"^([0-9.]+) MB/s in 1024 KiB")
+LOG_ROUND_RE = re.compile(r"\] round (\d+) of \d+: disk limit$")
 
 
 def die(msg):
@@ -128,10 +129,15 @@ def main():
     if tool:
         report += [""] + table("through etcd's benchmark tool (etcd API)", TOOL_ROWS, tool)
 
-    disks = []
+    disks = {}  # round -> disk limit, MB/s
     if os.path.exists(os.path.join(out, "progress.log")):
         with open(os.path.join(out, "progress.log")) as f:
-            disks = [float(m.group(1)) for m in map(DISK_RE.match, f) if m]
+            rnd = 0
+            for line in f:
+                if m := LOG_ROUND_RE.search(line):
+                    rnd = int(m.group(1))
+                elif (m := DISK_RE.match(line)) and rnd not in disks:
+                    disks[rnd] = float(m.group(1))
     cpu = read_bench(os.path.join(out, "cpu.txt"))
     head = cpu.get(("BenchmarkCPUPerGiB/bin=head", None), {})
     old = cpu.get(("BenchmarkCPUPerGiB/bin=old", None), {})
@@ -140,7 +146,7 @@ def main():
                    "| node CPU s per GiB, bin/nezha | the same, OLD | bin/nezha / OLD |", "|---" * 7 + "|"]
         for r in sorted(head):
             h, o = head[r], old.get(r, {})
-            disk = disks[r - 1] if r - 1 < len(disks) else None
+            disk = disks.get(r)
             mbs = h.get("MB/s")
             frac = f"{100 * mbs / (disk / 3):.0f} %" if disk and mbs is not None else "-"
             hs, os_ = h.get("node-cpu-s/GiB"), o.get("node-cpu-s/GiB")
