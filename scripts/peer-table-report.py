@@ -91,6 +91,9 @@ def cell(values):
 
 
 def fmt(x):
+    """x with thousands separators (3 significant digits under 100), or "-" for None."""
+    if x is None:
+        return "-"
     return f"{x:,.0f}" if x >= 100 else f"{x:,.3g}"
 
 
@@ -149,10 +152,9 @@ def main():
             disk = disks.get(r)
             mbs = h.get("MB/s")
             frac = f"{100 * mbs / (disk / 3):.0f} %" if disk and mbs is not None else "-"
-            hs, os_ = h.get("node-cpu-s/GiB"), o.get("node-cpu-s/GiB")
-            ratio = f"{hs / os_:.2f}x" if hs is not None and os_ else "-"
-            report.append(f"| {r} | {fmt(disk) if disk else '-'} | {fmt(mbs) if mbs is not None else '-'} | {frac} "
-                          f"| {fmt(hs) if hs is not None else '-'} | {fmt(os_) if os_ is not None else '-'} | {ratio} |")
+            head_s, old_s = h.get("node-cpu-s/GiB"), o.get("node-cpu-s/GiB")
+            ratio = f"{head_s / old_s:.2f}x" if head_s is not None and old_s else "-"
+            report.append(f"| {r} | {fmt(disk)} | {fmt(mbs)} | {frac} | {fmt(head_s)} | {fmt(old_s)} | {ratio} |")
     text = "\n".join(report) + "\n"
     with open(os.path.join(out, "report.md"), "w") as f:
         f.write(text)
