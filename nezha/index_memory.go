@@ -248,6 +248,58 @@ func (x *MemoryIndex) lookupWords(key string) (seg, off, idx, w uint64, expires 
 	return seg, off, idx, w, 0, true
 }
 
+// memoryMultiGetGroup is how many keys MultiGet hashes and touches ahead
+// of their lookups (two slots each: 128 cache lines, 8 KiB, in the L1
+// cache). Measured at 1M keys in one goroutine, calls of 64 keys: groups
+// of 8, 16, 32 and 64 took about 105, 90, 82 and 75 ns per key.
+const memoryMultiGetGroup = 64
+
+// MultiGet looks up many keys in one call, as RocksDB's MultiGet: locs[i]
+// and found[i] are what Get(keys[i]) returns, each lookup on its own (a
+// change of the index between two lookups may be seen by the second and
+// not the first). It takes no lock, allocates nothing, and fails only when
+// the three slices' lengths differ, writing nothing.
+//
+// A GET at 1M keys waits for the DRAM miss of its slot (see lookupWords),
+// and one Get after another overlaps only as many misses as the CPU's
+// window holds GETs, two or three. MultiGet first hashes a group of keys
+// and reads the first word of each key's home slot and of the slot after
+// it (where most displaced keys are), reads whose addresses depend only on
+// the key, so that their misses are outstanding together (as Write's
+// prefetch does for puts, and as hash joins prefetch a group of probes:
+// Chen, Ailamaki, Gibbons, Mowry, "Improving Hash Join Performance through
+// Prefetching", ICDE 2004); then it looks each key up in full, in cache.
+// Touching the home slot alone left the displaced keys' probes to miss:
+// 101-104 ns per key against 87-91 ns with both slots (groups of 16).
+// BenchmarkMemoryIndex's op=MultiGet measures it.
+func (x *MemoryIndex) MultiGet(keys [][]byte, locs []systems.Location, found []bool) error {
+	if len(locs) != len(keys) || len(found) != len(keys) {
+		return fmt.Errorf("nezha: memory index: MultiGet of %d keys into %d locations and %d found flags",
+			len(keys), len(locs), len(found))
+	}
+	for base := 0; base < len(keys); base += memoryMultiGetGroup {
+		group := keys[base:min(base+memoryMultiGetGroup, len(keys))]
+		var touched uint64
+		for _, key := range group {
+			if len(key) <= memoryInlineKeyBytes {
+				k0, k1, k2 := packKey(unsafe.String(unsafe.SliceData(key), len(key)))
+				h := x.hashWords(k0, k1, k2, len(key))
+				t := x.shards[h%memoryShards].tab.Load()
+				i := h >> 32 & t.mask
+				touched += atomic.LoadUint64(&t.slotUnchecked(i)[0]) + atomic.LoadUint64(&t.slotUnchecked((i + 1) & t.mask)[0])
+			}
+		}
+		for i, key := range group {
+			var off, w uint64
+			loc := &locs[base+i]
+			loc.Segment, off, loc.Index, w, loc.ExpiresUnixNano, found[base+i] = x.lookupWords(unsafe.String(unsafe.SliceData(key), len(key)))
+			loc.Offset, loc.Length = int64(off), uint32(w)
+		}
+		_ = touched
+	}
+	return nil
+}
+
 // slowLookup is the full lookup of key: a probe from its home slot under
 // the shard's seqlock, retried while changes overlap it, with the slot's
 // expiry time.

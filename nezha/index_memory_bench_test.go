@@ -125,6 +125,45 @@ func BenchmarkMemoryIndex(b *testing.B) {
 					})
 				}
 			})
+			// MultiGet: the same lookups through MemoryIndex.MultiGet, 64 keys
+			// a call (a batch of GETs in one request); one op is one key.
+			b.Run("op=MultiGet", func(b *testing.B) {
+				const perCall = 64
+				x := loadedIndex(b, 0).(*MemoryIndex)
+				var next, missed atomic.Int64
+				b.ReportAllocs()
+				cpu0 := processCPUTime(b)
+				b.ResetTimer()
+				b.RunParallel(func(pb *testing.PB) {
+					locs, found := make([]systems.Location, perCall), make([]bool, perCall)
+					i := int(next.Add(1)) * 104729 &^ (perCall - 1) // apart in the lookup sequence
+					pending := 0
+					lookup := func() {
+						keys := get[i&(lookups-1):][:pending]
+						if err := x.MultiGet(keys, locs[:pending], found[:pending]); err != nil {
+							b.Error(err)
+						}
+						for _, ok := range found[:pending] {
+							if !ok {
+								missed.Add(1)
+							}
+						}
+						i, pending = i+pending, 0
+					}
+					for pb.Next() {
+						if pending++; pending == perCall {
+							lookup()
+						}
+					}
+					if pending > 0 {
+						lookup()
+					}
+				})
+				reportOpsPerSec(b, cpu0)
+				if missed.Load() != 0 {
+					b.Fatalf("%d lookups of present keys missed", missed.Load())
+				}
+			})
 			b.Run("op=Put", func(b *testing.B) {
 				for impl := range impls {
 					b.Run("impl="+impls[impl].name, func(b *testing.B) {

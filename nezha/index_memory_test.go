@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"maps"
 	"math/rand"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -63,6 +64,25 @@ func checkIndexModel(t *testing.T, x *MemoryIndex, model map[string]systems.Loca
 		got, found, err := x.Get([]byte(k))
 		if err != nil || found != wantFound || got != want {
 			t.Fatalf("Get(%q) = %v, %v, %v; want %v, %v", k, got, found, err, want, wantFound)
+		}
+	}
+	// MultiGet of the whole space, in calls of every size from 1 to 130
+	// keys (groups of memoryMultiGetGroup and a partial last group).
+	keys := make([][]byte, space)
+	for i := range keys {
+		keys[i] = []byte(modelKey(i))
+	}
+	locs, found := make([]systems.Location, space), make([]bool, space)
+	for i, n := 0, 1; i < space; i, n = i+n, n%130+1 {
+		end := min(i+n, space)
+		if err := x.MultiGet(keys[i:end], locs[i:end], found[i:end]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i, k := range keys {
+		want, wantFound := model[string(k)]
+		if found[i] != wantFound || locs[i] != want {
+			t.Fatalf("MultiGet: key %q = %v, %v; want %v, %v", k, locs[i], found[i], want, wantFound)
 		}
 	}
 	v, err := x.View()
@@ -236,6 +256,11 @@ func TestMemoryIndexConcurrentReaders(t *testing.T) {
 				}
 				i := rng.Intn(space)
 				loc, found, err := x.Get(keys[i])
+				if r == 0 { // the same lookup through MultiGet, beside other keys
+					locs, founds := make([]systems.Location, 3), make([]bool, 3)
+					err = x.MultiGet([][]byte{keys[rng.Intn(space)], keys[i], keys[rng.Intn(space)]}, locs, founds)
+					loc, found = locs[1], founds[1]
+				}
 				if err != nil {
 					errs <- err
 					return
@@ -507,4 +532,34 @@ func atHome(x *MemoryIndex, key string) bool {
 	t := x.shards[h%memoryShards].tab.Load()
 	s := t.slot(h >> 32 & t.mask)
 	return s[0] == slotMeta(h, len(key)) && s[1] == k0 && s[2] == k1 && s[3] == k2
+}
+
+// TestMemoryIndexMultiGetLengths: MultiGet refuses slices of different
+// lengths and writes nothing; an empty call is a no-op.
+func TestMemoryIndexMultiGetLengths(t *testing.T) {
+	x := NewMemoryIndex()
+	var b IndexBatch
+	b.Put([]byte("a"), systems.Location{Segment: 1, Index: 1})
+	b.SetApplied(1)
+	if err := x.Write(&b); err != nil {
+		t.Fatal(err)
+	}
+	keys := [][]byte{[]byte("a"), []byte("b")}
+	for _, c := range []struct{ locs, found int }{{1, 2}, {2, 1}, {3, 3}} {
+		locs, found := make([]systems.Location, c.locs), make([]bool, c.found)
+		err := x.MultiGet(keys, locs, found)
+		if err == nil || !strings.Contains(err.Error(), "MultiGet of 2 keys") {
+			t.Fatalf("MultiGet of 2 keys into %d locations and %d flags: err %v, want a length error", c.locs, c.found, err)
+		}
+		if slices.Contains(found, true) || slices.ContainsFunc(locs, func(l systems.Location) bool { return l != systems.Location{} }) {
+			t.Fatalf("MultiGet wrote results on a length error: %v %v", locs, found)
+		}
+	}
+	if err := x.MultiGet(nil, nil, nil); err != nil {
+		t.Fatalf("empty MultiGet: %v", err)
+	}
+	locs, found := make([]systems.Location, 2), make([]bool, 2)
+	if err := x.MultiGet(keys, locs, found); err != nil || !found[0] || found[1] || locs[0].Segment != 1 {
+		t.Fatalf("MultiGet = %v %v %v; want a found, b absent", locs, found, err)
+	}
 }
