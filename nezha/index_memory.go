@@ -279,6 +279,8 @@ func (x *MemoryIndex) MultiGet(keys [][]byte, locs []systems.Location, found []b
 	}
 	for base := 0; base < len(keys); base += memoryMultiGetGroup {
 		group := keys[base:min(base+memoryMultiGetGroup, len(keys))]
+		// touched only gives the touching loads a use; their values are not
+		// needed (the lookups below read the slots again, under the seqlock).
 		var touched uint64
 		for _, key := range group {
 			if len(key) <= memoryInlineKeyBytes {
