@@ -29,7 +29,7 @@ const clusterUsage = `usage: nezha cluster SUBCOMMAND [flags]   (nezha cluster S
   status -cluster DIR [-json]                              leader, term, commit and applied index per node
   kill -cluster DIR -node N                                SIGKILL node N
   restart -cluster DIR -node N                             start node N again, wait until it serves
-  down -cluster DIR [-purge]                               stop every node (and delete the directory)
+  down -cluster DIR [-purge]                               stop every node (and delete what the harness made there)
   add -cluster DIR [-learner]                              start a new node, add it as a learner, promote it once caught up
   promote -cluster DIR -node N                             make learner N a voter once it has caught up
   remove -cluster DIR -node N                              remove member N (a leader hands over first), stop its process
@@ -148,7 +148,7 @@ func runCluster(args []string, known []string, stdout, stderr io.Writer) error {
 		fmt.Fprintf(stdout, "node %d restarted, pid %d\n", *id, n.PID)
 		return nil
 	case "down":
-		purge := fs.Bool("purge", false, "also delete the cluster directory and its data")
+		purge := fs.Bool("purge", false, "also delete what the harness made in the cluster directory (its nodes' data and logs, cluster.json), and the directory once empty")
 		s, err := parseAndLoad(fs, args, stdout, dir)
 		if err != nil {
 			return err

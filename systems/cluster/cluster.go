@@ -271,6 +271,9 @@ func Up(ctx context.Context, o UpOptions) (*Spec, uint64, error) {
 	if err := errors.Join(errs...); err != nil {
 		return nil, 0, err
 	}
+	if err := checkForeign(o.Dir); err != nil {
+		return nil, 0, err
+	}
 	if old, err := Load(o.Dir); err == nil {
 		for _, n := range old.Nodes {
 			if Alive(n.PID) {
@@ -641,7 +644,8 @@ func Lock(dir string) (func(), error) {
 }
 
 // Down stops every node (SIGTERM, then SIGKILL after 10 s) and, if purge,
-// removes the cluster directory.
+// removes what the harness made in the cluster directory (purge), and the
+// directory itself once nothing else is left in it.
 func (s *Spec) Down(purge bool) error {
 	var errs []error
 	for i := range s.Nodes {
@@ -672,7 +676,7 @@ func (s *Spec) Down(purge bool) error {
 		n.PID = 0
 	}
 	if purge {
-		errs = append(errs, os.RemoveAll(s.Dir))
+		errs = append(errs, s.purge())
 		for _, n := range s.Nodes {
 			releasePorts(n.Address, n.InternalAddress, n.MetricsAddress, n.JSONRPCAddress)
 		}

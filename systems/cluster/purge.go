@@ -1,0 +1,128 @@
+package cluster
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+
+	"github.com/nezha-harness/nezha/systems"
+)
+
+// What the harness makes in a cluster directory, and nothing else: a purge
+// removes these names only, so that a file a user put there survives it.
+var (
+	// clusterFiles are made in DIR itself: the description, its
+	// temporary copy while it is saved, and the lock (Lock).
+	clusterFiles = []string{FileName, FileName + ".tmp", ".lock"}
+	// nodeFiles are made in DIR/nodeN: the node's -data, its log, and the
+	// peer-link file of a proxied cluster (faults.DialPeersFile).
+	nodeFiles = []string{"data", "node.log", "dial-peers.json"}
+	// nodeDirName matches the node directories (DIR/node<id>).
+	nodeDirName = regexp.MustCompile(`^node[1-9][0-9]*$`)
+)
+
+// checkForeign refuses a cluster directory that holds something the
+// harness did not make and no cluster.json: a directory of the user's
+// (`-cluster ~/results`, say) that a later `down -purge` must not touch.
+// An absent or empty directory, or one holding only the lock, is fine;
+// one with a cluster.json is judged by Up (running or stopped cluster).
+func checkForeign(dir string) error {
+	des, err := os.ReadDir(dir)
+	if err != nil {
+		if errors.Is(err, os.ErrNotExist) {
+			return nil
+		}
+		return fmt.Errorf("cluster directory %s: %w", dir, err)
+	}
+	var foreign []string
+	for _, de := range des {
+		if de.Name() == FileName {
+			return nil
+		}
+		if de.Name() != ".lock" {
+			foreign = append(foreign, de.Name())
+		}
+	}
+	if len(foreign) == 0 {
+		return nil
+	}
+	return systems.Usagef("%s is not empty and holds no %s (%s): name a new or empty directory for the cluster",
+		dir, FileName, listSome(foreign, 3))
+}
+
+// purge removes what the harness made under s.Dir: cluster.json, the lock,
+// and in each node directory (node1 up to the last id ever given, removed
+// members included) the node's data, log and peer-link file; then every
+// directory left empty. Anything else stays, and so do the directories
+// that hold it; the error names them.
+func (s *Spec) purge() error {
+	var errs []error
+	last := s.NextID
+	for _, n := range s.Nodes {
+		last = max(last, n.ID+1)
+	}
+	des, err := os.ReadDir(s.Dir)
+	if err != nil {
+		if errors.Is(err, os.ErrNotExist) {
+			return nil
+		}
+		return err
+	}
+	var kept []string
+	for _, de := range des {
+		name := de.Name()
+		switch {
+		case slices.Contains(clusterFiles, name):
+			// Removed last: the lock is held until the caller unlocks.
+		case de.IsDir() && nodeDirName.MatchString(name) && nodeIndex(name) < last:
+			nd := filepath.Join(s.Dir, name)
+			for _, f := range nodeFiles {
+				if err := os.RemoveAll(filepath.Join(nd, f)); err != nil {
+					errs = append(errs, err)
+				}
+			}
+			if left, _ := os.ReadDir(nd); len(left) > 0 {
+				for _, l := range left {
+					kept = append(kept, filepath.Join(name, l.Name()))
+				}
+				continue
+			}
+			if err := os.Remove(nd); err != nil {
+				errs = append(errs, err)
+			}
+		default:
+			kept = append(kept, name)
+		}
+	}
+	for _, f := range clusterFiles {
+		if err := os.Remove(filepath.Join(s.Dir, f)); err != nil && !errors.Is(err, os.ErrNotExist) {
+			errs = append(errs, err)
+		}
+	}
+	if len(kept) > 0 {
+		errs = append(errs, fmt.Errorf("%s left in place: it holds files the harness did not make (%s)", s.Dir, listSome(kept, 5)))
+	} else if err := os.Remove(s.Dir); err != nil && !errors.Is(err, os.ErrNotExist) {
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
+}
+
+// nodeIndex is the id in a node directory's name (nodeDirName).
+func nodeIndex(name string) uint64 {
+	var id uint64
+	fmt.Sscanf(strings.TrimPrefix(name, "node"), "%d", &id)
+	return id
+}
+
+// listSome joins up to n names, with how many more there are.
+func listSome(names []string, n int) string {
+	slices.Sort(names)
+	if len(names) <= n {
+		return strings.Join(names, ", ")
+	}
+	return fmt.Sprintf("%s and %d more", strings.Join(names[:n], ", "), len(names)-n)
+}
