@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"flag"
@@ -25,7 +26,8 @@ func registerAddress(fs *flag.FlagSet, a *cluster.Address) {
 }
 
 const clusterUsage = `usage: nezha cluster SUBCOMMAND [flags]   (nezha cluster SUBCOMMAND -h lists its flags)
-  up -system S [-nodes 3] -cluster DIR [-- serve flags]   start a local cluster, return once a leader is elected
+  up -system S [-nodes 3] -cluster DIR [-backend local|docker|ssh -hosts FILE] [-- serve flags]
+                                                           start a cluster, return once a leader is elected
   status -cluster DIR [-json]                              leader, term, commit and applied index per node
   kill -cluster DIR -node N                                SIGKILL node N
   restart -cluster DIR -node N                             start node N again, wait until it serves
@@ -56,6 +58,7 @@ func runCluster(args []string, known []string, stdout, stderr io.Writer) error {
 		fs.StringVar(&o.System, "system", "", "system under test (or etcd: the external reference system, Debian's etcd on PATH)")
 		fs.IntVar(&o.Nodes, "nodes", 3, "number of nodes")
 		fs.DurationVar(&o.ReadyTimeout, "timeout", 30*time.Second, "how long to wait for a leader")
+		hosts := registerBackend(fs, &o.Backend)
 		var extra []string
 		for i, a := range args {
 			if a == "--" {
@@ -64,6 +67,9 @@ func runCluster(args []string, known []string, stdout, stderr io.Writer) error {
 			}
 		}
 		if err := parseCluster(fs, args, stdout); err != nil {
+			return err
+		}
+		if err := hosts.load(&o.Backend); err != nil {
 			return err
 		}
 		o.Dir, o.ExtraArgs, o.KnownSystems, o.Detach = *dir, extra, known, true
@@ -89,16 +95,19 @@ func runCluster(args []string, known []string, stdout, stderr io.Writer) error {
 			}
 			return systems.OneLine("cluster up", err)
 		}
-		fmt.Fprintf(stdout, "cluster of %d %s nodes up in %s, leader %d\n", len(s.Nodes), cluster.Label(s.System), s.Dir, leader)
+		fmt.Fprintf(stdout, "cluster of %d %s nodes up in %s (backend %s), leader %d\n", len(s.Nodes), cluster.Label(s.System), s.Dir, s.BackendName(), leader)
 		for _, n := range s.Nodes {
 			fmt.Fprintf(stdout, "  node %d  address %s  internal %s  pid %d  log %s", n.ID, n.Address, n.InternalAddress, n.PID, n.Log)
+			if n.Host != "" {
+				fmt.Fprintf(stdout, "  on %s", n.Host)
+			}
 			if n.MetricsAddress != "" {
 				fmt.Fprintf(stdout, "  metrics http://%s/metrics", n.MetricsAddress)
 			}
 			if n.JSONRPCAddress != "" {
 				fmt.Fprintf(stdout, "  jsonrpc %s", n.JSONRPCAddress)
 			}
-			if a := loggedEtcdAddress(n.Log); a != "" {
+			if a := cmp.Or(n.EtcdAddress, loggedEtcdAddress(n.Log)); a != "" {
 				fmt.Fprintf(stdout, "  etcd %s", a)
 			}
 			fmt.Fprintln(stdout)
@@ -334,4 +343,34 @@ func loggedEtcdAddress(log string) string {
 		return ""
 	}
 	return string(ms[len(ms)-1][1])
+}
+
+// backendFlags are the flags that choose where a new cluster's nodes run.
+type backendFlags struct {
+	hosts string
+}
+
+// registerBackend adds -backend, -hosts, -image, -privileged and
+// -hostBinary to fs, filling o; load reads -hosts once fs is parsed.
+func registerBackend(fs *flag.FlagSet, o *cluster.BackendOptions) *backendFlags {
+	f := &backendFlags{}
+	fs.StringVar(&o.Name, "backend", cluster.BackendLocal, "where the nodes run: local (processes on this machine's loopback), docker (containers of the nezha image: scripts/image.sh builds it), ssh (one node per host of -hosts)")
+	fs.StringVar(&f.hosts, "hosts", "", "`FILE` of hosts, one node per host (ssh; docker: one daemon per node): lines `TARGET ADDRESS [dir=D] [base_port=P] [ssh_config=F]`, TARGET an ssh destination or a DOCKER_HOST value (docs/multi-machine.md)")
+	fs.StringVar(&o.Docker.Image, "image", "", "docker: the image the nodes run (default nezha:<this binary's revision>, what scripts/image.sh builds)")
+	fs.BoolVar(&o.Docker.Privileged, "privileged", true, "docker: run the containers privileged, so that their agents may limit page cache, drop caches and set readahead (false: CAP_NET_ADMIN only; those measurements then fall back)")
+	fs.StringVar(&o.Binary, "hostBinary", "", "ssh: the nezha binary copied to the hosts (default this one; bin/nezha-static, which scripts/image.sh builds, needs no librocksdb there)")
+	return f
+}
+
+// load reads -hosts into o.
+func (f *backendFlags) load(o *cluster.BackendOptions) error {
+	if f.hosts == "" {
+		return nil
+	}
+	hosts, err := cluster.ParseHosts(f.hosts)
+	if err != nil {
+		return err
+	}
+	o.Hosts = hosts
+	return nil
 }

@@ -54,8 +54,8 @@ func (c *cli) serveCommand() *ffcli.Command {
 	fs.StringVar(&cfg.Address, "address", "", "client API address host:port")
 	fs.StringVar(&cfg.InternalAddress, "internalAddress", "", "Raft peer address host:port (must appear in -peers)")
 	fs.StringVar(&cfg.EtcdAddress, "etcdAddress", "", "also serve etcd v3's KV API (etcdctl, etcd's benchmark tool) on host:port; port 0: a free port, logged as etcd_address (default off)")
-	fs.StringVar(&cfg.MetricsAddress, "metricsAddress", "", "serve Prometheus metrics at /metrics on this loopback host:port; port 0: a free port, logged as metrics_address (default off; `cluster up` sets it)")
-	fs.StringVar(&cfg.JSONRPCAddress, "jsonrpcAddress", "", "serve the JSON-RPC 2.0 cluster API (raftpico's methods, newline-delimited JSON over TCP) on this loopback host:port; port 0: a free port, logged as jsonrpc_address (default off)")
+	fs.StringVar(&cfg.MetricsAddress, "metricsAddress", "", "serve Prometheus metrics at /metrics on this loopback or private host:port (no public address: it has no authentication); port 0: a free port, logged as metrics_address (default off; `cluster up` sets it)")
+	fs.StringVar(&cfg.JSONRPCAddress, "jsonrpcAddress", "", "serve the JSON-RPC 2.0 cluster API (raftpico's methods, newline-delimited JSON over TCP) on this loopback or private host:port; port 0: a free port, logged as jsonrpc_address (default off)")
 	fs.StringVar(&cfg.DataDir, "data", "", "data directory")
 	fs.StringVar(&cfg.ClusterID, "clusterID", "", "cluster name; peers of another cluster are refused (default: derived from -peers)")
 	fs.BoolVar(&cfg.Sync, "sync", cfg.Sync, "fdatasync the Raft log once per Ready; false is for comparison only")
@@ -75,7 +75,7 @@ func (c *cli) serveCommand() *ffcli.Command {
 	fs.BoolVar(&cfg.DiskFaults, "diskFaults", cfg.DiskFaults, "serve the DiskFaults RPC that injects disk faults into this node (tests and nezha check only)")
 	logLevel := fs.String("logLevel", "info", "log level: debug, info, warn, error")
 	logFormat := fs.String("logFormat", node.LogFormatText, "log format on stderr: text (slog's key=value) or json (one JSON object per line); every line has the node id (node) and Raft term (term)")
-	pprofAddr := fs.String("pprofAddress", "", "serve net/http/pprof on this loopback host:port (profiling; off by default)")
+	pprofAddr := fs.String("pprofAddress", "", "serve net/http/pprof on this loopback or private host:port (profiling; off by default)")
 	usage := "usage: nezha serve -system S -address A -internalAddress I -peers P1,P2,P3 -data D [flags]"
 	// Only the serve command line names a system whose flags to add.
 	var name string

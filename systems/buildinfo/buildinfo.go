@@ -103,3 +103,18 @@ func (in Info) String() string {
 	}
 	return s + ", " + in.GoVersion
 }
+
+// ImageTag is the container image that scripts/image.sh builds from the
+// same checkout: nezha:<first 12 hex digits of the revision>[-dirty], or
+// nezha:latest when the revision is unknown.
+func ImageTag() string {
+	in := Read()
+	if in.Revision == "unknown" || len(in.Revision) < 12 {
+		return "nezha:latest"
+	}
+	tag := "nezha:" + in.Revision[:12]
+	if in.Dirty {
+		tag += "-dirty"
+	}
+	return tag
+}

@@ -1,12 +1,18 @@
-// Package cluster runs local clusters: N `nezha serve` processes on free
-// loopback ports, described by DIR/cluster.json, which every other tool
-// (kv, bench, ycsb, check, experiments) reads to find the servers.
+// Package cluster runs clusters: N `nezha serve` processes (or etcd's),
+// each supervised by its own agent (`nezha agent`, package agent) wherever
+// it runs: on this machine's loopback (the local backend, the default), in
+// containers (docker) or on other hosts (ssh). DIR/cluster.json describes
+// a cluster; every other tool (kv, bench, ycsb, check, experiments) reads it
+// to find the servers and their agents.
 //
-// Layout of a cluster directory:
+// Layout of a cluster directory (the local backend keeps the nodes' files
+// in it; the others keep them on the nodes' hosts):
 //
 //	DIR/cluster.json
-//	DIR/node1/data/   the node's -data
-//	DIR/node1/node.log stdout and stderr of the serve process
+//	DIR/agent.token     the token every call to the cluster's agents carries
+//	DIR/node1/data/     the node's -data
+//	DIR/node1/node.log  stdout and stderr of the node's process
+//	DIR/node1/agent.log the agent's own log
 package cluster
 
 import (
@@ -18,15 +24,17 @@ import (
 	mrand "math/rand/v2"
 	"net"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
 	"github.com/nezha-harness/nezha/systems"
+	"github.com/nezha-harness/nezha/systems/agent"
+	"github.com/nezha-harness/nezha/systems/agent/agentpb"
 	"github.com/nezha-harness/nezha/systems/client"
 	"github.com/nezha-harness/nezha/systems/kvpb"
 )
@@ -40,10 +48,26 @@ type Node struct {
 	ID              uint64 `json:"id"`
 	Address         string `json:"address"`
 	InternalAddress string `json:"internal_address"`
-	// PID of the serve process, 0 when it is known to be stopped.
-	PID  int    `json:"pid"`
+	// PID of the serve process on its host, 0 when it is known to be
+	// stopped.
+	PID int `json:"pid"`
+	// Dir is the node's directory on its host (its agent's -dir); Data
+	// (Dir/data) and Log (Dir/node.log) are paths on that host too.
+	Dir  string `json:"dir,omitempty"`
 	Data string `json:"data"`
 	Log  string `json:"log"`
+	// Agent is the address of the node's agent; Host, for the docker and
+	// ssh backends, where it runs (a container, an ssh destination).
+	Agent string `json:"agent_address,omitempty"`
+	Host  string `json:"host,omitempty"`
+	// AgentPID is the local backend's agent process.
+	AgentPID int `json:"agent_pid,omitempty"`
+	// DialPeers are the addresses this node dials for each member, in
+	// -peers order, when the cluster's peer links go through the agents'
+	// proxies (Spec.Links): its -dialPeers.
+	DialPeers []string `json:"dial_peers,omitempty"`
+	// DialPeersFile is its -dialPeersFile then (members added later).
+	DialPeersFile string `json:"dial_peers_file,omitempty"`
 	// MetricsAddress serves the node's Prometheus metrics at /metrics
 	// (-metricsAddress); empty for clusters started before it existed and
 	// for external systems.
@@ -52,6 +76,12 @@ type Node struct {
 	// (-jsonrpcAddress; README "JSON-RPC cluster API"); empty for clusters
 	// started before it existed and for external systems.
 	JSONRPCAddress string `json:"jsonrpc_address,omitempty"`
+	// EtcdAddress serves etcd's KV API (-etcdAddress; README "etcd's API
+	// on every node"), PprofAddress Go's profiler (-pprofAddress); empty
+	// for external systems, for clusters started before they were given
+	// one, and when the cluster's own flags name them.
+	EtcdAddress  string `json:"etcd_address,omitempty"`
+	PprofAddress string `json:"pprof_address,omitempty"`
 	// ExtraArgs are this node's own serve flags, after the cluster's.
 	ExtraArgs []string `json:"extra_args,omitempty"`
 	// BootstrapVoters, for a node added to a running cluster, are the
@@ -63,8 +93,14 @@ type Node struct {
 type Spec struct {
 	System string `json:"system"`
 	Nodes  []Node `json:"nodes"`
-	// Binary is the nezha executable that runs the nodes.
+	// Binary is the nezha executable that runs the agents (and, on the
+	// local and ssh backends, the nodes).
 	Binary string `json:"binary"`
+	// Backend is where the nodes run (empty: local).
+	Backend BackendSpec `json:"backend,omitzero"`
+	// Links: the nodes reach each other through their agents' peer-link
+	// proxies, which network faults cut and delay (UpOptions.Links).
+	Links bool `json:"links,omitempty"`
 	// ExtraArgs are passed to every serve process (after `--` on `cluster up`).
 	ExtraArgs []string `json:"extra_args,omitempty"`
 	// ClusterID is every node's -clusterID, fixed when the cluster starts
@@ -85,12 +121,14 @@ type Spec struct {
 	// that no orphaned node keeps ports, disk and CPU (Linux
 	// PR_SET_PDEATHSIG; prctl(2)). Not stored; Load sets it.
 	Detach bool `json:"-"`
-	// Wrap, if set, returns a command line that node n's process is
-	// started through: it must end by exec'ing its remaining arguments (the
-	// binary and its arguments, appended), so that the node keeps the pid
-	// Wrap's process started with. The harness uses it to place a node in
-	// a memory cgroup before the node opens its store. Not stored.
-	Wrap func(n *Node) []string `json:"-"`
+	// StartMemoryLimitBytes, if set, starts nodes inside a memory cgroup
+	// of that many bytes (their agents make it), so that the node is
+	// limited before it opens its store. Not stored.
+	StartMemoryLimitBytes int64 `json:"-"`
+	// host is UpOptions.Host while Up runs (not stored).
+	host string
+	// agents are the connections to the nodes' agents (not stored).
+	agents *agentPool
 	// NodeArgs, if set (not stored), gives a member that AddMember adds
 	// its own flags, as UpOptions.NodeArgs did at the start (e.g. the
 	// per-link proxies of faults.Net): called with the new node, its ports
@@ -177,6 +215,7 @@ func Load(dir string) (*Spec, error) {
 	}
 	s.Dir = dir
 	s.Detach = true // a loaded cluster is the CLI's, which exits at once
+	s.pool()
 	return &s, nil
 }
 
@@ -205,17 +244,24 @@ type UpOptions struct {
 	System string
 	// Nodes is the cluster size. Default 3.
 	Nodes int
-	// Binary is the nezha executable. Default: the running executable. An
-	// external system (Etcd) runs its own binary from PATH instead.
+	// Binary is the nezha executable (it runs the agents; an external
+	// system's nodes run its own binary, which each agent finds on its
+	// PATH). Default: the running executable.
 	Binary string
 	// ExtraArgs are appended to every serve command line.
 	ExtraArgs []string
 	// NodeArgs, if set, returns flags for one node (appended after
 	// ExtraArgs), given every node's addresses; e.g. -dialPeers through
-	// per-link proxies.
+	// faults.NewHTTPNet's proxies.
 	NodeArgs func(self Node, all []Node) []string
-	// Host is the loopback address to bind. Default 127.0.0.1.
+	// Links makes the nodes reach each other through their agents'
+	// peer-link proxies (network faults cut and delay them).
+	Links bool
+	// Host is the loopback address a local cluster binds. Default
+	// 127.0.0.1.
 	Host string
+	// Backend is where the nodes run. Default: local.
+	Backend BackendOptions
 	// ReadyTimeout bounds the wait for a leader. Default 30s.
 	ReadyTimeout time.Duration
 	// KnownSystems, if set, are the valid System names (checked before any
@@ -239,15 +285,16 @@ func Up(ctx context.Context, o UpOptions) (*Spec, uint64, error) {
 	if o.ReadyTimeout == 0 {
 		o.ReadyTimeout = 30 * time.Second
 	}
+	if o.Backend.Name == "" {
+		o.Backend.Name = BackendLocal
+	}
 	var errs []error
-	switch {
-	case External(o.System):
-		exe, err := etcdBinary()
-		if err != nil {
+	if External(o.System) && o.Backend.Name == BackendLocal {
+		if _, err := etcdBinary(); err != nil {
 			errs = append(errs, err)
 		}
-		o.Binary = exe
-	case o.Binary == "":
+	}
+	if o.Binary == "" {
 		exe, err := os.Executable()
 		if err != nil {
 			return nil, 0, err
@@ -265,9 +312,10 @@ func Up(ctx context.Context, o UpOptions) (*Spec, uint64, error) {
 	if o.Nodes < 1 || o.Nodes > MaxNodes {
 		errs = append(errs, systems.Usagef("-nodes %d is outside 1..%d", o.Nodes, MaxNodes))
 	}
-	if ip := net.ParseIP(o.Host); ip == nil || !ip.IsLoopback() {
+	if ip := net.ParseIP(o.Host); o.Backend.Name == BackendLocal && (ip == nil || !ip.IsLoopback()) {
 		errs = append(errs, systems.Usagef("host %q is not a loopback address", o.Host))
 	}
+	errs = append(errs, o.Backend.Validate(o.Nodes))
 	if err := errors.Join(errs...); err != nil {
 		return nil, 0, err
 	}
@@ -275,11 +323,13 @@ func Up(ctx context.Context, o UpOptions) (*Spec, uint64, error) {
 		return nil, 0, err
 	}
 	if old, err := Load(o.Dir); err == nil {
-		for _, n := range old.Nodes {
-			if Alive(n.PID) {
+		for i := range old.Nodes {
+			n := &old.Nodes[i]
+			if old.running(ctx, n) {
 				return nil, 0, systems.Usagef("%s already runs a cluster (node %d, pid %d); `nezha cluster down -cluster %s` first", o.Dir, n.ID, n.PID, o.Dir)
 			}
 		}
+		old.closeAgents()
 		for _, n := range old.Nodes {
 			if des, err := os.ReadDir(n.Data); err == nil && len(des) > 0 {
 				return nil, 0, systems.Usagef("%s holds the data of a stopped %s cluster; restart its nodes with `nezha cluster restart -cluster %s -node N`, or delete it with `nezha cluster down -cluster %s -purge`",
@@ -290,38 +340,27 @@ func Up(ctx context.Context, o UpOptions) (*Spec, uint64, error) {
 	if err := os.MkdirAll(o.Dir, 0o755); err != nil {
 		return nil, 0, systems.Usagef("cluster directory %s: %v", o.Dir, err)
 	}
-	abs, err := filepath.Abs(o.Dir)
-	if err != nil {
+	if err := writeToken(o.Dir); err != nil {
 		return nil, 0, err
 	}
-	// Client, internal, metrics and JSON-RPC port per node.
-	ports, err := freePorts(o.Host, 4*o.Nodes)
-	if err != nil {
-		return nil, 0, err
-	}
-	for i := 1; i <= o.Nodes; i++ {
-		// A member removed from an earlier cluster here left its data.
-		data := filepath.Join(abs, fmt.Sprintf("node%d", i), "data")
-		if des, err := os.ReadDir(data); err == nil && len(des) > 0 {
-			return nil, 0, systems.Usagef("%s holds the data of an earlier node; delete it, or the whole cluster with `nezha cluster down -cluster %s -purge`", data, o.Dir)
-		}
-	}
-	s := &Spec{System: o.System, Binary: o.Binary, ExtraArgs: o.ExtraArgs, Dir: o.Dir, NextID: uint64(o.Nodes) + 1, Detach: o.Detach}
+	s := &Spec{System: o.System, Binary: o.Binary, ExtraArgs: o.ExtraArgs, Dir: o.Dir, NextID: uint64(o.Nodes) + 1,
+		Detach: o.Detach, Links: o.Links, Backend: BackendSpec{Name: o.Backend.Name}, host: o.Host}
+	s.pool()
 	if !External(o.System) {
 		s.ClusterID = newClusterID()
 	}
+	b, err := s.prepareBackend(ctx, o.Backend)
+	if err != nil {
+		return nil, 0, err
+	}
+	fail := func(err error) (*Spec, uint64, error) {
+		s.Down(false)
+		return nil, 0, err
+	}
 	for i := 0; i < o.Nodes; i++ {
-		nd := filepath.Join(abs, fmt.Sprintf("node%d", i+1))
-		s.Nodes = append(s.Nodes, Node{
-			ID:              uint64(i + 1),
-			Address:         net.JoinHostPort(o.Host, strconv.Itoa(ports[i])),
-			InternalAddress: net.JoinHostPort(o.Host, strconv.Itoa(ports[o.Nodes+i])),
-			Data:            filepath.Join(nd, "data"),
-			Log:             filepath.Join(nd, "node.log"),
-		})
-		if !External(o.System) {
-			s.Nodes[i].MetricsAddress = net.JoinHostPort(o.Host, strconv.Itoa(ports[2*o.Nodes+i]))
-			s.Nodes[i].JSONRPCAddress = net.JoinHostPort(o.Host, strconv.Itoa(ports[3*o.Nodes+i]))
+		s.Nodes = append(s.Nodes, Node{ID: uint64(i + 1)})
+		if err := b.place(ctx, s, &s.Nodes[i]); err != nil {
+			return fail(err)
 		}
 	}
 	if o.NodeArgs != nil {
@@ -336,35 +375,49 @@ func Up(ctx context.Context, o UpOptions) (*Spec, uint64, error) {
 	s.Nodes[0].ExtraArgs = append(s.Nodes[0].ExtraArgs, "-campaign")
 	if External(s.System) {
 		if err := s.checkEtcd(); err != nil {
-			return nil, 0, err
-		}
-	}
-	for k := range s.Nodes {
-		i := (k + 1) % len(s.Nodes)
-		if err := s.start(&s.Nodes[i]); err != nil {
-			s.Down(false)
-			return nil, 0, err
+			return fail(err)
 		}
 	}
 	if err := s.Save(); err != nil {
-		s.Down(false)
-		return nil, 0, err
+		return fail(err)
+	}
+	for k := range s.Nodes {
+		i := (k + 1) % len(s.Nodes)
+		if err := s.start(ctx, &s.Nodes[i]); err != nil {
+			return fail(err)
+		}
+	}
+	if err := s.Save(); err != nil {
+		return fail(err)
 	}
 	leader, err := s.WaitLeader(ctx, o.ReadyTimeout)
 	if err != nil {
-		s.Down(false)
-		return nil, 0, err
+		return fail(err)
 	}
+	s.host = ""
 	return s, leader, nil
 }
 
-// Args returns the serve command line of node n (for an external system,
-// its own command line).
+// writeToken makes DIR/agent.token if it does not exist.
+func writeToken(dir string) error {
+	path := filepath.Join(dir, TokenFile)
+	if _, err := os.Stat(path); err == nil {
+		return nil
+	}
+	t, err := agent.NewToken()
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(path, []byte(t+"\n"), 0o600)
+}
+
+// Args returns the serve command line of node n, without "serve" (for an
+// external system, its own command line).
 func (s *Spec) Args(n *Node) []string {
 	if External(s.System) {
 		return s.etcdArgs(n)
 	}
-	args := []string{"serve", "-system", s.System, "-address", n.Address,
+	args := []string{"-system", s.System, "-address", n.Address,
 		"-internalAddress", n.InternalAddress, "-peers", s.peersFlag(), "-data", n.Data}
 	if s.ClusterID != "" {
 		args = append(args, "-clusterID", s.ClusterID)
@@ -382,53 +435,104 @@ func (s *Spec) Args(n *Node) []string {
 	if n.JSONRPCAddress != "" {
 		args = append(args, "-jsonrpcAddress", n.JSONRPCAddress)
 	}
+	if n.EtcdAddress != "" {
+		args = append(args, "-etcdAddress", n.EtcdAddress)
+	}
+	if n.PprofAddress != "" {
+		args = append(args, "-pprofAddress", n.PprofAddress)
+	}
+	if s.Links && len(n.DialPeers) == len(s.Nodes) {
+		args = append(args, "-dialPeers", strings.Join(n.DialPeers, ","))
+	}
+	if s.Links && n.DialPeersFile != "" {
+		args = append(args, "-dialPeersFile", n.DialPeersFile)
+	}
 	args = append(args, s.ExtraArgs...)
 	return append(args, n.ExtraArgs...)
 }
 
-// start launches node n's serve process in its own session (a terminal's
-// ^C reaches the starter, which stops the nodes itself), detached or tied
-// to the starter's life as s.Detach says.
-func (s *Spec) start(n *Node) error {
-	if err := os.MkdirAll(filepath.Dir(n.Log), 0o755); err != nil {
-		return err
-	}
-	logf, err := os.OpenFile(n.Log, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+// start starts node n's process through its agent (started again first if
+// it is gone), with its peer-link proxies first when the cluster has them.
+func (s *Spec) start(ctx context.Context, n *Node) error {
+	b, err := s.backend()
 	if err != nil {
 		return err
 	}
-	defer logf.Close()
-	fmt.Fprintf(logf, "=== %s start: %s %s\n", time.Now().Format(time.RFC3339Nano), s.Binary, strings.Join(s.Args(n), " "))
-	// On a restart, its metrics or JSON-RPC port may have been taken while
-	// it was down (another cluster on this machine picked it). Nothing but
-	// the harness dials those two, so a taken one is moved (and saved with
-	// the spec); the client and peer ports cannot be.
-	for _, a := range []*string{&n.MetricsAddress, &n.JSONRPCAddress} {
-		if err := movePortIfTaken(a); err != nil {
+	if err := b.revive(ctx, s, n); err != nil {
+		return fmt.Errorf("start node %d: %w", n.ID, err)
+	}
+	if s.Links {
+		if err := s.linkPeers(ctx, n); err != nil {
 			return fmt.Errorf("start node %d: %w", n.ID, err)
 		}
 	}
-	renewPorts(time.Now(), n.Address, n.InternalAddress, n.MetricsAddress, n.JSONRPCAddress)
-	argv := append([]string{s.Binary}, s.Args(n)...)
-	if s.Wrap != nil {
-		argv = append(s.Wrap(n), argv...)
+	if s.BackendName() == BackendLocal {
+		// On a restart, its metrics, JSON-RPC, etcd API or profiler port
+		// may have been taken while it was down (another cluster on this
+		// machine picked it). Nothing but the harness dials those (a user
+		// of the etcd API reads its address from cluster.json), so a taken
+		// one is moved
+		// (and saved with the spec); the client and peer ports cannot be.
+		for _, a := range []*string{&n.MetricsAddress, &n.JSONRPCAddress, &n.EtcdAddress, &n.PprofAddress} {
+			if err := movePortIfTaken(a); err != nil {
+				return fmt.Errorf("start node %d: %w", n.ID, err)
+			}
+		}
+		renewPorts(time.Now(), n.ports()...)
 	}
-	cmd := exec.Command(argv[0], argv[1:]...)
-	cmd.Stdout, cmd.Stderr = logf, logf
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
-	if !s.Detach {
-		// Delivered when the thread that forked exits; Go keeps its
-		// threads for the life of the process unless a goroutine locked to
-		// one exits, which nothing here does (golang/go#27505).
-		cmd.SysProcAttr.Pdeathsig = syscall.SIGKILL
+	a, err := s.Agent(n)
+	if err != nil {
+		return err
 	}
-	if err := cmd.Start(); err != nil {
+	req := &agentpb.StartRequest{Program: agentpb.Program_SERVE, Args: s.Args(n), MemoryLimitBytes: s.StartMemoryLimitBytes}
+	if External(s.System) {
+		req.Program = agentpb.Program_ETCD
+	}
+	cctx, cancel := context.WithTimeout(ctx, agentCallTimeout)
+	defer cancel()
+	r, err := a.Start(cctx, req)
+	if err != nil {
 		return fmt.Errorf("start node %d: %w", n.ID, err)
 	}
-	n.PID = cmd.Process.Pid
-	// Reap the child if this process outlives it (tests, experiments);
-	// otherwise init adopts it.
-	go cmd.Wait()
+	n.PID = int(r.Pid)
+	return nil
+}
+
+// linkPeers gives node n a proxy in its agent for every other member
+// (SetPeers is idempotent: an existing proxy keeps its port) and records
+// the addresses n dials; an external system's nodes dial their peers
+// directly, so their agents only learn the addresses (to filter packets).
+func (s *Spec) linkPeers(ctx context.Context, n *Node) error {
+	a, err := s.Agent(n)
+	if err != nil {
+		return err
+	}
+	peers := map[uint64]string{}
+	for _, m := range s.Nodes {
+		if m.ID != n.ID {
+			peers[m.ID] = m.InternalAddress
+		}
+	}
+	cctx, cancel := context.WithTimeout(ctx, agentCallTimeout)
+	defer cancel()
+	r, err := a.SetPeers(cctx, &agentpb.SetPeersRequest{Peers: peers, NoProxies: External(s.System)})
+	if err != nil {
+		return fmt.Errorf("peer links of node %d: %w", n.ID, err)
+	}
+	if External(s.System) {
+		return nil
+	}
+	n.DialPeers = make([]string, len(s.Nodes))
+	for i, m := range s.Nodes {
+		if m.ID == n.ID {
+			n.DialPeers[i] = m.InternalAddress
+		} else if d := r.Dial[m.ID]; d != "" {
+			n.DialPeers[i] = d
+		} else {
+			return fmt.Errorf("peer links of node %d: its agent made no proxy for node %d", n.ID, m.ID)
+		}
+	}
+	n.DialPeersFile = r.DialPeersFile
 	return nil
 }
 
@@ -463,12 +567,14 @@ func (s *Spec) pollLeader(ctx context.Context, timeout time.Duration, exits bool
 	defer c.Close()
 	deadline := time.Now().Add(timeout)
 	for {
-		for _, n := range s.Nodes {
-			if exits && n.PID != 0 && !Alive(n.PID) {
-				return 0, fmt.Errorf("node %d (pid %d) exited; last lines of %s:\n%s", n.ID, n.PID, n.Log, Tail(n.Log, 20))
+		sts := s.statuses(ctx, c)
+		for _, st := range sts {
+			if exits && st.Node.PID != 0 && st.stateErr == nil && !st.Alive {
+				n := st.Node
+				return 0, fmt.Errorf("node %d (pid %d) exited; last lines of its log (%s):\n%s", n.ID, n.PID, n.Log, s.NodeTail(&n, 20))
 			}
 		}
-		if id := pick(s.statuses(ctx, c)); id != 0 {
+		if id := pick(sts); id != 0 {
 			return id, nil
 		}
 		if time.Now().After(deadline) {
@@ -484,14 +590,16 @@ func (s *Spec) pollLeader(ctx context.Context, timeout time.Duration, exits bool
 
 // NodeStatus is one node's answer to Status, or why there is none.
 type NodeStatus struct {
-	Node  Node
+	Node Node
+	// Alive: its agent says its process runs.
 	Alive bool
 	// Health is the node's answer to the standard gRPC health service
 	// (SERVING, NOT_SERVING), or why there is none ("unreachable", "-" for
 	// etcd, which is not asked).
-	Health string
-	resp   *kvpb.StatusResponse
-	err    error
+	Health   string
+	resp     *kvpb.StatusResponse
+	err      error
+	stateErr error
 }
 
 // Response returns the node's status response, or the error.
@@ -506,7 +614,8 @@ func (s *Spec) statuses(ctx context.Context, c *client.Client) []NodeStatus {
 			sctx, cancel := context.WithTimeout(ctx, time.Second)
 			defer cancel()
 			r, err := c.Status(sctx, n.Address, false)
-			out[i] = NodeStatus{Node: n, Alive: n.PID != 0 && Alive(n.PID), resp: r, err: err, Health: health(sctx, c, n.Address)}
+			st := s.State(sctx, &n)
+			out[i] = NodeStatus{Node: n, Alive: st.Alive(), resp: r, err: err, stateErr: st.Err, Health: health(sctx, c, n.Address)}
 		}(i, n)
 	}
 	for range s.Nodes {
@@ -543,36 +652,29 @@ func (s *Spec) Kill(id uint64) error {
 	if err != nil {
 		return err
 	}
-	if n.PID == 0 || !Alive(n.PID) {
-		return systems.Usagef("node %d is not running", id)
-	}
-	if err := s.checkOwned(n); err != nil {
+	if err := s.signalNode(context.Background(), n, agentpb.Sig_KILL, 10*time.Second); err != nil {
 		return err
 	}
-	if err := syscall.Kill(n.PID, syscall.SIGKILL); err != nil {
-		return fmt.Errorf("kill node %d (pid %d): %w", id, n.PID, err)
+	if s.BackendName() == BackendLocal {
+		renewPorts(time.Now(), n.ports()...)
 	}
-	renewPorts(time.Now(), n.Address, n.InternalAddress, n.MetricsAddress, n.JSONRPCAddress)
-	if err := waitGone(n.PID, 10*time.Second); err != nil {
-		return err
-	}
-	n.PID = 0
 	return s.Save()
 }
 
-// Signal sends sig to node id (SIGSTOP and SIGCONT for pauses).
+// Signal sends sig to node id: SIGSTOP and SIGCONT for pauses, SIGKILL or
+// SIGTERM (which then wait until the process is gone, as Kill does).
 func (s *Spec) Signal(id uint64, sig syscall.Signal) error {
 	n, err := s.Node(id)
 	if err != nil {
 		return err
 	}
-	if n.PID == 0 || !Alive(n.PID) {
-		return systems.Usagef("node %d is not running", id)
+	m := map[syscall.Signal]agentpb.Sig{syscall.SIGSTOP: agentpb.Sig_STOP, syscall.SIGCONT: agentpb.Sig_CONT,
+		syscall.SIGKILL: agentpb.Sig_KILL, syscall.SIGTERM: agentpb.Sig_TERM}
+	as, ok := m[sig]
+	if !ok {
+		return fmt.Errorf("signal %v: the agents send SIGSTOP, SIGCONT, SIGKILL and SIGTERM only", sig)
 	}
-	if err := s.checkOwned(n); err != nil {
-		return err
-	}
-	return syscall.Kill(n.PID, sig)
+	return s.signalNode(context.Background(), n, as, 10*time.Second)
 }
 
 // Restart starts node id again with its original command line and waits
@@ -583,10 +685,11 @@ func (s *Spec) Restart(id uint64) error {
 	if err != nil {
 		return err
 	}
-	if n.PID != 0 && Alive(n.PID) {
-		return systems.Usagef("node %d is still running (pid %d); kill it first", id, n.PID)
+	ctx := context.Background()
+	if st := s.State(ctx, n); st.Alive() {
+		return systems.Usagef("node %d is still running (pid %d); kill it first", id, st.Pid)
 	}
-	if err := s.start(n); err != nil {
+	if err := s.start(ctx, n); err != nil {
 		return err
 	}
 	if err := s.Save(); err != nil {
@@ -609,8 +712,9 @@ func (s *Spec) waitServing(n *Node, timeout time.Duration) error {
 	deadline := time.Now().Add(timeout)
 	var serving time.Time
 	for {
-		if !Alive(n.PID) {
-			return fmt.Errorf("node %d (pid %d) exited after its restart; last lines of %s:\n%s", n.ID, n.PID, n.Log, Tail(n.Log, 20))
+		pid := n.PID
+		if st := s.State(context.Background(), n); st.Err == nil && !st.Alive() {
+			return fmt.Errorf("node %d (pid %d) exited after its restart (%s); last lines of its log (%s):\n%s", n.ID, pid, st.LastExit, n.Log, s.NodeTail(n, 20))
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 		st, err := c.Status(ctx, n.Address, false)
@@ -643,50 +747,88 @@ func Lock(dir string) (func(), error) {
 	return unlock, err
 }
 
-// Down stops every node (SIGTERM, then SIGKILL after 10 s) and, if purge,
-// removes what the harness made in the cluster directory (purge), and the
-// directory itself once nothing else is left in it.
+// running reports whether node n's process runs: its agent says so, or,
+// for a node of a cluster started before agents existed, its pid is alive.
+func (s *Spec) running(ctx context.Context, n *Node) bool {
+	if n.Agent == "" {
+		return n.PID != 0 && Alive(n.PID)
+	}
+	return s.State(ctx, n).Alive()
+}
+
+// Down stops every node (SIGTERM, then SIGKILL after 10 s) and their
+// agents and, if purge, removes what the harness made for the cluster: on
+// the nodes' hosts (containers, volumes, directories) and in the cluster
+// directory (purge), and the directory itself once nothing else is left in
+// it.
 func (s *Spec) Down(purge bool) error {
-	var errs []error
-	for i := range s.Nodes {
-		n := &s.Nodes[i]
-		if n.PID == 0 || !Alive(n.PID) {
-			n.PID = 0
-			continue
-		}
-		if err := s.checkOwned(n); err != nil {
-			errs = append(errs, err)
-			continue
-		}
-		_ = syscall.Kill(n.PID, syscall.SIGCONT) // a paused node cannot exit
-		_ = syscall.Kill(n.PID, syscall.SIGTERM)
+	ctx := context.Background()
+	b, err := s.backend()
+	if err != nil {
+		return err
 	}
+	errs := make([]error, len(s.Nodes))
+	var wg sync.WaitGroup
 	for i := range s.Nodes {
 		n := &s.Nodes[i]
-		if n.PID == 0 {
-			continue
-		}
-		if err := waitGone(n.PID, 10*time.Second); err != nil {
-			_ = syscall.Kill(n.PID, syscall.SIGKILL)
-			if err := waitGone(n.PID, 5*time.Second); err != nil {
-				errs = append(errs, err)
-				continue
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if n.Agent == "" {
+				errs[i] = s.downLegacy(n)
+				return
 			}
-		}
-		n.PID = 0
+			if err := s.signalNode(ctx, n, agentpb.Sig_TERM, 10*time.Second); err != nil && agentAnswers(ctx, s, n) && !strings.Contains(err.Error(), "is not running") {
+				errs[i] = err
+			}
+			n.PID = 0
+			if err := b.remove(ctx, s, n, purge); err != nil {
+				errs[i] = errors.Join(errs[i], err)
+			}
+		}()
 	}
+	wg.Wait()
+	errs = append(errs, b.close(ctx, s, purge))
+	s.closeAgents()
 	if purge {
 		errs = append(errs, s.purge())
-		for _, n := range s.Nodes {
-			releasePorts(n.Address, n.InternalAddress, n.MetricsAddress, n.JSONRPCAddress)
+		if s.BackendName() == BackendLocal {
+			for _, n := range s.Nodes {
+				releasePorts(n.ports()...)
+			}
 		}
 	} else if _, err := os.Stat(s.Dir); err == nil {
 		errs = append(errs, s.Save())
-		for _, n := range s.Nodes {
-			renewPorts(time.Now(), n.Address, n.InternalAddress, n.MetricsAddress, n.JSONRPCAddress)
+		if s.BackendName() == BackendLocal {
+			for _, n := range s.Nodes {
+				renewPorts(time.Now(), n.ports()...)
+			}
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// downLegacy stops a node of a cluster started before agents existed
+// (cluster.json without agent addresses): SIGTERM to its pid, SIGKILL
+// after 10 s.
+func (s *Spec) downLegacy(n *Node) error {
+	if n.PID == 0 || !Alive(n.PID) {
+		n.PID = 0
+		return nil
+	}
+	if err := s.checkOwned(n); err != nil {
+		return err
+	}
+	_ = syscall.Kill(n.PID, syscall.SIGCONT) // a paused node cannot exit
+	_ = syscall.Kill(n.PID, syscall.SIGTERM)
+	if err := waitGone(n.PID, 10*time.Second); err != nil {
+		_ = syscall.Kill(n.PID, syscall.SIGKILL)
+		if err := waitGone(n.PID, 5*time.Second); err != nil {
+			return err
+		}
+	}
+	n.PID = 0
+	return nil
 }
 
 // checkOwned refuses to signal a pid that is not this cluster's node (the
@@ -866,4 +1008,39 @@ func StorageShapeOf(resp *kvpb.StatusResponse) *systems.StorageShape {
 		sh.Levels = append(sh.Levels, systems.LevelShape{Level: int(l.Level), Files: l.Files, Bytes: l.Bytes})
 	}
 	return sh
+}
+
+// setAdminAddresses gives node n its metrics, JSON-RPC, etcd API and
+// profiler addresses, from at (the backend's k-th port of the node:
+// 2 metrics, 3 JSON-RPC, 5 etcd, 6 pprof), unless the system is external
+// (etcd serves none of ours) or the cluster's flags name the address
+// themselves (a test's -etcdAddress 127.0.0.1:0: the flag given last wins,
+// so cluster.json would be wrong).
+func (s *Spec) setAdminAddresses(n *Node, at func(k int) string) {
+	if External(s.System) {
+		return
+	}
+	named := func(flag string) bool {
+		for _, a := range append(slices.Clone(s.ExtraArgs), n.ExtraArgs...) {
+			if a == flag || strings.HasPrefix(a, flag+"=") || a == "-"+flag || strings.HasPrefix(a, "-"+flag+"=") {
+				return true
+			}
+		}
+		return false
+	}
+	for _, f := range []struct {
+		flag string
+		k    int
+		addr *string
+	}{{"-metricsAddress", 2, &n.MetricsAddress}, {"-jsonrpcAddress", 3, &n.JSONRPCAddress},
+		{"-etcdAddress", 5, &n.EtcdAddress}, {"-pprofAddress", 6, &n.PprofAddress}} {
+		if !named(f.flag) {
+			*f.addr = at(f.k)
+		}
+	}
+}
+
+// ports are node n's addresses that a local cluster leases (portlease.go).
+func (n *Node) ports() []string {
+	return []string{n.Address, n.InternalAddress, n.MetricsAddress, n.JSONRPCAddress, n.EtcdAddress, n.PprofAddress}
 }

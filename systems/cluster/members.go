@@ -7,13 +7,9 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"net"
-	"os"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
 
 	"google.golang.org/grpc"
@@ -21,6 +17,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/nezha-harness/nezha/systems"
+	"github.com/nezha-harness/nezha/systems/agent/agentpb"
 	"github.com/nezha-harness/nezha/systems/client"
 	"github.com/nezha-harness/nezha/systems/kvpb"
 )
@@ -165,47 +162,39 @@ func (s *Spec) AddMember(ctx context.Context, promote bool) (*Node, error) {
 	if len(ml.BootstrapVoters) == 0 {
 		return nil, fmt.Errorf("cluster add: the leader reported no bootstrap voters")
 	}
-	host := "127.0.0.1"
-	if h, _, err := net.SplitHostPort(s.Nodes[0].Address); err == nil {
-		host = h
-	}
-	ports, err := freePorts(host, 4)
-	if err != nil {
-		return nil, err
-	}
-	abs, err := filepath.Abs(s.Dir)
+	b, err := s.backend()
 	if err != nil {
 		return nil, err
 	}
 	id := s.NextID
-	nd := filepath.Join(abs, fmt.Sprintf("node%d", id))
-	if des, err := os.ReadDir(filepath.Join(nd, "data")); err == nil && len(des) > 0 {
-		return nil, fmt.Errorf("cluster add: %s already holds data; next_id %d in %s is stale", nd, id, FileName)
-	}
-	n := Node{
-		ID:              id,
-		Address:         net.JoinHostPort(host, strconv.Itoa(ports[0])),
-		InternalAddress: net.JoinHostPort(host, strconv.Itoa(ports[1])),
-		MetricsAddress:  net.JoinHostPort(host, strconv.Itoa(ports[2])),
-		JSONRPCAddress:  net.JoinHostPort(host, strconv.Itoa(ports[3])),
-		Data:            filepath.Join(nd, "data"),
-		Log:             filepath.Join(nd, "node.log"),
-		BootstrapVoters: ml.BootstrapVoters,
-	}
-	s.Nodes = append(s.Nodes, n)
-	s.NextID = id + 1
+	s.Nodes = append(s.Nodes, Node{ID: id, BootstrapVoters: ml.BootstrapVoters})
 	added := &s.Nodes[len(s.Nodes)-1]
-	if s.NodeArgs != nil {
-		added.ExtraArgs = s.NodeArgs(*added, slices.Clone(s.Nodes))
-	}
 	undo := func() {
-		if added.PID != 0 {
-			_ = syscall.Kill(added.PID, syscall.SIGKILL)
-			_ = waitGone(added.PID, 10*time.Second)
+		if added.Agent != "" {
+			_ = b.remove(ctx, s, added, true)
 		}
 		s.Nodes = s.Nodes[:len(s.Nodes)-1]
 	}
-	if err := s.start(added); err != nil {
+	if err := b.place(ctx, s, added); err != nil {
+		undo()
+		return nil, fmt.Errorf("cluster add: %w", err)
+	}
+	s.NextID = id + 1
+	if s.NodeArgs != nil {
+		added.ExtraArgs = s.NodeArgs(*added, slices.Clone(s.Nodes))
+	}
+	if s.Links {
+		// The running members learn the new one's proxy through their
+		// -dialPeersFile, which their agents rewrite.
+		for i := range s.Nodes[:len(s.Nodes)-1] {
+			if err := s.linkPeers(ctx, &s.Nodes[i]); err != nil {
+				undo()
+				return nil, fmt.Errorf("cluster add: %w", err)
+			}
+		}
+	}
+	n := *added
+	if err := s.start(ctx, added); err != nil {
 		undo()
 		return nil, err
 	}
@@ -219,7 +208,7 @@ func (s *Spec) AddMember(ctx context.Context, promote bool) (*Node, error) {
 		return err
 	})
 	if err != nil {
-		tail := Tail(added.Log, 10)
+		tail := s.NodeTail(added, 10)
 		undo()
 		return nil, fmt.Errorf("%w (if its outcome is unknown, see `nezha cluster members`); last lines of the new node's log:\n%s",
 			adminError(fmt.Sprintf("cluster add: node %d", id), err), tail)
@@ -277,14 +266,12 @@ func (s *Spec) RemoveMember(ctx context.Context, id uint64) error {
 		return adminError(fmt.Sprintf("cluster remove: node %d", id), err)
 	}
 	n, _ := s.Node(id)
-	if n.PID != 0 && Alive(n.PID) {
-		if err := s.checkOwned(n); err == nil {
-			_ = syscall.Kill(n.PID, syscall.SIGTERM)
-			if waitGone(n.PID, 10*time.Second) != nil {
-				_ = syscall.Kill(n.PID, syscall.SIGKILL)
-				_ = waitGone(n.PID, 5*time.Second)
-			}
-		}
+	if b, err := s.backend(); err == nil && n.Agent != "" {
+		// The member is out; its process and agent stop, its data stays.
+		_ = s.signalNode(ctx, n, agentpb.Sig_TERM, 10*time.Second)
+		_ = b.remove(ctx, s, n, false)
+	} else if n.Agent == "" {
+		_ = s.downLegacy(n)
 	}
 	for i := range s.Nodes {
 		if s.Nodes[i].ID == id {

@@ -17,10 +17,12 @@ import (
 var (
 	// clusterFiles are made in DIR itself: the description, its
 	// temporary copy while it is saved, and the lock (Lock).
-	clusterFiles = []string{FileName, FileName + ".tmp", ".lock"}
-	// nodeFiles are made in DIR/nodeN: the node's -data, its log, and the
-	// peer-link file of a proxied cluster (faults.DialPeersFile).
-	nodeFiles = []string{"data", "node.log", "dial-peers.json"}
+	clusterFiles = []string{FileName, FileName + ".tmp", ".lock", TokenFile}
+	// nodeFiles are made in DIR/nodeN (a local cluster's node directory,
+	// its agent's -dir): the node's -data, its log, the agent's log, the
+	// peer-link file (of the agent's proxies, or faults.DialPeersFile's)
+	// and the agent's disk probe.
+	nodeFiles = []string{"data", "node.log", "agent.log", "dial-peers.json", "dial-peers.json.tmp", "disk-probe.tmp"}
 	// nodeDirName matches the node directories (DIR/node<id>).
 	nodeDirName = regexp.MustCompile(`^node[1-9][0-9]*$`)
 )
@@ -55,7 +57,7 @@ func checkForeign(dir string) error {
 }
 
 // purge removes what the harness made under s.Dir: cluster.json, the lock,
-// and in each node directory (node1 up to the last id ever given, removed
+// the agents' token, and in each node directory (node1 up to the last id ever given, removed
 // members included) the node's data, log and peer-link file; then every
 // directory left empty. Anything else stays, and so do the directories
 // that hold it; the error names them.

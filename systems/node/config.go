@@ -67,13 +67,13 @@ type Config struct {
 	// Default: off.
 	EtcdAddress string
 	// MetricsAddress, if set, serves Prometheus metrics at /metrics on this
-	// loopback host:port (metrics.go lists them); port 0 picks a free
+	// loopback or private host:port (metrics.go lists them; AdminHostOK); port 0 picks a free
 	// port, logged as metrics_address. Default: off (`cluster up` gives
 	// every node a port).
 	MetricsAddress string
 	// JSONRPCAddress, if set, serves the JSON-RPC 2.0 cluster API
 	// (jsonrpc.go: raftpico's methods, one JSON object per line over TCP)
-	// on this loopback host:port; port 0 picks a free port, logged as
+	// on this loopback or private host:port; port 0 picks a free port, logged as
 	// jsonrpc_address. Default: off.
 	JSONRPCAddress string
 	// JSONRPCMaxLineBytes bounds one JSON-RPC request line, in bytes; a
@@ -300,8 +300,8 @@ func (c *Config) Validate() error {
 	hostPort("-jsonrpcAddress", c.JSONRPCAddress)
 	for _, a := range [][2]string{{"-metricsAddress", c.MetricsAddress}, {"-jsonrpcAddress", c.JSONRPCAddress}} {
 		if host, _, err := net.SplitHostPort(a[1]); err == nil {
-			if ip := net.ParseIP(host); host != "localhost" && (ip == nil || !ip.IsLoopback()) {
-				bad("%s %q is not a loopback address", a[0], a[1])
+			if !AdminHostOK(host) {
+				bad("%s %q is not a loopback or private address", a[0], a[1])
 			}
 		}
 	}
@@ -413,4 +413,17 @@ func (c *Config) logDir() string { return filepath.Join(c.DataDir, c.System.LogD
 func (c *Config) String() string {
 	return fmt.Sprintf("system=%s id=%d address=%s internal=%s peers=%v data=%s sync=%v",
 		c.System.Name, c.ID(), c.Address, c.InternalAddress, c.Peers, c.DataDir, c.Sync)
+}
+
+// AdminHostOK reports whether host may serve a node's administrative
+// endpoints (metrics, JSON-RPC, the profiler): localhost, a loopback
+// address, or a private one (RFC 1918, RFC 4193, link-local: a container
+// network, a cluster's own LAN). They carry no authentication, so a public
+// or unspecified address (0.0.0.0) is refused.
+func AdminHostOK(host string) bool {
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && (ip.IsLoopback() || ip.IsPrivate() || ip.IsLinkLocalUnicast())
 }

@@ -379,14 +379,22 @@ func TestStartErrors(t *testing.T) {
 	}
 	bad = c
 	bad.MetricsAddress = "0.0.0.0:9100"
-	if err := bad.Validate(); !errors.As(err, &ue) || !strings.Contains(err.Error(), `-metricsAddress "0.0.0.0:9100" is not a loopback address`) {
+	if err := bad.Validate(); !errors.As(err, &ue) || !strings.Contains(err.Error(), `-metricsAddress "0.0.0.0:9100" is not a loopback or private address`) {
 		t.Fatalf("non-loopback -metricsAddress: %v", err)
 	}
 	bad = c
-	bad.JSONRPCAddress, bad.JSONRPCMaxLineBytes = "10.0.0.1:7000", 10
-	if err := bad.Validate(); !errors.As(err, &ue) || !strings.Contains(err.Error(), `-jsonrpcAddress "10.0.0.1:7000" is not a loopback address`) ||
+	bad.JSONRPCAddress, bad.JSONRPCMaxLineBytes = "8.8.8.8:7000", 10
+	if err := bad.Validate(); !errors.As(err, &ue) || !strings.Contains(err.Error(), `-jsonrpcAddress "8.8.8.8:7000" is not a loopback or private address`) ||
 		!strings.Contains(err.Error(), "JSONRPCMaxLineBytes 10") {
 		t.Fatalf("non-loopback -jsonrpcAddress, short lines: %v", err)
+	}
+	// A container network's or a LAN's private address is allowed.
+	for _, a := range []string{"10.213.0.11:3090", "172.17.0.2:3090", "192.168.1.5:3090", "[fd00::5]:3090"} {
+		ok := c
+		ok.MetricsAddress = a
+		if err := ok.Validate(); err != nil && strings.Contains(err.Error(), "-metricsAddress") {
+			t.Errorf("-metricsAddress %s: %v", a, err)
+		}
 	}
 	// A port in use is named.
 	l, err := net.Listen("tcp", "127.0.0.1:0")

@@ -15,7 +15,7 @@ import (
 // Serve runs one node of cfg until SIGINT or SIGTERM (then it stops the
 // node and returns nil) or until the node fails. cfg must have passed
 // Validate. If pprofAddress is not empty, the Go profiler
-// (net/http/pprof) is served on it; it must be a loopback host:port (port
+// (net/http/pprof) is served on it; it must be a loopback or private host:port (port
 // 0: a free port, logged as pprof_address). Bad addresses and start-up
 // problems that are bad input are one-line *systems.UsageError.
 func Serve(cfg Config, pprofAddress string) error {
@@ -48,15 +48,15 @@ func Serve(cfg Config, pprofAddress string) error {
 	}
 }
 
-// servePprof serves the Go profiler on a loopback address (port 0: any
+// servePprof serves the Go profiler on a loopback or private address (port 0: any
 // free port) and returns the address it listens on.
 func servePprof(addr string) (string, error) {
 	host, _, err := net.SplitHostPort(addr)
 	if err != nil {
 		return "", systems.Usagef("serve: -pprofAddress %q: %v", addr, err)
 	}
-	if ip := net.ParseIP(host); host != "localhost" && (ip == nil || !ip.IsLoopback()) {
-		return "", systems.Usagef("serve: -pprofAddress %q is not a loopback address", addr)
+	if !AdminHostOK(host) {
+		return "", systems.Usagef("serve: -pprofAddress %q is not a loopback or private address", addr)
 	}
 	lis, err := net.Listen("tcp", addr)
 	if err != nil {

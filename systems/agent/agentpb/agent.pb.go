@@ -1306,7 +1306,11 @@ type SetPeersRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// peers maps every member this node dials (not itself) to its peer
 	// (internal) address. A member left out loses its proxy.
-	Peers         map[uint64]string `protobuf:"bytes,1,rep,name=peers,proto3" json:"peers,omitempty" protobuf_key:"varint,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	Peers map[uint64]string `protobuf:"bytes,1,rep,name=peers,proto3" json:"peers,omitempty" protobuf_key:"varint,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// no_proxies: the node cannot dial through proxies (etcd advertises one
+	// peer address to all); the agent only learns the peers' addresses, to
+	// cut its links with the packet filter.
+	NoProxies     bool `protobuf:"varint,2,opt,name=no_proxies,json=noProxies,proto3" json:"no_proxies,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1346,6 +1350,13 @@ func (x *SetPeersRequest) GetPeers() map[uint64]string {
 		return x.Peers
 	}
 	return nil
+}
+
+func (x *SetPeersRequest) GetNoProxies() bool {
+	if x != nil {
+		return x.NoProxies
+	}
+	return false
 }
 
 type SetPeersResponse struct {
@@ -2281,9 +2292,11 @@ const file_systems_agent_agentpb_agent_proto_rawDesc = "" +
 	"\x05lines\x18\x01 \x01(\x05R\x05lines\"6\n" +
 	"\fLogsResponse\x12\x12\n" +
 	"\x04text\x18\x01 \x01(\tR\x04text\x12\x12\n" +
-	"\x04path\x18\x02 \x01(\tR\x04path\"\x8a\x01\n" +
+	"\x04path\x18\x02 \x01(\tR\x04path\"\xa9\x01\n" +
 	"\x0fSetPeersRequest\x12=\n" +
-	"\x05peers\x18\x01 \x03(\v2'.nezha.agent.SetPeersRequest.PeersEntryR\x05peers\x1a8\n" +
+	"\x05peers\x18\x01 \x03(\v2'.nezha.agent.SetPeersRequest.PeersEntryR\x05peers\x12\x1d\n" +
+	"\n" +
+	"no_proxies\x18\x02 \x01(\bR\tnoProxies\x1a8\n" +
 	"\n" +
 	"PeersEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\x04R\x03key\x12\x14\n" +
