@@ -1306,7 +1306,12 @@ type SetPeersRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// peers maps every member this node dials (not itself) to its peer
 	// (internal) address. A member left out loses its proxy.
-	Peers         map[uint64]string `protobuf:"bytes,1,rep,name=peers,proto3" json:"peers,omitempty" protobuf_key:"varint,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	Peers map[uint64]string `protobuf:"bytes,1,rep,name=peers,proto3" json:"peers,omitempty" protobuf_key:"varint,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// no_proxies: the node dials its peers itself, not through proxies (a
+	// system whose members advertise one peer address to all: etcd); the
+	// agent only remembers the addresses, for its packet filter, and cuts
+	// links with it alone.
+	NoProxies     bool `protobuf:"varint,2,opt,name=no_proxies,json=noProxies,proto3" json:"no_proxies,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1348,10 +1353,18 @@ func (x *SetPeersRequest) GetPeers() map[uint64]string {
 	return nil
 }
 
+func (x *SetPeersRequest) GetNoProxies() bool {
+	if x != nil {
+		return x.NoProxies
+	}
+	return false
+}
+
 type SetPeersResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// dial maps each member to the proxy address the node dials for it;
-	// the agent also writes them to the node's dial-peers file.
+	// the agent also writes them to the node's dial-peers file (neither
+	// with no_proxies).
 	Dial          map[uint64]string `protobuf:"bytes,1,rep,name=dial,proto3" json:"dial,omitempty" protobuf_key:"varint,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
 	DialPeersFile string            `protobuf:"bytes,2,opt,name=dial_peers_file,json=dialPeersFile,proto3" json:"dial_peers_file,omitempty"`
 	unknownFields protoimpl.UnknownFields
@@ -1466,9 +1479,11 @@ func (x *SetLinksRequest) GetJitterNs() int64 {
 
 type SetLinksResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// mechanism says how the cuts are made: "proxy", or "proxy+nftables"
+	// mechanism says how the cuts are made: "proxy", "proxy+nftables"
 	// (packets to the member's peer address dropped by the host's packet
-	// filter as well).
+	// filter as well), "nftables" (no proxies: the packet filter alone) or
+	// "none" (no proxies and no packet filter: nothing can be cut, and a
+	// cut is refused with FailedPrecondition).
 	Mechanism     string `protobuf:"bytes,1,opt,name=mechanism,proto3" json:"mechanism,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -2281,9 +2296,11 @@ const file_systems_agent_agentpb_agent_proto_rawDesc = "" +
 	"\x05lines\x18\x01 \x01(\x05R\x05lines\"6\n" +
 	"\fLogsResponse\x12\x12\n" +
 	"\x04text\x18\x01 \x01(\tR\x04text\x12\x12\n" +
-	"\x04path\x18\x02 \x01(\tR\x04path\"\x8a\x01\n" +
+	"\x04path\x18\x02 \x01(\tR\x04path\"\xa9\x01\n" +
 	"\x0fSetPeersRequest\x12=\n" +
-	"\x05peers\x18\x01 \x03(\v2'.nezha.agent.SetPeersRequest.PeersEntryR\x05peers\x1a8\n" +
+	"\x05peers\x18\x01 \x03(\v2'.nezha.agent.SetPeersRequest.PeersEntryR\x05peers\x12\x1d\n" +
+	"\n" +
+	"no_proxies\x18\x02 \x01(\bR\tnoProxies\x1a8\n" +
 	"\n" +
 	"PeersEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\x04R\x03key\x12\x14\n" +
