@@ -37,7 +37,7 @@ func (s *server) Info(context.Context, *agentpb.InfoRequest) (*agentpb.InfoRespo
 	s.probeMu.Lock()
 	defer s.probeMu.Unlock()
 	resp.MemoryCgroup = capability(probeMemoryCgroup())
-	resp.DropCaches = capability("", writable(dropCachesPath))
+	resp.DropCaches = capability(dropCachesPath, writable(dropCachesPath))
 	if raPath == "" {
 		resp.ReadAhead = &agentpb.Capability{Why: fmt.Sprintf("no read_ahead_kb in /sys for the device of %s (%q)", s.cfg.Dir, device)}
 	} else {
