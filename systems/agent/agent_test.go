@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"os/exec"
 	"os/signal"
 	"path/filepath"
 	"strconv"
@@ -25,6 +26,11 @@ import (
 // memory cgroup (CgroupExecCommand) goes to the test binary too.
 const fakeNodeEnv = "NEZHA_AGENT_TEST_FAKE_NODE"
 
+// childAgentEnv makes the test binary an agent of its own (Serve, until
+// killed) whose node directory is the variable's value, for
+// TestNodeDiesWithAgent.
+const childAgentEnv = "NEZHA_AGENT_TEST_CHILD_AGENT"
+
 func TestMain(m *testing.M) {
 	if len(os.Args) > 1 && os.Args[1] == CgroupExecCommand {
 		fmt.Fprintln(os.Stderr, ExecInCgroup(os.Args[2:]))
@@ -32,6 +38,13 @@ func TestMain(m *testing.M) {
 	}
 	if os.Getenv(fakeNodeEnv) == "1" && len(os.Args) > 1 && os.Args[1] == "serve" {
 		fakeNode(os.Args[2:])
+	}
+	if dir := os.Getenv(childAgentEnv); dir != "" {
+		os.Unsetenv(childAgentEnv)
+		c := DefaultConfig()
+		c.Dir, c.Token, c.Binary, c.AddressFile = dir, testToken, os.Args[0], filepath.Join(dir, "agent.address")
+		fmt.Fprintln(os.Stderr, Serve(context.Background(), c))
+		os.Exit(1)
 	}
 	os.Setenv(fakeNodeEnv, "1")
 	os.Exit(m.Run())
@@ -273,8 +286,19 @@ func (a *testAgent) signal(t *testing.T, sig agentpb.Sig, waitMs int64) *agentpb
 	return r
 }
 
-// gone reports whether pid no longer names a process (nor a zombie).
-func gone(pid int) bool { return syscall.Kill(pid, 0) == syscall.ESRCH }
+// gone reports whether pid no longer names a running process: no process,
+// or a zombie (an orphan's parent, in a container, may never reap it).
+func gone(pid int) bool {
+	if syscall.Kill(pid, 0) == syscall.ESRCH {
+		return true
+	}
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return true
+	}
+	_, after, _ := strings.Cut(string(b), ") ")
+	return strings.HasPrefix(after, "Z")
+}
 
 func TestTokenRequired(t *testing.T) {
 	a := startAgent(t, nil)
@@ -451,4 +475,60 @@ func TestStopsNodeOnTheWayOut(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestStartEtcd: an ETCD start runs EtcdBinary, looked up in PATH, with
+// the arguments as given (no "serve" added); a missing one is refused.
+func TestStartEtcd(t *testing.T) {
+	t.Setenv("PATH", filepath.Dir(os.Args[0])+string(os.PathListSeparator)+os.Getenv("PATH"))
+	a := startAgent(t, func(c *Config) { c.EtcdBinary = filepath.Base(os.Args[0]) })
+	r, err := a.Start(ctxT(t), &agentpb.StartRequest{Program: agentpb.Program_ETCD, Args: []string{"serve", "-print", "etcd-ready", "-sleep"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a.waitLine(t, "etcd-ready")
+	if text := a.waitLog(t, "start: "); !strings.Contains(text, " start: "+os.Args[0]+" serve -print etcd-ready -sleep") {
+		t.Fatalf("start line of an ETCD start:\n%s", text)
+	}
+	a.signal(t, agentpb.Sig_KILL, 0)
+	if !gone(int(r.Pid)) {
+		t.Fatalf("pid %d after KILL", r.Pid)
+	}
+	b := startAgent(t, func(c *Config) { c.EtcdBinary = "no-such-etcd-here" })
+	_, err = b.Start(ctxT(t), &agentpb.StartRequest{Program: agentpb.Program_ETCD})
+	wantCode(t, "Start of a missing etcd", err, codes.FailedPrecondition)
+}
+
+// TestNodeDiesWithAgent: a node outlives no agent, however it ends
+// (SIGKILL here: nothing of the agent's runs on the way out).
+func TestNodeDiesWithAgent(t *testing.T) {
+	dir := t.TempDir()
+	cmd := exec.Command(os.Args[0], "-test.run", "^$")
+	cmd.Env = append(os.Environ(), childAgentEnv+"="+dir)
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	reaped := make(chan struct{})
+	go func() { cmd.Wait(); close(reaped) }()
+	t.Cleanup(func() { cmd.Process.Kill(); <-reaped })
+	var addr string
+	eventually(t, "the child agent writes its address", func() (bool, string) {
+		b, err := os.ReadFile(filepath.Join(dir, "agent.address"))
+		addr = strings.TrimSpace(string(b))
+		return addr != "", fmt.Sprint(err)
+	})
+	c, err := Dial(addr, testToken)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	r, err := c.Start(ctxT(t), &agentpb.StartRequest{Program: agentpb.Program_SERVE, Args: []string{"-ignoreTerm", "-sleep"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Process.Kill()
+	<-reaped
+	eventually(t, fmt.Sprintf("node pid %d ends with its agent", r.Pid), func() (bool, string) {
+		return gone(int(r.Pid)), "still there"
+	})
 }

@@ -78,12 +78,9 @@ func (s *server) SetPeers(_ context.Context, req *agentpb.SetPeersRequest) (*age
 			return nil, status.Errorf(codes.InvalidArgument, "member %d: address %q is not host:port", id, addr)
 		}
 	}
-	if req.GetNoProxies() && (s.links.hasDelay()) {
-		return nil, status.Error(codes.FailedPrecondition, "links are delayed, which needs proxies: clear the delay first")
-	}
 	dial, err := s.links.setPeers(req.GetPeers(), req.GetNoProxies())
 	if err != nil {
-		return nil, status.Errorf(codes.Internal, "peer links: %v", err)
+		return nil, err
 	}
 	resp := &agentpb.SetPeersResponse{Dial: dial}
 	if !req.GetNoProxies() {
@@ -92,17 +89,15 @@ func (s *server) SetPeers(_ context.Context, req *agentpb.SetPeersRequest) (*age
 	return resp, nil
 }
 
-func (l *links) hasDelay() bool {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.delay != 0 || l.jitter != 0
-}
-
 // setPeers makes peers the node's members (see SetPeers) and returns the
-// address the node dials for each (none when direct).
+// address the node dials for each (none when direct); errors are gRPC
+// statuses.
 func (l *links) setPeers(peers map[uint64]string, direct bool) (map[uint64]string, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	if direct && (l.delay != 0 || l.jitter != 0) {
+		return nil, status.Error(codes.FailedPrecondition, "links are delayed, which needs proxies: clear the delay first")
+	}
 	l.peers = map[uint64]string{}
 	for id, a := range peers {
 		l.peers[id] = a
@@ -163,7 +158,10 @@ func (l *links) setPeers(peers map[uint64]string, direct bool) (map[uint64]strin
 			errs = append(errs, fmt.Errorf("dial peers file: %w", err))
 		}
 	}
-	return dial, errors.Join(errs...)
+	if err := errors.Join(errs...); err != nil {
+		return nil, status.Errorf(codes.Internal, "peer links: %v", err)
+	}
+	return dial, nil
 }
 
 // startProxyLocked creates and starts the proxy to member id at address
