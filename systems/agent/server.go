@@ -115,10 +115,12 @@ func Serve(ctx context.Context, c Config) error {
 		}
 	}
 	var serveErr error
+	servedEarly := false
 	select {
 	case <-ctx.Done():
 	case <-s.exit:
 	case serveErr = <-served:
+		servedEarly = true
 	}
 	err = s.shutdown()
 	// Exit's answer is on its way: let it go before the listener closes.
@@ -129,7 +131,7 @@ func Serve(ctx context.Context, c Config) error {
 	case <-time.After(5 * time.Second):
 		g.Stop()
 	}
-	if serveErr == nil {
+	if !servedEarly {
 		serveErr = <-served
 	}
 	if errors.Is(serveErr, grpc.ErrServerStopped) {
