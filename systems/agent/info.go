@@ -36,7 +36,7 @@ func (s *server) Info(context.Context, *agentpb.InfoRequest) (*agentpb.InfoRespo
 	}
 	s.probeMu.Lock()
 	defer s.probeMu.Unlock()
-	resp.MemoryCgroup = capability(probeMemoryCgroup())
+	resp.MemoryCgroup = capability(probeMemoryCgroup(s.groupName + "-probe"))
 	resp.DropCaches = capability(dropCachesPath, writable(dropCachesPath))
 	if raPath == "" {
 		resp.ReadAhead = &agentpb.Capability{Why: fmt.Sprintf("no read_ahead_kb in /sys for the device of %s (%q)", s.cfg.Dir, device)}
@@ -55,14 +55,14 @@ func capability(how string, err error) *agentpb.Capability {
 	return &agentpb.Capability{Ok: true, Why: how}
 }
 
-// probeMemoryCgroup creates and removes a memory cgroup; how is the
-// controller's version.
-func probeMemoryCgroup() (how string, err error) {
+// probeMemoryCgroup creates and removes the memory cgroup name; how is
+// the controller's version.
+func probeMemoryCgroup(name string) (how string, err error) {
 	l, ok := FindMemoryController()
 	if !ok {
 		return "", errNoController
 	}
-	dir, err := NewMemoryGroup(fmt.Sprintf("%s%d-probe", groupPrefix, os.Getpid()), 0)
+	dir, err := NewMemoryGroup(name, 0)
 	if dir != "" {
 		if rerr := RemoveMemoryGroup(dir); err == nil {
 			err = rerr
@@ -80,11 +80,9 @@ func (s *server) packetFilterCapability() *agentpb.Capability {
 	case !has && s.cfg.PacketFilter:
 		return &agentpb.Capability{Why: s.filterWhy}
 	case !has:
-		why := "off (the agent runs without a packet filter); nftables works here"
-		if err := probePacketFilter(); err != nil {
-			why = "off (the agent runs without a packet filter), and nftables fails here: " + err.Error()
-		}
-		return &agentpb.Capability{Why: why}
+		// Not probed: this namespace may be shared (nodes on one loopback),
+		// and its packet filter is not the agent's to touch.
+		return &agentpb.Capability{Why: "off (the agent runs without a packet filter: Config.PacketFilter, -packetFilter)"}
 	}
 	return capability("nftables table "+filterTable, probePacketFilter())
 }

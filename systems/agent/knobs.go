@@ -4,7 +4,6 @@ import (
 	"cmp"
 	"context"
 	"errors"
-	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -23,7 +22,9 @@ import (
 // The host's knobs through the agent: the node's memory cgroup, the page
 // cache, the data device's readahead, and the disk and CPU probes.
 
-// groupPrefix names agents' memory cgroups: groupPrefix + the agent's pid.
+// groupPrefix names agents' memory cgroups: groupPrefix + the agent's
+// pid + "-" + the agent's own random suffix (agents may share a process:
+// tests, an in-process cluster).
 const groupPrefix = "nezha-agent-"
 
 // hostRefusal turns an error of a knob the host may not allow (no root, a
@@ -42,7 +43,7 @@ func (s *server) memoryGroupLocked(limitBytes int64) (string, error) {
 	if s.group != "" {
 		return s.group, SetMemoryGroupLimit(s.group, limitBytes)
 	}
-	dir, err := NewMemoryGroup(fmt.Sprintf("%s%d", groupPrefix, os.Getpid()), limitBytes)
+	dir, err := NewMemoryGroup(s.groupName, limitBytes)
 	if dir != "" {
 		s.group = dir
 	}

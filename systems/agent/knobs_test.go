@@ -20,13 +20,13 @@ func TestMemoryCgroup(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("memory cgroup: needs root")
 	}
-	if _, err := probeMemoryCgroup(); err != nil {
+	if _, err := probeMemoryCgroup(fmt.Sprintf("%s%d-test", groupPrefix, os.Getpid())); err != nil {
 		t.Skipf("memory cgroup: %v", err)
 	}
 	a := startAgent(t, nil)
 	ctx := ctxT(t)
 	const limit = 512 << 20
-	name := fmt.Sprintf("%s%d", groupPrefix, os.Getpid())
+	var name string
 	inGroup := func(pid int) bool {
 		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/cgroup", pid))
 		if err != nil {
@@ -43,6 +43,14 @@ func TestMemoryCgroup(t *testing.T) {
 		return r
 	}
 	pid := a.start(t, limit, "-alloc", "4194304")
+	// The start line names the group.
+	text := a.waitLog(t, "in memory cgroup ")
+	_, after, _ := strings.Cut(text, "in memory cgroup ")
+	dir, _, _ := strings.Cut(after, ",")
+	name = filepath.Base(dir)
+	if !strings.HasPrefix(name, fmt.Sprintf("%s%d-", groupPrefix, os.Getpid())) {
+		t.Fatalf("group %q (from the log: %q)", name, text)
+	}
 	if st := stats(); !st.InGroup || st.LimitBytes != limit || st.UsageBytes < 4<<20 || st.OomKills != 0 || !inGroup(pid) {
 		t.Fatalf("started in a group of %d bytes: %v (in the group: %v)", limit, st, inGroup(pid))
 	}

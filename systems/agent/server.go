@@ -16,6 +16,7 @@ import (
 	"crypto/subtle"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"os"
 	"sync"
@@ -41,8 +42,9 @@ type server struct {
 	// and when the last one that ended did.
 	started, exited time.Time
 	lastExit        string
-	// group is the node's memory cgroup, "" if none.
-	group string
+	// group is the node's memory cgroup, "" if none; groupName the name it
+	// has when it exists.
+	group, groupName string
 	// readAhead is what SetReadAhead changed, to put back.
 	readAhead readAheadState
 
@@ -100,6 +102,7 @@ func Serve(ctx context.Context, c Config) error {
 		}
 	}
 	s.links = newLinks(DialPeersFile(c.Dir), filter)
+	s.groupName = fmt.Sprintf("%s%d-%08x", groupPrefix, os.Getpid(), rand.Uint32())
 	RemoveStaleMemoryGroups(groupPrefix)
 	go spawnLoop(s.spawn, s.spawnEnd)
 
