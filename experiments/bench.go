@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math/rand"
 	"os"
 	"path/filepath"
 	"slices"
@@ -18,6 +17,7 @@ import (
 
 	"github.com/nezha-harness/nezha/baseline"
 	"github.com/nezha-harness/nezha/plots"
+	"github.com/nezha-harness/nezha/systems/agent"
 	"github.com/nezha-harness/nezha/systems/cluster"
 	"github.com/nezha-harness/nezha/workloads"
 )
@@ -51,18 +51,19 @@ func diskLimit() Experiment {
 			unix.Sync()
 			var samples []float64
 			for range diskLimitSamples {
-				v, err := fsyncBandwidth(ctx, path, max(p.DiskLimitBytes/diskLimitSamples, int64(p.DiskLimitWriteBytes)), p.DiskLimitWriteBytes)
+				v, err := agent.FsyncBandwidth(ctx, path, max(p.DiskLimitBytes/diskLimitSamples, int64(p.DiskLimitWriteBytes)), p.DiskLimitWriteBytes)
 				if err != nil {
 					return err
 				}
-				samples = append(samples, v)
+				samples = append(samples, v.MBPerSec)
 			}
 			mbps := slices.Max(samples)
 			x.samples("disk_limit_mb_per_sec", samples)
-			small, err := fsyncBandwidth(ctx, path, 4*mib, 4*kib)
+			probe, err := agent.FsyncBandwidth(ctx, path, 4*mib, 4*kib)
 			if err != nil {
 				return err
 			}
+			small := probe.MBPerSec
 			x.metric("disk_limit_mb_per_sec", mbps)
 			x.metric("fsync_4k_per_sec", small*1e6/(4*kib))
 			x.table(Table{Title: "Sequential writes with fsync after each", Columns: []string{"write size", "MB/s", "writes+fsyncs/s"},
@@ -73,7 +74,7 @@ func diskLimit() Experiment {
 			x.note("The %d KiB row is the best of %d passes of %s each (MB/s: %s), after a sync of everything dirty. A local 3-node cluster writes every value on this one disk three times: its PUT goodput is bounded by %.1f MB/s / 3 = %.1f MB/s.",
 				p.DiskLimitWriteBytes/kib, diskLimitSamples, bytesText(p.DiskLimitBytes/diskLimitSamples), floatsText(samples), mbps, mbps/3)
 			x.logf("%.1f MB/s in %d KiB fsynced writes; %.0f 4 KiB write+fsync/s", mbps, p.DiskLimitWriteBytes/kib, small*1e6/(4*kib))
-			speed, err := calibrate(ctx, 5, 100*time.Millisecond)
+			speed, err := agent.Calibrate(ctx, 5, 100*time.Millisecond)
 			if err != nil {
 				return err
 			}
@@ -105,33 +106,6 @@ func floatsText(vs []float64) string {
 // diskLimitSamples is how many passes of DiskLimitBytes/diskLimitSamples
 // the disk-limit experiment takes the best of.
 const diskLimitSamples = 3
-
-// fsyncBandwidth writes total bytes in writes of size bytes, each followed
-// by fdatasync, and returns MB/s (10^6 bytes).
-func fsyncBandwidth(ctx context.Context, path string, total int64, size int) (float64, error) {
-	f, err := os.Create(path)
-	if err != nil {
-		return 0, err
-	}
-	defer f.Close()
-	buf := make([]byte, size)
-	rand.New(rand.NewSource(1)).Read(buf)
-	start := time.Now()
-	var written int64
-	for written < total {
-		if err := ctx.Err(); err != nil {
-			return 0, err
-		}
-		if _, err := f.Write(buf); err != nil {
-			return 0, err
-		}
-		if err := unix.Fdatasync(int(f.Fd())); err != nil {
-			return 0, err
-		}
-		written += int64(size)
-	}
-	return float64(written) / time.Since(start).Seconds() / 1e6, nil
-}
 
 // diskLimitOf returns the disk limit measured earlier in this run, if any.
 func (x *Run) diskLimitOf() (float64, bool) {
@@ -399,14 +373,14 @@ func (x *Run) restartQuiet(ctx context.Context, tb *testbed) error {
 	if err := tb.spec.Down(false); err != nil {
 		return err
 	}
-	if x.Profile.ReadCache == ReadCacheCgroup && isRoot() && cgroupVersion() != "" {
+	if x.Profile.ReadCache == ReadCacheCgroup && isRoot() && agent.CgroupVersion() != "" {
 		dirs := map[uint64]string{}
 		var errs []error
 		for _, n := range tb.spec.Nodes {
 			name := groupName(tb.spec.System, n.ID)
 			// No limit yet: the engine's start (memtables, caches) must not
 			// meet the group's OOM killer; arrangeReads' follower sets it.
-			dir, err := newMemoryGroup(name, 0)
+			dir, err := agent.NewMemoryGroup(name, 0)
 			if err != nil {
 				errs = append(errs, err)
 				if dir != "" {
@@ -431,7 +405,7 @@ func (x *Run) restartQuiet(ctx context.Context, tb *testbed) error {
 			// A page in the page cache stays charged to the group that
 			// brought it in (the load's, outside): drop what the stopped
 			// nodes left, so that the new ones read it in their groups.
-			if err := dropCaches(); err != nil {
+			if err := agent.DropCaches(); err != nil {
 				x.logf("%s: dropping the page cache before the restart failed: %v", tb.spec.System, err)
 			}
 			_ = intoGroupWrap(dirs) // TODO(agents): start inside the groups through the agents

@@ -10,10 +10,9 @@ import (
 	"strings"
 	"time"
 
-	"golang.org/x/sys/unix"
-
+	"github.com/nezha-harness/nezha/systems/agent"
 	"github.com/nezha-harness/nezha/systems/cluster"
-	"github.com/nezha-harness/nezha/workloads"
+	"github.com/nezha-harness/nezha/systems/machine"
 )
 
 // Reads that reach the disk. The paper's GET and SCAN figures come from
@@ -38,9 +37,6 @@ import (
 // kill the node. The page cache each node actually held is read back from
 // the group (memory.stat) and reported, and a node the OOM killer took
 // anyway fails its system in the experiment (oomKilled).
-
-// cgroupRoot is where the cgroup file systems are mounted.
-const cgroupRoot = "/sys/fs/cgroup"
 
 // anonHeadroomBytes is the memory a node may newly fault in, between two
 // looks of the follower, besides its page cache and the rest (heap, kernel
@@ -78,7 +74,7 @@ func (x *Run) arrangeReads(specs []*cluster.Spec) *readCache {
 		return rc
 	}
 	if want == ReadCacheCgroup {
-		removeStaleGroups()
+		agent.RemoveStaleMemoryGroups(groupPrefix)
 		var errs []error
 		for _, s := range specs {
 			for _, n := range s.Nodes {
@@ -88,7 +84,7 @@ func (x *Run) arrangeReads(specs []*cluster.Spec) *readCache {
 					rc.byPID[n.PID] = dir
 					continue
 				}
-				dir, err := limitMemory(groupName(s.System, n.ID), n.PID, p.ReadCacheBytes+anonHeadroomBytes)
+				dir, err := agent.LimitMemory(groupName(s.System, n.ID), n.PID, p.ReadCacheBytes+anonHeadroomBytes)
 				if dir != "" {
 					rc.groups = append(rc.groups, dir)
 					rc.byPID[n.PID] = dir
@@ -104,9 +100,9 @@ func (x *Run) arrangeReads(specs []*cluster.Spec) *readCache {
 			x.logf("memory cgroups not available (%v); dropping the page cache before each read run instead", err)
 		} else {
 			rc.Mode = ReadCacheCgroup
-			rc.Short = fmt.Sprintf("disk (%s page cache per node, %s memory cgroup)", bytesText(p.ReadCacheBytes), cgroupVersion())
+			rc.Short = fmt.Sprintf("disk (%s page cache per node, %s memory cgroup)", bytesText(p.ReadCacheBytes), agent.CgroupVersion())
 			rc.Text = fmt.Sprintf("disk: the memory each node touches after the load limited to %s of page cache + %s of slack above the heap it faults in (%s memory cgroup whose limit follows the heap every %v), page cache dropped once",
-				bytesText(p.ReadCacheBytes), bytesText(anonHeadroomBytes), cgroupVersion(), followInterval)
+				bytesText(p.ReadCacheBytes), bytesText(anonHeadroomBytes), agent.CgroupVersion(), followInterval)
 			rc.stopFollow, rc.followDone = make(chan struct{}), make(chan struct{})
 			go rc.followLimits(slices.Clone(rc.groups), p.ReadCacheBytes+anonHeadroomBytes)
 		}
@@ -116,7 +112,7 @@ func (x *Run) arrangeReads(specs []*cluster.Spec) *readCache {
 		rc.Short = "disk (page cache dropped before each run)"
 		rc.Text = "disk: the page cache is dropped (/proc/sys/vm/drop_caches) before every read run; hot keys are cached again during a run"
 	}
-	if err := dropCaches(); err != nil {
+	if err := agent.DropCaches(); err != nil {
 		rc.release()
 		rc.Mode, rc.Short, rc.Text = ReadCacheWarm, "page cache (warm)", fmt.Sprintf("page cache (warm): dropping the page cache failed (%v); reads are served from memory", err)
 	}
@@ -134,7 +130,7 @@ func (rc *readCache) again() error {
 	if rc.Mode == ReadCacheWarm {
 		return nil
 	}
-	return dropCaches()
+	return agent.DropCaches()
 }
 
 // beforeRun prepares one read run: with ReadCacheDrop, drops the cache.
@@ -142,7 +138,7 @@ func (rc *readCache) beforeRun() error {
 	if rc.Mode != ReadCacheDrop {
 		return nil
 	}
-	return dropCaches()
+	return agent.DropCaches()
 }
 
 // followLimits sets each group's limit to what it holds besides page
@@ -150,15 +146,15 @@ func (rc *readCache) beforeRun() error {
 // followInterval, until release.
 func (rc *readCache) followLimits(groups []string, aboveAnonBytes int64) {
 	defer close(rc.followDone)
-	l, _ := memcg() // the groups exist, so a controller is mounted
+	l, _ := agent.FindMemoryController() // the groups exist, so a controller is mounted
 	set := map[string]int64{}
 	t := time.NewTicker(followInterval)
 	defer t.Stop()
 	for {
 		for _, dir := range groups {
-			b, err := os.ReadFile(filepath.Join(dir, l.usageFile))
+			b, err := os.ReadFile(filepath.Join(dir, l.UsageFile))
 			usage, perr := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
-			cache, ok := memoryStat(dir, l.cacheKey)
+			cache, ok := agent.MemoryStat(dir, l.CacheKey)
 			if err != nil || perr != nil || !ok {
 				continue
 			}
@@ -166,7 +162,7 @@ func (rc *readCache) followLimits(groups []string, aboveAnonBytes int64) {
 			// Lowering the limit reclaims clean page cache (the nodes are
 			// quiet: no dirty pages), never what is not page cache.
 			if d := limit - set[dir]; d > 1<<20 || d < -(1<<20) {
-				if os.WriteFile(filepath.Join(dir, l.limitFile), []byte(strconv.FormatInt(limit, 10)), 0o644) == nil {
+				if agent.SetMemoryGroupLimit(dir, limit) == nil {
 					set[dir] = limit
 				}
 			}
@@ -179,26 +175,6 @@ func (rc *readCache) followLimits(groups []string, aboveAnonBytes int64) {
 	}
 }
 
-// memoryStat reads one counter (bytes) of a group's memory.stat.
-func memoryStat(dir, key string) (int64, bool) { return memoryCounter(dir, "memory.stat", key) }
-
-// memoryCounter reads the counter key of a group's file of "key value"
-// lines (memory.stat, memory.oom_control, memory.events).
-func memoryCounter(dir, file, key string) (int64, bool) {
-	b, err := os.ReadFile(filepath.Join(dir, file))
-	if err != nil {
-		return 0, false
-	}
-	for _, line := range strings.Split(string(b), "\n") {
-		k, v, _ := strings.Cut(line, " ")
-		if k == key {
-			x, err := strconv.ParseInt(v, 10, 64)
-			return x, err == nil
-		}
-	}
-	return 0, false
-}
-
 // oomKilled returns an error naming the nodes of spec that their group's
 // OOM killer has killed (v1 memory.oom_control, v2 memory.events:
 // "oom_kill N"), nil if none (or without cgroups).
@@ -206,11 +182,10 @@ func (rc *readCache) oomKilled(spec *cluster.Spec) error {
 	if rc.Mode != ReadCacheCgroup {
 		return nil
 	}
-	l, _ := memcg() // the groups exist, so a controller is mounted
 	var killed []string
 	for _, n := range spec.Nodes {
 		if dir := rc.byPID[n.PID]; dir != "" {
-			if v, ok := memoryCounter(dir, l.oomFile, "oom_kill"); ok && v > 0 {
+			if v, ok := agent.OOMKills(dir); ok && v > 0 {
 				killed = append(killed, fmt.Sprintf("node %d (%d kills)", n.ID, v))
 			}
 		}
@@ -230,13 +205,7 @@ func (rc *readCache) release() {
 		rc.stopFollow = nil
 	}
 	for _, dir := range rc.groups {
-		if b, err := os.ReadFile(filepath.Join(dir, "cgroup.procs")); err == nil {
-			parent := filepath.Dir(dir)
-			for _, pid := range strings.Fields(string(b)) {
-				_ = os.WriteFile(filepath.Join(parent, "cgroup.procs"), []byte(pid), 0o644)
-			}
-		}
-		_ = os.Remove(dir)
+		_ = agent.RemoveMemoryGroup(dir)
 	}
 	rc.groups = nil
 }
@@ -245,107 +214,13 @@ func (rc *readCache) release() {
 // harness's pid + "-" + system + "-" + node id.
 const groupPrefix = "nezha-harness-"
 
-// removeStaleGroups removes the empty memory cgroups that an earlier run,
-// killed before it released them, left behind (their harness pid is gone).
-func removeStaleGroups() {
-	l, ok := memcg()
-	if !ok {
-		return
-	}
-	parent := l.parent
-	des, err := os.ReadDir(parent)
-	if err != nil {
-		return
-	}
-	for _, de := range des {
-		rest, ok := strings.CutPrefix(de.Name(), groupPrefix)
-		if !ok || !de.IsDir() {
-			continue
-		}
-		pidText, _, _ := strings.Cut(rest, "-")
-		if pid, err := strconv.Atoi(pidText); err == nil && pid != os.Getpid() && !cluster.Alive(pid) {
-			_ = os.Remove(filepath.Join(parent, de.Name())) // fails, harmlessly, if a process is still in it
-		}
-	}
-}
-
-// memcgLayout names what differs between the two cgroup versions' memory
-// controllers: where groups are made, and the files and memory.stat key
-// this package reads and writes.
-type memcgLayout struct {
-	parent    string // directory that holds the groups
-	limitFile string // the hard limit (bytes)
-	usageFile string // current usage (bytes)
-	cacheKey  string // memory.stat's page cache counter
-	oomFile   string // the file whose "oom_kill N" counts OOM kills
-}
-
-// memcg returns the layout of the mounted memory controller; ok is false
-// if none is mounted.
-func memcg() (l memcgLayout, ok bool) {
-	switch cgroupVersion() {
-	case "v1":
-		return memcgLayout{filepath.Join(cgroupRoot, "memory"), "memory.limit_in_bytes", "memory.usage_in_bytes", "cache", "memory.oom_control"}, true
-	case "v2":
-		return memcgLayout{cgroupRoot, "memory.max", "memory.current", "file", "memory.events"}, true
-	}
-	return l, false
-}
-
-// cgroupVersion is "v1" if the memory controller is mounted on its own,
-// "v2" for the unified hierarchy, "" if neither.
-func cgroupVersion() string {
-	if _, err := os.Stat(filepath.Join(cgroupRoot, "memory", "memory.limit_in_bytes")); err == nil {
-		return "v1"
-	}
-	if b, err := os.ReadFile(filepath.Join(cgroupRoot, "cgroup.controllers")); err == nil && strings.Contains(string(b), "memory") {
-		return "v2"
-	}
-	return ""
-}
-
-// limitMemory creates cgroup name with a memory limit of limitBytes and
-// moves pid (every thread) into it. It returns the group's directory once
-// created (to remove later), and any error.
-func limitMemory(name string, pid int, limitBytes int64) (string, error) {
-	dir, err := newMemoryGroup(name, limitBytes)
-	if err != nil {
-		return dir, err
-	}
-	if err := os.WriteFile(filepath.Join(dir, "cgroup.procs"), []byte(strconv.Itoa(pid)), 0o644); err != nil {
-		return dir, fmt.Errorf("move pid %d: %w", pid, err)
-	}
-	return dir, nil
-}
-
-// newMemoryGroup creates cgroup name with a memory limit of limitBytes (none
-// if limitBytes <= 0) and returns its directory once created (to remove
-// later), and any error.
-func newMemoryGroup(name string, limitBytes int64) (string, error) {
-	l, ok := memcg()
-	if !ok {
-		return "", errors.New("no memory cgroup controller is mounted")
-	}
-	dir := filepath.Join(l.parent, name)
-	if err := os.Mkdir(dir, 0o755); err != nil {
-		return "", err
-	}
-	if limitBytes <= 0 {
-		return dir, nil
-	}
-	if err := os.WriteFile(filepath.Join(dir, l.limitFile), []byte(strconv.FormatInt(limitBytes, 10)), 0o644); err != nil {
-		return dir, fmt.Errorf("set %s: %w", l.limitFile, err)
-	}
-	return dir, nil
-}
-
 // groupName is the memory cgroup of node id of system sys in this run.
 func groupName(sys string, id uint64) string {
 	return fmt.Sprintf("%s%d-%s-%d", groupPrefix, os.Getpid(), sys, id)
 }
 
 // intoGroupWrap is a cluster.Spec.Wrap that starts each node in the
-// memory group dirs[node id] (made by newMemoryGroup): a shell writes its
+// memory group dirs[node id] (made by agent.NewMemoryGroup): a shell writes its
 // own pid into the group, then execs the node.
 func intoGroupWrap(dirs map[uint64]string) func(n *cluster.Node) []string {
 	return func(n *cluster.Node) []string {
@@ -359,23 +234,16 @@ func (rc *readCache) pageCacheBytes(spec *cluster.Spec) int64 {
 	if rc.Mode != ReadCacheCgroup {
 		return -1
 	}
-	l, _ := memcg() // the groups exist, so a controller is mounted
+	l, _ := agent.FindMemoryController() // the groups exist, so a controller is mounted
 	var total int64
 	for _, n := range spec.Nodes {
 		if dir := rc.byPID[n.PID]; dir != "" {
-			if v, ok := memoryStat(dir, l.cacheKey); ok {
+			if v, ok := agent.MemoryStat(dir, l.CacheKey); ok {
 				total += v
 			}
 		}
 	}
 	return total
-}
-
-// dropCaches writes back dirty pages and drops the clean page cache,
-// dentries and inodes (root only).
-func dropCaches() error {
-	unix.Sync()
-	return os.WriteFile("/proc/sys/vm/drop_caches", []byte("3"), 0o200)
 }
 
 // setReadAhead sets the readahead of the block device holding the beds'
@@ -386,7 +254,7 @@ func (p *bedPool) setReadAhead(kb int) error {
 	if err := os.MkdirAll(p.dir, 0o755); err != nil {
 		return err
 	}
-	_, path := workloads.DataDevice(p.dir)
+	_, path := machine.DataDevice(p.dir)
 	if path == "" {
 		return fmt.Errorf("no read_ahead_kb in /sys for the device of %s", p.dir)
 	}
@@ -395,19 +263,12 @@ func (p *bedPool) setReadAhead(kb int) error {
 
 // setReadAheadFile is setReadAhead on the read_ahead_kb file at path.
 func (p *bedPool) setReadAheadFile(path string, kb int) error {
-	b, err := os.ReadFile(path)
-	if err != nil {
+	was, changed, err := agent.SetReadAhead(path, int64(kb))
+	if err != nil || !changed {
 		return err
 	}
-	was := strings.TrimSpace(string(b))
-	if was == strconv.Itoa(kb) {
-		return nil
-	}
-	if err := os.WriteFile(path, []byte(strconv.Itoa(kb)), 0o644); err != nil {
-		return err
-	}
-	p.readAheadPath, p.readAheadWas = path, was
-	p.readAheadText = fmt.Sprintf("the data device's readahead set to %d KiB (it was %s KiB) from the beds' load to their end", kb, was)
+	p.readAheadPath, p.readAheadWas = path, strconv.FormatInt(was, 10)
+	p.readAheadText = fmt.Sprintf("the data device's readahead set to %d KiB (it was %d KiB) from the beds' load to their end", kb, was)
 	return nil
 }
 

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nezha-harness/nezha/systems/agent"
 	"github.com/nezha-harness/nezha/systems/cluster"
 )
 
@@ -62,7 +63,7 @@ func TestFollowLimitsKeepsGrowingNodeAlive(t *testing.T) {
 	if !isRoot() {
 		t.Skip("needs root (memory cgroups)")
 	}
-	if cgroupVersion() == "" {
+	if agent.CgroupVersion() == "" {
 		t.Skip("no memory cgroup controller is mounted")
 	}
 	for _, follow := range []bool{true, false} {
@@ -104,7 +105,7 @@ func TestFollowLimitsKeepsGrowingNodeAlive(t *testing.T) {
 				t.Fatal("the helper did not start")
 			}
 			rc := &readCache{Mode: ReadCacheCgroup, byPID: map[int]string{}}
-			dir, err := limitMemory(fmt.Sprintf("%stest-%d", groupPrefix, os.Getpid()), cmd.Process.Pid, testAboveHeapBytes)
+			dir, err := agent.LimitMemory(fmt.Sprintf("%stest-%d", groupPrefix, os.Getpid()), cmd.Process.Pid, testAboveHeapBytes)
 			if dir != "" {
 				rc.groups = append(rc.groups, dir)
 				rc.byPID[cmd.Process.Pid] = dir

@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/google/pprof/profile"
-	"github.com/prometheus/procfs"
 
 	"github.com/nezha-harness/nezha/systems/cluster"
 )
@@ -109,34 +108,5 @@ func TestPprofAddressFromLog(t *testing.T) {
 	os.WriteFile(empty, nil, 0o644)
 	if _, err := pprofAddress(ctx, cluster.Node{ID: 2, Log: empty}); err == nil {
 		t.Fatal("an address found in an empty log")
-	}
-}
-
-func TestThreadGroup(t *testing.T) {
-	for comm, want := range map[string]string{"rocksdb:low": "rocksdb:low", "rocksdb:high": "rocksdb:high", "nezha": threadGo, "": threadGo} {
-		if got := threadGroup(comm); got != want {
-			t.Errorf("threadGroup(%q) = %q, want %q", comm, got, want)
-		}
-	}
-	// This process's own threads are all Go's, and their CPU time is at
-	// most the process's (threads that exited took theirs with them).
-	for i := 0; i < 2e7; i++ { // some CPU time to count
-		_ = i * i
-	}
-	fs, err := procfs.NewDefaultFS()
-	if err != nil {
-		t.Skipf("no procfs: %v", err)
-	}
-	cpu := threadCPU(os.Getpid())
-	p, err := fs.Proc(os.Getpid())
-	if err != nil {
-		t.Fatal(err)
-	}
-	st, err := p.Stat()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(cpu) != 1 || cpu[threadGo] <= 0 || cpu[threadGo] > st.CPUTime()+0.02 {
-		t.Errorf("threadCPU(self) = %v, process CPU %.2f s: want only %q, more than 0 and at most the process's", cpu, st.CPUTime(), threadGo)
 	}
 }

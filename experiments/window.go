@@ -4,15 +4,13 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"strconv"
 	"strings"
 	"time"
 
 	"github.com/prometheus/procfs"
-	"github.com/prometheus/procfs/blockdevice"
-	"golang.org/x/sys/unix"
 
 	"github.com/nezha-harness/nezha/systems"
+	"github.com/nezha-harness/nezha/systems/agent"
 	"github.com/nezha-harness/nezha/systems/cluster"
 	"github.com/nezha-harness/nezha/systems/kvpb"
 )
@@ -41,60 +39,17 @@ type nodeSample struct {
 	io     cluster.IOStats
 	cpuSec float64
 	// threadCPUSec is the CPU time of the node's live threads by thread
-	// name (/proc/PID/task/TID/stat), keyed as threadGroup names them.
+	// name (/proc/PID/task/TID/stat), keyed as agent.ThreadGroup names them.
 	threadCPUSec map[string]float64
-}
-
-// threadGroup names the group a node thread's CPU time counts in: RocksDB
-// names its background threads after their pool ("rocksdb:low" runs
-// compactions, "rocksdb:high" flushes); every other thread is the Go
-// runtime's, which also runs RocksDB's foreground writes (cgo calls).
-func threadGroup(comm string) string {
-	if strings.HasPrefix(comm, "rocksdb:") {
-		return comm
-	}
-	return threadGo
 }
 
 // Thread groups of windowStats.NodeCPUByThread besides RocksDB's pools.
 const (
-	threadGo = "go"
+	threadGo = agent.ThreadGroupGo
 	// threadExited is CPU time of threads that exited in the window: the
 	// process's total less its live threads'.
 	threadExited = "exited"
 )
-
-// threadCPU sums the CPU time of pid's live threads by threadGroup.
-func threadCPU(pid int) map[string]float64 {
-	out := map[string]float64{}
-	dir := fmt.Sprintf("/proc/%d/task", pid)
-	tids, err := os.ReadDir(dir)
-	if err != nil {
-		return out
-	}
-	// /proc/PID/task/TID/stat is the thread's own (/proc/PID/stat, which
-	// /proc/TID would give for the first thread, is the whole process's).
-	fs, err := procfs.NewFS(dir)
-	if err != nil {
-		return out
-	}
-	for _, e := range tids {
-		tid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		t, err := fs.Proc(tid)
-		if err != nil {
-			continue
-		}
-		st, err := t.Stat()
-		if err != nil {
-			continue // exited since the listing
-		}
-		out[threadGroup(st.Comm)] += st.CPUTime()
-	}
-	return out
-}
 
 // windowStats is what happened in a window, per node averages unless
 // named otherwise.
@@ -150,43 +105,15 @@ func (x *Run) sample(spec *cluster.Spec) (windowSample, error) {
 		if err != nil {
 			return w, fmt.Errorf("node %d: %w", n.ID, err)
 		}
-		w.nodes[n.ID] = nodeSample{io: io, cpuSec: st.CPUTime(), threadCPUSec: threadCPU(n.PID)}
+		w.nodes[n.ID] = nodeSample{io: io, cpuSec: st.CPUTime(), threadCPUSec: agent.ThreadCPU(n.PID)}
 	}
-	if st, err := fs.Stat(); err == nil {
-		c := st.CPUTotal
-		idle := c.Idle + c.Iowait
-		w.totalSec = c.User + c.Nice + c.System + c.IRQ + c.SoftIRQ + c.Steal + idle
-		w.busySec = w.totalSec - idle
+	if busy, total, err := agent.HostCPU(); err == nil {
+		w.busySec, w.totalSec = busy, total
 	}
-	if wb, rb, ok := x.diskBytes(); ok {
+	if wb, rb, ok := agent.DiskBytes(x.Dir); ok {
 		w.diskWriteBytes, w.diskReadBytes, w.haveDisk = wb, rb, true
 	}
 	return w, nil
-}
-
-// diskBytes returns the cumulative bytes written to and read from the
-// block device that holds the results directory.
-func (x *Run) diskBytes() (written, read int64, ok bool) {
-	var st unix.Stat_t
-	if err := unix.Stat(x.Dir, &st); err != nil {
-		return 0, 0, false
-	}
-	bfs, err := blockdevice.NewDefaultFS()
-	if err != nil {
-		return 0, 0, false
-	}
-	stats, err := bfs.ProcDiskstats()
-	if err != nil {
-		return 0, 0, false
-	}
-	major, minor := unix.Major(uint64(st.Dev)), unix.Minor(uint64(st.Dev))
-	for _, d := range stats {
-		if d.MajorNumber == major && d.MinorNumber == minor {
-			// /proc/diskstats counts 512-byte sectors whatever the device's.
-			return int64(d.WriteSectors) * 512, int64(d.ReadSectors) * 512, true
-		}
-	}
-	return 0, 0, false
 }
 
 // since computes the window from an earlier sample to a new one, with the

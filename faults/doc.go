@@ -12,13 +12,13 @@
 //   - process: SIGKILL and restart (kill, kill-leader, restart-all),
 //     SIGSTOP and SIGCONT (pause, pause-leader);
 //   - disk: torn-tail SIGKILLs a node chosen by the seed (any node, the
-//     leader included), makes its last Raft log segment end in a torn record
-//     (TearTail: a copy of a record cut short, or whole with one byte
-//     flipped, as an unsynced write interrupted by the crash leaves it),
-//     and restarts it when healing; the opt-in lose-tail SIGKILLs a
-//     follower and cuts or flips its last fsynced log bytes in place
-//     (LoseSyncedTail: a disk that lied about fsync, outside Raft's fault
-//     model, so not part of "all");
+//     leader included), makes its last Raft log segment end in a torn
+//     record (raftlog.TearTail: a copy of a record cut short, or whole
+//     with one byte flipped, as an unsynced write interrupted by the
+//     crash leaves it), and restarts it when healing; the opt-in lose-tail
+//     SIGKILLs a follower and cuts or flips its last fsynced log bytes in
+//     place (raftlog.LoseSyncedTail: a disk that lied about fsync, outside
+//     Raft's fault model, so not part of "all");
 //   - disk, inside the nodes (the one exception to black-box: Go's file I/O
 //     bypasses libc, so no outside tool reaches it): disk-full, fsync-error
 //     and slow-disk set faults in a node's file layer (systems/vfs) through

@@ -13,6 +13,7 @@ import (
 
 	"github.com/nezha-harness/nezha/systems"
 	"github.com/nezha-harness/nezha/systems/cluster"
+	"github.com/nezha-harness/nezha/systems/raftlog"
 )
 
 // Nemesis names (the -nemesis values).
@@ -408,7 +409,7 @@ func injectTornTail(ctx context.Context, e *Env, s Step) (fault, error) {
 	ids := e.ids()
 	id := ids[s.Pick%uint64(len(ids))]
 	return e.killAndDamage(id, s.Pick, func(data, mode string) (string, error) {
-		return TearTail(data, mode, s.Pick>>9)
+		return raftlog.TearTail(data, mode, s.Pick>>9)
 	}, fmt.Sprintf("SIGKILL node %d, ", id), "")
 }
 
@@ -421,12 +422,12 @@ func injectLoseTail(ctx context.Context, e *Env, s Step) (fault, error) {
 	}
 	id := victims[s.Pick%uint64(len(victims))]
 	return e.killAndDamage(id, s.Pick, func(data, mode string) (string, error) {
-		return LoseSyncedTail(data, mode, int(1+(s.Pick>>9)%MaxLoseBytes))
+		return raftlog.LoseSyncedTail(data, mode, int(1+(s.Pick>>9)%raftlog.MaxLoseBytes))
 	}, fmt.Sprintf("SIGKILL follower %d, ", id), note)
 }
 
 // killAndDamage SIGKILLs node id, then damages its Raft log with damage
-// (TearCut or TearCorrupt, by bit 8 of pick); the fault's detail is prefix,
+// (raftlog.TearCut or TearCorrupt, by bit 8 of pick); the fault's detail is prefix,
 // what damage did, then suffix. On an error the node is restarted.
 func (e *Env) killAndDamage(id, pick uint64, damage func(data, mode string) (string, error), prefix, suffix string) (fault, error) {
 	f, err := e.killFault([]uint64{id}, "")
@@ -438,9 +439,9 @@ func (e *Env) killAndDamage(id, pick uint64, damage func(data, mode string) (str
 		_ = f.heal()
 		return fault{}, err
 	}
-	mode := TearCut
+	mode := raftlog.TearCut
 	if (pick>>8)%2 == 1 {
-		mode = TearCorrupt
+		mode = raftlog.TearCorrupt
 	}
 	what, err := damage(n.Data, mode)
 	if err != nil {

@@ -34,7 +34,7 @@ func TestLayering(t *testing.T) {
 	// these packages parse no flags. (systems keeps
 	// SystemConfig.RegisterFlags, through which `serve -system S` gets a
 	// system's own flags.)
-	for _, pkg := range []string{"workloads", "ycsb", "linearizability", "plots", "experiments", "systems/node", "systems/buildinfo", "systems/cluster", "systems/client", "faults"} {
+	for _, pkg := range []string{"workloads", "ycsb", "linearizability", "plots", "experiments", "systems/node", "systems/buildinfo", "systems/cluster", "systems/client", "systems/agent", "systems/machine", "faults"} {
 		rules = append(rules, struct {
 			pkg       string
 			forbidden []string

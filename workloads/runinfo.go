@@ -1,22 +1,18 @@
 package workloads
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
-	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"runtime"
-	"strconv"
 	"strings"
 	"time"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/nezha-harness/nezha/systems/buildinfo"
 	"github.com/nezha-harness/nezha/systems/kvpb"
+	"github.com/nezha-harness/nezha/systems/machine"
 )
 
 // RunInfo is the record of how a run was made, written as config.json next
@@ -75,10 +71,7 @@ func NewRunInfo(tool string, command []string, seed *int64, config any) RunInfo 
 		GoVersion: runtime.Version(), CPUs: runtime.NumCPU(), Build: buildinfo.Read(),
 	}
 	r.Hostname, _ = os.Hostname()
-	r.CPUModel = cpuModel()
-	if b, err := os.ReadFile("/proc/sys/kernel/osrelease"); err == nil {
-		r.Kernel = strings.TrimSpace(string(b))
-	}
+	r.CPUModel, r.Kernel = machine.CPUModel(), machine.Kernel()
 	r.GitCommit, r.GitDirty, r.GitCommitSource = Revision(r.Build)
 	return r
 }
@@ -86,34 +79,8 @@ func NewRunInfo(tool string, command []string, seed *int64, config any) RunInfo 
 // SetDataDir records the block device that holds dir and its readahead
 // (DataDevice, ReadAheadKB); it leaves them empty where /sys does not say.
 func (r *RunInfo) SetDataDir(dir string) {
-	name, q := DataDevice(dir)
-	r.DataDevice = name
-	if b, err := os.ReadFile(q); err == nil {
-		r.ReadAheadKB, _ = strconv.Atoi(strings.TrimSpace(string(b)))
-	}
-}
-
-// DataDevice names the block device that holds dir ("vda (254:0)") and
-// gives the path of its readahead setting in /sys (read_ahead_kb, KiB);
-// both are "" where /sys does not say.
-func DataDevice(dir string) (name, readAheadPath string) {
-	var st unix.Stat_t
-	if unix.Stat(dir, &st) != nil {
-		return "", ""
-	}
-	dev := fmt.Sprintf("%d:%d", unix.Major(st.Dev), unix.Minor(st.Dev))
-	sys := filepath.Join("/sys/dev/block", dev)
-	name = dev
-	if target, err := filepath.EvalSymlinks(sys); err == nil {
-		name = filepath.Base(target) + " (" + dev + ")"
-	}
-	// A partition has no queue of its own: its disk's is one level up.
-	for _, q := range []string{filepath.Join(sys, "queue", "read_ahead_kb"), filepath.Join(sys, "..", "queue", "read_ahead_kb")} {
-		if _, err := os.Stat(q); err == nil {
-			return name, q
-		}
-	}
-	return name, ""
+	name, q := machine.DataDevice(dir)
+	r.DataDevice, r.ReadAheadKB = name, int(machine.ReadAheadKB(q))
 }
 
 // SetServers records the servers' statuses (from client.Discover).
@@ -125,21 +92,6 @@ func (r *RunInfo) SetServers(sts []*kvpb.StatusResponse) {
 		}
 		r.Servers = append(r.Servers, si)
 	}
-}
-
-func cpuModel() string {
-	f, err := os.Open("/proc/cpuinfo")
-	if err != nil {
-		return "unknown"
-	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		if k, v, ok := strings.Cut(sc.Text(), ":"); ok && strings.TrimSpace(k) == "model name" {
-			return strings.TrimSpace(v)
-		}
-	}
-	return "unknown"
 }
 
 // Revision is the binary's VCS revision, whether the tree was dirty, and

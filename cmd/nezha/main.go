@@ -17,11 +17,18 @@ import (
 	"github.com/nezha-harness/nezha/dwisckey"
 	"github.com/nezha-harness/nezha/nezha"
 	"github.com/nezha-harness/nezha/systems"
+	"github.com/nezha-harness/nezha/systems/agent"
 )
 
 func main() { os.Exit(run(os.Args[1:], os.Stdout, os.Stderr)) }
 
 func run(args []string, stdout, stderr io.Writer) int {
+	if len(args) > 0 && args[0] == agent.CgroupExecCommand {
+		// The agent starting a node inside a memory cgroup; not a command
+		// of the tree (it must not parse the node's arguments).
+		fmt.Fprintln(stderr, "nezha:", agent.ExecInCgroup(args[1:]))
+		return 1
+	}
 	reg, err := systems.NewRegistry(nezha.Nezha(), nezha.NezhaNoGC(), baseline.Original(), baseline.PASV(), baseline.BlobDB(),
 		dwisckey.System())
 	if err != nil {

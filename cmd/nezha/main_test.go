@@ -60,6 +60,7 @@ func TestEveryCommandHelpAndBadFlag(t *testing.T) {
 		{[]string{"plot"}, []string{"RESULTS_DIR"}},
 		{[]string{"systems"}, []string{"-json"}},
 		{[]string{"version"}, []string{"-json"}},
+		{[]string{"agent"}, []string{"-listen", "-addressFile", "-dir", "-tokenFile", "-etcdBinary", "-packetFilter"}},
 	} {
 		name := strings.Join(c.cmd, " ")
 		code, stdout, stderr := runNezha(t, append(c.cmd, "-h")...)
@@ -152,6 +153,9 @@ func TestUsageErrors(t *testing.T) {
 		{`unknown system "nope"`, []string{"serve", "-system", "nope"}},
 		{"unexpected argument", []string{"serve", "-system", "original", "x"}},
 		{"want a subcommand", []string{"cluster"}},
+		{"the node directory is required (-dir)", []string{"agent"}},
+		{"unexpected argument", []string{"agent", "x"}},
+		{"-tokenFile", []string{"agent", "-dir", dir, "-tokenFile", filepath.Join(dir, "nope")}},
 	} {
 		wantUsage(t, c.want, c.args...)
 	}

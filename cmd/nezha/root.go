@@ -24,6 +24,7 @@ commands:
   plot      redraw figures: plot RESULTS_DIR (every figures.json under it -> PNG and SVG)
   systems   the registered systems and their roles (studied, baseline; reference) [-json]
   version   module version, VCS revision (+dirty) and Go version of this binary (from its build info) [-json]
+  agent     the per-node agent the harness drives a node through: agent -dir DIR -tokenFile FILE [-listen HOST:PORT]
   help      this text
 
 Run 'nezha <command> -h' for the flags of a command.
@@ -44,6 +45,7 @@ func (c *cli) root() *ffcli.Command {
 		Subcommands: []*ffcli.Command{
 			c.serveCommand(), c.clusterCommand(), c.kvCommand(), c.checkCommand(), c.benchCommand(),
 			c.ycsbCommand(), c.experimentCommand(), c.plotCommand(), c.systemsCommand(), c.versionCommand(),
+			c.agentCommand(),
 		},
 	}
 	return root

@@ -1,5 +1,3 @@
-// Package agent is the per-node agent: one per node, wherever the node
-// runs, serving agentpb.Agent (see docs/design/2026-12-04-beyond-one-machine.md).
 package agent
 
 import (
@@ -16,14 +14,16 @@ import (
 	"github.com/nezha-harness/nezha/systems/agent/agentpb"
 )
 
-// Client is a connection to one agent.
+// Client is a connection to one agent; every call carries the token.
 type Client struct {
 	agentpb.AgentClient
 	conn *grpc.ClientConn
 }
 
-// Dial connects to the agent at address (lazily: the first call dials),
-// every call carrying token.
+// Dial connects to the agent at address (no round trip: the first call
+// connects) with the cluster's token. The transport is not encrypted:
+// agents serve on loopback, a container network or a host network the
+// harness owns.
 func Dial(address, token string) (*Client, error) {
 	conn, err := grpc.NewClient(address,
 		grpc.WithTransportCredentials(insecure.NewCredentials()),
@@ -44,28 +44,45 @@ func (b bearer) GetRequestMetadata(context.Context, ...string) (map[string]strin
 	return map[string]string{"authorization": "Bearer " + string(b)}, nil
 }
 
-// RequireTransportSecurity is false: agents are reached over a private
-// network (loopback, a container network, the cluster's hosts).
+// RequireTransportSecurity is false: see Dial.
 func (bearer) RequireTransportSecurity() bool { return false }
 
-// NewToken returns a random token.
+// tokenBytes is the randomness of a token (hex: twice as many characters).
+const tokenBytes = 32
+
+// NewToken returns a fresh random token (crypto/rand, hex).
 func NewToken() (string, error) {
-	var b [16]byte
-	if _, err := rand.Read(b[:]); err != nil {
+	b := make([]byte, tokenBytes)
+	if _, err := rand.Read(b); err != nil {
 		return "", err
 	}
-	return hex.EncodeToString(b[:]), nil
+	return hex.EncodeToString(b), nil
 }
 
-// ReadToken reads a token file (one line).
+// WriteToken writes token to path as a token file (one line, mode 0600),
+// through a rename.
+func WriteToken(path, token string) error {
+	return writeFileAtomic(path, []byte(token+"\n"), 0o600)
+}
+
+// ReadToken reads a token file: one line, readable by its owner only (as
+// ssh wants of a private key), so that another user of the host cannot
+// drive the agents.
 func ReadToken(path string) (string, error) {
+	st, err := os.Stat(path)
+	if err != nil {
+		return "", fmt.Errorf("token file: %w", err)
+	}
+	if st.Mode().Perm()&0o077 != 0 {
+		return "", fmt.Errorf("token file %s has mode %04o: others may read it (chmod 600 %s)", path, st.Mode().Perm(), path)
+	}
 	b, err := os.ReadFile(path)
 	if err != nil {
-		return "", err
+		return "", fmt.Errorf("token file: %w", err)
 	}
-	t := strings.TrimSpace(string(b))
-	if t == "" {
-		return "", fmt.Errorf("token file %s is empty", path)
+	token := strings.TrimSuffix(string(b), "\n")
+	if token == "" || strings.ContainsAny(token, " \t\r\n") {
+		return "", fmt.Errorf("token file %s does not hold one token on one line", path)
 	}
-	return t, nil
+	return token, nil
 }

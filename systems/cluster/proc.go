@@ -2,16 +2,12 @@ package cluster
 
 import (
 	"bufio"
-	"errors"
 	"fmt"
-	"io/fs"
 	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
-	"syscall"
 
-	"github.com/nezha-harness/nezha/systems/vfs"
+	"github.com/nezha-harness/nezha/systems/agent"
 )
 
 // IOStats are a process's cumulative I/O counters from /proc/<pid>/io.
@@ -61,37 +57,5 @@ func ReadIOStats(pid int) (IOStats, error) {
 	return st, sc.Err()
 }
 
-// DiskUsage returns the bytes allocated on disk (st_blocks x 512) by the
-// files under dir, the numerator of space amplification; disk ballasts
-// are left out.
-func DiskUsage(dir string) (int64, error) {
-	var total int64
-	err := filepath.WalkDir(dir, func(_ string, d fs.DirEntry, err error) error {
-		if err == nil && !d.IsDir() && d.Name() == vfs.BallastName {
-			return nil
-		}
-		if errors.Is(err, fs.ErrNotExist) {
-			return nil // removed while walking (a compaction, a GC)
-		}
-		if err != nil {
-			return err
-		}
-		if d.IsDir() {
-			return nil
-		}
-		info, err := d.Info()
-		if errors.Is(err, fs.ErrNotExist) {
-			return nil
-		}
-		if err != nil {
-			return err
-		}
-		if st, ok := info.Sys().(*syscall.Stat_t); ok {
-			total += st.Blocks * 512
-		} else {
-			total += info.Size()
-		}
-		return nil
-	})
-	return total, err
-}
+// DiskUsage is agent.DiskUsage.
+func DiskUsage(dir string) (int64, error) { return agent.DiskUsage(dir) }

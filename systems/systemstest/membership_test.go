@@ -7,8 +7,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nezha-harness/nezha/faults"
 	"github.com/nezha-harness/nezha/systems/cluster"
+	"github.com/nezha-harness/nezha/systems/raftlog"
 )
 
 // A follower whose last log segment lost its tail (fsynced, acknowledged
@@ -62,7 +62,7 @@ func TestReplaceFollowerWithCutSegment(t *testing.T) {
 	cut := int64(100 + h.rng.Intn(3901)) // 100..4000 bytes, seeded
 	vn, _ := h.spec.Node(victim)
 	for round := 0; ; round++ {
-		if end, err := faults.SegmentDataBytes(lastSegment(t, *vn)); err == nil && end > cut+1024 {
+		if end, err := raftlog.SegmentDataBytes(lastSegment(t, *vn)); err == nil && end > cut+1024 {
 			break
 		}
 		if round == 20 {
@@ -80,7 +80,7 @@ func TestReplaceFollowerWithCutSegment(t *testing.T) {
 	// cut of 1107 bytes that took padding only, and a node that rightly
 	// lived on).
 	seg := lastSegment(t, *vn)
-	end, err := faults.SegmentDataBytes(seg)
+	end, err := raftlog.SegmentDataBytes(seg)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1307,9 +1307,10 @@ type SetPeersRequest struct {
 	// peers maps every member this node dials (not itself) to its peer
 	// (internal) address. A member left out loses its proxy.
 	Peers map[uint64]string `protobuf:"bytes,1,rep,name=peers,proto3" json:"peers,omitempty" protobuf_key:"varint,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
-	// no_proxies: the node cannot dial through proxies (etcd advertises one
-	// peer address to all); the agent only learns the peers' addresses, to
-	// cut its links with the packet filter.
+	// no_proxies: the node dials its peers itself, not through proxies (a
+	// system whose members advertise one peer address to all: etcd); the
+	// agent only remembers the addresses, for its packet filter, and cuts
+	// links with it alone.
 	NoProxies     bool `protobuf:"varint,2,opt,name=no_proxies,json=noProxies,proto3" json:"no_proxies,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -1362,7 +1363,8 @@ func (x *SetPeersRequest) GetNoProxies() bool {
 type SetPeersResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// dial maps each member to the proxy address the node dials for it;
-	// the agent also writes them to the node's dial-peers file.
+	// the agent also writes them to the node's dial-peers file (neither
+	// with no_proxies).
 	Dial          map[uint64]string `protobuf:"bytes,1,rep,name=dial,proto3" json:"dial,omitempty" protobuf_key:"varint,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
 	DialPeersFile string            `protobuf:"bytes,2,opt,name=dial_peers_file,json=dialPeersFile,proto3" json:"dial_peers_file,omitempty"`
 	unknownFields protoimpl.UnknownFields
@@ -1477,9 +1479,11 @@ func (x *SetLinksRequest) GetJitterNs() int64 {
 
 type SetLinksResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// mechanism says how the cuts are made: "proxy", or "proxy+nftables"
+	// mechanism says how the cuts are made: "proxy", "proxy+nftables"
 	// (packets to the member's peer address dropped by the host's packet
-	// filter as well).
+	// filter as well), "nftables" (no proxies: the packet filter alone) or
+	// "none" (no proxies and no packet filter: nothing can be cut, and a
+	// cut is refused with FailedPrecondition).
 	Mechanism     string `protobuf:"bytes,1,opt,name=mechanism,proto3" json:"mechanism,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache

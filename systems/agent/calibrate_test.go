@@ -1,4 +1,4 @@
-package experiments
+package agent
 
 import (
 	"context"
@@ -7,7 +7,7 @@ import (
 )
 
 func TestCalibrate(t *testing.T) {
-	m, err := calibrate(context.Background(), 2, 20*time.Millisecond)
+	m, err := Calibrate(context.Background(), 2, 20*time.Millisecond)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -21,7 +21,7 @@ func TestCalibrate(t *testing.T) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	if _, err := calibrate(ctx, 1, time.Second); err == nil {
+	if _, err := Calibrate(ctx, 1, time.Second); err == nil {
 		t.Error("calibrate with a cancelled context: no error")
 	}
 }

@@ -1,8 +1,11 @@
-package faults
+package raftlog
+
+// Damage to a stopped node's Raft log files, the way a crash or a lying
+// disk leaves them (the torn-tail and lose-tail nemeses, through the
+// node's agent). It is here because it knows the record format.
 
 import (
 	"bufio"
-	"encoding/binary"
 	"fmt"
 	"io"
 	"os"
@@ -20,13 +23,10 @@ const (
 	TearCorrupt = "corrupt"
 )
 
-// recordHeaderBytes is the size of a Raft log record header (crc32c 4,
-// payload length 4, kind 1, term 8, index 8: systems/raftlog), and
-// lengthOffset where its payload length sits.
+// lengthOffset is where a record header's payload length sits
+// (record.go), and maxCopiedRecord bounds the record TearFile copies.
 const (
-	recordHeaderBytes = 25
-	lengthOffset      = 4
-	// maxCopiedRecord bounds the record torn-tail copies.
+	lengthOffset    = 4
 	maxCopiedRecord = 1 << 20
 )
 
@@ -35,14 +35,14 @@ const (
 // recovery truncates as a torn write (damage reaching an earlier record is
 // corruption in the middle of the log, which a node rightly refuses to
 // start on).
-const MaxLoseBytes = recordHeaderBytes - 1
+const MaxLoseBytes = headerSize - 1
 
 // logDirs are the Raft log directories of the systems under -data (the
 // System.LogDir values). Other directories (a LevelDB index, say) hold
 // *.log files too and must not be touched.
 var logDirs = []string{"valuelog", "raftlog"}
 
-var segmentName = regexp.MustCompile(`^[0-9]+\.log$`)
+var segmentFileName = regexp.MustCompile(`^[0-9]+\.log$`)
 
 // LastSegment returns the newest Raft log segment under a node's data
 // directory.
@@ -51,7 +51,7 @@ func LastSegment(dataDir string) (string, error) {
 	for _, d := range logDirs {
 		m, _ := filepath.Glob(filepath.Join(dataDir, d, "*.log"))
 		for _, p := range m {
-			if segmentName.MatchString(filepath.Base(p)) {
+			if segmentFileName.MatchString(filepath.Base(p)) {
 				segs = append(segs, p)
 			}
 		}
@@ -99,14 +99,14 @@ func TearFile(path, mode string, pick uint64) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	var hdr [recordHeaderBytes]byte
-	if end < recordHeaderBytes {
+	var hdr [headerSize]byte
+	if end < headerSize {
 		return fmt.Sprintf("left %s alone (%d bytes of records, no whole record to copy)", path, end), nil
 	}
 	if _, err := f.ReadAt(hdr[:], 0); err != nil {
 		return "", err
 	}
-	n := int64(recordHeaderBytes) + int64(binary.LittleEndian.Uint32(hdr[lengthOffset:]))
+	n := int64(headerSize) + int64(parseHeader(hdr[:]).length)
 	if n > end || n > maxCopiedRecord {
 		return fmt.Sprintf("left %s alone (first record of %d bytes cannot be copied)", path, n), nil
 	}
@@ -198,7 +198,7 @@ func LoseSyncedFile(path, mode string, n int) (string, error) {
 // SegmentDataBytes returns where the records of a Raft log segment end, in
 // bytes from its start: its size less the zero padding after the last
 // record that a node killed while writing with direct I/O leaves (a block
-// of 4096 bytes at most; systems/raftlog/direct.go), or less a torn record
+// of 4096 bytes at most; direct.go), or less a torn record
 // already there. It walks the record headers from the start; a header of
 // zeros, a short one, or a record that runs past the end of the file ends
 // the walk. It does not check CRCs.
@@ -218,32 +218,25 @@ func SegmentDataBytes(path string) (int64, error) {
 // dataEnd is SegmentDataBytes on an open segment of size bytes.
 func dataEnd(f *os.File, size int64) (int64, error) {
 	r := bufio.NewReaderSize(io.NewSectionReader(f, 0, size), 1<<16)
-	var hdr [recordHeaderBytes]byte
+	var hdr [headerSize]byte
 	off := int64(0)
 	for {
-		if size-off < recordHeaderBytes {
+		if size-off < headerSize {
 			return off, nil
 		}
 		if _, err := io.ReadFull(r, hdr[:]); err != nil {
 			return 0, fmt.Errorf("read %s at %d: %w", f.Name(), off, err)
 		}
-		zero := true
-		for _, b := range hdr {
-			if b != 0 {
-				zero = false
-				break
-			}
-		}
-		if zero {
+		if isZero(hdr[:]) {
 			return off, nil
 		}
-		payload := int64(binary.LittleEndian.Uint32(hdr[lengthOffset:]))
-		if off+recordHeaderBytes+payload > size {
+		payload := int64(parseHeader(hdr[:]).length)
+		if off+headerSize+payload > size {
 			return off, nil
 		}
 		if _, err := r.Discard(int(payload)); err != nil {
 			return 0, fmt.Errorf("read %s at %d: %w", f.Name(), off, err)
 		}
-		off += recordHeaderBytes + payload
+		off += headerSize + payload
 	}
 }

@@ -1,4 +1,4 @@
-package experiments
+package agent
 
 import (
 	"context"
@@ -8,13 +8,13 @@ import (
 	"time"
 )
 
-// machineSpeed is a calibration of this machine's CPU at one moment of a
+// MachineSpeed is a calibration of this machine's CPU at one moment of a
 // run: what the shared path of every system spends its CPU on (ARCHITECTURE.md
-// section 3; issue 13's profiles): kernel work for loopback TCP, and copies.
+// section 3): kernel work for loopback TCP, and copies.
 // On a shared VM both drift by tens of percent between runs; a CPU-bound
 // system's goodput drifts with them while a disk- or compaction-bound one's
 // moves less, so two runs' ratios are comparable only beside these.
-type machineSpeed struct {
+type MachineSpeed struct {
 	// LoopbackRoundTripNs is the mean time of a 64-byte ping-pong over one
 	// loopback TCP connection (one goroutine each end), in nanoseconds.
 	LoopbackRoundTripNs float64 `json:"loopback_round_trip_ns"`
@@ -23,11 +23,11 @@ type machineSpeed struct {
 	MemmoveGBPerSec float64 `json:"memmove_gb_per_sec"`
 }
 
-// calibrate measures machineSpeed as the best of rounds samples of each
+// Calibrate measures MachineSpeed as the best of rounds samples of each
 // part, each sample about d long: the best is what the machine can do, less
 // moved by another process's burst than a mean.
-func calibrate(ctx context.Context, rounds int, d time.Duration) (machineSpeed, error) {
-	var m machineSpeed
+func Calibrate(ctx context.Context, rounds int, d time.Duration) (MachineSpeed, error) {
+	var m MachineSpeed
 	for range rounds {
 		rtt, err := loopbackRoundTrip(ctx, d)
 		if err != nil {
