@@ -408,7 +408,7 @@ func writeToken(dir string) error {
 	if err != nil {
 		return err
 	}
-	return os.WriteFile(path, []byte(t+"\n"), 0o600)
+	return agent.WriteToken(path, t)
 }
 
 // Args returns the serve command line of node n, without "serve" (for an

@@ -1,6 +1,8 @@
 package cluster
 
 import (
+	"context"
+	"flag"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -9,22 +11,43 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/nezha-harness/nezha/systems/agent"
 )
 
 // Environment of the test binary's helper roles in TestNodesDieWithStarter:
-// an owner starts one "node" through Spec.start and waits to be killed; the
-// node is the test binary again, which only sleeps.
+// an owner starts one node (its agent, which starts the node) through the
+// local backend and waits to be killed; the agent is the test binary run
+// as `agent`, serving agent.Serve, and the node the test binary run as
+// `serve`, which only sleeps.
 const (
-	ownerDirEnv    = "NEZHA_TEST_OWNER_DIR"    // owner: write node.pid here
+	ownerDirEnv    = "NEZHA_TEST_OWNER_DIR"    // owner: write node.pid and agent.pid here
 	ownerDetachEnv = "NEZHA_TEST_OWNER_DETACH" // owner: Spec.Detach
-	nodeSleepEnv   = "NEZHA_TEST_NODE_SLEEP"   // node: sleep until killed
 )
 
-// helperRole runs the role the environment names, if any; it never
-// returns then.
+// helperRole runs the role the environment or the arguments name, if any;
+// it never returns then.
 func helperRole() {
-	if os.Getenv(nodeSleepEnv) != "" {
+	if len(os.Args) > 1 && os.Args[1] == "serve" {
 		time.Sleep(time.Hour)
+		os.Exit(0)
+	}
+	if len(os.Args) > 1 && os.Args[1] == "agent" {
+		fs := flag.NewFlagSet("agent", flag.ExitOnError)
+		c := agent.DefaultConfig()
+		fs.StringVar(&c.Listen, "listen", c.Listen, "")
+		fs.StringVar(&c.Dir, "dir", "", "")
+		tokenFile := fs.String("tokenFile", "", "")
+		fs.BoolVar(&c.PacketFilter, "packetFilter", false, "")
+		_ = fs.Parse(os.Args[2:])
+		t, err := agent.ReadToken(*tokenFile)
+		if err != nil {
+			os.Exit(6)
+		}
+		c.Token, c.Binary = t, os.Args[0]
+		if err := agent.Serve(context.Background(), c); err != nil {
+			os.Exit(7)
+		}
 		os.Exit(0)
 	}
 	dir := os.Getenv(ownerDirEnv)
@@ -32,24 +55,34 @@ func helperRole() {
 		return
 	}
 	os.Unsetenv(ownerDirEnv)
-	os.Setenv(nodeSleepEnv, "1")
-	s := &Spec{Binary: os.Args[0], Detach: os.Getenv(ownerDetachEnv) == "1", Dir: dir}
-	n := &Node{ID: 1, Log: filepath.Join(dir, "node1", "node.log")}
-	if err := s.start(n); err != nil {
+	s := &Spec{System: "x", Binary: os.Args[0], Detach: os.Getenv(ownerDetachEnv) == "1", Dir: dir}
+	if err := writeToken(dir); err != nil {
+		os.Exit(3)
+	}
+	n := &Node{ID: 1}
+	s.Nodes = []Node{*n}
+	n = &s.Nodes[0]
+	ctx := context.Background()
+	if err := (localBackend{}).place(ctx, s, n); err != nil {
 		os.Exit(4)
 	}
-	tmp := filepath.Join(dir, "node.pid.tmp")
-	if os.WriteFile(tmp, []byte(strconv.Itoa(n.PID)), 0o644) != nil || os.Rename(tmp, filepath.Join(dir, "node.pid")) != nil {
+	if err := s.start(ctx, n); err != nil {
 		os.Exit(5)
+	}
+	for name, pid := range map[string]int{"node.pid": n.PID, "agent.pid": n.AgentPID} {
+		tmp := filepath.Join(dir, name+".tmp")
+		if os.WriteFile(tmp, []byte(strconv.Itoa(pid)), 0o644) != nil || os.Rename(tmp, filepath.Join(dir, name)) != nil {
+			os.Exit(8)
+		}
 	}
 	time.Sleep(time.Hour) // until the test kills this owner
 	os.Exit(0)
 }
 
 // TestNodesDieWithStarter kills (SIGKILL: no handler runs) a process that
-// started a node, as a cut pipe or an OOM kill ends an experiment: the node
-// must die with it unless the Spec is detached (`nezha cluster up`), in
-// which case it must live on.
+// started a node, as a cut pipe or an OOM kill ends an experiment: the
+// node's agent and the node must die with it unless the Spec is detached
+// (`nezha cluster up`), in which case both must live on.
 func TestNodesDieWithStarter(t *testing.T) {
 	for _, detach := range []bool{false, true} {
 		t.Run("detach="+strconv.FormatBool(detach), func(t *testing.T) {
@@ -61,41 +94,47 @@ func TestNodesDieWithStarter(t *testing.T) {
 			}
 			exited := make(chan error, 1)
 			go func() { exited <- owner.Wait() }()
-			var pid int
+			pids := map[string]int{}
 			deadline := time.Now().Add(30 * time.Second)
-			for pid == 0 {
-				if b, err := os.ReadFile(filepath.Join(dir, "node.pid")); err == nil {
-					pid, _ = strconv.Atoi(strings.TrimSpace(string(b)))
-					break
-				}
-				select {
-				case err := <-exited:
-					t.Fatalf("the owner exited before it started its node: %v", err)
-				case <-time.After(5 * time.Millisecond):
-				}
-				if time.Now().After(deadline) {
-					t.Fatal("the owner did not start its node within 30 s")
+			for _, name := range []string{"node.pid", "agent.pid"} {
+				for pids[name] == 0 {
+					if b, err := os.ReadFile(filepath.Join(dir, name)); err == nil {
+						pids[name], _ = strconv.Atoi(strings.TrimSpace(string(b)))
+						break
+					}
+					select {
+					case err := <-exited:
+						t.Fatalf("the owner exited before it started its node: %v", err)
+					case <-time.After(5 * time.Millisecond):
+					}
+					if time.Now().After(deadline) {
+						t.Fatal("the owner did not start its node within 30 s")
+					}
 				}
 			}
-			t.Cleanup(func() { _ = syscall.Kill(pid, syscall.SIGKILL) })
-			if !Alive(pid) {
-				t.Fatalf("node pid %d is not running before its owner is killed", pid)
+			for _, pid := range pids {
+				t.Cleanup(func() { _ = syscall.Kill(pid, syscall.SIGKILL) })
+				if !Alive(pid) {
+					t.Fatalf("pid %d (%v) is not running before its owner is killed", pid, pids)
+				}
 			}
 			if err := owner.Process.Kill(); err != nil {
 				t.Fatal(err)
 			}
 			<-exited
-			if !detach {
-				if err := waitGone(pid, 30*time.Second); err != nil {
-					t.Fatalf("the node outlived its killed owner: %v", err)
+			for name, pid := range pids {
+				if !detach {
+					if err := waitGone(pid, 30*time.Second); err != nil {
+						t.Fatalf("the %s outlived its killed owner: %v", strings.TrimSuffix(name, ".pid"), err)
+					}
+					continue
 				}
-				return
-			}
-			// Detached: still running once the owner is gone (the death
-			// signal, if it were set, is sent as the owner exits, before
-			// Wait returns).
-			if !Alive(pid) {
-				t.Fatal("a detached node died with its owner")
+				// Detached: still running once the owner is gone (the
+				// death signal, if it were set, is sent as the owner
+				// exits, before Wait returns).
+				if !Alive(pid) {
+					t.Fatalf("a detached %s died with its owner", strings.TrimSuffix(name, ".pid"))
+				}
 			}
 		})
 	}

@@ -111,21 +111,21 @@ func TestPortLeaseKernelPicks(t *testing.T) {
 // releases them.
 func TestNodePortLeasesRenewed(t *testing.T) {
 	t.Setenv("TMPDIR", t.TempDir())
-	t.Setenv(nodeSleepEnv, "1") // the node is the test binary, asleep
-	ports, err := freePorts("127.0.0.1", 4)
-	if err != nil {
+	// The agent and the node are the test binary (helperRole).
+	dir := t.TempDir()
+	if err := writeToken(dir); err != nil {
 		t.Fatal(err)
 	}
-	addr := func(i int) string { return net.JoinHostPort("127.0.0.1", fmt.Sprint(ports[i])) }
-	dir := t.TempDir()
 	s := &Spec{System: "nezha", Binary: os.Args[0], Dir: dir, NextID: 2}
-	s.Nodes = []Node{{ID: 1, Address: addr(0), InternalAddress: addr(1), MetricsAddress: addr(2), JSONRPCAddress: addr(3),
-		Data: filepath.Join(dir, "node1", "data"), Log: filepath.Join(dir, "node1", "node.log")}}
+	s.Nodes = []Node{{ID: 1}}
 	n := &s.Nodes[0]
+	if err := (localBackend{}).place(t.Context(), s, n); err != nil {
+		t.Fatal(err)
+	}
 	t.Cleanup(func() { s.Down(true) })
 	leaseFiles := func() []string {
 		var ps []string
-		for _, a := range []string{n.Address, n.InternalAddress, n.MetricsAddress, n.JSONRPCAddress} {
+		for _, a := range n.ports() {
 			_, port, _ := net.SplitHostPort(a)
 			ps = append(ps, filepath.Join(portLeaseDir(), "127.0.0.1_"+port))
 		}
@@ -152,7 +152,7 @@ func TestNodePortLeasesRenewed(t *testing.T) {
 		}
 	}
 	lapse()
-	if err := s.start(n); err != nil {
+	if err := s.start(t.Context(), n); err != nil {
 		t.Fatal(err)
 	}
 	checkFresh("start")
