@@ -59,7 +59,8 @@ func TestEveryCommandHelpAndBadFlag(t *testing.T) {
 		{[]string{"experiment", "compare"}, []string{"-metric", "-threshold"}},
 		{[]string{"plot"}, []string{"RESULTS_DIR"}},
 		{[]string{"systems"}, []string{"-json"}},
-		{[]string{"version"}, []string{"-json"}},
+		{[]string{"version"}, []string{"-json", "-imageTag"}},
+		{[]string{"health"}, []string{"-address", "-timeout"}},
 	} {
 		name := strings.Join(c.cmd, " ")
 		code, stdout, stderr := runNezha(t, append(c.cmd, "-h")...)
@@ -127,6 +128,10 @@ func TestUsageErrors(t *testing.T) {
 		{"no figures.json", []string{"plot", dir}},
 		{"unexpected argument", []string{"version", "x"}},
 		{"unexpected argument", []string{"systems", "x"}},
+		{"exclude each other", []string{"version", "-json", "-imageTag"}},
+		{"-address is required", []string{"health"}},
+		{"unexpected argument", []string{"health", "-address", "127.0.0.1:1", "x"}},
+		{"-timeout 0s must be positive", []string{"health", "-address", "127.0.0.1:1", "-timeout", "0"}},
 		{"want a subcommand", []string{"kv"}},
 		{`unknown subcommand "frob"`, []string{"kv", "frob"}},
 		{"want 2 arguments, got 1", []string{"kv", "put", "a"}},

@@ -14,6 +14,7 @@ import (
 	"fmt"
 	"runtime"
 	"runtime/debug"
+	"strings"
 	"time"
 )
 
@@ -102,4 +103,36 @@ func (in Info) String() string {
 		s += " (" + in.RevisionTime.UTC().Format(time.RFC3339) + ")"
 	}
 	return s + ", " + in.GoVersion
+}
+
+// ImageRepository is the repository of the harness's container image
+// (scripts/image.sh builds it; docs/containers.md).
+const ImageRepository = "nezha"
+
+// imageTagRevisionHex is how many hex digits of the revision an image tag
+// keeps (git's short hashes are 7-12; 12 stays unique in large histories).
+const imageTagRevisionHex = 12
+
+// isGitRevision: rev is a git commit hash (SHA-1 or SHA-256, lower-case
+// hex).
+func isGitRevision(rev string) bool {
+	return (len(rev) == 40 || len(rev) == 64) && strings.Trim(rev, "0123456789abcdef") == ""
+}
+
+// ImageTag is the container image built from the same checkout as this
+// binary: "nezha:" and the first 12 hex digits of Revision, with "-dirty"
+// when the work tree had uncommitted changes (e.g. "nezha:0c1e775a1b2c" or
+// "nezha:0c1e775a1b2c-dirty"). Without a git revision (go test, go run,
+// -buildvcs=false) it is "nezha:latest". scripts/image.sh tags its image
+// with what its own binary prints for `nezha version -imageTag`, so a
+// controller finds the image that matches itself without asking git.
+func (in Info) ImageTag() string {
+	if !isGitRevision(in.Revision) {
+		return ImageRepository + ":latest"
+	}
+	tag := in.Revision[:imageTagRevisionHex]
+	if in.Dirty {
+		tag += "-dirty"
+	}
+	return ImageRepository + ":" + tag
 }
