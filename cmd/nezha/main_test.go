@@ -34,7 +34,7 @@ func TestEveryCommandHelpAndBadFlag(t *testing.T) {
 		cmd   []string
 		flags []string // some flags -h must list
 	}{
-		{[]string{"serve"}, []string{"-system", "-peers", "-bootstrapVoters", "-segmentSizeBytes", "-logFormat", "-pprofAddress"}},
+		{[]string{"serve"}, []string{"-system", "-peers", "-bootstrapVoters", "-segmentSizeBytes", "-logFormat", "-pprofAddress", "-composeReplicas"}},
 		{[]string{"serve", "-system", "nezha"}, []string{"-system", "-gcThresholdBytes"}},
 		{[]string{"serve", "-system", "original"}, []string{"-system", "-data"}},
 		{[]string{"cluster"}, []string{"up -system S"}},
@@ -154,6 +154,10 @@ func TestUsageErrors(t *testing.T) {
 		{`unexpected argument "extra"`, []string{"check", "-system", "original", "extra", "--", "-foo"}},
 		{"-duration 0 is not allowed", []string{"check", "-system", "original", "-duration", "0"}},
 		{"-system is required", []string{"serve"}},
+		{"give neither -peers nor -dialPeers", []string{"serve", "-system", "original", "-composeReplicas", "3", "-peers", "a:1",
+			"-address", ":7000", "-internalAddress", ":7001", "-data", dir}},
+		{"-composeReplicas 100 is outside 0..99", []string{"serve", "-system", "original", "-composeReplicas", "100",
+			"-address", ":7000", "-internalAddress", ":7001", "-data", dir}},
 		{`unknown system "nope"`, []string{"serve", "-system", "nope"}},
 		{"unexpected argument", []string{"serve", "-system", "original", "x"}},
 		{"want a subcommand", []string{"cluster"}},
