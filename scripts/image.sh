@@ -24,9 +24,14 @@ if ! docker info >/dev/null 2>&1; then
 fi
 
 echo "image: linking bin/nezha-static (static: RocksDB and its codecs, glibc; Go's resolver)"
+ctx=$(mktemp -d)
+trap 'rm -rf "$ctx"' EXIT
+root=$ctx/rootfs
+
 binary=bin/nezha-static
 if ! CGO_LDFLAGS="${CGO_LDFLAGS:-} -static -lbz2 -lgflags" go build -buildvcs=auto -tags netgo,osusergo \
-  -ldflags '-linkmode external -extldflags "-static"' -o bin/nezha-static ./cmd/nezha; then
+  -ldflags '-linkmode external -extldflags "-static"' -o bin/nezha-static ./cmd/nezha 2>"$ctx/static.log"; then
+  tail -n 3 "$ctx/static.log" | cut -c 1-300 >&2
   echo "image: the static link failed; the image gets bin/nezha and the shared libraries it loads" >&2
   rm -f bin/nezha-static
   binary=bin/nezha
@@ -43,10 +48,6 @@ if [ -z "$revision" ]; then
 elif go version -m "$binary" | grep -q 'vcs.modified=true'; then
   revision="$revision-dirty"
 fi
-
-ctx=$(mktemp -d)
-trap 'rm -rf "$ctx"' EXIT
-root=$ctx/rootfs
 
 # install_with_libs SRC DEST: SRC at rootfs/DEST, and each shared library
 # and loader that ldd lists for SRC at its own path (symbolic links
