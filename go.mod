@@ -17,6 +17,7 @@ require (
 	github.com/grpc-ecosystem/go-grpc-middleware/v2 v2.1.0
 	github.com/linxGnu/grocksdb v1.7.14
 	github.com/magiconair/properties v1.8.0
+	github.com/miekg/dns v1.1.73
 	github.com/peterbourgon/ff/v3 v3.4.0
 	github.com/pingcap/go-ycsb v1.0.3
 	github.com/prometheus/client_golang v1.20.5

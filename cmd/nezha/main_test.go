@@ -34,7 +34,7 @@ func TestEveryCommandHelpAndBadFlag(t *testing.T) {
 		cmd   []string
 		flags []string // some flags -h must list
 	}{
-		{[]string{"serve"}, []string{"-system", "-peers", "-bootstrapVoters", "-segmentSizeBytes", "-logFormat", "-pprofAddress"}},
+		{[]string{"serve"}, []string{"-system", "-peers", "-bootstrapVoters", "-segmentSizeBytes", "-logFormat", "-pprofAddress", "-composeReplicas"}},
 		{[]string{"serve", "-system", "nezha"}, []string{"-system", "-gcThresholdBytes"}},
 		{[]string{"serve", "-system", "original"}, []string{"-system", "-data"}},
 		{[]string{"cluster"}, []string{"up -system S"}},
@@ -59,8 +59,9 @@ func TestEveryCommandHelpAndBadFlag(t *testing.T) {
 		{[]string{"experiment", "compare"}, []string{"-metric", "-threshold"}},
 		{[]string{"plot"}, []string{"RESULTS_DIR"}},
 		{[]string{"systems"}, []string{"-json"}},
-		{[]string{"version"}, []string{"-json"}},
+		{[]string{"version"}, []string{"-json", "-imageTag"}},
 		{[]string{"agent"}, []string{"-listen", "-addressFile", "-dir", "-tokenFile", "-etcdBinary", "-packetFilter"}},
+		{[]string{"health"}, []string{"-address", "-timeout"}},
 	} {
 		name := strings.Join(c.cmd, " ")
 		code, stdout, stderr := runNezha(t, append(c.cmd, "-h")...)
@@ -128,6 +129,10 @@ func TestUsageErrors(t *testing.T) {
 		{"no figures.json", []string{"plot", dir}},
 		{"unexpected argument", []string{"version", "x"}},
 		{"unexpected argument", []string{"systems", "x"}},
+		{"exclude each other", []string{"version", "-json", "-imageTag"}},
+		{"-address is required", []string{"health"}},
+		{"unexpected argument", []string{"health", "-address", "127.0.0.1:1", "x"}},
+		{"-timeout 0s must be positive", []string{"health", "-address", "127.0.0.1:1", "-timeout", "0"}},
 		{"want a subcommand", []string{"kv"}},
 		{`unknown subcommand "frob"`, []string{"kv", "frob"}},
 		{"want 2 arguments, got 1", []string{"kv", "put", "a"}},
@@ -150,6 +155,10 @@ func TestUsageErrors(t *testing.T) {
 		{`unexpected argument "extra"`, []string{"check", "-system", "original", "extra", "--", "-foo"}},
 		{"-duration 0 is not allowed", []string{"check", "-system", "original", "-duration", "0"}},
 		{"-system is required", []string{"serve"}},
+		{"give neither -peers nor -dialPeers", []string{"serve", "-system", "original", "-composeReplicas", "3", "-peers", "a:1",
+			"-address", ":7000", "-internalAddress", ":7001", "-data", dir}},
+		{"-composeReplicas 100 is outside 0..99", []string{"serve", "-system", "original", "-composeReplicas", "100",
+			"-address", ":7000", "-internalAddress", ":7001", "-data", dir}},
 		{`unknown system "nope"`, []string{"serve", "-system", "nope"}},
 		{"unexpected argument", []string{"serve", "-system", "original", "x"}},
 		{"want a subcommand", []string{"cluster"}},

@@ -23,6 +23,7 @@ commands:
   experiment  named experiments and the report: experiment list | run NAME...|all [-profile quick|standard|paper] | report DIR | compare DIR_A DIR_B
   plot      redraw figures: plot RESULTS_DIR (every figures.json under it -> PNG and SVG)
   systems   the registered systems and their roles (studied, baseline; reference) [-json]
+  health    exit 0 if a node's gRPC health service answers SERVING: health -address A [-timeout D]
   version   module version, VCS revision (+dirty) and Go version of this binary (from its build info) [-json]
   agent     the per-node agent the harness drives a node through: agent -dir DIR -tokenFile FILE [-listen HOST:PORT]
   help      this text
@@ -44,8 +45,8 @@ func (c *cli) root() *ffcli.Command {
 		},
 		Subcommands: []*ffcli.Command{
 			c.serveCommand(), c.clusterCommand(), c.kvCommand(), c.checkCommand(), c.benchCommand(),
-			c.ycsbCommand(), c.experimentCommand(), c.plotCommand(), c.systemsCommand(), c.versionCommand(),
-			c.agentCommand(),
+			c.ycsbCommand(), c.experimentCommand(), c.plotCommand(), c.systemsCommand(), c.healthCommand(),
+			c.versionCommand(), c.agentCommand(),
 		},
 	}
 	return root

@@ -57,6 +57,7 @@ func (c *cli) serveCommand() *ffcli.Command {
 	fs.StringVar(&cfg.MetricsAddress, "metricsAddress", "", "serve Prometheus metrics at /metrics on this loopback or private host:port (no public address: it has no authentication); port 0: a free port, logged as metrics_address (default off; `cluster up` sets it)")
 	fs.StringVar(&cfg.JSONRPCAddress, "jsonrpcAddress", "", "serve the JSON-RPC 2.0 cluster API (raftpico's methods, newline-delimited JSON over TCP) on this loopback or private host:port; port 0: a free port, logged as jsonrpc_address (default off)")
 	fs.StringVar(&cfg.DataDir, "data", "", "data directory")
+	fs.IntVar(&cfg.ComposeReplicas, "composeReplicas", 0, "run as one of N replicas of a Docker Compose service (deploy/compose.yaml): replica k, whose container is <project>_<service>_<k> (reverse DNS of its address), is id k of the members <project>_<service>_1..N; then -address and -internalAddress give only ports (:7000), -peers is not given, and the data directory is -data/<container name> (default 0: off)")
 	fs.StringVar(&cfg.ClusterID, "clusterID", "", "cluster name; peers of another cluster are refused (default: derived from -peers)")
 	fs.BoolVar(&cfg.Sync, "sync", cfg.Sync, "fdatasync the Raft log once per Ready; false is for comparison only")
 	fs.Int64Var(&cfg.SegmentSizeBytes, "segmentSizeBytes", cfg.SegmentSizeBytes, "Raft log segment size in bytes")

@@ -14,6 +14,7 @@ import (
 	"fmt"
 	"runtime"
 	"runtime/debug"
+	"strings"
 	"time"
 )
 
@@ -104,17 +105,34 @@ func (in Info) String() string {
 	return s + ", " + in.GoVersion
 }
 
-// ImageTag is the container image that scripts/image.sh builds from the
-// same checkout: nezha:<first 12 hex digits of the revision>[-dirty], or
-// nezha:latest when the revision is unknown.
-func ImageTag() string {
-	in := Read()
-	if in.Revision == "unknown" || len(in.Revision) < 12 {
-		return "nezha:latest"
+// ImageRepository is the repository of the harness's container image
+// (scripts/image.sh builds it; docs/containers.md).
+const ImageRepository = "nezha"
+
+// imageTagRevisionHex is how many hex digits of the revision an image tag
+// keeps (git's short hashes are 7-12; 12 stays unique in large histories).
+const imageTagRevisionHex = 12
+
+// isGitRevision: rev is a git commit hash (SHA-1 or SHA-256, lower-case
+// hex).
+func isGitRevision(rev string) bool {
+	return (len(rev) == 40 || len(rev) == 64) && strings.Trim(rev, "0123456789abcdef") == ""
+}
+
+// ImageTag is the container image built from the same checkout as this
+// binary: "nezha:" and the first 12 hex digits of Revision, with "-dirty"
+// when the work tree had uncommitted changes (e.g. "nezha:0c1e775a1b2c" or
+// "nezha:0c1e775a1b2c-dirty"). Without a git revision (go test, go run,
+// -buildvcs=false) it is "nezha:latest". scripts/image.sh tags its image
+// with what its own binary prints for `nezha version -imageTag`, so a
+// controller finds the image that matches itself without asking git.
+func (in Info) ImageTag() string {
+	if !isGitRevision(in.Revision) {
+		return ImageRepository + ":latest"
 	}
-	tag := "nezha:" + in.Revision[:12]
+	tag := in.Revision[:imageTagRevisionHex]
 	if in.Dirty {
 		tag += "-dirty"
 	}
-	return tag
+	return ImageRepository + ":" + tag
 }

@@ -32,3 +32,22 @@ func TestRead(t *testing.T) {
 		t.Fatalf("Read() = %+v", in)
 	}
 }
+
+func TestImageTag(t *testing.T) {
+	const rev = "0c1e775a1b2c3d4e5f60718293a4b5c6d7e8f901"
+	for _, c := range []struct {
+		in   Info
+		want string
+	}{
+		{Info{Revision: rev}, "nezha:0c1e775a1b2c"},
+		{Info{Revision: rev, Dirty: true}, "nezha:0c1e775a1b2c-dirty"},
+		{Info{Revision: "unknown"}, "nezha:latest"},
+		{Info{Revision: "unknown", Dirty: true}, "nezha:latest"},
+		{Info{Revision: "abc123"}, "nezha:latest"}, // not a git hash
+		{FromBuildInfo(&debug.BuildInfo{Main: debug.Module{Path: "m"}}), "nezha:latest"},
+	} {
+		if got := c.in.ImageTag(); got != c.want {
+			t.Errorf("%+v.ImageTag() = %q, want %q", c.in, got, c.want)
+		}
+	}
+}

@@ -71,7 +71,7 @@ func (s *Spec) prepareBackend(ctx context.Context, o BackendOptions) (backend, e
 		d := &DockerSpec{Image: o.Docker.Image, Privileged: o.Docker.Privileged, Hosts: o.Hosts,
 			Prefix: "nezha-" + newClusterID()[:8]}
 		if d.Image == "" {
-			d.Image = buildinfo.ImageTag()
+			d.Image = buildinfo.Read().ImageTag()
 		}
 		s.Backend.Docker = d
 		if err := d.prepare(ctx); err != nil {

@@ -142,11 +142,28 @@ type Config struct {
 	// timeout per cluster; campaigning early is always safe in Raft (a
 	// failed election falls back to the timeouts). Default false.
 	CampaignOnBoot bool
+	// ComposeReplicas, if positive, makes the node one of that many
+	// replicas of a Docker Compose service that all run the same command
+	// line (deploy/compose.yaml; compose.go): replica k, named by its
+	// container name <project>_<service>_<k> (reverse DNS of its address),
+	// is Raft id k of the members <project>_<service>_1 .. _N. Address and
+	// InternalAddress then give only ports (":7000") and are advertised
+	// under the container name, Peers and DialPeers are not given, and
+	// DataDir is the parent of the node's directory, DataDir/<container
+	// name>. Default 0: off.
+	ComposeReplicas int
 	// Logger defaults to slog.Default(). The node adds the attributes
 	// node (its Raft id) and term (its current Raft term) to every line
 	// (termHandler); `serve -logFormat` picks slog's text or JSON handler.
 	Logger *slog.Logger
 
+	// listenAll: listen on the ports of Address and InternalAddress on
+	// every interface (a Compose replica, whose addresses name its
+	// container; set by withComposeIdentity).
+	listenAll bool
+	// lookupPTR overrides the reverse DNS lookup of -composeReplicas
+	// (tests; nil: lookupPTR).
+	lookupPTR ptrLookup
 	// sessionCheckpointEntries overrides sessionCheckpointEntries (tests;
 	// 0: the default).
 	sessionCheckpointEntries int
@@ -244,8 +261,19 @@ func (c *Config) Validate() error {
 	} else if err := c.SystemConfig.Validate(); err != nil {
 		errs = append(errs, err)
 	}
-	if len(c.Peers) == 0 {
+	compose := c.ComposeReplicas != 0
+	switch {
+	case c.ComposeReplicas < 0 || c.ComposeReplicas > MaxComposeReplicas:
+		bad("-composeReplicas %d is outside 0..%d", c.ComposeReplicas, MaxComposeReplicas)
+	case compose && (len(c.Peers) > 0 || len(c.DialPeers) > 0):
+		bad("-composeReplicas derives -peers from the container names: give neither -peers nor -dialPeers")
+	case !compose && len(c.Peers) == 0:
 		bad("-peers is required")
+	}
+	for _, a := range [][2]string{{"-address", c.Address}, {"-internalAddress", c.InternalAddress}} {
+		if host, port, err := net.SplitHostPort(a[1]); compose && err == nil && host != "" {
+			bad("with -composeReplicas, %s %q gives only a port (:%s): the node is advertised under its container name", a[0], a[1], port)
+		}
 	}
 	_, addrs, perr := c.members()
 	if perr != nil {
@@ -268,7 +296,7 @@ func (c *Config) Validate() error {
 	}
 	if c.InternalAddress == "" {
 		bad("-internalAddress is required")
-	} else if len(c.Peers) > 0 && perr == nil && c.ID() == 0 {
+	} else if !compose && len(c.Peers) > 0 && perr == nil && c.ID() == 0 {
 		bad("-internalAddress %s is not in -peers %v", c.InternalAddress, c.Peers)
 	}
 	for _, v := range c.BootstrapVoters {

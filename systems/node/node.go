@@ -229,6 +229,20 @@ func Start(cfg Config) (*Node, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
+	if cfg.ComposeReplicas > 0 {
+		var err error
+		lookup := cfg.lookupPTR
+		if lookup == nil {
+			lookup = lookupPTR
+		}
+		if cfg, err = cfg.withComposeIdentity(context.Background(), lookup); err != nil {
+			return nil, err
+		}
+		if err := cfg.Validate(); err != nil {
+			return nil, err
+		}
+		cfg.Logger.Info("replica of a Compose service", "address", cfg.Address, "peers", cfg.Peers, "data", cfg.DataDir)
+	}
 	n := &Node{
 		cfg:          cfg,
 		id:           cfg.ID(),
@@ -401,11 +415,11 @@ func (n *Node) open() error {
 
 // listen binds both addresses and starts the gRPC servers.
 func (n *Node) listen() error {
-	ilis, err := net.Listen("tcp", n.cfg.InternalAddress)
+	ilis, err := net.Listen("tcp", n.cfg.listenAddress(n.cfg.InternalAddress))
 	if err != nil {
 		return systems.Usagef("cannot listen on -internalAddress %s: %v", n.cfg.InternalAddress, unwrapListenErr(err))
 	}
-	klis, err := net.Listen("tcp", n.cfg.Address)
+	klis, err := net.Listen("tcp", n.cfg.listenAddress(n.cfg.Address))
 	if err != nil {
 		ilis.Close()
 		return systems.Usagef("cannot listen on -address %s: %v", n.cfg.Address, unwrapListenErr(err))
