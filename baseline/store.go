@@ -76,6 +76,9 @@ type Store struct {
 	// applied) with StateHash, which pairs a RocksDB snapshot with the
 	// applied index.
 	applyMu sync.Mutex
+	// roundMu serializes the Raft log truncation rounds and TakeSnapshot,
+	// which both roll, compact and remove segments.
+	roundMu sync.Mutex
 	// durableMu serializes flushApplied, so that the applied index a pasv
 	// store writes into the meta column family moves in the order the
 	// callers read it.

@@ -57,7 +57,8 @@ import (
 // Concurrency: the round holds the store's locks only while it works on
 // RocksDB (step 4), never while it calls LogControl: Roll and Compact run on
 // the node's Ready loop, which also runs CommitRestore, so a lock held
-// across them could deadlock. A snapshot restore that lands between steps 4
+// across them could deadlock. (roundMu, held throughout, serializes the
+// rounds with TakeSnapshot only; the Ready loop never takes it.) A snapshot restore that lands between steps 4
 // and 5 compacts the log beyond C; Compact then fails, the round sees the
 // newer compaction point and goes on with it.
 //
@@ -207,6 +208,8 @@ func highestSealed(segs []systems.SegmentInfo, above, atMost uint64) uint64 {
 // whether it rolled, compacted or removed anything. The round's record is
 // filled in also when err is not nil.
 func (t *truncator) round(ctx context.Context) (r systems.GCRound, did bool, err error) {
+	t.s.roundMu.Lock()
+	defer t.s.roundMu.Unlock()
 	r = systems.GCRound{Strategy: TruncationStrategy, Start: time.Now()}
 	defer func() { r.End = time.Now() }()
 	segs := t.ctl.Segments()
@@ -238,20 +241,86 @@ func (t *truncator) round(ctx context.Context) (r systems.GCRound, did bool, err
 		}
 	}
 	r.CompactedIndex = t.ctl.CompactedIndex()
+	err = removeCompacted(t.ctl, segs, &r)
+	return r, did || r.SegmentsRemoved > 0, err
+}
+
+// removeCompacted removes the sealed segments of segs whose entries are
+// all at or below r.CompactedIndex, adding them to r.
+func removeCompacted(ctl systems.LogControl, segs []systems.SegmentInfo, r *systems.GCRound) error {
 	var errs []error
 	for _, sg := range segs {
 		if sg.Active || sg.LastIndex > r.CompactedIndex {
 			continue
 		}
-		if err := t.ctl.RemoveSegment(sg.ID); err != nil {
+		if err := ctl.RemoveSegment(sg.ID); err != nil {
 			errs = append(errs, fmt.Errorf("remove segment %d: %w", sg.ID, err))
 			continue
 		}
-		did = true
 		r.SegmentsRemoved++
 		r.ReclaimedBytes += sg.SizeBytes
 	}
-	return r, did, errors.Join(errs...)
+	return errors.Join(errs...)
+}
+
+// SnapshotTrigger is the systems.GCRound Trigger of a round TakeSnapshot
+// ran.
+const SnapshotTrigger = "snapshot"
+
+var _ systems.SnapshotTaker = (*Store)(nil)
+
+// TakeSnapshot implements systems.SnapshotTaker: a truncation round that
+// runs now, whatever -rocksdb.logRetainBytes (also 0, truncation off),
+// serialized with the background rounds. It rolls the active segment
+// (so that its entries can go once compacted), makes the applied state
+// durable (durableApplied: a synced WAL write, or pasv's flush), compacts
+// the log to min(that applied index, LogControl.CompactBound) - not only
+// to a sealed segment's end, as the background rounds do - and removes the
+// sealed segments at or below the compaction point. It returns the
+// compaction point; the round is kept with GCRounds when truncation is on.
+func (s *Store) TakeSnapshot(ctx context.Context) (uint64, error) {
+	if s.ctl == nil {
+		return 0, fmt.Errorf("%w: the %s store has no Raft log to compact", systems.ErrSnapshotUnsupported, s.mode)
+	}
+	s.roundMu.Lock()
+	r, err := s.snapshotRound(ctx)
+	s.roundMu.Unlock()
+	if err != nil {
+		r.Error = err.Error()
+		s.logger.Error("baseline: snapshot failed", "system", string(s.mode), "err", err)
+	} else {
+		s.logger.Info("baseline: snapshot taken: Raft log truncated", "system", string(s.mode),
+			"compacted_index", r.CompactedIndex, "segments_removed", r.SegmentsRemoved, "reclaimed_bytes", r.ReclaimedBytes)
+	}
+	if s.trunc != nil {
+		s.trunc.hist.Record(r)
+	}
+	return r.CompactedIndex, err
+}
+
+// snapshotRound is TakeSnapshot's round; the caller holds roundMu.
+func (s *Store) snapshotRound(ctx context.Context) (r systems.GCRound, err error) {
+	r = systems.GCRound{Strategy: TruncationStrategy, Trigger: SnapshotTrigger, Start: time.Now()}
+	defer func() { r.End = time.Now() }()
+	r.CompactedIndex = s.ctl.CompactedIndex()
+	segs := s.ctl.Segments()
+	if act := segs[len(segs)-1]; act.Active && act.LastIndex > 0 && act.FirstIndex <= s.ctl.CompactBound() {
+		if err := s.ctl.Roll(ctx); err != nil {
+			return r, fmt.Errorf("roll the active segment: %w", err)
+		}
+		segs = s.ctl.Segments()
+	}
+	applied, err := s.durableApplied()
+	if err != nil {
+		return r, err
+	}
+	if c := min(applied, s.ctl.CompactBound()); c > s.ctl.CompactedIndex() {
+		if err := s.ctl.Compact(ctx, c); err != nil && s.ctl.CompactedIndex() < c {
+			return r, fmt.Errorf("compact the Raft log to %d (durable applied index %d): %w", c, applied, err)
+		}
+	}
+	r.CompactedIndex = s.ctl.CompactedIndex()
+	return r, removeCompacted(s.ctl, segs, &r)
 }
 
 // durableApplied makes every entry applied so far durable in RocksDB and

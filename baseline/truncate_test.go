@@ -601,3 +601,51 @@ func TestTruncationConfig(t *testing.T) {
 		}
 	}
 }
+
+// TestTakeSnapshot: a snapshot asked for truncates now, whatever the
+// retain budget: the log is compacted to the durable applied index
+// (within a live follower's match index), every sealed segment at or below
+// it is removed, and the state survives a reopen over the truncated log.
+func TestTakeSnapshot(t *testing.T) {
+	forEachMode(t, func(t *testing.T, m Mode) {
+		f := newTruncFixture(t, m, 1<<30, testSeed(t), false)
+		for range 6 {
+			f.write(50, 50, 200)
+		}
+		ctx := context.Background()
+		applied := f.s.AppliedIndex()
+		if r, did := f.round(); did || f.l.CompactedIndex() != 0 {
+			t.Fatalf("a background round under the budget truncated: %+v", r)
+		}
+		idx, err := f.s.TakeSnapshot(ctx)
+		if err != nil || idx != applied || f.l.CompactedIndex() != applied {
+			t.Fatalf("TakeSnapshot = %d, %v; want the applied index %d (log compacted to %d)", idx, err, applied, f.l.CompactedIndex())
+		}
+		if first, _ := f.l.FirstIndex(); first != applied+1 {
+			t.Fatalf("first index %d, want %d", first, applied+1)
+		}
+		if ids, _ := f.sealed(); len(ids) != 0 {
+			t.Fatalf("sealed segments %v remain below the compaction point", ids)
+		}
+		rs := f.s.GCRounds()
+		if len(rs) != 1 || rs[0].Trigger != SnapshotTrigger || rs[0].CompactedIndex != applied || rs[0].SegmentsRemoved == 0 {
+			t.Fatalf("GCRounds = %+v; want one snapshot round to %d that removed segments", rs, applied)
+		}
+		checkState(t, f.s, f.m)
+		// A live follower's match index bounds it.
+		for range 2 {
+			f.write(50, 50, 200)
+		}
+		f.ctl.followerBound.Store(applied + 10)
+		if idx, err := f.s.TakeSnapshot(ctx); err != nil || idx != applied+10 {
+			t.Fatalf("TakeSnapshot under a follower at %d = %d, %v", applied+10, idx, err)
+		}
+		f.write(30, 50, 200)
+		f.reopen()
+		if a, c := f.s.AppliedIndex(), f.l.CompactedIndex(); a < c {
+			t.Fatalf("reopened applied index %d below the compaction point %d", a, c)
+		}
+		replayLog(t, f.l, f.s)
+		checkState(t, f.s, f.m)
+	})
+}

@@ -123,6 +123,12 @@ const (
 	TriggerScan = "scan"
 	// TriggerContinuous: -gcContinuous (tests, stress).
 	TriggerContinuous = "continuous"
+	// TriggerSnapshot: a snapshot was asked for (Store.TakeSnapshot):
+	// the round copies nothing; it makes the index durable, compacts the
+	// Raft log to the compaction bound (also inside the active segment)
+	// and removes the sealed segments and runs below it that hold no live
+	// byte. It runs at once, between the other rounds.
+	TriggerSnapshot = "snapshot"
 )
 
 // staggered reports whether rounds on trigger wait for the node's slot.
@@ -175,6 +181,10 @@ type collector struct {
 
 	hist systems.GCHistory
 
+	// snapc carries TakeSnapshot's requests to the loop, so that a
+	// snapshot round never overlaps another round or a snapshot restore
+	// (which stops the loop).
+	snapc  chan chan snapshotResult
 	kick   chan struct{}
 	cancel context.CancelFunc
 	done   chan struct{}
@@ -192,7 +202,7 @@ func newCollector(s *Store, cfg *Config, env systems.Env) (*collector, error) {
 	}
 	c := &collector{s: s, strategy: st, cfg: cfg, create: fsCreate(s.fs), now: time.Now,
 		nodeID: env.NodeID, nodes: env.Nodes,
-		live: map[uint64]int64{}, dead: map[uint64]int64{}, kick: make(chan struct{}, 1)}
+		live: map[uint64]int64{}, dead: map[uint64]int64{}, kick: make(chan struct{}, 1), snapc: make(chan chan snapshotResult)}
 	if cfg.GCRateBytesPerSec > 0 {
 		c.limiter = rate.NewLimiter(rate.Limit(cfg.GCRateBytesPerSec), gcRateBurstBytes)
 	}
@@ -424,6 +434,11 @@ func (c *collector) loop(ctx context.Context, done chan struct{}) {
 		case <-t.C:
 		case <-c.kick:
 		case <-slot.C:
+		case done := <-c.snapc:
+			r, err := c.snapshotRound(ctx)
+			c.record(r, err)
+			done <- snapshotResult{index: r.CompactedIndex, err: err}
+			continue
 		}
 		for ctx.Err() == nil {
 			trigger := c.due()
@@ -457,17 +472,87 @@ func (c *collector) loop(ctx context.Context, done chan struct{}) {
 				break // nothing to do until the log grows
 			}
 			c.idleLogBytes = 0
-			c.hist.Record(r.GCRound)
-			c.s.logger.Info("nezha: GC round", "strategy", r.Strategy, "trigger", r.Trigger,
-				"duration", r.End.Sub(r.Start).Round(time.Millisecond), "throttled", r.Throttled.Round(time.Millisecond),
-				"bytes_read", r.BytesRead, "bytes_written", r.BytesWritten, "live_bytes", r.LiveBytes,
-				"reclaimed_bytes", r.ReclaimedBytes, "segments_removed", r.SegmentsRemoved, "runs_removed", r.RunsRemoved,
-				"keys_moved", r.KeysMoved, "compacted_index", r.CompactedIndex)
+			c.record(r, nil)
 			if !c.cfg.GCContinuous {
 				break
 			}
 		}
 	}
+}
+
+// record keeps a round that did something or failed in the history, and
+// logs it.
+func (c *collector) record(r roundResult, err error) {
+	if err != nil {
+		r.Error = err.Error()
+		c.hist.Record(r.GCRound)
+		c.s.logger.Error("nezha: GC round failed; the node keeps serving", "trigger", r.Trigger, "err", err)
+		return
+	}
+	c.hist.Record(r.GCRound)
+	c.s.logger.Info("nezha: GC round", "strategy", r.Strategy, "trigger", r.Trigger,
+		"duration", r.End.Sub(r.Start).Round(time.Millisecond), "throttled", r.Throttled.Round(time.Millisecond),
+		"bytes_read", r.BytesRead, "bytes_written", r.BytesWritten, "live_bytes", r.LiveBytes,
+		"reclaimed_bytes", r.ReclaimedBytes, "segments_removed", r.SegmentsRemoved, "runs_removed", r.RunsRemoved,
+		"keys_moved", r.KeysMoved, "compacted_index", r.CompactedIndex)
+}
+
+// snapshotResult is the answer of the loop to a TakeSnapshot request.
+type snapshotResult struct {
+	index uint64
+	err   error
+}
+
+// takeSnapshot asks the loop for a snapshot round and waits for it.
+func (c *collector) takeSnapshot(ctx context.Context) (uint64, error) {
+	done := make(chan snapshotResult, 1)
+	select {
+	case c.snapc <- done:
+	case <-ctx.Done():
+		return 0, fmt.Errorf("nezha: take snapshot: waiting for the GC loop: %w", ctx.Err())
+	}
+	select {
+	case r := <-done:
+		return r.index, r.err
+	case <-ctx.Done():
+		return 0, fmt.Errorf("nezha: take snapshot: %w (the round goes on)", ctx.Err())
+	}
+}
+
+// snapshotRound is the round of TriggerSnapshot (loop goroutine, or tests
+// with the loop stopped).
+func (c *collector) snapshotRound(ctx context.Context) (r roundResult, err error) {
+	s := c.s
+	r.GCRound = systems.GCRound{Strategy: c.strategy.Name(), Trigger: TriggerSnapshot, Start: time.Now()}
+	defer func() { r.End = time.Now() }()
+	// The bound is read before the index is made durable: the index's
+	// applied index is then at or above it.
+	bound := s.ctl.CompactBound()
+	if err := s.syncIndex(); err != nil {
+		return r, err
+	}
+	if bound > s.ctl.CompactedIndex() {
+		if err := s.ctl.Compact(ctx, bound); err != nil {
+			return r, fmt.Errorf("compact the log to %d: %w", bound, err)
+		}
+		r.compacted = true
+	}
+	r.CompactedIndex = s.ctl.CompactedIndex()
+	segs := s.ctl.Segments()
+	var dead []uint64
+	s.applyMu.Lock()
+	for _, sg := range segs {
+		if !sg.Active && sg.LastIndex <= r.CompactedIndex && c.live[sg.ID] == 0 {
+			dead = append(dead, sg.ID)
+		}
+	}
+	for _, id := range s.runs.ids() {
+		if c.live[runFlag|id] == 0 {
+			dead = append(dead, runFlag|id)
+		}
+	}
+	s.applyMu.Unlock()
+	return r, c.removeInputs(dead, segs, &r.GCRound)
 }
 
 // untilSlot returns how long until this node's stagger slot starts (0 when
@@ -739,17 +824,13 @@ func (c *collector) round(ctx context.Context, trigger string) (r roundResult, e
 	// 2. Plan.
 	p := c.planFor(segs, bound, trigger)
 	inputs := map[uint64]bool{}
-	var inputSegs, inputRuns []uint64
+	inputRuns := 0
 	for _, id := range p.ids {
 		inputs[id] = true
 		if id&runFlag != 0 {
-			inputRuns = append(inputRuns, id&^runFlag)
-		} else {
-			inputSegs = append(inputSegs, id)
+			inputRuns++
 		}
 	}
-	sort.Slice(inputSegs, func(i, j int) bool { return inputSegs[i] < inputSegs[j] })
-	sort.Slice(inputRuns, func(i, j int) bool { return inputRuns[i] < inputRuns[j] })
 
 	// 3. Copy the live values of the inputs, in key order, into a new run
 	// (nothing to copy when no input holds a live byte).
@@ -764,7 +845,7 @@ func (c *collector) round(ctx context.Context, trigger string) (r roundResult, e
 		}
 		// 4. Switch, re-validating every key.
 		if newRun != nil {
-			if err := c.switchTo(newRun, inputs, len(inputRuns) >= 2, &r.GCRound); err != nil {
+			if err := c.switchTo(newRun, inputs, inputRuns >= 2, &r.GCRound); err != nil {
 				return r, err
 			}
 		}
@@ -795,22 +876,42 @@ func (c *collector) round(ctx context.Context, trigger string) (r roundResult, e
 
 	// 6. Delete the inputs that hold no live byte any more.
 	s.applyMu.Lock()
-	var delSegs, delRuns []uint64
-	for _, id := range inputSegs {
+	var dead []uint64
+	for _, id := range p.ids {
 		if c.live[id] == 0 {
-			delSegs = append(delSegs, id)
+			dead = append(dead, id)
 		} else {
-			s.logger.Warn("nezha: GC keeps an input segment that still holds live bytes", "segment", id, "live", c.live[id])
-		}
-	}
-	for _, id := range inputRuns {
-		if c.live[runFlag|id] == 0 {
-			delRuns = append(delRuns, id)
-		} else {
-			s.logger.Warn("nezha: GC keeps an input run that still holds live bytes", "run", id, "live", c.live[runFlag|id])
+			s.logger.Warn("nezha: GC keeps an input file that still holds live bytes", "file", describeFile(id), "live", c.live[id])
 		}
 	}
 	s.applyMu.Unlock()
+	return r, c.removeInputs(dead, segs, &r.GCRound)
+}
+
+// describeFile names a segment or run id (runFlag|id) for logs.
+func describeFile(id uint64) string {
+	if id&runFlag != 0 {
+		return fmt.Sprintf("run %d", id&^runFlag)
+	}
+	return fmt.Sprintf("segment %d", id)
+}
+
+// removeInputs deletes the files ids (segment ids, and runFlag|id for
+// runs) that hold no live byte: runs leave the manifest first, then
+// segments and runs are deleted under the read gate; segs gives the
+// segments' sizes. It adds what it removed to r.
+func (c *collector) removeInputs(ids []uint64, segs []systems.SegmentInfo, r *systems.GCRound) error {
+	s := c.s
+	var delSegs, delRuns []uint64
+	for _, id := range ids {
+		if id&runFlag != 0 {
+			delRuns = append(delRuns, id&^runFlag)
+		} else {
+			delSegs = append(delSegs, id)
+		}
+	}
+	sort.Slice(delSegs, func(i, j int) bool { return delSegs[i] < delSegs[j] })
+	sort.Slice(delRuns, func(i, j int) bool { return delRuns[i] < delRuns[j] })
 	sizes := map[uint64]int64{}
 	for _, sg := range segs {
 		sizes[sg.ID] = sg.SizeBytes
@@ -824,7 +925,7 @@ func (c *collector) round(ctx context.Context, trigger string) (r roundResult, e
 		}
 		s.manMu.Unlock()
 		if err != nil {
-			return r, err
+			return err
 		}
 		c.crashPoint(CrashAfterManifest)
 	}
@@ -860,7 +961,7 @@ func (c *collector) round(ctx context.Context, trigger string) (r roundResult, e
 	}
 	c.noteGarbage()
 	s.applyMu.Unlock()
-	return r, errors.Join(errs...)
+	return errors.Join(errs...)
 }
 
 // copyLive writes the live values of the input files into a new run and

@@ -123,6 +123,21 @@ func (f *gcFixture) write(n, keys int) {
 	f.m.apply(cmds...)
 }
 
+// putKeys appends and applies puts of k000..k(n-1) with random values of
+// valueBytes.
+func (f *gcFixture) putKeys(n, valueBytes int) {
+	f.t.Helper()
+	var cmds []systems.Command
+	for i := 0; i < n; i++ {
+		cmds = append(cmds, put(fmt.Sprintf("k%03d", i), randValue(f.rng, valueBytes)))
+	}
+	f.mu.Lock()
+	ents := appendCommands(f.t, f.l, cmds...)
+	f.mu.Unlock()
+	mustApply(f.t, f.s, ents)
+	f.m.apply(cmds...)
+}
+
 // round runs a round that freezes and sorts the log (-gcContinuous's).
 func (f *gcFixture) round() systems.GCRound {
 	f.t.Helper()
@@ -490,17 +505,7 @@ func TestGCDueCountsReclaimableGarbageOnly(t *testing.T) {
 	f := newGCFixture(t, IndexLevelDB, StrategySortOnce, 1)
 	f.s.gc.cfg.GCThresholdBytes = 1 << 40 // the garbage rule only
 	f.s.gc.cfg.GCMinBytes = 0
-	putKeys := func(n int) {
-		var cmds []systems.Command
-		for i := 0; i < n; i++ {
-			cmds = append(cmds, put(fmt.Sprintf("k%03d", i), randValue(f.rng, 400)))
-		}
-		f.mu.Lock()
-		ents := appendCommands(t, f.l, cmds...)
-		f.mu.Unlock()
-		mustApply(t, f.s, ents)
-		f.m.apply(cmds...)
-	}
+	putKeys := func(n int) { f.putKeys(n, 400) }
 	putKeys(100)
 	f.round() // run 1: k000..k099
 	putKeys(80)
@@ -530,4 +535,53 @@ func TestGCDueCountsReclaimableGarbageOnly(t *testing.T) {
 	if due(StrategySortOnce) {
 		t.Fatalf("sort-once: a round is due for one live value")
 	}
+}
+
+// TestTakeSnapshot: a snapshot asked for runs as a round of the GC loop:
+// it compacts the Raft log to the applied index (inside the active
+// segment too), removes the sealed segments whose values were all
+// overwritten, and the state survives a restart (the index was made
+// durable before the compaction: a memory index reopens from its
+// checkpoint). nezha-nogc refuses.
+func TestTakeSnapshot(t *testing.T) {
+	for _, kind := range IndexKinds() {
+		t.Run(kind, func(t *testing.T) {
+			f := newGCFixture(t, kind, StrategyTiered, 21)
+			f.write(60, 20)
+			f.putKeys(20, 100) // every key overwritten
+			if f.l.CompactedIndex() != 0 {
+				t.Fatalf("compacted to %d before the snapshot", f.l.CompactedIndex())
+			}
+			f.s.gc.start() // the loop serves the request
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			defer cancel()
+			applied := f.s.AppliedIndex()
+			idx, err := f.s.TakeSnapshot(ctx)
+			if err != nil || idx != applied || f.l.CompactedIndex() != applied {
+				t.Fatalf("TakeSnapshot = %d, %v; want the applied index %d (log compacted to %d)", idx, err, applied, f.l.CompactedIndex())
+			}
+			if first, _ := f.l.FirstIndex(); first != applied+1 {
+				t.Fatalf("first index %d after the snapshot, want %d", first, applied+1)
+			}
+			rounds := f.s.GCRounds()
+			if len(rounds) == 0 || rounds[len(rounds)-1].Trigger != TriggerSnapshot || rounds[len(rounds)-1].SegmentsRemoved == 0 ||
+				rounds[len(rounds)-1].KeysMoved != 0 {
+				t.Fatalf("rounds %+v: want a last snapshot round that removed the overwritten segments and moved nothing", rounds)
+			}
+			f.check()
+			if idx, err := f.s.TakeSnapshot(ctx); err != nil || idx != applied {
+				t.Fatalf("second TakeSnapshot = %d, %v; want %d again", idx, err, applied)
+			}
+			f.s.Close()
+			f.open(kind, StrategyTiered)
+			f.check()
+		})
+	}
+	t.Run("nezha-nogc", func(t *testing.T) {
+		dir := t.TempDir()
+		s := openStore(t, IndexLevelDB, dir, openLogSegments(t, dir, 4096))
+		if _, err := s.TakeSnapshot(context.Background()); !errors.Is(err, systems.ErrSnapshotUnsupported) {
+			t.Fatalf("nezha-nogc TakeSnapshot: %v, want ErrSnapshotUnsupported", err)
+		}
+	})
 }

@@ -2,6 +2,7 @@ package nezha
 
 import (
 	"bytes"
+	"context"
 	"crypto/sha256"
 	"encoding/binary"
 	"errors"
@@ -514,6 +515,21 @@ func (s *Store) chunk(n int, next *[]byte, fn func(keys [][]byte, locs []systems
 	}
 	*next = append(bytes.Clone(keys[len(keys)-1]), 0)
 	return len(keys) == n, nil
+}
+
+var _ systems.SnapshotTaker = (*Store)(nil)
+
+// TakeSnapshot implements systems.SnapshotTaker with a GC round of
+// TriggerSnapshot, run by the GC loop between its other rounds: the index
+// made durable (LevelDB sync, or a memory-index checkpoint), the Raft log
+// compacted to the compaction bound, and the files below it that hold no
+// live byte removed. It returns the log's compaction point. nezha-nogc
+// refuses (systems.ErrSnapshotUnsupported): its log only grows.
+func (s *Store) TakeSnapshot(ctx context.Context) (uint64, error) {
+	if s.gc == nil {
+		return 0, fmt.Errorf("%w: %s has no GC: its Raft log (the value log) only grows", systems.ErrSnapshotUnsupported, s.name)
+	}
+	return s.gc.takeSnapshot(ctx)
 }
 
 // GCRounds implements systems.GCReporter (empty without GC).

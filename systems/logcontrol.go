@@ -2,6 +2,7 @@ package systems
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"time"
 )
@@ -63,6 +64,25 @@ type Snapshotter interface {
 	// CommitRestore makes the staged state current; AppliedIndex becomes index.
 	CommitRestore(index uint64) error
 }
+
+// SnapshotTaker is implemented by state machines that compact the Raft
+// log when asked (raftpico's TakeSnapshot on the JSON-RPC API, kvpb.Admin's
+// TakeSnapshot, `nezha cluster compact`), beside the compaction they run by
+// themselves. The node offers it only with Snapshotter: a follower that
+// needs the compacted entries gets a snapshot instead.
+type SnapshotTaker interface {
+	// TakeSnapshot makes the state applied so far durable in the state
+	// machine's own storage, compacts the Raft log up to it (at most to
+	// LogControl.CompactBound: entries a live follower still needs stay),
+	// removes the log files no longer needed, and returns the log's
+	// compaction point. An error wrapping ErrSnapshotUnsupported: this
+	// configuration never compacts its log.
+	TakeSnapshot(ctx context.Context) (index uint64, err error)
+}
+
+// ErrSnapshotUnsupported marks a TakeSnapshot that the configuration
+// refuses (nezha-nogc: its log only grows).
+var ErrSnapshotUnsupported = errors.New("not supported")
 
 // GCRound is the record of one garbage collection round, for reports.
 type GCRound struct {

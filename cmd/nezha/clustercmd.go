@@ -37,13 +37,14 @@ const clusterUsage = `usage: nezha cluster SUBCOMMAND [flags]   (nezha cluster S
   remove -cluster DIR -node N                              remove member N (a leader hands over first), stop its process
   transfer -cluster DIR [-node N]                          move the leadership to N (default: the most caught-up voter)
   replace -cluster DIR -node N                             remove member N and add a fresh one (new id, empty data) in its place
-  members -cluster DIR                                     the membership as the leader applied it`
+  members -cluster DIR                                     the membership as the leader applied it
+  compact -cluster DIR [-node N]                           take a snapshot now: each node compacts its Raft log to its applied index`
 
 // runCluster is `nezha cluster up|status|...`; known are the -system names
 // the binary registers.
 func runCluster(args []string, known []string, stdout, stderr io.Writer) error {
 	if len(args) == 0 {
-		return systems.Usagef("cluster: want a subcommand: up, status, kill, restart, down, add, promote, remove, transfer, replace, members")
+		return systems.Usagef("cluster: want a subcommand: up, status, kill, restart, down, add, promote, remove, transfer, replace, members, compact")
 	}
 	sub, args := args[0], args[1:]
 	if err := systems.SubcommandHelp(sub, stdout, clusterUsage); err != nil {
@@ -174,8 +175,10 @@ func runCluster(args []string, known []string, stdout, stderr io.Writer) error {
 		return nil
 	case "add", "promote", "remove", "transfer", "replace", "members":
 		return clusterMembership(ctx, sub, fs, dir, args, stdout)
+	case "compact":
+		return clusterCompact(ctx, fs, dir, args, stdout)
 	}
-	return systems.Usagef("cluster: unknown subcommand %q (want up, status, kill, restart, down, add, promote, remove, transfer, replace, members)", sub)
+	return systems.Usagef("cluster: unknown subcommand %q (want up, status, kill, restart, down, add, promote, remove, transfer, replace, members, compact)", sub)
 }
 
 // clusterMembership is `nezha cluster add|promote|remove|transfer|replace|members`.

@@ -15,7 +15,7 @@ const usage = `usage: nezha <command> [flags]
 
 commands:
   serve     run one node: serve -system S -address A -internalAddress I -peers P1,P2,P3 -data D
-  cluster   local clusters: cluster up|status|kill|restart|down|add|promote|remove|transfer|replace|members -cluster DIR
+  cluster   local clusters: cluster up|status|kill|restart|down|add|promote|remove|transfer|replace|members|compact -cluster DIR
   kv        one request: kv put K V | get K | delete K | scan START END [-limit N]
   check     linearizability under faults: check -system S [-nemesis LIST] [-duration D] [-read-mode M]
   bench     the paper's workloads: bench put|get|scan [-cnums N -dnums N -vsize BYTES] -servers ...|-cluster DIR

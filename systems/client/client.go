@@ -612,6 +612,21 @@ func (c *Client) Status(ctx context.Context, addr string, withStateHash bool) (*
 	return r, nil
 }
 
+// TakeSnapshot asks the node at addr to make its applied state durable
+// and compact its own Raft log up to it (kvpb.Admin's TakeSnapshot; one
+// attempt). Not asked of etcd through its client: etcd compacts its log by
+// itself (--snapshot-count).
+func (c *Client) TakeSnapshot(ctx context.Context, addr string) (*kvpb.TakeSnapshotResponse, error) {
+	if c.etcd != nil {
+		return nil, errors.New("take snapshot: not asked of etcd (it compacts its own log: --snapshot-count)")
+	}
+	s, err := c.add(addr)
+	if err != nil {
+		return nil, err
+	}
+	return kvpb.NewAdminClient(s.cc).TakeSnapshot(ctx, &kvpb.TakeSnapshotRequest{})
+}
+
 // Health asks the server at addr for its status in the standard gRPC
 // health service (grpc.health.v1.Health/Check, service ""; one attempt):
 // SERVING when the node knows a leader, NOT_SERVING while it does not or

@@ -8,13 +8,18 @@
 //
 //   - Range: one key (range_end empty) is a Get; a range (range_end, or
 //     "\x00" for every key from key on) is a Scan, paged through the node's
-//     response cap, with limit; serializable=true is a stale read (the
-//     node's local state machine, kvpb.ReadConsistency_STALE), otherwise a
-//     linearizable one (ReadIndex). keys_only and count_only are honoured.
-//     count is the number of keys returned, plus one when more is set (the
-//     systems keep no count), except with count_only, which counts the
-//     whole range. A historical revision, a sort other than ascending by
-//     key, and revision filters are Unimplemented.
+//     response cap; serializable=true is a stale read (the node's local
+//     state machine, kvpb.ReadConsistency_STALE), otherwise a linearizable
+//     one (ReadIndex). As etcd: count is the number of keys in the whole
+//     range whatever the limit, more says whether the limit left keys out,
+//     a sort by key or value (ascending when only the target is given)
+//     orders the whole range before the limit applies, keys_only and
+//     count_only are honoured, and a range whose end comes before its
+//     start is empty with the header of a read. The systems keep no count,
+//     so a range with a limit reads the range to its end; a range of more
+//     than one page is several reads, not one snapshot. A historical
+//     revision, revision filters and sorts by version, create or mod
+//     revision are Unimplemented.
 //   - Put: a Put. prev_kv, a lease, ignore_value and ignore_lease are
 //     Unimplemented (a put that returns the previous value would need a
 //     read-modify-write the systems cannot do atomically).
@@ -27,11 +32,15 @@
 //
 // Maintenance.Status and Cluster.MemberList are answered too (see
 // Maintenance and Cluster), so that etcd's clients find the members and the
-// leader; etcd's other services are not served.
+// leader; Watch is Unimplemented with a message (see Watch); etcd's other
+// services (Lease, Auth, Lock, Election) are not served.
 //
-// There is no MVCC: every revision in a response (header.revision, a key's
-// mod_revision and create_revision) is the node's Raft index (of the write,
-// or the applied index a read was served at), and a key's version is 1.
+// There is no MVCC. A response header's revision is the node's Raft index
+// (of the write, or the applied index a read was served at): it grows with
+// every write, but also with Raft's own entries. A key's create_revision,
+// mod_revision and version are 0, a value etcd never gives a live key: the
+// systems keep no per-key history, and a made-up revision would look
+// plausible. Requests that depend on them are Unimplemented.
 // Errors keep the node's gRPC codes (see kvpb.KV).
 package etcdapi
 
@@ -39,7 +48,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"math"
+	"slices"
 	"time"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
@@ -69,13 +78,23 @@ func unimplemented(what string) error {
 
 // Range reads one key or a range of keys.
 func (s *KV) Range(ctx context.Context, r *pb.RangeRequest) (*pb.RangeResponse, error) {
+	order := r.SortOrder
+	if r.SortTarget != pb.RangeRequest_KEY && order == pb.RangeRequest_NONE {
+		// etcd sorts ascending when a target other than the key is
+		// named without an order (etcdctl get --sort-by VALUE).
+		order = pb.RangeRequest_ASCEND
+	}
 	switch {
 	case r.Revision != 0:
 		return nil, unimplemented("a read at a past revision")
-	case r.SortOrder == pb.RangeRequest_DESCEND || (r.SortOrder != pb.RangeRequest_NONE && r.SortTarget != pb.RangeRequest_KEY):
-		return nil, unimplemented("a sort other than ascending by key")
+	case r.SortTarget == pb.RangeRequest_VERSION || r.SortTarget == pb.RangeRequest_CREATE || r.SortTarget == pb.RangeRequest_MOD:
+		return nil, unimplemented("sorting by version, create or mod revision (the systems keep no per-key revisions)")
 	case r.MinModRevision != 0 || r.MaxModRevision != 0 || r.MinCreateRevision != 0 || r.MaxCreateRevision != 0:
-		return nil, unimplemented("revision filters")
+		return nil, unimplemented("revision filters (the systems keep no per-key revisions)")
+	case r.SortTarget != pb.RangeRequest_KEY && r.SortTarget != pb.RangeRequest_VALUE:
+		return nil, status.Errorf(codes.InvalidArgument, "etcd facade: unknown sort target %d", r.SortTarget)
+	case order != pb.RangeRequest_NONE && order != pb.RangeRequest_ASCEND && order != pb.RangeRequest_DESCEND:
+		return nil, status.Errorf(codes.InvalidArgument, "etcd facade: unknown sort order %d", r.SortOrder)
 	case len(r.Key) == 0:
 		return nil, status.Error(codes.InvalidArgument, "etcdserver: key is not provided")
 	}
@@ -92,12 +111,11 @@ func (s *KV) Range(ctx context.Context, r *pb.RangeRequest) (*pb.RangeResponse, 
 		if err != nil {
 			return nil, err
 		}
-		rev := g.Header.GetAppliedIndex()
-		resp := &pb.RangeResponse{Header: header(g.Header, rev)}
+		resp := &pb.RangeResponse{Header: header(g.Header, g.Header.GetAppliedIndex())}
 		if g.Found {
 			resp.Count = 1
 			if !r.CountOnly {
-				resp.Kvs = []*mvccpb.KeyValue{keyValue(r.Key, g.Value, rev, r.KeysOnly)}
+				resp.Kvs = []*mvccpb.KeyValue{keyValue(r.Key, g.Value, r.KeysOnly)}
 			}
 		}
 		return resp, nil
@@ -105,28 +123,29 @@ func (s *KV) Range(ctx context.Context, r *pb.RangeRequest) (*pb.RangeResponse, 
 	end := r.RangeEnd
 	if bytes.Equal(end, []byte{0}) {
 		end = nil // "\x00": every key from key on
-	} else if bytes.Compare(r.Key, end) >= 0 {
-		return &pb.RangeResponse{Header: &pb.ResponseHeader{}}, nil // an empty range
+	} else if bytes.Compare(r.Key, end) > 0 {
+		end = r.Key // an empty range, still read for the header at the read point
 	}
-	limit := int(r.Limit)
-	if r.CountOnly {
-		limit = 0
+	// etcd counts every key of the range (count), whatever the limit, and
+	// sorts the whole range before it applies the limit. The systems keep
+	// no count: the range is read to its end, keeping only the pairs the
+	// answer needs.
+	limit := int64(0)
+	if r.Limit > 0 && !r.CountOnly {
+		limit = r.Limit
 	}
-	want := 0 // 0: all
-	if limit > 0 && limit < math.MaxInt {
-		want = limit + 1 // one more tells whether there are more
-	}
+	sorted := order == pb.RangeRequest_DESCEND || (order == pb.RangeRequest_ASCEND && r.SortTarget == pb.RangeRequest_VALUE)
+	keep := func(n int64) bool { return !r.CountOnly && (limit == 0 || sorted || n < limit) }
 	var (
-		kvs []*kvpb.KeyValue
-		h   *kvpb.ResponseHeader
+		kvs   []*kvpb.KeyValue
+		h     *kvpb.ResponseHeader
+		count int64
 	)
 	from := r.Key
 	for {
 		var page *kvpb.ScanResponse
 		err := retryNotApplied(ctx, func() (err error) {
-			// ScanRequest.limit is a uint32: ask for at most that many
-			// per page, not want modulo 2^32.
-			page, err = s.kv.Scan(ctx, &kvpb.ScanRequest{Start: from, End: end, Limit: uint32(min(max(want-len(kvs), 0), math.MaxUint32)), Consistency: consistency})
+			page, err = s.kv.Scan(ctx, &kvpb.ScanRequest{Start: from, End: end, Consistency: consistency})
 			return err
 		})
 		if err != nil {
@@ -135,33 +154,53 @@ func (s *KV) Range(ctx context.Context, r *pb.RangeRequest) (*pb.RangeResponse, 
 		if h == nil {
 			h = page.Header
 		}
-		kvs = append(kvs, page.Kvs...)
-		if !page.More || len(page.Kvs) == 0 || (want > 0 && len(kvs) >= want) {
+		for _, kv := range page.Kvs {
+			if keep(count) {
+				kvs = append(kvs, kv)
+			}
+			count++
+		}
+		if !page.More || len(page.Kvs) == 0 {
 			break
 		}
 		from = append(append([]byte(nil), page.Kvs[len(page.Kvs)-1].Key...), 0)
 	}
-	rev := h.GetAppliedIndex()
-	resp := &pb.RangeResponse{Header: header(h, rev)}
-	if limit > 0 && len(kvs) > limit {
-		kvs, resp.More = kvs[:limit], true
-	}
-	resp.Count = int64(len(kvs))
-	if resp.More {
-		resp.Count++
-	}
+	resp := &pb.RangeResponse{Header: header(h, h.GetAppliedIndex()), Count: count}
 	if r.CountOnly {
 		return resp, nil
 	}
+	if sorted {
+		sortKVs(kvs, r.SortTarget, order)
+	}
+	if limit > 0 && count > limit {
+		kvs, resp.More = kvs[:limit], true
+	}
 	resp.Kvs = make([]*mvccpb.KeyValue, len(kvs))
 	for i, kv := range kvs {
-		resp.Kvs[i] = keyValue(kv.Key, kv.Value, rev, r.KeysOnly)
+		resp.Kvs[i] = keyValue(kv.Key, kv.Value, r.KeysOnly)
 	}
 	return resp, nil
 }
 
-func keyValue(key, value []byte, rev uint64, keysOnly bool) *mvccpb.KeyValue {
-	kv := &mvccpb.KeyValue{Key: key, CreateRevision: int64(rev), ModRevision: int64(rev), Version: 1}
+// sortKVs sorts kvs (in ascending key order, as a scan returns them) by
+// target in order; pairs with equal values keep their key order.
+func sortKVs(kvs []*kvpb.KeyValue, target pb.RangeRequest_SortTarget, order pb.RangeRequest_SortOrder) {
+	field := func(kv *kvpb.KeyValue) []byte { return kv.Key }
+	if target == pb.RangeRequest_VALUE {
+		field = func(kv *kvpb.KeyValue) []byte { return kv.Value }
+	}
+	sign := 1
+	if order == pb.RangeRequest_DESCEND {
+		sign = -1
+	}
+	slices.SortStableFunc(kvs, func(a, b *kvpb.KeyValue) int { return sign * bytes.Compare(field(a), field(b)) })
+}
+
+// keyValue is etcd's KeyValue of a pair. The systems keep no per-key
+// history, so create_revision, mod_revision and version stay 0 (a value
+// etcd never gives a live key) rather than a made-up revision.
+func keyValue(key, value []byte, keysOnly bool) *mvccpb.KeyValue {
+	kv := &mvccpb.KeyValue{Key: key}
 	if !keysOnly {
 		kv.Value = value
 	}
@@ -253,6 +292,19 @@ func (s *KV) Txn(context.Context, *pb.TxnRequest) (*pb.TxnResponse, error) {
 // Compact is Unimplemented: the systems keep no MVCC history.
 func (s *KV) Compact(context.Context, *pb.CompactionRequest) (*pb.CompactionResponse, error) {
 	return nil, unimplemented("Compact (no MVCC history)")
+}
+
+// Watch is etcd's Watch service, which the systems cannot serve: they
+// keep no history of revisions to watch from. Answering Unimplemented
+// with a message tells etcd's clients why, where an unregistered service
+// would answer "unknown service".
+type Watch struct {
+	pb.UnimplementedWatchServer
+}
+
+// Watch refuses the stream.
+func (Watch) Watch(pb.Watch_WatchServer) error {
+	return unimplemented("Watch (no history of revisions to watch from)")
 }
 
 // Maintenance answers etcd's Status from the node's Status (member, leader,

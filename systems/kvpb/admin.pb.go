@@ -346,6 +346,114 @@ func (x *MembershipResponse) GetBootstrapVoters() []uint64 {
 	return nil
 }
 
+type TakeSnapshotRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TakeSnapshotRequest) Reset() {
+	*x = TakeSnapshotRequest{}
+	mi := &file_systems_kvpb_admin_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TakeSnapshotRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TakeSnapshotRequest) ProtoMessage() {}
+
+func (x *TakeSnapshotRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_systems_kvpb_admin_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TakeSnapshotRequest.ProtoReflect.Descriptor instead.
+func (*TakeSnapshotRequest) Descriptor() ([]byte, []int) {
+	return file_systems_kvpb_admin_proto_rawDescGZIP(), []int{6}
+}
+
+type TakeSnapshotResponse struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	NodeId uint64                 `protobuf:"varint,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	// snapshot_index is the log's compaction point after the call: the
+	// state machine's durable state covers every entry up to it.
+	SnapshotIndex uint64 `protobuf:"varint,2,opt,name=snapshot_index,json=snapshotIndex,proto3" json:"snapshot_index,omitempty"`
+	// first_index is the first index the log still keeps as an entry.
+	FirstIndex uint64 `protobuf:"varint,3,opt,name=first_index,json=firstIndex,proto3" json:"first_index,omitempty"`
+	// applied_index is the node's applied index when the call began.
+	AppliedIndex  uint64 `protobuf:"varint,4,opt,name=applied_index,json=appliedIndex,proto3" json:"applied_index,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TakeSnapshotResponse) Reset() {
+	*x = TakeSnapshotResponse{}
+	mi := &file_systems_kvpb_admin_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TakeSnapshotResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TakeSnapshotResponse) ProtoMessage() {}
+
+func (x *TakeSnapshotResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_systems_kvpb_admin_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TakeSnapshotResponse.ProtoReflect.Descriptor instead.
+func (*TakeSnapshotResponse) Descriptor() ([]byte, []int) {
+	return file_systems_kvpb_admin_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *TakeSnapshotResponse) GetNodeId() uint64 {
+	if x != nil {
+		return x.NodeId
+	}
+	return 0
+}
+
+func (x *TakeSnapshotResponse) GetSnapshotIndex() uint64 {
+	if x != nil {
+		return x.SnapshotIndex
+	}
+	return 0
+}
+
+func (x *TakeSnapshotResponse) GetFirstIndex() uint64 {
+	if x != nil {
+		return x.FirstIndex
+	}
+	return 0
+}
+
+func (x *TakeSnapshotResponse) GetAppliedIndex() uint64 {
+	if x != nil {
+		return x.AppliedIndex
+	}
+	return 0
+}
+
 var File_systems_kvpb_admin_proto protoreflect.FileDescriptor
 
 const file_systems_kvpb_admin_proto_rawDesc = "" +
@@ -368,14 +476,22 @@ const file_systems_kvpb_admin_proto_rawDesc = "" +
 	"\tleader_id\x18\x02 \x01(\x04R\bleaderId\x12*\n" +
 	"\amembers\x18\x03 \x03(\v2\x10.nezha.kv.MemberR\amembers\x12\x14\n" +
 	"\x05index\x18\x04 \x01(\x04R\x05index\x12)\n" +
-	"\x10bootstrap_voters\x18\x05 \x03(\x04R\x0fbootstrapVoters2\x84\x03\n" +
+	"\x10bootstrap_voters\x18\x05 \x03(\x04R\x0fbootstrapVoters\"\x15\n" +
+	"\x13TakeSnapshotRequest\"\x9c\x01\n" +
+	"\x14TakeSnapshotResponse\x12\x17\n" +
+	"\anode_id\x18\x01 \x01(\x04R\x06nodeId\x12%\n" +
+	"\x0esnapshot_index\x18\x02 \x01(\x04R\rsnapshotIndex\x12\x1f\n" +
+	"\vfirst_index\x18\x03 \x01(\x04R\n" +
+	"firstIndex\x12#\n" +
+	"\rapplied_index\x18\x04 \x01(\x04R\fappliedIndex2\xd3\x03\n" +
 	"\x05Admin\x12E\n" +
 	"\tAddMember\x12\x1a.nezha.kv.AddMemberRequest\x1a\x1c.nezha.kv.MembershipResponse\x12M\n" +
 	"\rPromoteMember\x12\x1e.nezha.kv.PromoteMemberRequest\x1a\x1c.nezha.kv.MembershipResponse\x12K\n" +
 	"\fRemoveMember\x12\x1d.nezha.kv.RemoveMemberRequest\x1a\x1c.nezha.kv.MembershipResponse\x12O\n" +
 	"\x0eTransferLeader\x12\x1f.nezha.kv.TransferLeaderRequest\x1a\x1c.nezha.kv.MembershipResponse\x12G\n" +
 	"\n" +
-	"MemberList\x12\x1b.nezha.kv.MemberListRequest\x1a\x1c.nezha.kv.MembershipResponseB-Z+github.com/nezha-harness/nezha/systems/kvpbb\x06proto3"
+	"MemberList\x12\x1b.nezha.kv.MemberListRequest\x1a\x1c.nezha.kv.MembershipResponse\x12M\n" +
+	"\fTakeSnapshot\x12\x1d.nezha.kv.TakeSnapshotRequest\x1a\x1e.nezha.kv.TakeSnapshotResponseB-Z+github.com/nezha-harness/nezha/systems/kvpbb\x06proto3"
 
 var (
 	file_systems_kvpb_admin_proto_rawDescOnce sync.Once
@@ -389,7 +505,7 @@ func file_systems_kvpb_admin_proto_rawDescGZIP() []byte {
 	return file_systems_kvpb_admin_proto_rawDescData
 }
 
-var file_systems_kvpb_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 6)
+var file_systems_kvpb_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 8)
 var file_systems_kvpb_admin_proto_goTypes = []any{
 	(*AddMemberRequest)(nil),      // 0: nezha.kv.AddMemberRequest
 	(*PromoteMemberRequest)(nil),  // 1: nezha.kv.PromoteMemberRequest
@@ -397,22 +513,26 @@ var file_systems_kvpb_admin_proto_goTypes = []any{
 	(*TransferLeaderRequest)(nil), // 3: nezha.kv.TransferLeaderRequest
 	(*MemberListRequest)(nil),     // 4: nezha.kv.MemberListRequest
 	(*MembershipResponse)(nil),    // 5: nezha.kv.MembershipResponse
-	(*Member)(nil),                // 6: nezha.kv.Member
+	(*TakeSnapshotRequest)(nil),   // 6: nezha.kv.TakeSnapshotRequest
+	(*TakeSnapshotResponse)(nil),  // 7: nezha.kv.TakeSnapshotResponse
+	(*Member)(nil),                // 8: nezha.kv.Member
 }
 var file_systems_kvpb_admin_proto_depIdxs = []int32{
-	6, // 0: nezha.kv.MembershipResponse.members:type_name -> nezha.kv.Member
+	8, // 0: nezha.kv.MembershipResponse.members:type_name -> nezha.kv.Member
 	0, // 1: nezha.kv.Admin.AddMember:input_type -> nezha.kv.AddMemberRequest
 	1, // 2: nezha.kv.Admin.PromoteMember:input_type -> nezha.kv.PromoteMemberRequest
 	2, // 3: nezha.kv.Admin.RemoveMember:input_type -> nezha.kv.RemoveMemberRequest
 	3, // 4: nezha.kv.Admin.TransferLeader:input_type -> nezha.kv.TransferLeaderRequest
 	4, // 5: nezha.kv.Admin.MemberList:input_type -> nezha.kv.MemberListRequest
-	5, // 6: nezha.kv.Admin.AddMember:output_type -> nezha.kv.MembershipResponse
-	5, // 7: nezha.kv.Admin.PromoteMember:output_type -> nezha.kv.MembershipResponse
-	5, // 8: nezha.kv.Admin.RemoveMember:output_type -> nezha.kv.MembershipResponse
-	5, // 9: nezha.kv.Admin.TransferLeader:output_type -> nezha.kv.MembershipResponse
-	5, // 10: nezha.kv.Admin.MemberList:output_type -> nezha.kv.MembershipResponse
-	6, // [6:11] is the sub-list for method output_type
-	1, // [1:6] is the sub-list for method input_type
+	6, // 6: nezha.kv.Admin.TakeSnapshot:input_type -> nezha.kv.TakeSnapshotRequest
+	5, // 7: nezha.kv.Admin.AddMember:output_type -> nezha.kv.MembershipResponse
+	5, // 8: nezha.kv.Admin.PromoteMember:output_type -> nezha.kv.MembershipResponse
+	5, // 9: nezha.kv.Admin.RemoveMember:output_type -> nezha.kv.MembershipResponse
+	5, // 10: nezha.kv.Admin.TransferLeader:output_type -> nezha.kv.MembershipResponse
+	5, // 11: nezha.kv.Admin.MemberList:output_type -> nezha.kv.MembershipResponse
+	7, // 12: nezha.kv.Admin.TakeSnapshot:output_type -> nezha.kv.TakeSnapshotResponse
+	7, // [7:13] is the sub-list for method output_type
+	1, // [1:7] is the sub-list for method input_type
 	1, // [1:1] is the sub-list for extension type_name
 	1, // [1:1] is the sub-list for extension extendee
 	0, // [0:1] is the sub-list for field type_name
@@ -430,7 +550,7 @@ func file_systems_kvpb_admin_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_systems_kvpb_admin_proto_rawDesc), len(file_systems_kvpb_admin_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   6,
+			NumMessages:   8,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

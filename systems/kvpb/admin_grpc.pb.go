@@ -27,6 +27,7 @@ const (
 	Admin_RemoveMember_FullMethodName   = "/nezha.kv.Admin/RemoveMember"
 	Admin_TransferLeader_FullMethodName = "/nezha.kv.Admin/TransferLeader"
 	Admin_MemberList_FullMethodName     = "/nezha.kv.Admin/MemberList"
+	Admin_TakeSnapshot_FullMethodName   = "/nezha.kv.Admin/TakeSnapshot"
 )
 
 // AdminClient is the client API for Admin service.
@@ -64,6 +65,13 @@ type AdminClient interface {
 	TransferLeader(ctx context.Context, in *TransferLeaderRequest, opts ...grpc.CallOption) (*MembershipResponse, error)
 	// MemberList returns the membership this node has applied.
 	MemberList(ctx context.Context, in *MemberListRequest, opts ...grpc.CallOption) (*MembershipResponse, error)
+	// TakeSnapshot makes the state this node applied durable in its state
+	// machine and compacts this node's Raft log up to it (at most to what a
+	// live follower still needs), removing the log files no longer needed
+	// (raftpico's TakeSnapshot; `nezha cluster compact`). Every node serves
+	// it for itself, leader or not. Unimplemented for a system that never
+	// compacts its log (nezha-nogc, dwisckey).
+	TakeSnapshot(ctx context.Context, in *TakeSnapshotRequest, opts ...grpc.CallOption) (*TakeSnapshotResponse, error)
 }
 
 type adminClient struct {
@@ -124,6 +132,16 @@ func (c *adminClient) MemberList(ctx context.Context, in *MemberListRequest, opt
 	return out, nil
 }
 
+func (c *adminClient) TakeSnapshot(ctx context.Context, in *TakeSnapshotRequest, opts ...grpc.CallOption) (*TakeSnapshotResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(TakeSnapshotResponse)
+	err := c.cc.Invoke(ctx, Admin_TakeSnapshot_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // AdminServer is the server API for Admin service.
 // All implementations must embed UnimplementedAdminServer
 // for forward compatibility.
@@ -159,6 +177,13 @@ type AdminServer interface {
 	TransferLeader(context.Context, *TransferLeaderRequest) (*MembershipResponse, error)
 	// MemberList returns the membership this node has applied.
 	MemberList(context.Context, *MemberListRequest) (*MembershipResponse, error)
+	// TakeSnapshot makes the state this node applied durable in its state
+	// machine and compacts this node's Raft log up to it (at most to what a
+	// live follower still needs), removing the log files no longer needed
+	// (raftpico's TakeSnapshot; `nezha cluster compact`). Every node serves
+	// it for itself, leader or not. Unimplemented for a system that never
+	// compacts its log (nezha-nogc, dwisckey).
+	TakeSnapshot(context.Context, *TakeSnapshotRequest) (*TakeSnapshotResponse, error)
 	mustEmbedUnimplementedAdminServer()
 }
 
@@ -183,6 +208,9 @@ func (UnimplementedAdminServer) TransferLeader(context.Context, *TransferLeaderR
 }
 func (UnimplementedAdminServer) MemberList(context.Context, *MemberListRequest) (*MembershipResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method MemberList not implemented")
+}
+func (UnimplementedAdminServer) TakeSnapshot(context.Context, *TakeSnapshotRequest) (*TakeSnapshotResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method TakeSnapshot not implemented")
 }
 func (UnimplementedAdminServer) mustEmbedUnimplementedAdminServer() {}
 func (UnimplementedAdminServer) testEmbeddedByValue()               {}
@@ -295,6 +323,24 @@ func _Admin_MemberList_Handler(srv interface{}, ctx context.Context, dec func(in
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Admin_TakeSnapshot_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(TakeSnapshotRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServer).TakeSnapshot(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Admin_TakeSnapshot_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServer).TakeSnapshot(ctx, req.(*TakeSnapshotRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Admin_ServiceDesc is the grpc.ServiceDesc for Admin service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -321,6 +367,10 @@ var Admin_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "MemberList",
 			Handler:    _Admin_MemberList_Handler,
+		},
+		{
+			MethodName: "TakeSnapshot",
+			Handler:    _Admin_TakeSnapshot_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

@@ -38,7 +38,9 @@ import (
 //	Apply {"kind": K, "input": I}     K: Command (Put, Delete through the log), Query (linearizable Get, Scan),
 //	                                  LocalQuery (stale Get, Scan); I: {"Put": {"key", "value"}}, {"Delete": {"key"}},
 //	                                  {"Get": {"key"}}, {"Scan": {"start", "end", "limit"}}
-//	TakeSnapshot {}                   not supported (jsonrpcNotSupported): the system compacts its own log
+//	TakeSnapshot {}                   the state machine makes its applied state durable and this node's Raft log
+//	                                  is compacted up to it (kvpb.Admin's TakeSnapshot): {"snapshot_index",
+//	                                  "first_index"}; jsonrpcNotSupported for a system that never compacts its log
 //	GetServerState {}                 id, term, role, leader, commit and applied index, members
 //
 // AddServer and RemoveServer are served by the leader only (else
@@ -68,7 +70,8 @@ const (
 	// jsonrpcResourceExhausted: disk full or writes stalled on GC debt.
 	jsonrpcResourceExhausted = -32003
 	// jsonrpcNotSupported: the method exists in raftpico's API but this
-	// node has no such operation (TakeSnapshot).
+	// node's system has no such operation (TakeSnapshot on nezha-nogc or
+	// dwisckey; the node's Unimplemented).
 	jsonrpcNotSupported = -32004
 )
 
@@ -122,6 +125,8 @@ func rpcError(err error) *jsonrpcError {
 		code = jsonrpcFailedPrecondition
 	case codes.ResourceExhausted:
 		code = jsonrpcResourceExhausted
+	case codes.Unimplemented:
+		code = jsonrpcNotSupported
 	}
 	return &jsonrpcError{Code: code, Message: st.Message(), Data: map[string]any{"grpc_code": st.Code().String()}}
 }
@@ -345,8 +350,14 @@ func (s *jsonrpcServer) call(method string, params json.RawMessage) (any, error)
 		if err := decodeParams(params, &struct{}{}); err != nil {
 			return nil, err
 		}
-		return nil, rpcErrorf(jsonrpcNotSupported,
-			"TakeSnapshot is not supported: the system compacts the Raft log itself (nezha behind its GC, the baselines past -rocksdb.logRetainBytes); snapshots are sent to followers that need them")
+		ctx, cancel := s.adm.withTimeout(s.ctx)
+		defer cancel()
+		r, err := s.adm.TakeSnapshot(ctx, &kvpb.TakeSnapshotRequest{})
+		if err != nil {
+			return nil, err
+		}
+		// raftpico's result is {"snapshot_index"}.
+		return map[string]uint64{"snapshot_index": r.SnapshotIndex, "first_index": r.FirstIndex}, nil
 	case "GetServerState":
 		if err := decodeParams(params, &struct{}{}); err != nil {
 			return nil, err

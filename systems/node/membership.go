@@ -21,6 +21,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/nezha-harness/nezha/systems"
 	"github.com/nezha-harness/nezha/systems/kvpb"
 )
 
@@ -713,4 +714,48 @@ func (s *adminServer) transfer(ctx context.Context, to uint64) (uint64, error) {
 				to, attempt, n.lead.Load())
 		}
 	}
+}
+
+// TakeSnapshot has the state machine make its applied state durable and
+// compact this node's Raft log up to it (systems.SnapshotTaker), for
+// raftpico's TakeSnapshot and `nezha cluster compact`. A state machine that
+// cannot send a follower a snapshot (no systems.Snapshotter) never compacts
+// its log: Unimplemented, as for one that refuses
+// (systems.ErrSnapshotUnsupported).
+func (s *adminServer) TakeSnapshot(ctx context.Context, _ *kvpb.TakeSnapshotRequest) (*kvpb.TakeSnapshotResponse, error) {
+	n := s.n
+	taker, ok := n.sm.(systems.SnapshotTaker)
+	if _, ships := n.sm.(systems.Snapshotter); !ok || !ships {
+		return nil, status.Errorf(codes.Unimplemented,
+			"take snapshot: %s never compacts its Raft log (it cannot send a follower a snapshot in place of compacted entries)", n.cfg.System.Name)
+	}
+	ctx, cancel := s.withTimeout(ctx)
+	defer cancel()
+	r := &kvpb.TakeSnapshotResponse{NodeId: n.id, AppliedIndex: n.applied.Load()}
+	// The leader's compact bound follows its followers' match indexes at
+	// every tick; bring it up to date first, so that the snapshot covers
+	// what they acknowledged up to now.
+	if err := n.inLoop(ctx, func() error { n.updateCompactBound(); return nil }); err != nil {
+		return nil, adminError(err)
+	}
+	index, err := taker.TakeSnapshot(ctx)
+	if errors.Is(err, systems.ErrSnapshotUnsupported) {
+		return nil, status.Errorf(codes.Unimplemented, "take snapshot: %v", err)
+	}
+	if err != nil {
+		return nil, adminError(fmt.Errorf("take snapshot: %w", err))
+	}
+	r.SnapshotIndex = index
+	// Publish the new first index now rather than at the next Ready.
+	err = n.inLoop(ctx, func() error {
+		first, _ := n.log.FirstIndex()
+		n.firstIndex.Store(first)
+		r.FirstIndex = first
+		return nil
+	})
+	if err != nil {
+		return nil, adminError(err)
+	}
+	n.logger.Info("snapshot taken on request: Raft log compacted", "snapshot_index", index, "first_index", r.FirstIndex)
+	return r, nil
 }

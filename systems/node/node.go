@@ -469,6 +469,7 @@ func (n *Node) listen() error {
 		etcdserverpb.RegisterKVServer(n.etcdServer, etcdapi.New(kvs))
 		etcdserverpb.RegisterMaintenanceServer(n.etcdServer, etcdapi.NewMaintenance(kvs))
 		etcdserverpb.RegisterClusterServer(n.etcdServer, etcdapi.NewCluster(kvs))
+		etcdserverpb.RegisterWatchServer(n.etcdServer, etcdapi.Watch{})
 		healthpb.RegisterHealthServer(n.etcdServer, n.health)
 		n.metrics.grpc.InitializeMetrics(n.etcdServer)
 		n.logger.Info("serving etcd's KV API", "etcd_address", elis.Addr().String())

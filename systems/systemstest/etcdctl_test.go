@@ -52,17 +52,21 @@ func TestEtcdctl(t *testing.T) {
 	}
 	h := start(t, Options{System: "nezha", Binary: binary, ExtraArgs: []string{"-etcdAddress", "127.0.0.1:0"}, Seed: 7})
 	eps := etcdAddresses(t, h.spec)
-	run := func(args ...string) string {
-		t.Helper()
+	try := func(args ...string) (string, error) {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
 		cmd := exec.CommandContext(ctx, etcdctl, append([]string{"--endpoints", strings.Join(eps, ","), "--command-timeout", "20s"}, args...)...)
 		cmd.Env = append(os.Environ(), "ETCDCTL_API=3")
 		out, err := cmd.CombinedOutput()
+		return strings.TrimSpace(string(out)), err
+	}
+	run := func(args ...string) string {
+		t.Helper()
+		out, err := try(args...)
 		if err != nil {
 			t.Fatalf("etcdctl %s: %v\n%s", strings.Join(args, " "), err, out)
 		}
-		return strings.TrimSpace(string(out))
+		return out
 	}
 	for _, kv := range [][2]string{{"fruit/apple", "red"}, {"fruit/banana", "yellow"}, {"veg/leek", "green"}} {
 		if out := run("put", kv[0], kv[1]); out != "OK" {
@@ -90,6 +94,19 @@ func TestEtcdctl(t *testing.T) {
 	}
 	if out := run("endpoint", "status"); strings.Count(out, "nezha-nezha") != len(eps) {
 		t.Fatalf("endpoint status: %q", out)
+	}
+	// etcd's answers where we answered otherwise before: a sort target
+	// without an order sorts ascending, count is every key of the range.
+	run("put", "fruit/cherry", "black")
+	if out := run("get", "--prefix", "fruit/", "--sort-by", "VALUE"); out != "fruit/cherry\nblack\nfruit/banana\nyellow" {
+		t.Fatalf("get --prefix --sort-by VALUE: %q", out)
+	}
+	if out := run("get", "--prefix", "fruit/", "--limit", "1", "-w", "json"); !strings.Contains(out, `"more":true,"count":2`) {
+		t.Fatalf("get --prefix --limit 1 -w json: %q", out)
+	}
+	// Watch is refused saying why, not with "unknown service".
+	if out, err := try("watch", "fruit/"); err == nil || !strings.Contains(out, "Watch (no history of revisions to watch from) is not supported") {
+		t.Fatalf("watch: %v\n%s", err, out)
 	}
 
 	// etcd's Go client (the harness's -api etcd) through the same API.
