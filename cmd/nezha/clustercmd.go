@@ -360,7 +360,7 @@ func registerBackend(fs *flag.FlagSet, o *cluster.BackendOptions) *backendFlags 
 	fs.StringVar(&o.Name, "backend", cluster.BackendLocal, "where the nodes run: local (processes on this machine's loopback), docker (containers of the nezha image: scripts/image.sh builds it), ssh (one node per host of -hosts)")
 	fs.StringVar(&f.hosts, "hosts", "", "`FILE` of hosts, one node per host (ssh; docker: one daemon per node): lines `TARGET ADDRESS [dir=D] [base_port=P] [ssh_config=F]`, TARGET an ssh destination or a DOCKER_HOST value (docs/multi-machine.md)")
 	fs.StringVar(&o.Docker.Image, "image", "", "docker: the image the nodes run (default nezha:<this binary's revision>, what scripts/image.sh builds)")
-	fs.BoolVar(&o.Docker.Privileged, "privileged", true, "docker: run the containers privileged, so that their agents may limit page cache, drop caches and set readahead (false: CAP_NET_ADMIN only; those measurements then fall back)")
+	fs.BoolVar(&o.Docker.Privileged, "privileged", false, "docker: run the containers privileged, so that their agents may limit page cache, drop caches and set readahead, where the daemon allows it (default: CAP_NET_ADMIN only; those measurements then fall back, and results say so)")
 	fs.StringVar(&o.Binary, "hostBinary", "", "ssh: the nezha binary copied to the hosts (default this one; bin/nezha-static, which scripts/image.sh builds, needs no librocksdb there)")
 	return f
 }

@@ -354,7 +354,10 @@ func Up(ctx context.Context, o UpOptions) (*Spec, uint64, error) {
 		return nil, 0, err
 	}
 	fail := func(err error) (*Spec, uint64, error) {
-		s.Down(false)
+		// A local cluster keeps its node logs for a look; a failed start
+		// elsewhere leaves no container, volume, network or remote
+		// directory behind (the error carries the logs' tails).
+		s.Down(s.BackendName() != BackendLocal)
 		return nil, 0, err
 	}
 	for i := 0; i < o.Nodes; i++ {

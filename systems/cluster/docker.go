@@ -24,9 +24,10 @@ type DockerOptions struct {
 	Image string
 	// Privileged runs the containers privileged, so that their agents may
 	// limit a node's page cache (memory cgroups), drop the page cache and
-	// set the readahead as on the local backend (default true). Without
-	// it the containers get CAP_NET_ADMIN only (the packet filter), and
-	// the experiments record which measurements fell back.
+	// set the readahead as on the local backend, where the daemon allows
+	// privileged containers. Without it (the default) the containers get
+	// CAP_NET_ADMIN only (the packet filter), and the experiments record
+	// which measurements fell back.
 	Privileged bool
 }
 
@@ -51,14 +52,14 @@ type DockerSpec struct {
 
 // Paths and ports inside a node's container.
 const (
-	containerDir       = "/var/lib/nezha"
-	containerNodeDir   = containerDir + "/node"
-	containerAgentPort = 3092
+	containerDir     = "/var/lib/nezha"
+	containerNodeDir = containerDir + "/node"
 )
 
-// containerPorts are a bridge-networked node's ports: client, internal,
-// metrics, JSON-RPC, agent, etcd API, profiler (Host.port's order).
-var containerPorts = [7]int{3088, 3089, 3090, 3091, containerAgentPort, 2379, 6060}
+// containerPorts are a bridge-networked node's ports, in Host.port's
+// order: client, internal, metrics, JSON-RPC, agent, etcd API, profiler
+// (the client, peer and etcd ports those of deploy/compose.yaml).
+var containerPorts = [7]int{7000, 7001, 9100, 7002, 7070, 2379, 6060}
 
 type dockerBackend struct{}
 
@@ -170,11 +171,20 @@ func dockerEnv(h Host) []string {
 	return env
 }
 
+// agentTokenEnv is the variable `nezha agent` reads its token from when
+// it has no -tokenFile.
+const agentTokenEnv = "NEZHA_AGENT_TOKEN"
+
 // docker runs the docker command against host h's daemon and returns its
 // trimmed output; a failure carries the command's stderr.
 func docker(ctx context.Context, h Host, args ...string) (string, error) {
+	return dockerEnvRun(ctx, h, nil, args...)
+}
+
+// dockerEnvRun is docker with env added to the command's environment.
+func dockerEnvRun(ctx context.Context, h Host, env []string, args ...string) (string, error) {
 	cmd := exec.CommandContext(ctx, "docker", dockerHostArgs(h, args...)...)
-	cmd.Env = dockerEnv(h)
+	cmd.Env = append(dockerEnv(h), env...)
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb
 	if err := cmd.Run(); err != nil {
@@ -250,11 +260,17 @@ func (d *DockerSpec) run(ctx context.Context, s *Spec, n *Node) error {
 	}
 	args := []string{"run", "-d", "--name", d.container(n), "--hostname", fmt.Sprintf("node%d", n.ID),
 		"--label", "nezha.cluster=" + d.Prefix, "--label", fmt.Sprintf("nezha.node=%d", n.ID),
-		"-v", d.volume(n) + ":" + containerDir, "-e", "NEZHA_AGENT_TOKEN=" + token, "--cap-add", "NET_ADMIN"}
+		// The token's value comes from the docker command's environment
+		// (dockerWithToken), so that no command line or error shows it.
+		"-v", d.volume(n) + ":" + containerDir, "-e", agentTokenEnv, "--cap-add", "NET_ADMIN",
+		// The image's health check asks a node on 127.0.0.1 (compose's);
+		// here the agent watches its node, which the harness kills on
+		// purpose.
+		"--no-healthcheck"}
 	if d.Privileged {
 		args = append(args, "--privileged")
 	}
-	listen := net.JoinHostPort("0.0.0.0", strconv.Itoa(containerAgentPort))
+	listen := net.JoinHostPort("0.0.0.0", strconv.Itoa(containerPorts[4]))
 	if len(d.Hosts) > 0 {
 		args = append(args, "--network", "host")
 		listen = n.Agent
@@ -263,7 +279,7 @@ func (d *DockerSpec) run(ctx context.Context, s *Spec, n *Node) error {
 		args = append(args, "--network", d.Network, "--ip", ip)
 	}
 	args = append(args, d.Image, "agent", "-listen", listen, "-dir", n.Dir, "-packetFilter")
-	if _, err := docker(ctx, h, args...); err != nil {
+	if _, err := dockerEnvRun(ctx, h, []string{agentTokenEnv + "=" + token}, args...); err != nil {
 		return fmt.Errorf("node %d: %w", n.ID, err)
 	}
 	return s.awaitAgent(ctx, n, func() string {
