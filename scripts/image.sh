@@ -7,6 +7,7 @@
 # same as for a bin/nezha built from the checkout.
 #
 #   scripts/image.sh        # prints the image id, tags, size and build time
+#   NEZHA_IMAGE=nezha:mine scripts/image.sh   # that tag only (not latest)
 #
 # The binary is linked statically (kept as bin/nezha-static, which hosts
 # without librocksdb can run); if the static link fails, the image gets
@@ -42,6 +43,11 @@ if [ "$tag" != "$(bin/nezha version -imageTag)" ]; then
   echo "image: $binary says $tag, bin/nezha says $(bin/nezha version -imageTag): the checkout changed meanwhile" >&2
   exit 1
 fi
+latest="${tag%%:*}:latest"
+if [ -n "${NEZHA_IMAGE:-}" ]; then
+  # A tag of the caller's (tests, a worktree without a revision), alone.
+  tag=$NEZHA_IMAGE latest=$NEZHA_IMAGE
+fi
 revision=$(go version -m "$binary" | awk '$1 == "build" && $2 ~ /^vcs\.revision=/ { sub(/^vcs\.revision=/, "", $2); print $2 }')
 if [ -z "$revision" ]; then
   revision=unknown
@@ -72,13 +78,13 @@ install -d -m 1777 "$root/tmp"
 
 # The images these tags name now, removed below once no tag names them
 # (a rebuild would otherwise leave one dangling image per build).
-replaced=$(docker image inspect --format '{{.Id}}' "$tag" "${tag%%:*}:latest" 2>/dev/null || true)
+replaced=$(docker image inspect --format '{{.Id}}' "$tag" "$latest" 2>/dev/null || true)
 
 echo "image: building $tag from deploy/Dockerfile; the image holds:"
 (cd "$root" && find . -type f -printf '  /%P %s bytes\n' | sort)
 docker build -q -f deploy/Dockerfile \
   --build-arg NEZHA_VERSION="${tag#*:}" --build-arg NEZHA_REVISION="$revision" \
-  -t "$tag" -t "${tag%%:*}:latest" "$ctx" >/dev/null
+  -t "$tag" -t "$latest" "$ctx" >/dev/null
 for id in $replaced; do
   if [ "$(docker image inspect --format '{{len .RepoTags}}' "$id" 2>/dev/null)" = 0 ]; then
     docker image rm "$id" >/dev/null 2>&1 || true
