@@ -28,6 +28,7 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	code := m.Run()
+	image.remove()
 	os.RemoveAll(dir)
 	os.Exit(code)
 }

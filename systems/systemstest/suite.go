@@ -1,6 +1,7 @@
 // Package systemstest is the conformance suite every system passes on a real
-// cluster: N `nezha serve` processes over loopback (Options.Nodes, default
-// 3), driven through the Go client. It checks put/get/delete/scan semantics, bad input, leader
+// cluster: N `nezha serve` processes (Options.Nodes, default 3) on any
+// backend (Options.Backend: loopback, containers, ssh hosts), driven
+// through the Go client and the nodes' agents. It checks put/get/delete/scan semantics, bad input, leader
 // failover with no acknowledged write lost, a restarted node catching up,
 // and recovery after a torn log tail.
 //
@@ -14,7 +15,6 @@ import (
 	"errors"
 	"fmt"
 	"math/rand"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
@@ -28,9 +28,11 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/nezha-harness/nezha/systems"
+	"github.com/nezha-harness/nezha/systems/agent/agentpb"
 	"github.com/nezha-harness/nezha/systems/client"
 	"github.com/nezha-harness/nezha/systems/cluster"
 	"github.com/nezha-harness/nezha/systems/kvpb"
+	"github.com/nezha-harness/nezha/systems/raftlog"
 )
 
 // Options configures a suite run.
@@ -58,6 +60,9 @@ type Options struct {
 	// membership and cluster.json list exactly the members asked for
 	// (membership.go). Not for an external system.
 	ChangeMembers bool
+	// Backend is where the nodes run (default local). The suite acts on
+	// them through their agents only, so it runs on every backend.
+	Backend cluster.BackendOptions
 }
 
 // nodes returns o.Nodes or its default.
@@ -214,7 +219,7 @@ func startAt(t *testing.T, o Options, dir string, nodeArgs func(self cluster.Nod
 	spec, _, err := cluster.Up(ctx, cluster.UpOptions{
 		Dir: dir, System: o.System, Nodes: o.nodes(), Binary: o.Binary,
 		ExtraArgs: append(append([]string(nil), args...), o.ExtraArgs...),
-		NodeArgs:  nodeArgs,
+		NodeArgs:  nodeArgs, Backend: o.Backend,
 	})
 	if err != nil {
 		t.Fatalf("cluster up: %v", err)
@@ -222,7 +227,7 @@ func startAt(t *testing.T, o Options, dir string, nodeArgs func(self cluster.Nod
 	t.Cleanup(func() {
 		if t.Failed() {
 			for _, n := range spec.Nodes {
-				t.Logf("node %d log tail:\n%s", n.ID, cluster.Tail(n.Log, 15))
+				t.Logf("node %d log tail:\n%s", n.ID, spec.NodeTail(&n, 15))
 			}
 		}
 		spec.Down(false)
@@ -628,29 +633,26 @@ func testTornTail(t *testing.T, o Options) {
 	}
 	victim := h.killFollower()
 	n := h.node(victim)
-	seg := lastSegment(t, n)
 	// A torn write: the crash left the first bytes of a record that was
-	// never fsynced (so never acknowledged): a header claiming more
-	// payload than follows. (Cutting bytes off fsynced records is another
-	// fault, outside Raft's model: see the lose-tail nemesis.)
-	f, err := os.OpenFile(seg, os.O_WRONLY|os.O_APPEND, 0)
+	// never fsynced (so never acknowledged), done by the node's agent
+	// wherever the node runs. (Cutting bytes off fsynced records is
+	// another fault, outside Raft's model: see the lose-tail nemesis.)
+	a, err := h.spec.Agent(&n)
 	if err != nil {
 		t.Fatal(err)
 	}
-	torn := make([]byte, 40)
-	torn[4] = 0xff // payload length 255, only 15 bytes follow the header
-	torn[8] = 1    // an entry record
-	h.rng.Read(torn[25:])
-	if _, err := f.Write(torn); err != nil {
+	ctx, cancel := ctxFor(20 * time.Second)
+	defer cancel()
+	torn, err := a.Damage(ctx, &agentpb.DamageRequest{Kind: agentpb.DamageKind_TEAR_TAIL, Mode: raftlog.TearCut, Pick: uint64(h.rng.Int63())})
+	if err != nil {
 		t.Fatal(err)
 	}
-	f.Close()
+	t.Logf("node %d: %s", victim, torn.Detail)
 	h.put("after-tear", "y")
 	h.restart(victim)
 	h.convergence()
-	logText, _ := os.ReadFile(n.Log)
-	if !strings.Contains(string(logText), "truncating torn tail") {
-		t.Fatalf("node %d did not report the torn tail; log tail:\n%s", victim, cluster.Tail(n.Log, 20))
+	if logText := h.spec.NodeTail(&n, 5000); !strings.Contains(logText, "truncating torn tail") {
+		t.Fatalf("node %d did not report the torn tail; log tail:\n%s", victim, h.spec.NodeTail(&n, 20))
 	}
 	for i := 0; i < 30; i++ {
 		k := fmt.Sprintf("t%02d", i)
