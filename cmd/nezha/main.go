@@ -37,9 +37,11 @@ func run(args []string, stdout, stderr io.Writer) int {
 }
 
 // exitCode prints err and maps it to the exit status: 0 ok, 1 failure or
-// not found, 2 bad usage.
+// not found, 2 bad usage, 128 + the signal's number for a command a stop
+// signal interrupted (130 for SIGINT; see signalError).
 func (c *cli) exitCode(err error) int {
 	var ue *systems.UsageError
+	var se *signalError
 	switch {
 	case err == nil, errors.Is(err, systems.ErrHelp):
 		// systems.ErrHelp: runCluster printed its own help.
@@ -53,6 +55,9 @@ func (c *cli) exitCode(err error) int {
 	case errors.As(err, &ue):
 		fmt.Fprintln(c.stderr, "nezha:", ue.Msg)
 		return 2
+	case errors.As(err, &se):
+		fmt.Fprintln(c.stderr, "nezha:", err)
+		return se.exitCode()
 	}
 	fmt.Fprintln(c.stderr, "nezha:", err)
 	return 1
