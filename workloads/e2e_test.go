@@ -1,8 +1,6 @@
 package workloads_test
 
 import (
-	"bufio"
-	"bytes"
 	"context"
 	"encoding/csv"
 	"encoding/json"
@@ -11,7 +9,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -201,7 +198,6 @@ func TestInterruptSavesTheRun(t *testing.T) {
 		}
 	})
 
-	progress := regexp.MustCompile(`: (\d+)/\d+ ops \(`)
 	// interrupt runs the binary with args, sends it SIGINT once a progress
 	// line counts at least 2000 operations, and returns its exit code,
 	// output and the temporary directory it ran with.
@@ -210,39 +206,19 @@ func TestInterruptSavesTheRun(t *testing.T) {
 		tmp = t.TempDir()
 		cmd := exec.CommandContext(ctx, bin, append(args, "-cluster", clusterDir, "-interval", "200ms")...)
 		cmd.Env = append(os.Environ(), "TMPDIR="+tmp)
-		var errBuf bytes.Buffer
-		cmd.Stderr = &errBuf
-		out, err := cmd.StdoutPipe()
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		var outBuf strings.Builder
-		sc := bufio.NewScanner(out)
-		signaled := false
-		for sc.Scan() {
-			line := sc.Text()
-			outBuf.WriteString(line + "\n")
-			if m := progress.FindStringSubmatch(line); !signaled && m != nil {
-				if n, _ := strconv.Atoi(m[1]); n >= 2000 {
-					if err := cmd.Process.Signal(os.Interrupt); err != nil {
-						t.Fatal(err)
-					}
-					signaled = true
-				}
+		stdout, stderr, signaled, err := systemstest.RunLoad(cmd, 2000, func() {
+			if err := cmd.Process.Signal(os.Interrupt); err != nil {
+				t.Error(err)
 			}
-		}
-		err = cmd.Wait()
+		})
 		var ee *exec.ExitError
 		if err != nil && !errors.As(err, &ee) {
 			t.Fatalf("%v: %v", args, err)
 		}
 		if !signaled {
-			t.Fatalf("%v ended (%v) before 2000 operations were done:\n%s\n%s", args, err, outBuf.String(), errBuf.String())
+			t.Fatalf("%v ended (%v) before 2000 operations were done:\n%s\n%s", args, err, stdout, stderr)
 		}
-		return cmd.ProcessState.ExitCode(), outBuf.String(), errBuf.String(), tmp
+		return cmd.ProcessState.ExitCode(), stdout, stderr, tmp
 	}
 	saved := func(path string) map[string]any {
 		t.Helper()
