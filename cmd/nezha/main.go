@@ -19,7 +19,7 @@ import (
 	"github.com/nezha-harness/nezha/systems"
 )
 
-func main() { os.Exit(run(os.Args[1:], os.Stdout, os.Stderr)) }
+func main() { os.Exit(signalExit(run(os.Args[1:], os.Stdout, os.Stderr))) }
 
 func run(args []string, stdout, stderr io.Writer) int {
 	reg, err := systems.NewRegistry(nezha.Nezha(), nezha.NezhaNoGC(), baseline.Original(), baseline.PASV(), baseline.BlobDB(),
@@ -38,7 +38,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 
 // exitCode prints err and maps it to the exit status: 0 ok, 1 failure or
 // not found, 2 bad usage, 128 + the signal's number for a command a stop
-// signal interrupted (130 for SIGINT; see signalError).
+// signal interrupted (130 for SIGINT; main then dies of the signal, see
+// signalExit).
 func (c *cli) exitCode(err error) int {
 	var ue *systems.UsageError
 	var se *signalError

@@ -8,6 +8,7 @@ import (
 	"os/signal"
 	"sync"
 	"syscall"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -25,16 +26,39 @@ import (
 func stopSignals() []os.Signal { return []os.Signal{os.Interrupt, syscall.SIGTERM, syscall.SIGHUP} }
 
 // signalError is the cause (context.Cause) of a command's context that a
-// stop signal canceled. A command that returns it (wrapped) exits with
-// 128 + the signal's number, 130 for SIGINT: what a shell reports for a
-// process the signal killed, so that scripts tell an interrupted run from
-// a failed one (exit 1) as they did when the signal killed the process.
+// stop signal canceled. A command that returns it (wrapped) has the exit
+// code 128 + the signal's number (exitCode), and the process then dies of
+// the signal (signalExit): a shell reports 130 for SIGINT, as when the
+// signal killed the process outright, and scripts tell an interrupted run
+// from a failed one (exit 1).
 type signalError struct{ sig syscall.Signal }
 
 func (e *signalError) Error() string { return "interrupted by " + unix.SignalName(e.sig) }
 
 // exitCode is 128 + the signal's number.
 func (e *signalError) exitCode() int { return 128 + int(e.sig) }
+
+// signalExit returns code, run's exit code, unless it says that a stop
+// signal interrupted the command (128 + the signal's number, from a
+// signalError): then, the command having saved and reported what it ran,
+// the process dies of that signal, as it would have had it not caught it.
+// Exiting with 130 instead would look the same to a shell's $?, but a
+// shell running the command in a script goes on with the script after a
+// child that exited, whatever its code (bash assumes the child handled
+// the signal), and stops only after one the signal killed. If the signal
+// does not kill the process (its parent had it ignored), it returns code
+// after a second.
+func signalExit(code int) int {
+	if code <= 128 || code >= 128+65 {
+		return code
+	}
+	sig := syscall.Signal(code - 128)
+	signal.Reset(sig)
+	if err := syscall.Kill(os.Getpid(), sig); err == nil {
+		time.Sleep(time.Second) // the signal's delivery; the fallback below only if it is ignored
+	}
+	return code
+}
 
 // errOutputCut is the cause of a command's context canceled by an EPIPE on
 // its output (its reader, `| head`, is gone).
