@@ -131,7 +131,8 @@ func (r RunRequest) Validate(reg *systems.Registry) error {
 // or started), runs the experiments with Execute, and writes config.json,
 // report-info.json and report.md into the results directory (OutDir;
 // default results/<time>-<profile>). It fails if an experiment reported
-// failures or ctx was cancelled (the partial results stay).
+// failures, or with ctx's cause (wrapped) if ctx ended: the results of
+// the experiments that ran stay, the one cut short marked interrupted.
 func RunAndReport(ctx context.Context, reg *systems.Registry, r RunRequest) error {
 	if r.OutDir == "" {
 		r.OutDir = filepath.Join("results", time.Now().Format("20060102-150405")+"-"+r.Profile)
@@ -209,6 +210,8 @@ func RunAndReport(ctx context.Context, reg *systems.Registry, r RunRequest) erro
 	if hs := Headlines(results); AnyMeasured(hs) {
 		fmt.Fprintf(stdout, "\n== Headline (this run, %s)\n\n", time.Since(start).Round(time.Second))
 		WriteHeadlines(stdout, hs)
+	} else if ctx.Err() != nil {
+		fmt.Fprintf(stdout, "\n== Interrupted after %s\n", time.Since(start).Round(time.Second))
 	} else {
 		fmt.Fprintf(stdout, "\n== Done in %s\n", time.Since(start).Round(time.Second))
 	}
@@ -220,7 +223,7 @@ func RunAndReport(ctx context.Context, reg *systems.Registry, r RunRequest) erro
 	}
 	fmt.Fprintf(stdout, "\nreport: %s\n", path)
 	if ctx.Err() != nil {
-		return fmt.Errorf("interrupted; partial results in %s", dir)
+		return fmt.Errorf("experiment run: %w; partial results in %s", context.Cause(ctx), dir)
 	}
 	if failed > 0 {
 		return fmt.Errorf("%d experiment(s) reported failures; see %s", failed, path)

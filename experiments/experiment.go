@@ -141,6 +141,9 @@ type Result struct {
 	Start    time.Time            `json:"start"`
 	Duration float64              `json:"duration_sec"`
 	Error    string               `json:"error,omitempty"`
+	// Interrupted: the run was stopped (SIGINT, SIGTERM, a closed output)
+	// while this experiment ran; its tables hold what it measured before.
+	Interrupted bool `json:"interrupted,omitempty"`
 	// Build is what the binary that ran the experiment was built from
 	// (module version, VCS revision, Go version; package buildinfo).
 	Build *buildinfo.Info `json:"build,omitempty"`
@@ -158,6 +161,9 @@ type Failure struct {
 	System string `json:"system"`
 	Step   string `json:"step"`
 	Error  string `json:"error"`
+	// Interrupted: the step did not fail; the run was stopped during it
+	// (Error is what the step returned then).
+	Interrupted bool `json:"interrupted,omitempty"`
 	// LogTails are the last lines of each node's log.
 	LogTails map[string]string `json:"log_tails,omitempty"`
 }
@@ -190,6 +196,19 @@ type Run struct {
 	beds *bedPool
 	// mapsDataFiles are RunOptions.MapsDataFiles.
 	mapsDataFiles []string
+	// stopped is closed when the run is stopped (Execute's ctx ends).
+	stopped <-chan struct{}
+}
+
+// interrupted reports whether the run was stopped (Execute's ctx ended):
+// a step that fails from then on was cut short, it did not fail.
+func (x *Run) interrupted() bool {
+	select {
+	case <-x.stopped:
+		return true
+	default:
+		return false
+	}
 }
 
 // logf prints a progress line prefixed with the experiment name.
@@ -227,8 +246,16 @@ func (x *Run) figure(f plots.Figure) {
 }
 
 // fail records that system failed at step; spec (optional) supplies the
-// node logs.
+// node logs. After the run was stopped it records that the step was
+// interrupted instead (no log tails: the nodes did nothing wrong).
 func (x *Run) fail(system, step string, err error, spec *cluster.Spec) {
+	if x.interrupted() {
+		x.mu.Lock()
+		x.res.Failures = append(x.res.Failures, Failure{System: system, Step: step, Error: err.Error(), Interrupted: true})
+		x.mu.Unlock()
+		x.logf("%s interrupted at %s", system, step)
+		return
+	}
 	var stall *workloads.StallError
 	if errors.As(err, &stall) && stall.Nodes == "" && spec != nil {
 		// What the nodes say now, as bench prints after a stall: which
@@ -410,7 +437,9 @@ type RunOptions struct {
 
 // Execute runs the experiments one after the other, writes each result,
 // the figures, and the report. A failing experiment is recorded and the
-// next one still runs. It returns the results.
+// next one still runs. When ctx ends (an interrupt), the experiment
+// running is saved marked Interrupted, with the steps it cut short, and
+// the rest do not run. It returns the results.
 func Execute(ctx context.Context, o RunOptions) ([]*Result, error) {
 	var results []*Result
 	prior := map[string]*Result{}
@@ -437,7 +466,7 @@ func Execute(ctx context.Context, o RunOptions) ([]*Result, error) {
 			syss = withOptional(syss, o.OptionalSystems)
 		}
 		x := &Run{Profile: o.Profile, Systems: syss, Dir: dir, Binary: o.Binary, Servers: o.Servers,
-			Out: o.Out, Prior: prior, res: res, beds: beds, mapsDataFiles: o.MapsDataFiles}
+			Out: o.Out, Prior: prior, res: res, beds: beds, mapsDataFiles: o.MapsDataFiles, stopped: ctx.Done()}
 		fmt.Fprintf(o.Out, "\n=== [%d/%d] %s: %s\n", i+1, len(o.Experiments), e.Name, e.Shows)
 		var err error
 		if e.NeedsLocal && len(o.Servers) > 0 {
@@ -445,7 +474,10 @@ func Execute(ctx context.Context, o RunOptions) ([]*Result, error) {
 		} else {
 			err = e.run(ctx, x)
 		}
-		if err != nil {
+		switch {
+		case x.interrupted():
+			res.Interrupted = true
+		case err != nil:
 			res.Error = err.Error()
 			fmt.Fprintf(o.Out, "[%s] error: %v\n", e.Name, err)
 		}
@@ -464,9 +496,20 @@ func Execute(ctx context.Context, o RunOptions) ([]*Result, error) {
 		if err := writeJSON(filepath.Join(dir, "result.json"), res); err != nil {
 			return results, err
 		}
-		fmt.Fprintf(o.Out, "=== %s done in %.0f s\n", e.Name, res.Duration)
+		if res.Interrupted {
+			fmt.Fprintf(o.Out, "=== %s interrupted after %.0f s (result.json holds what it measured)\n", e.Name, res.Duration)
+		} else {
+			fmt.Fprintf(o.Out, "=== %s done in %.0f s\n", e.Name, res.Duration)
+		}
 		results = append(results, res)
 		prior[e.Name] = res
+	}
+	if ctx.Err() != nil && len(results) < len(o.Experiments) {
+		var left []string
+		for _, e := range o.Experiments[len(results):] {
+			left = append(left, e.Name)
+		}
+		fmt.Fprintf(o.Out, "not run (interrupted): %s\n", strings.Join(left, ", "))
 	}
 	return results, nil
 }

@@ -234,6 +234,9 @@ func WriteReport(dir string, info map[string]any) (string, error) {
 	}
 	for _, r := range results {
 		fmt.Fprintf(&b, "\n## %s (`%s`)\n\n%s.\n\n", r.Title, r.Name, capitalize(r.Shows))
+		if r.Interrupted {
+			fmt.Fprintf(&b, "**The run was interrupted during this experiment:** what follows is what it measured before.\n\n")
+		}
 		if r.Error != "" {
 			fmt.Fprintf(&b, "**The experiment stopped with an error:** `%s`\n\n", oneLineText(r.Error))
 		}
@@ -268,6 +271,10 @@ func WriteReport(dir string, info map[string]any) (string, error) {
 			}
 		}
 		for _, f := range r.Failures {
+			if f.Interrupted {
+				fmt.Fprintf(&b, "**%s interrupted** at %s.\n\n", f.System, f.Step)
+				continue
+			}
 			fmt.Fprintf(&b, "**%s failed** at %s: `%s`\n\n", f.System, f.Step, oneLineText(f.Error))
 			nodes := make([]string, 0, len(f.LogTails))
 			for n := range f.LogTails {

@@ -220,11 +220,12 @@ type opFunc func(ctx context.Context, id int, seq int64) (Outcome, int64, int64,
 type clientFunc func(id int) opFunc
 
 // run drives c.Clients closed-loop clients over c.Ops operations, or
-// until c.MaxDuration has passed. On ctx's
-// end the clients stop after their current operation and run returns the
-// summary so far with ctx's error; when no operation got an answer for
-// c.StallTimeout, the operations in flight are cancelled and run returns
-// the summary so far with a *StallError.
+// until c.MaxDuration has passed. On ctx's end the clients stop after
+// their current operation and run returns the summary so far, marked
+// StoppedInterrupted, with ctx's error; when no operation got an answer
+// for c.StallTimeout, the operations in flight are cancelled and run
+// returns the summary so far, marked StoppedStalled, with a *StallError.
+// The raw CSV (c.Raw) holds every operation done in either case.
 func run(ctx context.Context, c Common, op string, mk clientFunc) (Summary, error) {
 	var (
 		next atomic.Int64
@@ -267,15 +268,19 @@ func run(ctx context.Context, c Common, op string, mk clientFunc) (Summary, erro
 	stopWatch()
 	stop()
 	s := Summarize(op, recs, elapsed)
+	var err error
+	switch {
+	case stalled != nil:
+		s.Stopped, err = StoppedStalled, stalled
+	case ctx.Err() != nil:
+		s.Stopped, err = StoppedInterrupted, ctx.Err()
+	}
 	if c.Raw != nil {
-		if err := WriteRawCSV(c.Raw, recs); err != nil {
-			return s, err
+		if werr := WriteRawCSV(c.Raw, recs); werr != nil {
+			return s, werr
 		}
 	}
-	if stalled != nil {
-		return s, stalled
-	}
-	return s, ctx.Err()
+	return s, err
 }
 
 // opContext is the deadline context of one client's operations: one

@@ -74,8 +74,12 @@ type Outputs struct {
 	// Raw is the CSV file of every operation
 	// (op,start_unix_us,latency_us,ok,outcome).
 	Raw string
-	// Dir receives config.json, summary.json, raw.csv and timeseries.csv.
+	// Dir receives config.json, summary.json, timeseries.csv and, with
+	// RawInDir, raw.csv.
 	Dir string
+	// RawInDir: the run records every operation (bench; ycsb does not), so
+	// Dir gets raw.csv.
+	RawInDir bool
 }
 
 // Open creates -out DIR and opens the raw CSV files; the returned writer is
@@ -103,7 +107,9 @@ func (o *Outputs) Open(info RunInfo) (raw io.Writer, close func() error, err err
 		if err := WriteJSON(filepath.Join(o.Dir, "config.json"), info); err != nil {
 			return nil, close, systems.Usagef("-out %s: %v", o.Dir, err)
 		}
-		paths = append(paths, filepath.Join(o.Dir, "raw.csv"))
+		if o.RawInDir {
+			paths = append(paths, filepath.Join(o.Dir, "raw.csv"))
+		}
 	}
 	var ws []io.Writer
 	for _, p := range paths {

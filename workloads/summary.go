@@ -194,9 +194,24 @@ type Summary struct {
 	MaxUs       int64   `json:"max_us"`
 	// ErrorSamples are up to five distinct error messages.
 	ErrorSamples []string `json:"error_samples,omitempty"`
+	// Stopped says why the run ended before all its operations were done:
+	// StoppedInterrupted or StoppedStalled; empty when it ran to its end
+	// (or to its -duration). The counts and latencies are of what was done.
+	Stopped string `json:"stopped,omitempty"`
 	// Series is the per-second throughput.
 	Series []Second `json:"series"`
 }
+
+// Why a run stopped early (Summary.Stopped).
+const (
+	// StoppedInterrupted: the run's context was cancelled (SIGINT,
+	// SIGTERM, a closed output); the clients finished the operations in
+	// flight.
+	StoppedInterrupted = "interrupted"
+	// StoppedStalled: no operation got an answer for the stall timeout
+	// (*StallError); the operations in flight were cancelled.
+	StoppedStalled = "stalled"
+)
 
 // Summarize merges recorders into a Summary named op. duration is the run's
 // wall time; if zero, it is taken from the recorders (first start to last

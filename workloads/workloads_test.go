@@ -4,10 +4,13 @@ import (
 	"bytes"
 	"context"
 	"encoding/csv"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"math"
 	"math/rand"
+	"os"
+	"path/filepath"
 	"sort"
 	"strings"
 	"sync"
@@ -468,5 +471,68 @@ func TestRunStartsNoMoreClientsThanOps(t *testing.T) {
 	}
 	if started.Load() != 10 || done.Load() != 10 {
 		t.Fatalf("started %d clients and ran %d operations, want 10 and 10 (summary %+v)", started.Load(), done.Load(), s)
+	}
+}
+
+// A run whose context is cancelled mid-run (SIGINT to bench) stops after
+// the operations in flight, returns ctx's error, and leaves complete
+// outputs: the summary of what was done marked interrupted, every
+// operation in raw.csv, the per-second series.
+func TestInterruptedRunKeepsItsMeasurements(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	st := newMemStore()
+	var puts atomic.Int64
+	st.failPut = func([]byte) error {
+		if puts.Add(1) == 1500 {
+			cancel() // the interrupt, mid-run
+		}
+		return nil
+	}
+	dir := t.TempDir()
+	outs := Outputs{Dir: dir, JSON: filepath.Join(dir, "summary-copy.json"), RawInDir: true}
+	info := NewRunInfo("bench put", []string{"nezha", "bench", "put"}, nil, nil)
+	raw, closeRaw, err := outs.Open(info)
+	if err != nil {
+		t.Fatal(err)
+	}
+	po := DefaultPutOptions()
+	po.Clients, po.Ops, po.ValueBytes, po.Raw = 4, 1_000_000, 10, raw
+	s, err := RunPut(ctx, st, po)
+	if !errors.Is(err, context.Canceled) {
+		t.Fatalf("err = %v, want context.Canceled", err)
+	}
+	if s.Stopped != StoppedInterrupted || s.Ops < 1500 || s.Ops > 1500+int64(po.Clients) || s.Errors != 0 {
+		t.Fatalf("summary %+v: want the 1500 to 1504 puts done, stopped %q", s, StoppedInterrupted)
+	}
+	if err := closeRaw(); err != nil {
+		t.Fatal(err)
+	}
+	if err := outs.Save(Result{Summary: s, Run: info}, s.WriteSeriesCSV); err != nil {
+		t.Fatal(err)
+	}
+
+	for _, name := range []string{"summary.json", "summary-copy.json"} {
+		var saved Summary
+		b, err := os.ReadFile(filepath.Join(dir, name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := json.Unmarshal(b, &saved); err != nil || saved.Stopped != StoppedInterrupted || saved.Ops != s.Ops {
+			t.Fatalf("%s: stopped %q, %d ops (%v); want %q, %d", name, saved.Stopped, saved.Ops, err, StoppedInterrupted, s.Ops)
+		}
+	}
+	f, err := os.Open(filepath.Join(dir, "raw.csv"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rows, err := csv.NewReader(f).ReadAll()
+	f.Close()
+	if err != nil || int64(len(rows)) != 1+s.Ops {
+		t.Fatalf("raw.csv: %d rows (%v), want a header and %d operations", len(rows), err, s.Ops)
+	}
+	b, err := os.ReadFile(filepath.Join(dir, "timeseries.csv"))
+	if err != nil || !strings.HasPrefix(string(b), "second,ops,mb,errors,ambiguous\n0,") {
+		t.Fatalf("timeseries.csv: %q, %v", b, err)
 	}
 }

@@ -128,7 +128,10 @@ type Summary struct {
 }
 
 // Run runs one phase of the YCSB core workload against s. Cancelling ctx
-// stops the workers after their current operation.
+// stops the workers after their current operation: Run returns what was
+// done, marked workloads.StoppedInterrupted (its TOTAL's Stopped), with
+// ctx's error; a stall returns it marked workloads.StoppedStalled with a
+// *workloads.StallError.
 func Run(ctx context.Context, s Store, o Options) (Summary, error) {
 	p, sources, warnings, err := o.Properties()
 	if err != nil {
@@ -211,8 +214,13 @@ func Run(ctx context.Context, s Store, o Options) (Summary, error) {
 		total.MBPerSec = float64(total.Bytes) / 1e6 / total.DurationSec
 	}
 	res.Summary = total
-	if stalled != nil {
+	switch {
+	case stalled != nil:
+		res.Stopped = workloads.StoppedStalled
 		return res, stalled
+	case ctx.Err() != nil:
+		res.Stopped = workloads.StoppedInterrupted
+		return res, ctx.Err()
 	}
-	return res, ctx.Err()
+	return res, nil
 }

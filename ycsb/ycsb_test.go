@@ -5,16 +5,19 @@ import (
 	"context"
 	"errors"
 	"io"
+	"os"
 	"sort"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/magiconair/properties"
 
 	"github.com/nezha-harness/nezha/systems"
+	"github.com/nezha-harness/nezha/workloads"
 )
 
 // memStore is an in-memory Store. Put keeps the slice it is given (no
@@ -324,5 +327,45 @@ func TestAdapterConcurrentThreads(t *testing.T) {
 	s := db.Summaries(time.Second)
 	if s[OpInsert].Ops != 400 || s[OpRead].Ops != 400 || s[OpRead].Misses != 0 {
 		t.Fatalf("insert %d read %d misses %d", s[OpInsert].Ops, s[OpRead].Ops, s[OpRead].Misses)
+	}
+}
+
+// cancelAfter is a memStore whose n-th put cancels the run's context (an
+// interrupt, mid-run).
+type cancelAfter struct {
+	*memStore
+	n      int64
+	puts   atomic.Int64
+	cancel context.CancelFunc
+}
+
+func (c *cancelAfter) Put(ctx context.Context, k, v []byte) (uint64, error) {
+	if c.puts.Add(1) == c.n {
+		c.cancel()
+	}
+	return c.memStore.Put(ctx, k, v)
+}
+
+// A phase whose context is cancelled mid-run returns what was done,
+// marked interrupted, with ctx's error, and leaves no temporary file.
+func TestInterruptedRun(t *testing.T) {
+	tmp := t.TempDir()
+	t.Setenv("TMPDIR", tmp) // where Run puts go-ycsb's table
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	st := &cancelAfter{memStore: newMemStore(), n: 300, cancel: cancel}
+	o := DefaultOptions("load")
+	o.Files, o.Output = []string{"workloada"}, io.Discard
+	o.Settings = []string{"recordcount=100000000", "threadcount=2", "fieldcount=1", "fieldlength=16"}
+	s, err := Run(ctx, st, o)
+	if !errors.Is(err, context.Canceled) {
+		t.Fatalf("err = %v, want context.Canceled", err)
+	}
+	if s.Stopped != workloads.StoppedInterrupted || s.Ops < 300 || s.Ops > 302 || s.Operations[OpInsert].Ops != s.Ops {
+		t.Fatalf("summary: stopped %q, %d ops (%d inserts); want %q and the 300 to 302 inserts done",
+			s.Stopped, s.Ops, s.Operations[OpInsert].Ops, workloads.StoppedInterrupted)
+	}
+	if left, _ := os.ReadDir(tmp); len(left) != 0 {
+		t.Fatalf("left in TMPDIR: %v", left)
 	}
 }

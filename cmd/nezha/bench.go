@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"io"
 	"os"
 	"runtime/pprof"
 	"strings"
@@ -87,14 +88,19 @@ func (c *cli) benchSub(sub string) *ffcli.Command {
 		if err := noArgs("bench "+sub, args); err != nil {
 			return err
 		}
-		return c.bench(ctx, b)
+		ctx, stdout, stop := loadContext(ctx, c.stdout)
+		defer stop()
+		return interrupted(ctx, c.bench(ctx, stdout, b))
 	})
 }
 
-// bench validates b, connects and runs the benchmark.
-func (c *cli) bench(ctx context.Context, b *benchFlags) error {
+// bench validates b, connects and runs the benchmark, printing to stdout.
+// A stall or an interrupt (ctx's end) stops the run: its table and result
+// files are still written, with what was measured, before the error says
+// why it stopped.
+func (c *cli) bench(ctx context.Context, stdout io.Writer, b *benchFlags) error {
 	sub, com, put, get, scan := b.sub, b.com, &b.put, &b.get, &b.scan
-	com.Progress = c.stdout
+	com.Progress = stdout
 
 	// Everything that can be checked before contacting the servers.
 	var verr error
@@ -143,7 +149,7 @@ func (c *cli) bench(ctx context.Context, b *benchFlags) error {
 		if n == 0 {
 			return systems.Usagef("bench %s: no key %s found: run bench put first (same -keyprefix) or give -keys", sub, workloads.Key(com.KeyPrefix, 0))
 		}
-		fmt.Fprintf(c.stdout, "found %d keys %s..%s\n", n, workloads.Key(com.KeyPrefix, 0), workloads.Key(com.KeyPrefix, n-1))
+		fmt.Fprintf(stdout, "found %d keys %s..%s\n", n, workloads.Key(com.KeyPrefix, 0), workloads.Key(com.KeyPrefix, n-1))
 		*keys = n
 		var verr error
 		if sub == "get" {
@@ -176,7 +182,7 @@ func (c *cli) bench(ctx context.Context, b *benchFlags) error {
 	defer closeRaw()
 	com.Raw = raw
 
-	fmt.Fprintf(c.stdout, "bench %s: %d clients, %d operations, seed %d, servers %s%s\n", sub, com.Clients, com.Ops, com.Seed,
+	fmt.Fprintf(stdout, "bench %s: %d clients, %d operations, seed %d, servers %s%s\n", sub, com.Clients, com.Ops, com.Seed,
 		strings.Join(addrs, ","), map[bool]string{true: " (" + cluster.Label(system) + ")", false: ""}[system != ""])
 	if b.cpuProfile != "" {
 		stop, err := startCPUProfile(b.cpuProfile)
@@ -196,14 +202,14 @@ func (c *cli) bench(ctx context.Context, b *benchFlags) error {
 	case "scan":
 		s, err = workloads.RunScan(ctx, kc, *scan)
 	}
-	stall, err := stalled(ctx, kc, "bench "+sub, err)
+	stop, err := stopped(ctx, kc, "bench "+sub, err)
 	if err != nil {
 		return err
 	}
 	if err := closeRaw(); err != nil {
 		return err
 	}
-	workloads.PrintTable(c.stdout, s)
+	workloads.PrintTable(stdout, s)
 	if b.benchfmt {
 		cpu := -1.0
 		if cpu1, ok := nodeCPU.Seconds(); ok && cpuOK {
@@ -219,13 +225,13 @@ func (c *cli) bench(ctx context.Context, b *benchFlags) error {
 			parts = append(parts, fmt.Sprintf("scansize=%d", scan.ScanSize))
 		}
 		parts = append(parts, fmt.Sprintf("cnums=%d", com.Clients))
-		workloads.WriteBenchfmt(c.stdout, workloads.BenchName(sub, system, parts...), s, cpu)
+		workloads.WriteBenchfmt(stdout, workloads.BenchName(sub, system, parts...), s, cpu)
 	}
 	if err := b.outs.Save(workloads.Result{Summary: s, Run: info}, s.WriteSeriesCSV); err != nil {
 		return err
 	}
-	if stall != nil {
-		return fmt.Errorf("bench %s: %w", sub, stall)
+	if stop != nil {
+		return fmt.Errorf("bench %s: %w (the table and the result files hold the %d operations done)", sub, stop, s.Ops+s.Errors+s.Ambiguous)
 	}
 	return s.Failures()
 }

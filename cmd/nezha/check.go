@@ -110,10 +110,7 @@ func (c *cli) check(ctx context.Context, fs *flag.FlagSet, o linearizability.Opt
 	// nodes die with it (cluster.Spec.Detach).
 	ctx, stdout, stop := stopContext(ctx, c.stdout)
 	defer stop()
-	go func() {
-		<-ctx.Done()
-		stop()
-	}()
+	killOnSecondSignal(ctx, stop)
 
 	res, err := linearizability.Run(ctx, o)
 	if res != nil {
@@ -125,7 +122,7 @@ func (c *cli) check(ctx context.Context, fs *flag.FlagSet, o linearizability.Opt
 			return systems.OneLine("check", err)
 		}
 		if errors.Is(err, context.Canceled) {
-			return fmt.Errorf("check interrupted: faults healed and cluster torn down; partial history in %s", o.Out)
+			return fmt.Errorf("check: %w: faults healed and cluster torn down; partial history in %s", context.Cause(ctx), o.Out)
 		}
 		return fmt.Errorf("check: %w", err)
 	}

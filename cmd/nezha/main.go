@@ -20,7 +20,7 @@ import (
 	"github.com/nezha-harness/nezha/systems/agent"
 )
 
-func main() { os.Exit(run(os.Args[1:], os.Stdout, os.Stderr)) }
+func main() { os.Exit(signalExit(run(os.Args[1:], os.Stdout, os.Stderr))) }
 
 func run(args []string, stdout, stderr io.Writer) int {
 	if len(args) > 0 && args[0] == agent.CgroupExecCommand {
@@ -44,9 +44,12 @@ func run(args []string, stdout, stderr io.Writer) int {
 }
 
 // exitCode prints err and maps it to the exit status: 0 ok, 1 failure or
-// not found, 2 bad usage.
+// not found, 2 bad usage, 128 + the signal's number for a command a stop
+// signal interrupted (130 for SIGINT; main then dies of the signal, see
+// signalExit).
 func (c *cli) exitCode(err error) int {
 	var ue *systems.UsageError
+	var se *signalError
 	switch {
 	case err == nil, errors.Is(err, systems.ErrHelp):
 		// systems.ErrHelp: runCluster printed its own help.
@@ -60,6 +63,9 @@ func (c *cli) exitCode(err error) int {
 	case errors.As(err, &ue):
 		fmt.Fprintln(c.stderr, "nezha:", ue.Msg)
 		return 2
+	case errors.As(err, &se):
+		fmt.Fprintln(c.stderr, "nezha:", err)
+		return se.exitCode()
 	}
 	fmt.Fprintln(c.stderr, "nezha:", err)
 	return 1

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"time"
 
 	"github.com/nezha-harness/nezha/systems"
@@ -18,10 +19,13 @@ import (
 // bench and ycsb, to fs.
 func registerOutputs(fs *flag.FlagSet, o *workloads.Outputs, raw bool) {
 	fs.StringVar(&o.JSON, "json", "", "write the summary (with the run record) as JSON to `FILE`")
+	o.RawInDir = raw
 	if raw {
 		fs.StringVar(&o.Raw, "raw", "", "write every operation (op,start_unix_us,latency_us,ok,outcome; times in microseconds) as CSV to `FILE`")
+		fs.StringVar(&o.Dir, "out", "", "write config.json, summary.json, raw.csv and timeseries.csv to `DIR`")
+		return
 	}
-	fs.StringVar(&o.Dir, "out", "", "write config.json, summary.json, raw.csv and timeseries.csv to `DIR`")
+	fs.StringVar(&o.Dir, "out", "", "write config.json, summary.json and timeseries.csv to `DIR`")
 }
 
 // conn is a load generator's connection to the cluster named by -servers
@@ -48,16 +52,43 @@ func connect(ctx context.Context, name string, af *cluster.Address, consistency 
 	return conn{kc: kc, sts: sts, system: system, addrs: cfg.Servers}, nil
 }
 
-// stalled splits the error of a run: a *workloads.StallError (the run
-// stopped, its measurements are still saved) gets the nodes' state and
-// is returned as stall; any other error is returned prefixed with name.
-func stalled(ctx context.Context, kc *client.Client, name string, err error) (stall *workloads.StallError, _ error) {
-	if errors.As(err, &stall) {
+// stopped splits the error of a run that may have stopped early, with
+// its measurements still to be printed and saved: a *workloads.StallError
+// (with the nodes' state probed) or, when ctx ended (a stop signal, a cut
+// output; see stopContext), ctx's cause, is returned as stop; any other
+// error is returned prefixed with name.
+func stopped(ctx context.Context, kc *client.Client, name string, err error) (stop error, _ error) {
+	var stall *workloads.StallError
+	switch {
+	case errors.As(err, &stall):
 		stall.Nodes = workloads.ProbeNodes(ctx, kc, 2*time.Second)
 		return stall, nil
-	}
-	if err != nil {
+	case errors.Is(err, context.Canceled) && ctx.Err() != nil:
+		return context.Cause(ctx), nil
+	case err != nil:
 		return nil, fmt.Errorf("%s: %w", name, err)
 	}
 	return nil, nil
+}
+
+// loadContext is stopContext for a load (bench, ycsb): the first stop
+// signal ends the run, which prints and saves what it measured; since the
+// operations in flight may take up to -timeout to end, a second one kills
+// the process at once.
+func loadContext(ctx context.Context, out io.Writer) (context.Context, io.Writer, func()) {
+	ctx, out, stop := stopContext(ctx, out)
+	killOnSecondSignal(ctx, stop)
+	return ctx, out, stop
+}
+
+// interrupted returns err, or, when ctx (stopContext) ended and err does
+// not say so already, err with ctx's cause: an interrupt that cut short
+// the steps before a run (connecting, counting keys) is still reported
+// as one (exit 130 for SIGINT).
+func interrupted(ctx context.Context, err error) error {
+	var se *signalError
+	if err == nil || ctx.Err() == nil || errors.As(err, &se) || errors.Is(err, errOutputCut) {
+		return err
+	}
+	return fmt.Errorf("%v: %w", err, context.Cause(ctx))
 }

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"io"
 	"os"
 	"sort"
 	"strings"
@@ -60,14 +61,19 @@ func (c *cli) ycsbPhase(phase string) *ffcli.Command {
 		if err := noArgs("ycsb "+phase, args); err != nil {
 			return err
 		}
-		return c.ycsb(ctx, phase, y)
+		ctx, stdout, stop := loadContext(ctx, c.stdout)
+		defer stop()
+		return interrupted(ctx, c.ycsb(ctx, stdout, phase, y))
 	})
 }
 
-// ycsb connects and runs one phase.
-func (c *cli) ycsb(ctx context.Context, phase string, y *ycsbFlags) error {
+// ycsb connects and runs one phase, printing to stdout. A stall or an
+// interrupt (ctx's end) stops the run: its tables and result files are
+// still written, with what was measured, before the error says why it
+// stopped.
+func (c *cli) ycsb(ctx context.Context, stdout io.Writer, phase string, y *ycsbFlags) error {
 	o := y.o
-	o.Files, o.Settings, o.Output, o.Warn, o.Progress = y.files, y.sets, c.stdout, c.stderr, c.stdout
+	o.Files, o.Settings, o.Output, o.Warn, o.Progress = y.files, y.sets, stdout, c.stderr, stdout
 	p, sources, _, err := o.Properties()
 	if err != nil {
 		return systems.OneLine("ycsb "+phase, err)
@@ -86,11 +92,13 @@ func (c *cli) ycsb(ctx context.Context, phase string, y *ycsbFlags) error {
 	info.SeedNote = "go-ycsb v1.0.3 seeds each worker from the clock; the operation sequence is not reproducible"
 	info.System = system
 	info.SetServers(sts)
-	if _, _, err := y.outs.Open(info); err != nil {
+	if _, closeOuts, err := y.outs.Open(info); err != nil {
+		return err
+	} else if err := closeOuts(); err != nil { // nothing is open: ycsb keeps no raw CSV
 		return err
 	}
 
-	w := c.stdout
+	w := stdout
 	fmt.Fprintf(w, "ycsb %s: %s, servers %s%s\n", phase, strings.Join(sources, " + "), strings.Join(addrs, ","),
 		map[bool]string{true: " (" + system + ")", false: ""}[system != ""])
 	fmt.Fprintln(w, "***************** properties *****************")
@@ -105,7 +113,7 @@ func (c *cli) ycsb(ctx context.Context, phase string, y *ycsbFlags) error {
 	fmt.Fprintln(w, "**********************************************")
 
 	s, err := ycsb.Run(ctx, kc, o)
-	stall, err := stalled(ctx, kc, "ycsb "+phase, err)
+	stop, err := stopped(ctx, kc, "ycsb "+phase, err)
 	if err != nil {
 		return err
 	}
@@ -128,8 +136,8 @@ func (c *cli) ycsb(ctx context.Context, phase string, y *ycsbFlags) error {
 	if err := y.outs.Save(ycsb.Result{Summary: s, Run: info}, s.Summary.WriteSeriesCSV); err != nil {
 		return err
 	}
-	if stall != nil {
-		return fmt.Errorf("ycsb %s: %w", phase, stall)
+	if stop != nil {
+		return fmt.Errorf("ycsb %s: %w (the table and the result files hold the %d operations done)", phase, stop, s.Ops+s.Errors+s.Ambiguous)
 	}
 	return s.Failures()
 }

@@ -843,7 +843,13 @@ type StatusResponse struct {
 	LogBytes       int64      `protobuf:"varint,15,opt,name=log_bytes,json=logBytes,proto3" json:"log_bytes,omitempty"`                     // bytes in Raft log segments
 	// storage is the state machine's on-disk shape (systems.StorageReporter):
 	// RocksDB's levels for the baselines, log and sorted runs for nezha.
-	Storage       *StorageShape `protobuf:"bytes,16,opt,name=storage,proto3" json:"storage,omitempty"`
+	Storage *StorageShape `protobuf:"bytes,16,opt,name=storage,proto3" json:"storage,omitempty"`
+	// disk_refusal says why this node refuses client writes for its disk
+	// now (free space below -minFreeDiskBytes, or the disk full); empty
+	// while its disk accepts them. The node reports the same on the gRPC
+	// health service "nezha.disk" (DiskHealthService); a leader with a
+	// refusal hands its leadership to a voter whose disk accepts writes.
+	DiskRefusal   string `protobuf:"bytes,17,opt,name=disk_refusal,json=diskRefusal,proto3" json:"disk_refusal,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -988,6 +994,13 @@ func (x *StatusResponse) GetStorage() *StorageShape {
 		return x.Storage
 	}
 	return nil
+}
+
+func (x *StatusResponse) GetDiskRefusal() string {
+	if x != nil {
+		return x.DiskRefusal
+	}
+	return ""
 }
 
 // StorageShape mirrors systems.StorageShape.
@@ -1854,7 +1867,7 @@ const file_systems_kvpb_kv_proto_rawDesc = "" +
 	"\aaddress\x18\x03 \x01(\tR\aaddress\x12\x18\n" +
 	"\alearner\x18\x04 \x01(\bR\alearner\x12\x1f\n" +
 	"\vmatch_index\x18\x05 \x01(\x04R\n" +
-	"matchIndex\"\xcc\x04\n" +
+	"matchIndex\"\xef\x04\n" +
 	"\x0eStatusResponse\x120\n" +
 	"\x06header\x18\x01 \x01(\v2\x18.nezha.kv.ResponseHeaderR\x06header\x12\x1d\n" +
 	"\n" +
@@ -1876,7 +1889,8 @@ const file_systems_kvpb_kv_proto_rawDesc = "" +
 	"\tgc_rounds\x18\r \x03(\v2\x11.nezha.kv.GCRoundR\bgcRounds\x12'\n" +
 	"\x0fcompacted_index\x18\x0e \x01(\x04R\x0ecompactedIndex\x12\x1b\n" +
 	"\tlog_bytes\x18\x0f \x01(\x03R\blogBytes\x120\n" +
-	"\astorage\x18\x10 \x01(\v2\x16.nezha.kv.StorageShapeR\astorage\"\xd5\x01\n" +
+	"\astorage\x18\x10 \x01(\v2\x16.nezha.kv.StorageShapeR\astorage\x12!\n" +
+	"\fdisk_refusal\x18\x11 \x01(\tR\vdiskRefusal\"\xd5\x01\n" +
 	"\fStorageShape\x12,\n" +
 	"\x06levels\x18\x01 \x03(\v2\x14.nezha.kv.LevelShapeR\x06levels\x12&\n" +
 	"\x0fvalue_log_bytes\x18\x02 \x01(\x03R\rvalueLogBytes\x12(\n" +

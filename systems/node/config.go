@@ -122,8 +122,10 @@ type Config struct {
 	RequestTimeout time.Duration
 	// ScanMaxBytes caps one Scan response. Default 16 MiB.
 	ScanMaxBytes int
-	// MinFreeDiskBytes: Puts are refused with ResourceExhausted while the
-	// data directory's file system has less free space. Default 256 MiB.
+	// MinFreeDiskBytes: client writes are refused while the data
+	// directory's file system has less free space (a leader hands its
+	// leadership to a voter with space first; see diskhandoff.go).
+	// Default 256 MiB.
 	MinFreeDiskBytes int64
 	// DiskBallastBytes is the size of the disk ballast, a preallocated file
 	// (<data>/DISK_BALLAST) the node deletes when a write meets ENOSPC, so

@@ -377,6 +377,9 @@ func (s *kvServer) Status(ctx context.Context, req *kvpb.StatusRequest) (*kvpb.S
 		InternalAddress: n.cfg.InternalAddress,
 		Pid:             int64(os.Getpid()),
 	}
+	if r := n.diskRefusal.Load(); r != nil {
+		resp.DiskRefusal = *r
+	}
 	resp.Members = n.memberAddresses()
 	resp.CompactedIndex = n.log.CompactedIndex()
 	for _, seg := range n.log.Segments() {
@@ -419,14 +422,24 @@ func truncate(b []byte) []byte {
 }
 
 // diskRefusal is the error of a write that the disk guard refused (err)
-// before it was proposed. On the leader (or a node that knows none) it is
-// ResourceExhausted, definite: the leader's log must take every entry
-// first. On a follower it is Aborted, which clients retry on another
-// member: a quorum commits the write without this node, which catches up
-// once space returns, so its full disk need not fail the write.
+// before it was proposed; it publishes the refusal (noteDisk), which on
+// the leader starts the search for a voter to hand the leadership to
+// (diskhandoff.go). It is Aborted, which clients retry on another member,
+// on a follower (a quorum commits the write without this node, which
+// catches up once space returns), on a node that knows no leader, and on
+// a leader that hands its leadership over; ResourceExhausted, definite,
+// only on a leader that found no other voter whose disk accepts writes:
+// the cluster is out of space.
 func (s *kvServer) diskRefusal(op string, err error) error {
-	if lead := s.n.lead.Load(); lead != raft.None && lead != s.n.id {
-		return status.Errorf(codes.Aborted, "%s: %v; not proposed: node %d is a follower, send the write to the leader (node %d)", op, err, s.n.id, lead)
+	n := s.n
+	n.noteDisk(err)
+	switch lead := n.lead.Load(); {
+	case lead == raft.None:
+		return status.Errorf(codes.Aborted, "%s: %v; not proposed: node %d knows no leader; retry", op, err, n.id)
+	case lead != n.id:
+		return status.Errorf(codes.Aborted, "%s: %v; not proposed: node %d is a follower, send the write to the leader (node %d)", op, err, n.id, lead)
+	case !n.noVoterWithSpace():
+		return status.Errorf(codes.Aborted, "%s: %v; not proposed: node %d leads and hands the leadership to a voter whose disk accepts writes; retry", op, err, n.id)
 	}
-	return status.Errorf(codes.ResourceExhausted, "%s: %v", op, err)
+	return status.Errorf(codes.ResourceExhausted, "%s: %v; no other voter's disk accepts writes either", op, err)
 }

@@ -47,6 +47,11 @@ type metrics struct {
 	// they waited.
 	writeStalls       prometheus.Counter
 	writeStallSeconds prometheus.Counter
+	// diskRefusing is 1 while the disk guard refuses client writes;
+	// diskTransfers counts the leader's searches for a voter to hand its
+	// leadership to for its disk, by result (diskhandoff.go).
+	diskRefusing  prometheus.Gauge
+	diskTransfers *prometheus.CounterVec
 	// appendSeconds and fsyncSeconds go to raftlog.Options.
 	appendSeconds, fsyncSeconds prometheus.Histogram
 	// grpc counts the RPCs of the node's gRPC servers (client API, peer
@@ -84,6 +89,11 @@ func newMetrics() *metrics {
 			Help: "Client writes held because the state machine stalls writes (nezha: GC debt at -gcStallGarbageBytes)."}),
 		writeStallSeconds: prometheus.NewCounter(prometheus.CounterOpts{Name: "nezha_write_stall_seconds_total",
 			Help: "Time client writes waited in write stalls, summed over writes."}),
+		diskRefusing: prometheus.NewGauge(prometheus.GaugeOpts{Name: "nezha_disk_refusing_writes",
+			Help: "1 while this node refuses client writes for its disk (free space below -minFreeDiskBytes, or the disk full), else 0."}),
+		diskTransfers: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "nezha_disk_leadership_transfers_total",
+			Help: "Searches of this leader, its disk refusing writes, for a voter to hand the leadership to, by result: transferred, not_taken (the voter did not take it within an election timeout), no_voter_with_space (it kept the leadership)."},
+			[]string{"result"}),
 		appendSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "nezha_raftlog_append_duration_seconds",
 			Help: "Duration of one Raft log append (write and fdatasync) that wrote something.", Buckets: logLatencyBuckets()}),
 		fsyncSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "nezha_raftlog_fsync_duration_seconds",
@@ -96,8 +106,11 @@ func newMetrics() *metrics {
 	// defined before the first snapshot.
 	m.snapshotSends.WithLabelValues("success")
 	m.snapshotSends.WithLabelValues("failure")
+	for _, r := range []string{"transferred", "not_taken", "no_voter_with_space"} {
+		m.diskTransfers.WithLabelValues(r)
+	}
 	m.reg.MustRegister(m.leaderChanges, m.proposals, m.proposalsDropped, m.readRounds, m.readWaiters, m.snapshotSends, m.snapshotInstalls,
-		m.writeStalls, m.writeStallSeconds,
+		m.writeStalls, m.writeStallSeconds, m.diskRefusing, m.diskTransfers,
 		m.appendSeconds, m.fsyncSeconds, m.grpc,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m

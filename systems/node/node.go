@@ -214,6 +214,11 @@ type Node struct {
 	// refuse writes).
 	fs   *vfs.FS
 	disk *diskGuard
+	// diskRefusal is why the disk guard refuses client writes now (nil:
+	// it accepts them), and handoff the leadership transfers for it
+	// (diskhandoff.go).
+	diskRefusal atomic.Pointer[string]
+	handoff     diskHandoff
 
 	// metrics are the node's Prometheus metrics (metrics.go).
 	metrics *metrics
@@ -317,6 +322,7 @@ func Start(cfg Config) (*Node, error) {
 	}
 	n.disk.start()
 	go n.watchDisk()
+	go n.watchDiskSpace()
 	go n.runLoop()
 	go n.runApply()
 	if jlis != nil {
@@ -434,6 +440,8 @@ func (n *Node) listen() error {
 	}
 	n.health = health.NewServer()
 	n.setHealth(false) // health.NewServer starts SERVING; not until there is a leader
+	// The disk accepts writes until watchDiskSpace says otherwise.
+	n.health.SetServingStatus(kvpb.DiskHealthService, healthpb.HealthCheckResponse_SERVING)
 	n.transport = newTransport(n, ilis)
 	n.kvLis = klis
 	n.kvServer = grpc.NewServer(append(n.metrics.serverOptions(),

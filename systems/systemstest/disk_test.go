@@ -1,11 +1,15 @@
 package systemstest
 
 import (
+	"encoding/csv"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -564,6 +568,84 @@ func TestDiskFullTmpfs(t *testing.T) {
 					t.Fatal(err)
 				}
 			}, nil)
+		})
+	}
+}
+
+// TestFullLeaderDiskHandsOverLeadership runs `nezha bench put` against a
+// cluster and fills only the leader's disk once the bench has done 2000
+// writes: the leader hands its leadership to a voter with space, and the
+// bench's writes succeed again within a few election timeouts (the
+// longest pause between completed writes after the fault is bounded), none
+// refused or failed: a healthy quorum takes writes. The full node says why
+// in its Status.
+func TestFullLeaderDiskHandsOverLeadership(t *testing.T) {
+	for i, sys := range diskSystems {
+		t.Run(sys, func(t *testing.T) {
+			t.Parallel()
+			h := start(t, Options{System: sys, Binary: binary, ExtraArgs: []string{"-diskFaults"}, Seed: int64(500 + i)})
+			lead := h.leader()
+			dir := t.TempDir()
+			raw, summary := filepath.Join(dir, "raw.csv"), filepath.Join(dir, "summary.json")
+			ctx, cancel := ctxFor(2 * time.Minute)
+			defer cancel()
+			bench := exec.CommandContext(ctx, binary, "bench", "put", "-servers", strings.Join(h.spec.Addresses(), ","),
+				"-cnums", "8", "-dnums", "100000000", "-vsize", "1024", "-duration", "12s", "-interval", "200ms",
+				"-raw", raw, "-json", summary)
+			var injected time.Time
+			stdout, stderr, _, err := RunLoad(bench, 2000, func() {
+				h.setDiskFaults(lead, &kvpb.DiskFault{Kind: "disk-full"})
+				injected = time.Now()
+			})
+			if err != nil || injected.IsZero() {
+				t.Fatalf("bench put: %v (disk filled: %v)\n%s\n%s", err, !injected.IsZero(), stdout, stderr)
+			}
+
+			// The longest pause between writes completing, from the fault to
+			// the end of the run.
+			f, err := os.Open(raw)
+			if err != nil {
+				t.Fatal(err)
+			}
+			rows, err := csv.NewReader(f).ReadAll()
+			f.Close()
+			if err != nil {
+				t.Fatal(err)
+			}
+			var ends []int64
+			for _, r := range rows[1:] {
+				start, _ := strconv.ParseInt(r[1], 10, 64)
+				lat, _ := strconv.ParseInt(r[2], 10, 64)
+				if r[3] == "true" && start+lat >= injected.UnixMicro() {
+					ends = append(ends, start+lat)
+				}
+			}
+			slices.Sort(ends)
+			last, gap := injected.UnixMicro(), int64(0)
+			for _, e := range ends {
+				gap, last = max(gap, e-last), e
+			}
+			pause := time.Duration(gap) * time.Microsecond
+			var s struct{ Ops, Errors, Ambiguous int64 }
+			if b, err := os.ReadFile(summary); err != nil || json.Unmarshal(b, &s) != nil {
+				t.Fatalf("%s: %v", summary, err)
+			}
+			t.Logf("%s: %d writes after the fault, longest pause %v; summary %+v", sys, len(ends), pause, s)
+			// Election timeout here: 10 ticks of 50 ms (suiteArgs).
+			if pause > 3*time.Second || len(ends) < 1000 || s.Errors != 0 || s.Ambiguous != 0 {
+				t.Fatalf("with only the leader's disk full, writes paused %v, %d completed after the fault, %d failed, %d ambiguous; want at most 3 s (6 election timeouts), and none failed\n%s",
+					pause, len(ends), s.Errors, s.Ambiguous, stdout)
+			}
+
+			n, _ := h.spec.Node(lead)
+			sctx, scancel := ctxFor(5 * time.Second)
+			st, err := h.c.Status(sctx, n.Address, false)
+			scancel()
+			if err != nil || st.RaftState == "StateLeader" || !strings.Contains(st.DiskRefusal, "disk full") {
+				t.Fatalf("node %d with the full disk: state %s, disk_refusal %q (%v); want a follower saying its disk is full",
+					lead, st.GetRaftState(), st.GetDiskRefusal(), err)
+			}
+			h.setDiskFaults(lead)
 		})
 	}
 }
