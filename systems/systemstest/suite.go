@@ -230,7 +230,12 @@ func startAt(t *testing.T, o Options, dir string, nodeArgs func(self cluster.Nod
 				t.Logf("node %d log tail:\n%s", n.ID, spec.NodeTail(&n, 15))
 			}
 		}
-		spec.Down(false)
+		// A local cluster's files go with the test's directory; on other
+		// backends nothing may stay behind (containers, volumes, a
+		// network, the hosts' directories).
+		if err := spec.Down(o.Backend.Name != "" && o.Backend.Name != cluster.BackendLocal); err != nil {
+			t.Errorf("cluster down: %v", err)
+		}
 	})
 	c, err := client.New(spec.ClientConfig())
 	if err != nil {
