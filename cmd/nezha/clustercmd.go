@@ -301,7 +301,8 @@ func printStatus(w io.Writer, s *cluster.Spec, sts []cluster.NodeStatus, asJSON 
 	}
 	fmt.Fprintf(w, "system %s, cluster %s\n", cluster.Label(s.System), s.Dir)
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "NODE\tADDRESS\tPID\tHEALTH\tSTATE\tLEADER\tTERM\tCOMMIT\tAPPLIED\tLOG ENTRIES\tSYNC")
+	fmt.Fprintln(tw, "NODE\tADDRESS\tPID\tHEALTH\tSTATE\tLEADER\tTERM\tCOMMIT\tAPPLIED\tLOG ENTRIES\tSYNC\tDISK")
+	var refusals []string
 	for _, r := range rows {
 		state := r.State
 		if r.Error != "" {
@@ -323,10 +324,24 @@ func printStatus(w io.Writer, s *cluster.Spec, sts []cluster.NodeStatus, asJSON 
 		} else if r.FirstIndex > r.LastIndex {
 			logRange = fmt.Sprintf("none after %d", r.LastIndex)
 		}
-		fmt.Fprintf(tw, "%d\t%s\t%d\t%s\t%s\t%d\t%d\t%d\t%d\t%s\t%s\n", r.ID, r.Address, r.PID, r.Health, state, r.Leader, r.Term,
-			r.CommitIndex, r.AppliedIndex, logRange, sync)
+		disk := "ok"
+		switch {
+		case r.Error != "" || cluster.External(s.System):
+			disk = "-"
+		case r.DiskRefusal != "":
+			disk = "REFUSING"
+			refusals = append(refusals, fmt.Sprintf("node %d refuses writes: %s", r.ID, r.DiskRefusal))
+		}
+		fmt.Fprintf(tw, "%d\t%s\t%d\t%s\t%s\t%d\t%d\t%d\t%d\t%s\t%s\t%s\n", r.ID, r.Address, r.PID, r.Health, state, r.Leader, r.Term,
+			r.CommitIndex, r.AppliedIndex, logRange, sync, disk)
 	}
-	return tw.Flush()
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	for _, line := range refusals {
+		fmt.Fprintln(w, line)
+	}
+	return nil
 }
 
 // etcdAddressPattern finds the address a node logs when it serves etcd's

@@ -102,7 +102,10 @@ type StatusRow struct {
 	// Storage is the state machine's on-disk shape (LSM levels, value log
 	// and sorted runs), for systems that report one.
 	Storage *systems.StorageShape `json:"storage,omitempty"`
-	Error   string                `json:"error,omitempty"`
+	// DiskRefusal says why the node refuses client writes for its disk
+	// (below its free-space minimum, full); empty while it takes them.
+	DiskRefusal string `json:"disk_refusal,omitempty"`
+	Error       string `json:"error,omitempty"`
 }
 
 // StatusRows turns the answers of Spec.Status into the rows of `cluster
@@ -120,6 +123,7 @@ func StatusRows(sts []NodeStatus) []StatusRow {
 			r.FirstIndex, r.LastIndex, r.Sync = resp.FirstIndex, resp.LastIndex, resp.Sync
 			r.CompactedIndex, r.LogBytes, r.GCRounds = resp.CompactedIndex, resp.LogBytes, resp.GcRounds
 			r.Storage = StorageShapeOf(resp)
+			r.DiskRefusal = resp.DiskRefusal
 		}
 		rows[i] = r
 	}

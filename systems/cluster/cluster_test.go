@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/nezha-harness/nezha/systems"
+	"github.com/nezha-harness/nezha/systems/kvpb"
 )
 
 func TestLockIsExclusive(t *testing.T) {
@@ -189,5 +190,17 @@ func TestMovePortIfTaken(t *testing.T) {
 	empty := ""
 	if err := movePortIfTaken(&empty); err != nil || empty != "" {
 		t.Fatalf("empty address: %q, %v", empty, err)
+	}
+}
+
+// A node that refuses writes for its disk says so in `cluster status`.
+func TestStatusRowsDiskRefusal(t *testing.T) {
+	sts := []NodeStatus{
+		{Node: Node{ID: 1}, Alive: true, resp: &kvpb.StatusResponse{Header: &kvpb.ResponseHeader{}, DiskRefusal: "free space 10 MB below the minimum 64 MB"}},
+		{Node: Node{ID: 2}, Alive: true, resp: &kvpb.StatusResponse{Header: &kvpb.ResponseHeader{}}},
+	}
+	rows := StatusRows(sts)
+	if rows[0].DiskRefusal == "" || rows[1].DiskRefusal != "" {
+		t.Fatalf("disk refusals %q, %q", rows[0].DiskRefusal, rows[1].DiskRefusal)
 	}
 }
