@@ -14,8 +14,10 @@ fi
 
 # C libraries for grocksdb (RocksDB 7.8.3 from Debian 12) and its codecs;
 # etcd 3.4 (the reference system `-system etcd`) and etcdctl (which the
-# tests drive every system's etcd API with).
-pkgs=(librocksdb-dev libsnappy-dev zlib1g-dev libbz2-dev liblz4-dev libzstd-dev gcc g++ etcd-server etcd-client)
+# tests drive every system's etcd API with); ssh and sshd, and ip, for the
+# ssh backend (its test runs an sshd per network namespace).
+pkgs=(librocksdb-dev libsnappy-dev zlib1g-dev libbz2-dev liblz4-dev libzstd-dev gcc g++ etcd-server etcd-client
+  openssh-client openssh-server iproute2)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
@@ -30,6 +32,10 @@ if [ ${#missing[@]} -gt 0 ]; then
   # the harness starts its own clusters on free ports and needs none.
   if [[ " ${missing[*]} " == *" etcd-server "* ]] && [ -d /run/systemd/system ]; then
     $SUDO systemctl disable --now etcd >/dev/null 2>&1 || true
+  fi
+  # Likewise a system-wide sshd on port 22: the tests start their own.
+  if [[ " ${missing[*]} " == *" openssh-server "* ]] && [ -d /run/systemd/system ]; then
+    $SUDO systemctl disable --now ssh >/dev/null 2>&1 || true
   fi
 fi
 
