@@ -41,8 +41,9 @@ const clusterUsage = `usage: nezha cluster SUBCOMMAND [flags]   (nezha cluster S
   compact -cluster DIR [-node N]                           take a snapshot now: each node compacts its Raft log to its applied index`
 
 // runCluster is `nezha cluster up|status|...`; known are the -system names
-// the binary registers.
-func runCluster(args []string, known []string, stdout, stderr io.Writer) error {
+// the binary registers, and checkServe (if set) checks the serve flags of
+// `up` before anything starts.
+func runCluster(args []string, known []string, stdout, stderr io.Writer, checkServe func(system string, args []string) error) error {
 	if len(args) == 0 {
 		return systems.Usagef("cluster: want a subcommand: up, status, kill, restart, down, add, promote, remove, transfer, replace, members, compact")
 	}
@@ -72,6 +73,11 @@ func runCluster(args []string, known []string, stdout, stderr io.Writer) error {
 		}
 		if err := hosts.load(&o.Backend); err != nil {
 			return err
+		}
+		if checkServe != nil {
+			if err := checkServe(o.System, extra); err != nil {
+				return systems.OneLine("cluster up", err)
+			}
 		}
 		o.Dir, o.ExtraArgs, o.KnownSystems, o.Detach = *dir, extra, known, true
 		if o.Dir == "" {
@@ -137,7 +143,8 @@ func runCluster(args []string, known []string, stdout, stderr io.Writer) error {
 			return systems.Usagef("cluster %s: -node is required", sub)
 		}
 		if *id == 0 {
-			return systems.Usagef("cluster %s: no node 0 (ids are 1..%d)", sub, len(s.Nodes))
+			_, err := s.Node(0) // names the ids there are (1..N, or others after membership changes)
+			return systems.Usagef("cluster %s: %v", sub, err)
 		}
 		unlock, err := cluster.Lock(*dir)
 		if err != nil {

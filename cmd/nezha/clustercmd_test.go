@@ -3,6 +3,8 @@ package main
 import (
 	"errors"
 	"io"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -18,6 +20,11 @@ func TestMembershipCommandErrors(t *testing.T) {
 	if err := s.Save(); err != nil {
 		t.Fatal(err)
 	}
+	dir5 := t.TempDir()
+	s5 := &cluster.Spec{System: "nezha", Dir: dir5, Binary: "/bin/true", Nodes: []cluster.Node{{ID: 1}, {ID: 5}, {ID: 6}}}
+	if err := s5.Save(); err != nil {
+		t.Fatal(err)
+	}
 	for _, c := range []struct {
 		args []string
 		want string
@@ -28,11 +35,34 @@ func TestMembershipCommandErrors(t *testing.T) {
 		{[]string{"remove", "-cluster", dir, "-node", "7"}, "no node 7"},
 		{[]string{"add", "-cluster", dir, "-timeout", "0s"}, "must be positive"},
 		{[]string{"add"}, "-cluster DIR is required"},
+		// After membership changes the ids are not 1..N: say which.
+		{[]string{"kill", "-cluster", dir5, "-node", "0"}, "no node 0 in " + dir5 + " (ids 1, 5, 6)"},
 	} {
-		err := runCluster(c.args, []string{"nezha"}, io.Discard, io.Discard)
+		err := runCluster(c.args, []string{"nezha"}, io.Discard, io.Discard, nil)
 		var ue *systems.UsageError
 		if !errors.As(err, &ue) || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%v: %v, want a usage error saying %q", c.args, err, c.want)
 		}
+	}
+}
+
+// A serve flag that no node would take (after --) is a usage error before
+// `cluster up` starts anything or writes any file; before, every node
+// exited on it and up waited out its timeout, exited 1 and left the
+// cluster's files.
+func TestClusterUpRefusesBadServeFlag(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "c")
+	wantUsage(t, "flag provided but not defined: -bogusflag", "cluster", "up", "-system", "nezha", "-cluster", dir, "--", "-bogusflag", "1")
+	if _, err := os.Stat(dir); !os.IsNotExist(err) {
+		t.Fatalf("a refused up left %s (%v)", dir, err)
+	}
+	// A system's own flags are known.
+	reg, err := newRegistry()
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := &cli{reg: reg}
+	if err := c.checkServeArgs("nezha", []string{"-gcGarbageRatio", "0.5", "-tick", "50ms"}); err != nil {
+		t.Fatalf("nezha's own flags refused: %v", err)
 	}
 }

@@ -29,8 +29,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "nezha:", agent.ExecInCgroup(args[1:]))
 		return 1
 	}
-	reg, err := systems.NewRegistry(nezha.Nezha(), nezha.NezhaNoGC(), baseline.Original(), baseline.PASV(), baseline.BlobDB(),
-		dwisckey.System())
+	reg, err := newRegistry()
 	if err != nil {
 		fmt.Fprintln(stderr, "nezha:", err)
 		return 1
@@ -69,4 +68,11 @@ func (c *cli) exitCode(err error) int {
 	}
 	fmt.Fprintln(c.stderr, "nezha:", err)
 	return 1
+}
+
+// newRegistry registers the systems this binary runs, in the order every
+// listing shows them.
+func newRegistry() (*systems.Registry, error) {
+	return systems.NewRegistry(nezha.Nezha(), nezha.NezhaNoGC(), baseline.Original(), baseline.PASV(), baseline.BlobDB(),
+		dwisckey.System())
 }

@@ -355,9 +355,11 @@ func Up(ctx context.Context, o UpOptions) (*Spec, uint64, error) {
 	}
 	fail := func(err error) (*Spec, uint64, error) {
 		// A local cluster keeps its node logs for a look; a failed start
-		// elsewhere leaves no container, volume, network or remote
-		// directory behind (the error carries the logs' tails).
-		s.Down(s.BackendName() != BackendLocal)
+		// elsewhere, or one the nodes' flags refused (the error names
+		// them), leaves nothing behind: no container, volume, network,
+		// remote directory or file of the cluster's.
+		var ue *systems.UsageError
+		s.Down(s.BackendName() != BackendLocal || errors.As(err, &ue))
 		return nil, 0, err
 	}
 	for i := 0; i < o.Nodes; i++ {
@@ -572,9 +574,15 @@ func (s *Spec) pollLeader(ctx context.Context, timeout time.Duration, exits bool
 	for {
 		sts := s.statuses(ctx, c)
 		for _, st := range sts {
-			if exits && st.Node.PID != 0 && st.stateErr == nil && !st.Alive {
+			if exits && st.exited != "" {
 				n := st.Node
-				return 0, fmt.Errorf("node %d (pid %d) exited; last lines of its log (%s):\n%s", n.ID, n.PID, n.Log, s.NodeTail(&n, 20))
+				tail := s.NodeTail(&n, 20)
+				if st.exited == usageExit {
+					// serve refused its flags (Validate): the same for
+					// every node, so a usage error, with serve's line.
+					return 0, systems.Usagef("node %d refused its serve flags: %s", n.ID, serveComplaint(tail))
+				}
+				return 0, fmt.Errorf("node %d exited (%s); last lines of its log (%s):\n%s", n.ID, st.exited, n.Log, tail)
 			}
 		}
 		if id := pick(sts); id != 0 {
@@ -591,6 +599,22 @@ func (s *Spec) pollLeader(ctx context.Context, timeout time.Duration, exits bool
 	}
 }
 
+// usageExit is how the agent reports a process that exited with status 2,
+// the binary's exit code for a usage error.
+const usageExit = "exit status 2"
+
+// serveComplaint picks the line in which serve named its bad flags from
+// a node's log tail ("nezha: serve: ..."), or the last line.
+func serveComplaint(tail string) string {
+	lines := strings.Split(strings.TrimSpace(tail), "\n")
+	for i := len(lines) - 1; i >= 0; i-- {
+		if l := lines[i]; strings.Contains(l, "serve: ") && !strings.HasPrefix(l, "===") {
+			return strings.TrimSpace(l[strings.Index(l, "serve: ")+len("serve: "):])
+		}
+	}
+	return lines[len(lines)-1]
+}
+
 // NodeStatus is one node's answer to Status, or why there is none.
 type NodeStatus struct {
 	Node Node
@@ -599,10 +623,12 @@ type NodeStatus struct {
 	// Health is the node's answer to the standard gRPC health service
 	// (SERVING, NOT_SERVING), or why there is none ("unreachable", "-" for
 	// etcd, which is not asked).
-	Health   string
-	resp     *kvpb.StatusResponse
-	err      error
-	stateErr error
+	Health string
+	resp   *kvpb.StatusResponse
+	err    error
+	// exited says how the node's process ended, when its agent says it
+	// ran and no longer runs.
+	exited string
 }
 
 // Response returns the node's status response, or the error.
@@ -614,11 +640,17 @@ func (s *Spec) statuses(ctx context.Context, c *client.Client) []NodeStatus {
 	for i, n := range s.Nodes {
 		go func(i int, n Node) {
 			defer func() { done <- struct{}{} }()
+			// The agent is asked on its own clock: a node that hangs
+			// (etcd without a quorum accepts connections and says
+			// nothing) must not make a running process look down.
+			st := s.State(ctx, &n)
 			sctx, cancel := context.WithTimeout(ctx, time.Second)
 			defer cancel()
 			r, err := c.Status(sctx, n.Address, false)
-			st := s.State(sctx, &n)
-			out[i] = NodeStatus{Node: n, Alive: st.Alive(), resp: r, err: err, stateErr: st.Err, Health: health(sctx, c, n.Address)}
+			out[i] = NodeStatus{Node: n, Alive: st.Alive(), resp: r, err: err, Health: health(sctx, c, n.Address)}
+			if st.Err == nil && !st.Running && st.LastExit != "" {
+				out[i].exited = st.LastExit
+			}
 		}(i, n)
 	}
 	for range s.Nodes {
@@ -712,7 +744,8 @@ func (s *Spec) waitServing(n *Node, timeout time.Duration) error {
 		return err
 	}
 	defer c.Close()
-	deadline := time.Now().Add(timeout)
+	started := time.Now()
+	deadline := started.Add(timeout)
 	var serving time.Time
 	for {
 		pid := n.PID
@@ -728,6 +761,11 @@ func (s *Spec) waitServing(n *Node, timeout time.Duration) error {
 		case err == nil && serving.IsZero():
 			serving = time.Now()
 		case err == nil && time.Since(serving) > 3*time.Second:
+			return nil
+		case err != nil && External(s.System) && time.Since(started) > 3*time.Second:
+			// etcd serves no client before its member has published
+			// itself through a quorum: a member restarted alone runs and
+			// waits for the others (restart them too).
 			return nil
 		case err != nil && time.Now().After(deadline):
 			return fmt.Errorf("node %d (pid %d) does not answer %v after its restart: %v", n.ID, n.PID, timeout, err)

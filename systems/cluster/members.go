@@ -134,6 +134,9 @@ func adminError(what string, err error) error {
 
 // Members returns the membership as the leader applied it.
 func (s *Spec) Members(ctx context.Context) (*kvpb.MembershipResponse, error) {
+	if External(s.System) {
+		return nil, systems.Usagef("cluster members: %s clusters are not supported (use etcdctl member list)", Label(s.System))
+	}
 	var r *kvpb.MembershipResponse
 	err := s.adminCall(ctx, func(ctx context.Context, c kvpb.AdminClient) error {
 		var err error

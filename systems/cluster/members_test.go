@@ -3,9 +3,12 @@ package cluster
 import (
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/nezha-harness/nezha/systems"
 )
 
 // -peers stays positional while ids are 1..N and names ids after that; a
@@ -48,5 +51,11 @@ func TestMembershipEtcdRefused(t *testing.T) {
 	e := &Spec{System: Etcd, Dir: dir}
 	if _, err := e.AddMember(t.Context(), true); err == nil || !strings.Contains(err.Error(), "etcdctl member add") {
 		t.Errorf("add to an etcd cluster: %v", err)
+	}
+	// Listing the members too: etcd has no Admin service to ask, and a
+	// raw gRPC error said so before.
+	var ue *systems.UsageError
+	if _, err := e.Members(t.Context()); !errors.As(err, &ue) || !strings.Contains(err.Error(), "etcdctl member list") {
+		t.Errorf("members of an etcd cluster: %v", err)
 	}
 }
