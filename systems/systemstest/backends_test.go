@@ -63,7 +63,7 @@ func (im *dockerImage) build() {
 		im.err = fmt.Errorf("scripts/image.sh: %v\n%s", err, out)
 		return
 	}
-	if !regexp.MustCompile(`(?m)^image: id \S+, tags `+regexp.QuoteMeta(tag)).Match(out) {
+	if !regexp.MustCompile(`(?m)^image: id \S+, tags ` + regexp.QuoteMeta(tag)).Match(out) {
 		im.err = fmt.Errorf("scripts/image.sh did not build %s:\n%s", tag, out)
 		return
 	}
