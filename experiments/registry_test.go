@@ -20,17 +20,20 @@ import (
 	"github.com/nezha-harness/nezha/dwisckey"
 	"github.com/nezha-harness/nezha/nezha"
 	"github.com/nezha-harness/nezha/systems"
+	"github.com/nezha-harness/nezha/systems/agent/agenttest"
 	"github.com/nezha-harness/nezha/systems/node"
 )
 
 // toyName is the -system name of the toy system, defined only in this file.
 const toyName = "toy"
 
-// TestMain lets the test binary double as the node binary: cluster.Up (run
-// by the experiments' Run.start) launches `<binary> serve -system toy ...`,
+// TestMain lets the test binary double as the agent and node binary:
+// cluster.Up (run by the experiments' Run.start) launches `<binary> agent
+// ...`, whose agent launches `<binary> serve -system toy ...`,
 // which serves the toy system from a registry built here. No file outside
 // this one knows the toy system.
 func TestMain(m *testing.M) {
+	agenttest.MaybeServe() // the local backend's agents are this binary too
 	if os.Getenv(growHeapEnv) != "" {
 		growHeap()
 	}
@@ -61,6 +64,8 @@ func toyServeConfig(args []string) (node.Config, error) {
 	fs.StringVar(&cfg.InternalAddress, "internalAddress", "", "")
 	fs.StringVar(&cfg.MetricsAddress, "metricsAddress", "", "")
 	fs.StringVar(&cfg.JSONRPCAddress, "jsonrpcAddress", "", "")
+	fs.StringVar(&cfg.EtcdAddress, "etcdAddress", "", "")
+	pprof := fs.String("pprofAddress", "", "") // not served by the toy node
 	fs.StringVar(&cfg.DataDir, "data", "", "")
 	fs.StringVar(&cfg.ClusterID, "clusterID", "", "")
 	voters := fs.String("bootstrapVoters", "", "")
@@ -73,6 +78,7 @@ func toyServeConfig(args []string) (node.Config, error) {
 	if err := fs.Parse(args); err != nil {
 		return cfg, err
 	}
+	_ = *pprof
 	if *system != toyName {
 		return cfg, fmt.Errorf("-system %q: this test binary serves only %s", *system, toyName)
 	}

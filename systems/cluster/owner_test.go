@@ -2,7 +2,6 @@ package cluster
 
 import (
 	"context"
-	"flag"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -12,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nezha-harness/nezha/systems/agent"
+	"github.com/nezha-harness/nezha/systems/agent/agenttest"
 )
 
 // Environment of the test binary's helper roles in TestNodesDieWithStarter:
@@ -32,24 +31,7 @@ func helperRole() {
 		time.Sleep(time.Hour)
 		os.Exit(0)
 	}
-	if len(os.Args) > 1 && os.Args[1] == "agent" {
-		fs := flag.NewFlagSet("agent", flag.ExitOnError)
-		c := agent.DefaultConfig()
-		fs.StringVar(&c.Listen, "listen", c.Listen, "")
-		fs.StringVar(&c.Dir, "dir", "", "")
-		tokenFile := fs.String("tokenFile", "", "")
-		fs.BoolVar(&c.PacketFilter, "packetFilter", false, "")
-		_ = fs.Parse(os.Args[2:])
-		t, err := agent.ReadToken(*tokenFile)
-		if err != nil {
-			os.Exit(6)
-		}
-		c.Token, c.Binary = t, os.Args[0]
-		if err := agent.Serve(context.Background(), c); err != nil {
-			os.Exit(7)
-		}
-		os.Exit(0)
-	}
+	agenttest.MaybeServe()
 	dir := os.Getenv(ownerDirEnv)
 	if dir == "" {
 		return
