@@ -200,6 +200,9 @@ type Node struct {
 	removed       atomic.Pointer[string]
 	removedIDs    sync.Map
 	internalAddrs sync.Map
+	// bookMu serializes the writes of the address book file
+	// (saveAddressBook).
+	bookMu sync.Mutex
 	// announcedAddrs are the internal addresses peers announced on their
 	// streams to this node (id -> string): how a member that has not yet
 	// applied the conf change adding its leader answers it (transport.go
