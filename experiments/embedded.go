@@ -46,7 +46,11 @@ func embeddedExperiment() Experiment {
 			x.param("scan_length", o.ScanLength)
 			gogc, memLimit := enginebench.GCSettings()
 			x.param("gogc_percent", gogc)
-			x.param("gomemlimit_bytes", memLimit)
+			if memLimit == enginebench.NoMemLimit {
+				x.param("gomemlimit_bytes", "none")
+			} else {
+				x.param("gomemlimit_bytes", memLimit)
+			}
 			rs, err := enginebench.Run(ctx, o)
 			if err != nil {
 				return err
@@ -69,7 +73,7 @@ func (x *Run) embeddedReport(o enginebench.Options, rs []enginebench.Result) {
 		by[id(r.Engine, r.Op, r.ValueBytes)] = r
 		x.metric(fmt.Sprintf("ops_per_sec/%s/%s/%d", r.Op, r.Engine, r.ValueBytes), r.OpsPerSec)
 		rows = append(rows, []string{r.Engine, fmt.Sprint(r.ValueBytes), r.Op, fmt.Sprint(r.Ops), f2(r.Seconds), f0(r.OpsPerSec),
-			f2(r.MBPerSec), f0(r.P50Us), f0(r.P99Us), fmt.Sprint(r.Keys), f2(r.SettleSeconds), fmt.Sprint(r.GOGCPercent), fmt.Sprint(r.GOMemLimitBytes)})
+			f2(r.MBPerSec), f0(r.P50Us), f0(r.P99Us), fmt.Sprint(r.Keys), f2(r.SettleSeconds), fmt.Sprint(r.GOGCPercent), enginebench.MemLimitText(r.GOMemLimitBytes)})
 	}
 	for _, size := range o.ValueSizesBytes {
 		for _, op := range []string{enginebench.OpPut, enginebench.OpGet, enginebench.OpScan} {
@@ -126,7 +130,7 @@ func (x *Run) embeddedReport(o enginebench.Options, rs []enginebench.Result) {
 		}
 		x.note("Target: nezha's %s within 20 %% of Badger's or ahead (>= 0.8x): %s (%s).", strings.ToUpper(op), strings.Join(parts, ", "), verdict(all))
 	}
-	x.note("All engines run in this process, one after the other (order rotated per value size), on the same disk, with their default caches. Per engine and size: the read set (%s of values, at most %d keys: the same keys for every engine) loaded in batches of about 1 MiB, GET and SCAN (%d pairs) by %d readers for %v each, then PUT of new keys by %d writers until %v or %s. nezha uses the %s index with GC on, and its reads start after its idle GC round sorted the read set (settle_seconds in engines.csv); Badger keeps values of %d B and more in its value log. Reads hit the page cache. Every engine copies each value it reads once, into a buffer the reader reuses (GET: one per reader; SCAN: one per scan), so that large values measure the engines rather than Go's allocator and collector. nezha checks a checksum on every value it reads (xxh3 in its sorted runs, where its reads find the values, CRC32C in its log); Badger (value checksums off) and Pebble as configured by default. Go collector: %s (gogc_percent and gomemlimit_bytes in engines.csv).",
+	x.note("All engines run in this process, one after the other (order rotated per value size), on the same disk, with their default caches. Per engine and size: the read set (%s of values, at most %d keys: the same keys for every engine) loaded in batches of about 1 MiB, GET and SCAN (%d pairs) by %d readers for %v each, then PUT of new keys by %d writers until %v or %s. nezha uses the %s index with GC on, and its reads start after its idle GC round sorted the read set (settle_seconds in engines.csv); Badger keeps values of %d B and more in its value log. Reads hit the page cache. Every engine copies each value it reads once, into a buffer the reader reuses (GET: one per reader; SCAN: one per scan), so that large values measure the engines rather than Go's allocator and collector. nezha checks a checksum on every value it reads (xxh3 in its sorted runs, where its reads find the values, CRC32C in its log); Badger (value checksums off) and Pebble as configured by default. Go collector: %s (gogc_percent, -1: off, and gomemlimit_bytes, none: no limit, in engines.csv).",
 		bytesText(o.ReadSetBytes), o.ReadSetMaxKeys, o.ScanLength, o.Readers, o.GetDuration, o.Writers, o.PutDuration, bytesText(o.PutMaxBytes),
 		o.Engine.NezhaIndex, o.Engine.BadgerValueThresholdBytes, gcSettingsText(rs))
 	var cats []string

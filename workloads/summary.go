@@ -23,7 +23,8 @@ const (
 	OK Outcome = iota
 	// Miss: the operation succeeded but found less than asked: a GET of a
 	// key that does not exist, a SCAN that returned fewer keys than its
-	// limit. Counted in ops and latency, and in misses.
+	// limit, a YCSB UPDATE of a record that does not exist (it writes
+	// nothing). Counted in ops and latency, and in misses.
 	Miss
 	// Failed: the operation returned an error (counted in errors).
 	Failed

@@ -137,6 +137,13 @@ func Run(ctx context.Context, s Store, o Options) (Summary, error) {
 	if err != nil {
 		return Summary{}, err
 	}
+	if o.Phase == "run" {
+		sctx, cancel := context.WithTimeout(ctx, o.OpTimeout)
+		if w := recordShapeWarning(sctx, s, p); w != "" {
+			warnings = append(warnings, w)
+		}
+		cancel()
+	}
 	if o.Warn != nil {
 		for _, w := range warnings {
 			fmt.Fprintln(o.Warn, "ycsb: warning:", w)
@@ -223,4 +230,40 @@ func Run(ctx context.Context, s Store, o Options) (Summary, error) {
 		return res, ctx.Err()
 	}
 	return res, nil
+}
+
+// recordShapeWarning compares one loaded record (the table's first, one
+// Scan) with the record shape of p, the run's fieldcount and fieldlength:
+// a run whose shape differs from the load's measures records of another
+// size than its properties say, and its updates write records of another
+// shape. It returns a warning, or "" if the shapes agree.
+func recordShapeWarning(ctx context.Context, s Store, p *properties.Properties) string {
+	table := p.GetString(prop.TableName, prop.TableNameDefault)
+	kvs, err := s.Scan(ctx, RowKey(table, ""), tableEnd(table), 1)
+	if err != nil {
+		return fmt.Sprintf("could not read a loaded record of table %s to compare its shape with this run's fieldcount and fieldlength: %v", table, err)
+	}
+	if len(kvs) == 0 {
+		return fmt.Sprintf("table %s holds no record: run `ycsb load` with the same properties first (every READ misses, every UPDATE fails)", table)
+	}
+	rec, err := DecodeRecord(kvs[0].Value, nil)
+	if err != nil {
+		return fmt.Sprintf("the record %q is not a record of `ycsb load`: %v", kvs[0].Key, err)
+	}
+	fc := p.GetInt64(prop.FieldCount, prop.FieldCountDefault)
+	fl := p.GetInt64(prop.FieldLength, prop.FieldLengthDefault)
+	constant := p.GetString(prop.FieldLengthDistribution, "constant") == "constant"
+	longest, fits := 0, true
+	for _, v := range rec {
+		longest = max(longest, len(v))
+		if int64(len(v)) > fl || constant && int64(len(v)) != fl {
+			fits = false
+		}
+	}
+	if int64(len(rec)) == fc && fits {
+		return ""
+	}
+	return fmt.Sprintf("the loaded record %q has %d field(s) of up to %d B, but this run has fieldcount=%d fieldlength=%d: "+
+		"give the run the load's fieldcount and fieldlength (-p), or it reads and updates records of another shape than it reports",
+		kvs[0].Key, len(rec), longest, fc, fl)
 }

@@ -131,7 +131,8 @@ func TestAdapterCopiesValues(t *testing.T) {
 		t.Fatalf("read after the caller reused its buffer: %q %v", got, err)
 	}
 
-	// A partial update merges; a full update (all fieldcount fields) does not read.
+	// A partial update merges; a full update (all fieldcount fields) reads
+	// too, to find the record.
 	upd := []byte("new0")
 	gets := st.gets
 	if err := db.Update(ctx, "usertable", "user1", map[string][]byte{"field0": upd}); err != nil {
@@ -149,8 +150,18 @@ func TestAdapterCopiesValues(t *testing.T) {
 	if err := db.Update(ctx, "usertable", "user1", map[string][]byte{"field0": []byte("a"), "field1": []byte("b")}); err != nil {
 		t.Fatal(err)
 	}
-	if st.gets != gets {
-		t.Fatal("a full update read the record")
+	if st.gets != gets+1 {
+		t.Fatalf("full update did %d reads, want 1", st.gets-gets)
+	}
+	// An update of a missing record, partial or full, fails, inserts
+	// nothing and counts as a miss.
+	for _, fields := range []map[string][]byte{{"field0": []byte("a")}, {"field0": []byte("a"), "field1": []byte("b")}} {
+		if err := db.Update(ctx, "usertable", "user404", fields); !errors.Is(err, ErrNoRecord) {
+			t.Fatalf("update of a missing record (%d fields): %v, want ErrNoRecord", len(fields), err)
+		}
+	}
+	if _, found, _ := st.Get(ctx, RowKey("usertable", "user404")); found {
+		t.Fatal("an update of a missing record inserted it")
 	}
 
 	// A missing key: no fields, no error, counted as a miss.
@@ -169,9 +180,10 @@ func TestAdapterCopiesValues(t *testing.T) {
 		t.Fatal(err)
 	}
 	s := db.Summaries(time.Second)
-	if s[OpRead].Ops != 3 || s[OpRead].Misses != 1 || s[OpInsert].Ops != 2 || s[OpUpdate].Ops != 2 || s[OpScan].Ops != 1 || s[OpDelete].Ops != 1 {
-		t.Fatalf("per-operation counts: read %+v insert %d update %d scan %d delete %d",
-			s[OpRead], s[OpInsert].Ops, s[OpUpdate].Ops, s[OpScan].Ops, s[OpDelete].Ops)
+	if s[OpRead].Ops != 3 || s[OpRead].Misses != 1 || s[OpInsert].Ops != 2 || s[OpUpdate].Ops != 4 || s[OpUpdate].Misses != 2 || s[OpUpdate].Errors != 0 ||
+		s[OpScan].Ops != 1 || s[OpDelete].Ops != 1 {
+		t.Fatalf("per-operation counts: read %+v insert %d update %+v scan %d delete %d",
+			s[OpRead], s[OpInsert].Ops, s[OpUpdate], s[OpScan].Ops, s[OpDelete].Ops)
 	}
 }
 
@@ -299,6 +311,47 @@ func TestRunOnMemStore(t *testing.T) {
 	}
 	if s.OpsPerSec <= 0 || s.P99Us <= 0 || s.Bytes <= 0 || s.Properties["readmodifywriteproportion"] != "0.5" {
 		t.Fatalf("F summary: %+v", s.Summary)
+	}
+}
+
+// A run warns when its record shape (fieldcount, fieldlength) differs
+// from the loaded records', and not when it agrees; its updates of
+// records the load did not write fail rather than insert them.
+func TestRunChecksRecordShape(t *testing.T) {
+	st := newMemStore()
+	ctx := context.Background()
+	run := func(phase string, sets ...string) (Summary, string) {
+		t.Helper()
+		var warn bytes.Buffer
+		o := DefaultOptions(phase)
+		o.Files, o.Output, o.Warn = []string{"workloada"}, io.Discard, &warn
+		o.Settings = append([]string{"threadcount=1", "operationcount=200"}, sets...)
+		s, err := Run(ctx, st, o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s, warn.String()
+	}
+	if _, w := run("run", "recordcount=100"); !strings.Contains(w, "holds no record") {
+		t.Errorf("a run before the load: warnings %q", w)
+	}
+	run("load", "recordcount=100", "fieldcount=1", "fieldlength=64")
+	if _, w := run("run", "recordcount=100", "fieldcount=1", "fieldlength=64"); strings.Contains(w, "field") {
+		t.Errorf("a run with the load's record shape warned: %q", w)
+	}
+	// (Reads only: an update of another shape would change the records.)
+	for _, sets := range [][]string{{}, {"fieldcount=1"}, {"fieldlength=64"}, {"fieldcount=1", "fieldlength=16"}} {
+		sets = append([]string{"recordcount=100", "readproportion=1", "updateproportion=0"}, sets...)
+		if _, w := run("run", sets...); !strings.Contains(w, "has 1 field(s) of up to 64 B") {
+			t.Errorf("a run with %v after a load of 1 x 64 B: warnings %q", sets, w)
+		}
+	}
+	// Updates over twice the loaded records: those of missing ones fail,
+	// insert nothing and count as misses (in TOTAL too), not errors.
+	s, _ := run("run", "recordcount=200", "fieldcount=1", "fieldlength=64", "requestdistribution=uniform", "readproportion=0", "updateproportion=1")
+	u := s.Operations[OpUpdate]
+	if u.Ops != 200 || u.Misses == 0 || u.Misses == u.Ops || u.Errors != 0 || s.Misses != u.Misses || s.Errors != 0 || len(st.m) != 100 {
+		t.Fatalf("updates over 200 records after a load of 100: update %+v, total %+v, %d records stored", u, s.Summary, len(st.m))
 	}
 }
 

@@ -825,7 +825,7 @@ func (x *Member) GetMatchIndex() uint64 {
 type StatusResponse struct {
 	state           protoimpl.MessageState `protogen:"open.v1"`
 	Header          *ResponseHeader        `protobuf:"bytes,1,opt,name=header,proto3" json:"header,omitempty"`
-	RaftState       string                 `protobuf:"bytes,2,opt,name=raft_state,json=raftState,proto3" json:"raft_state,omitempty"` // StateLeader, StateFollower, StateCandidate, StatePreCandidate
+	RaftState       string                 `protobuf:"bytes,2,opt,name=raft_state,json=raftState,proto3" json:"raft_state,omitempty"` // StateLeader, StateFollower, StateCandidate, StatePreCandidate; StateRemoved: removed from the cluster
 	CommitIndex     uint64                 `protobuf:"varint,3,opt,name=commit_index,json=commitIndex,proto3" json:"commit_index,omitempty"`
 	Sync            bool                   `protobuf:"varint,4,opt,name=sync,proto3" json:"sync,omitempty"` // false: -sync=false, log not fsynced (comparison only)
 	Members         []*Member              `protobuf:"bytes,5,rep,name=members,proto3" json:"members,omitempty"`

@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 
 	"github.com/nezha-harness/nezha/systems"
 )
@@ -30,13 +31,7 @@ func lockDataDir(dir string) (unlock func(), err error) {
 	path := filepath.Join(dir, dataLockName)
 	unlock, err = systems.LockFile(path)
 	if errors.Is(err, systems.ErrLocked) {
-		holder := ""
-		if b, rerr := os.ReadFile(path); rerr == nil {
-			if pid := strings.TrimSpace(string(b)); pid != "" {
-				holder = " (pid " + pid + ")"
-			}
-		}
-		return nil, systems.Usagef("-data %s is in use by another node%s: one node per data directory", dir, holder)
+		return nil, inUseError(dir)
 	}
 	if err != nil {
 		return nil, err
@@ -45,4 +40,31 @@ func lockDataDir(dir string) (unlock func(), err error) {
 	// on the descriptor LockFile holds, which this write does not touch).
 	_ = os.WriteFile(path, []byte(strconv.Itoa(os.Getpid())+"\n"), 0o644)
 	return unlock, nil
+}
+
+// checkDataDirFree returns inUseError if a running node holds dir's lock,
+// else nil; it creates and changes nothing (Start asks before it binds
+// its addresses, which that node would hold too).
+func checkDataDirFree(dir string) error {
+	f, err := os.Open(filepath.Join(dir, dataLockName))
+	if err != nil {
+		return nil // no lock file: no node holds it (lockDataDir says more)
+	}
+	defer f.Close() // releases the lock if this took it
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); errors.Is(err, syscall.EWOULDBLOCK) {
+		return inUseError(dir)
+	}
+	return nil
+}
+
+// inUseError says that dir is another node's, naming its pid if the lock
+// file holds one.
+func inUseError(dir string) error {
+	holder := ""
+	if b, err := os.ReadFile(filepath.Join(dir, dataLockName)); err == nil {
+		if pid := strings.TrimSpace(string(b)); pid != "" {
+			holder = " (pid " + pid + ")"
+		}
+	}
+	return systems.Usagef("-data %s is in use by another node%s: one node per data directory", dir, holder)
 }

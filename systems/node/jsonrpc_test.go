@@ -2,6 +2,7 @@ package node
 
 import (
 	"bufio"
+	"context"
 	"encoding/json"
 	"fmt"
 	"net"
@@ -9,6 +10,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/nezha-harness/nezha/systems/kvpb"
 )
 
 // rpcConn is a raw TCP connection to a node's JSON-RPC API.
@@ -229,5 +232,16 @@ func TestJSONRPC(t *testing.T) {
 	rc.call("RemoveServer", fmt.Sprintf(`{"addr":%q}`, tc.cfgs[1].Address), &rm)
 	if vs, _ := memberIDs(rm.Members); rm.ID != 2 || !slices.Equal(vs, []uint64{1, 3}) {
 		t.Fatalf("RemoveServer 2: %+v", rm)
+	}
+	// The removed node says so in its Status (`nezha cluster status`'s
+	// STATE) and its GetServerState, not Follower.
+	tc.waitRemoved(t, 1)
+	ss, err := (&kvServer{n: tc.nodes[1]}).Status(context.Background(), &kvpb.StatusRequest{})
+	if err != nil || ss.RaftState != "StateRemoved" {
+		t.Fatalf("Status of the removed node: raft_state %q, %v; want StateRemoved", ss.GetRaftState(), err)
+	}
+	dialRPC(t, tc.nodes[1]).call("GetServerState", `{}`, &st)
+	if st.Role != "Removed" {
+		t.Fatalf("GetServerState of the removed node: role %q, want Removed", st.Role)
 	}
 }

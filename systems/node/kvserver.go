@@ -377,6 +377,10 @@ func (s *kvServer) Status(ctx context.Context, req *kvpb.StatusRequest) (*kvpb.S
 		InternalAddress: n.cfg.InternalAddress,
 		Pid:             int64(os.Getpid()),
 	}
+	if n.removed.Load() != nil {
+		// Raft still calls a removed node a follower; it serves nothing.
+		resp.RaftState = raftStateRemoved
+	}
 	if r := n.diskRefusal.Load(); r != nil {
 		resp.DiskRefusal = *r
 	}
@@ -413,6 +417,10 @@ func (s *kvServer) Status(ctx context.Context, req *kvpb.StatusRequest) (*kvpb.S
 	}
 	return resp, nil
 }
+
+// raftStateRemoved is StatusResponse.raft_state of a node that was
+// removed from the cluster (markRemoved), in the form of raft's states.
+const raftStateRemoved = "StateRemoved"
 
 func truncate(b []byte) []byte {
 	if len(b) > 64 {

@@ -11,6 +11,7 @@ import (
 	"math"
 	"net"
 	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"time"
@@ -142,15 +143,25 @@ func isMember(cs raftpb.ConfState, id uint64) bool {
 		slices.Contains(cs.VotersOutgoing, id) || slices.Contains(cs.LearnersNext, id)
 }
 
-// openMembership records the members' addresses from -peers and replays
-// the conf changes between the log's compaction point and the applied
-// index into raft: InitialState holds the compaction point's membership,
-// and raft re-delivers only the entries above the applied index.
+// openMembership records the members' addresses from -peers and from the
+// address book, and replays the conf changes between the log's compaction
+// point and the applied index into raft: InitialState holds the
+// compaction point's membership, and raft re-delivers only the entries
+// above the applied index. The book holds the addresses of members added
+// below the compaction point (or before a snapshot this node installed);
+// the replay fills what an older data directory's missing book lacks.
 func (n *Node) openMembership(applied uint64) error {
 	ids, addrs, _ := n.cfg.members()
 	for i, id := range ids {
 		n.internalAddrs.Store(id, addrs[i])
 	}
+	book, err := readAddressBook(n.addressBookPath())
+	if err != nil {
+		n.logger.Error("the member address book is unreadable; members added before the log's compaction point may lack addresses "+
+			"(-dialPeersFile can name them)", "err", err)
+	}
+	n.learnAddresses(book)
+	replayed := false
 	first, _ := n.log.FirstIndex()
 	for _, idx := range n.log.ConfChangeIndexes(first, applied) {
 		ents, err := n.log.Entries(idx, idx+1, math.MaxUint64)
@@ -166,19 +177,117 @@ func (n *Node) openMembership(applied uint64) error {
 		for _, c := range cc.AsV2().Changes {
 			switch c.Type {
 			case raftpb.ConfChangeAddNode, raftpb.ConfChangeAddLearnerNode:
-				if _, known := n.internalAddrs.Load(c.NodeID); !known && c.NodeID == cctx.ID && cctx.InternalAddress != "" {
-					n.internalAddrs.Store(c.NodeID, cctx.InternalAddress)
+				if c.NodeID == cctx.ID && n.learnAddresses(addressBook{c.NodeID: {InternalAddress: cctx.InternalAddress, Address: cctx.Address}}) {
+					replayed = true
 				}
 			case raftpb.ConfChangeRemoveNode:
 				n.removedIDs.Store(c.NodeID, idx)
 			}
 		}
 	}
+	if replayed {
+		// A book older than the log (or none: a data directory of an
+		// earlier version), before a compaction drops these entries.
+		n.saveAddressBook()
+	}
 	if v, ok := n.removedIDs.Load(n.id); ok {
 		n.markRemoved(fmt.Sprintf("removed from the cluster by the conf change at index %d", v))
 	}
 	n.logger.Info("membership", "conf_state", n.confState.String())
 	return nil
+}
+
+// addressBookName is the file in the data directory that keeps the
+// addresses this node learned of the members (addressBook, JSON): a conf
+// change's context carries an added member's addresses, and a compaction
+// of the log drops the entry, so a restart would not know them.
+const addressBookName = "members.json"
+
+// memberAddrs are the addresses of one member.
+type memberAddrs struct {
+	InternalAddress string `json:"internal_address,omitempty"`
+	Address         string `json:"address,omitempty"` // client address (-address)
+}
+
+// addressBook maps member ids to their addresses: the address book file,
+// and the Data of a MsgSnap this node sends (the members' addresses go
+// with the snapshot's membership, whose conf changes the receiver never
+// sees).
+type addressBook map[uint64]memberAddrs
+
+func (n *Node) addressBookPath() string { return filepath.Join(n.cfg.DataDir, addressBookName) }
+
+// readAddressBook reads the book at path (none: an empty book).
+func readAddressBook(path string) (addressBook, error) {
+	b, err := os.ReadFile(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	var book addressBook
+	if err == nil {
+		err = json.Unmarshal(b, &book)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	return book, nil
+}
+
+// learnAddresses records the addresses of book that this node does not
+// know yet (-peers and what a member announced itself take precedence)
+// and reports whether it recorded any.
+func (n *Node) learnAddresses(book addressBook) bool {
+	learned := false
+	for id, a := range book {
+		if a.InternalAddress != "" {
+			if _, known := n.internalAddrs.LoadOrStore(id, a.InternalAddress); !known {
+				learned = true
+			}
+		}
+		if a.Address != "" && id != n.id {
+			if _, known := n.peerAddrs.LoadOrStore(id, a.Address); !known {
+				learned = true
+			}
+		}
+	}
+	return learned
+}
+
+// addressBook returns the addresses this node knows (any goroutine).
+func (n *Node) addressBook() addressBook {
+	book := addressBook{}
+	n.internalAddrs.Range(func(k, v any) bool {
+		a := book[k.(uint64)]
+		a.InternalAddress = v.(string)
+		book[k.(uint64)] = a
+		return true
+	})
+	n.peerAddrs.Range(func(k, v any) bool {
+		a := book[k.(uint64)]
+		a.Address = v.(string)
+		book[k.(uint64)] = a
+		return true
+	})
+	book[n.id] = memberAddrs{InternalAddress: n.cfg.InternalAddress, Address: n.cfg.Address}
+	return book
+}
+
+// saveAddressBook writes what this node knows of the members' addresses
+// to the address book file (any goroutine; a membership change or an
+// address learned, both rare). A failure is logged: the node runs on, and
+// a restart may then lack the addresses of members added before the log's
+// compaction point.
+func (n *Node) saveAddressBook() {
+	n.bookMu.Lock()
+	defer n.bookMu.Unlock()
+	b, err := json.Marshal(n.addressBook())
+	if err == nil {
+		err = writeFileDurably(n.cfg.DataDir, addressBookName, b)
+	}
+	if err != nil {
+		n.logger.Error("member address book not written: after a restart, members added before the log's compaction point "+
+			"may lack addresses (-dialPeersFile can name them)", "err", err)
+	}
 }
 
 // noteConfChange updates the transport and the node after raft applied the
@@ -193,6 +302,9 @@ func (n *Node) noteConfChange(index uint64, cc raftpb.ConfChangeI) {
 				if cctx.Address != "" && c.NodeID != n.id {
 					n.peerAddrs.Store(c.NodeID, cctx.Address)
 				}
+				// Before the state machine applies (and may compact
+				// past) the entry.
+				n.saveAddressBook()
 			}
 			if c.NodeID == n.id {
 				continue

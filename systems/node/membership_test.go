@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"maps"
 	"math"
 	"os"
 	"path/filepath"
@@ -17,6 +18,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/nezha-harness/nezha/systems"
 	"github.com/nezha-harness/nezha/systems/client"
 	"github.com/nezha-harness/nezha/systems/kvpb"
 )
@@ -24,6 +26,13 @@ import (
 // addNode starts a new node with id that joins tc's cluster (not yet a
 // member: the leader's AddMember makes it one) and returns its index.
 func (tc *testCluster) addNode(t *testing.T, id uint64, bootstrap []uint64) int {
+	t.Helper()
+	return tc.startJoining(tc.joinConfig(t, id, bootstrap))
+}
+
+// joinConfig is the configuration of a new node with id that joins tc's
+// cluster: -peers names every node of tc and itself.
+func (tc *testCluster) joinConfig(t *testing.T, id uint64, bootstrap []uint64) Config {
 	t.Helper()
 	addrs := freeAddrs(t, 2)
 	c := tc.cfgs[0]
@@ -37,6 +46,11 @@ func (tc *testCluster) addNode(t *testing.T, id uint64, bootstrap []uint64) int 
 		c.Peers = append(c.Peers, fmt.Sprintf("%d=%s", o.ID(), o.InternalAddress))
 	}
 	c.Peers = append(c.Peers, fmt.Sprintf("%d=%s", id, c.InternalAddress))
+	return c
+}
+
+// startJoining starts a node with c (joinConfig) and returns its index.
+func (tc *testCluster) startJoining(c Config) int {
 	tc.cfgs = append(tc.cfgs, c)
 	tc.nodes = append(tc.nodes, nil)
 	tc.start(len(tc.nodes) - 1)
@@ -437,4 +451,127 @@ func TestDialAddressFromFile(t *testing.T) {
 		t.Fatal(err)
 	}
 	check("unparsable file", map[uint64]string{3: "127.0.0.1:1003"})
+}
+
+// snapConfig opens a durableSM that also sends and installs Raft
+// snapshots (systems.Snapshotter), for a member that joins behind the
+// leader's compaction point.
+type snapConfig struct{ durableConfig }
+
+type snapSM struct {
+	*durableSM
+	staged map[string][]byte
+}
+
+func (c snapConfig) Open(env systems.Env) (systems.StateMachine, error) {
+	sm, err := c.durableConfig.Open(env)
+	if err != nil {
+		return nil, err
+	}
+	return &snapSM{durableSM: sm.(*durableSM)}, nil
+}
+
+func (s *snapSM) WriteSnapshot(w *systems.SnapshotWriter) error {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	keys := slices.Sorted(maps.Keys(s.m))
+	for _, k := range keys {
+		if err := w.Add([]byte(k), s.m[k]); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (s *snapSM) PrepareRestore(_ uint64, r *systems.SnapshotReader) error {
+	s.staged = map[string][]byte{}
+	for r.Next() {
+		s.staged[string(r.Key())] = slices.Clone(r.Value())
+	}
+	return r.Err()
+}
+
+func (s *snapSM) CommitRestore(index uint64) error {
+	s.mu.Lock()
+	s.m, s.applied, s.staged = s.staged, index, nil
+	s.mu.Unlock()
+	return s.Apply(nil) // writes the state
+}
+
+// The addresses of a member added after a node joined survive what drops
+// the conf change that carried them: GetServerState on a restarted
+// follower lists the member with its client and internal addresses
+// whether the restart replays the conf change (a data directory without
+// an address book) or finds it compacted away (the address book); a
+// member that joined from a snapshot taken after it, and whose -peers does
+// not name it, lists its internal address too (the addresses travel with
+// the snapshot).
+func TestMemberAddressesSurviveRestartAndSnapshot(t *testing.T) {
+	snapSystem := systems.System{Name: "snap", Summary: "test", LogDir: "raftlog",
+		NewConfig: func() systems.SystemConfig { return snapConfig{} }}
+	tc := startClusterWith(t, 3, func(c *Config) {
+		c.System, c.SystemConfig = snapSystem, snapConfig{}
+		c.JSONRPCAddress = "127.0.0.1:0"
+	})
+	l := tc.waitLeader(10 * time.Second)
+	ctx, cancel := ctxFor(60 * time.Second)
+	defer cancel()
+	addServer := func(c Config) (int, uint64) {
+		i := tc.startJoining(c)
+		var r rpcMembershipResult
+		dialRPC(t, tc.nodes[l]).call("AddServer", fmt.Sprintf(`{"addr":%q}`, tc.cfgs[i].Address), &r)
+		return i, r.Index
+	}
+	i4, added := addServer(tc.joinConfig(t, 4, []uint64{1, 2, 3}))
+	// wantAddrs checks at once, without waiting for a peer stream to
+	// announce them, that node i lists node 4 with its addresses.
+	wantAddrs := func(i int, when string) {
+		t.Helper()
+		var st rpcServerState
+		dialRPC(t, tc.nodes[i]).call("GetServerState", `{}`, &st)
+		for _, m := range st.Members {
+			if m.ID == 4 {
+				if m.Addr != tc.cfgs[i4].Address || m.InternalAddress != tc.cfgs[i4].InternalAddress {
+					t.Fatalf("%s: node %d lists member 4 as addr %q internal %q, want %q and %q", when, tc.nodes[i].id,
+						m.Addr, m.InternalAddress, tc.cfgs[i4].Address, tc.cfgs[i4].InternalAddress)
+				}
+				return
+			}
+		}
+		t.Fatalf("%s: node %d does not list member 4: %+v", when, tc.nodes[i].id, st.Members)
+	}
+	f := (l + 1) % 3
+	waitFor(t, 10*time.Second, "the follower applies the addition", func() bool { return tc.nodes[f].applied.Load() >= added })
+	wantAddrs(f, "before a restart")
+
+	tc.stop(f)
+	if err := os.Remove(filepath.Join(tc.cfgs[f].DataDir, addressBookName)); err != nil {
+		t.Fatal(err)
+	}
+	tc.start(f)
+	wantAddrs(f, "after a restart that replays the conf change, without an address book")
+
+	if err := tc.nodes[f].compactLog(ctx, tc.nodes[f].applied.Load()); err != nil {
+		t.Fatal(err)
+	}
+	if first, _ := tc.nodes[f].log.FirstIndex(); first <= added {
+		t.Fatalf("the follower's log starts at %d after the compaction, want past the addition at %d", first, added)
+	}
+	tc.stop(f)
+	tc.start(f)
+	wantAddrs(f, "after a restart with the conf change compacted away")
+
+	if err := tc.nodes[l].compactLog(ctx, tc.nodes[l].applied.Load()); err != nil {
+		t.Fatal(err)
+	}
+	compacted := tc.nodes[l].log.CompactedIndex()
+	// Node 5's -peers does not name node 4 (it joined while node 5 was
+	// set up): only the snapshot tells node 5 its internal address.
+	c5 := tc.joinConfig(t, 5, []uint64{1, 2, 3})
+	c5.Peers = slices.DeleteFunc(c5.Peers, func(p string) bool { return strings.HasPrefix(p, "4=") })
+	i5, _ := addServer(c5)
+	if got := tc.nodes[i5].log.CompactedIndex(); got < compacted {
+		t.Fatalf("node 5 joined without a snapshot (its log's compaction point %d, the leader's %d)", got, compacted)
+	}
+	wantAddrs(i5, "on a member that joined from a snapshot")
 }

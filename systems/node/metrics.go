@@ -143,13 +143,8 @@ func (m *metrics) register(n *Node) error {
 	return nil
 }
 
-// serve serves /metrics on addr (port 0: a free port) and returns the
-// address it listens on.
-func (m *metrics) serve(addr string, n *Node) (string, error) {
-	lis, err := net.Listen("tcp", addr)
-	if err != nil {
-		return "", systems.Usagef("cannot listen on -metricsAddress %s: %v", addr, unwrapListenErr(err))
-	}
+// serve serves /metrics on lis and returns the address it listens on.
+func (m *metrics) serve(lis net.Listener, n *Node) string {
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{ErrorLog: slogPrinter{n}}))
 	m.srv = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
@@ -158,7 +153,7 @@ func (m *metrics) serve(addr string, n *Node) (string, error) {
 			n.logger.Warn("metrics server stopped", "err", err)
 		}
 	}()
-	return lis.Addr().String(), nil
+	return lis.Addr().String()
 }
 
 // stop stops serving and waits (up to 2 s) for scrapes in flight, which

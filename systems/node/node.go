@@ -200,6 +200,9 @@ type Node struct {
 	removed       atomic.Pointer[string]
 	removedIDs    sync.Map
 	internalAddrs sync.Map
+	// bookMu serializes the writes of the address book file
+	// (saveAddressBook).
+	bookMu sync.Mutex
 	// announcedAddrs are the internal addresses peers announced on their
 	// streams to this node (id -> string): how a member that has not yet
 	// applied the conf change adding its leader answers it (transport.go
@@ -275,10 +278,21 @@ func Start(cfg Config) (*Node, error) {
 	// node and the term it is in.
 	n.readers = newReaderPool(readerWorkers, n.stopc)
 	n.logger = slog.New(termHandler{Handler: cfg.Logger.Handler(), term: &n.term}).With("node", n.id)
-	// Before anything in the data directory is opened: a second node on
-	// it would damage the first's log (lockDataDir).
+	// Before anything in the data directory is created or opened: a node
+	// whose address is taken, or whose directory a running node holds,
+	// leaves -data as it was.
+	if err := checkDataDirFree(cfg.DataDir); err != nil {
+		return nil, err
+	}
+	lis, err := cfg.listen()
+	if err != nil {
+		return nil, err
+	}
+	// A second node on the data directory would damage the first's log
+	// (lockDataDir).
 	lock, err := lockDataDir(cfg.DataDir)
 	if err != nil {
+		lis.close()
 		return nil, err
 	}
 	n.dataUnlock = lock
@@ -287,46 +301,27 @@ func Start(cfg Config) (*Node, error) {
 	n.minFollowerMatch.Store(math.MaxUint64)
 	var nonce [4]byte
 	if _, err := rand.Read(nonce[:]); err != nil {
+		lis.close()
 		n.closeStorage()
 		return nil, err
 	}
 	n.reqNonce = uint64(binary.LittleEndian.Uint32(nonce[:])) << 32
 	if err := n.open(); err != nil {
+		lis.close()
 		n.closeStorage()
 		return nil, err
 	}
-	if cfg.MetricsAddress != "" {
-		addr, err := n.metrics.serve(cfg.MetricsAddress, n)
-		if err != nil {
-			n.closeStorage()
-			return nil, err
-		}
-		n.logger.Info("serving Prometheus metrics", "metrics_address", addr)
+	if lis.metrics != nil {
+		n.logger.Info("serving Prometheus metrics", "metrics_address", n.metrics.serve(lis.metrics, n))
 	}
-	var jlis net.Listener
-	if cfg.JSONRPCAddress != "" {
-		var err error
-		if jlis, err = net.Listen("tcp", cfg.JSONRPCAddress); err != nil {
-			n.metrics.stop()
-			n.closeStorage()
-			return nil, systems.Usagef("cannot listen on -jsonrpcAddress %s: %v", cfg.JSONRPCAddress, unwrapListenErr(err))
-		}
-	}
-	if err := n.listen(); err != nil {
-		if jlis != nil {
-			jlis.Close()
-		}
-		n.metrics.stop()
-		n.closeStorage()
-		return nil, err
-	}
+	n.serve(lis)
 	n.disk.start()
 	go n.watchDisk()
 	go n.watchDiskSpace()
 	go n.runLoop()
 	go n.runApply()
-	if jlis != nil {
-		n.jsonrpc = n.serveJSONRPC(jlis)
+	if lis.jsonrpc != nil {
+		n.jsonrpc = n.serveJSONRPC(lis.jsonrpc)
 		n.logger.Info("serving the JSON-RPC API", "jsonrpc_address", n.jsonrpc.addr())
 	}
 	n.logger.Info("node started", "config", cfg.String())
@@ -419,25 +414,50 @@ func (n *Node) open() error {
 	return nil
 }
 
-// listen binds both addresses and starts the gRPC servers.
-func (n *Node) listen() error {
-	ilis, err := net.Listen("tcp", n.cfg.listenAddress(n.cfg.InternalAddress))
-	if err != nil {
-		return systems.Usagef("cannot listen on -internalAddress %s: %v", n.cfg.InternalAddress, unwrapListenErr(err))
-	}
-	klis, err := net.Listen("tcp", n.cfg.listenAddress(n.cfg.Address))
-	if err != nil {
-		ilis.Close()
-		return systems.Usagef("cannot listen on -address %s: %v", n.cfg.Address, unwrapListenErr(err))
-	}
-	var elis net.Listener
-	if n.cfg.EtcdAddress != "" {
-		if elis, err = net.Listen("tcp", n.cfg.EtcdAddress); err != nil {
-			ilis.Close()
-			klis.Close()
-			return systems.Usagef("cannot listen on -etcdAddress %s: %v", n.cfg.EtcdAddress, unwrapListenErr(err))
+// listeners are the node's bound addresses; metrics, etcd and jsonrpc
+// are nil unless configured.
+type listeners struct {
+	internal, client, etcd, jsonrpc, metrics net.Listener
+}
+
+func (l *listeners) close() {
+	for _, lis := range []net.Listener{l.internal, l.client, l.etcd, l.jsonrpc, l.metrics} {
+		if lis != nil {
+			lis.Close()
 		}
 	}
+}
+
+// listen binds every address of c (Start does it before it touches the
+// data directory): a port in use is a usage error naming its flag.
+func (c *Config) listen() (*listeners, error) {
+	l := &listeners{}
+	for _, a := range []struct {
+		flag, addr, listen string
+		lis                *net.Listener
+	}{
+		{"-internalAddress", c.InternalAddress, c.listenAddress(c.InternalAddress), &l.internal},
+		{"-address", c.Address, c.listenAddress(c.Address), &l.client},
+		{"-etcdAddress", c.EtcdAddress, c.EtcdAddress, &l.etcd},
+		{"-jsonrpcAddress", c.JSONRPCAddress, c.JSONRPCAddress, &l.jsonrpc},
+		{"-metricsAddress", c.MetricsAddress, c.MetricsAddress, &l.metrics},
+	} {
+		if a.addr == "" {
+			continue
+		}
+		lis, err := net.Listen("tcp", a.listen)
+		if err != nil {
+			l.close()
+			return nil, systems.Usagef("cannot listen on %s %s: %v", a.flag, a.addr, unwrapListenErr(err))
+		}
+		*a.lis = lis
+	}
+	return l, nil
+}
+
+// serve starts the gRPC servers on lis.
+func (n *Node) serve(lis *listeners) {
+	ilis, klis, elis := lis.internal, lis.client, lis.etcd
 	n.health = health.NewServer()
 	n.setHealth(false) // health.NewServer starts SERVING; not until there is a leader
 	// The disk accepts writes until watchDiskSpace says otherwise.
@@ -487,7 +507,6 @@ func (n *Node) listen() error {
 			}
 		}()
 	}
-	return nil
 }
 
 func unwrapListenErr(err error) error {

@@ -7,10 +7,12 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"io/fs"
 	"log/slog"
 	"math"
 	"net"
 	"os"
+	"path/filepath"
 	"sort"
 	"strings"
 	"sync"
@@ -414,6 +416,56 @@ func TestStartErrors(t *testing.T) {
 	_, err = Start(c)
 	if err == nil || !strings.Contains(err.Error(), "-jsonrpcAddress "+c.JSONRPCAddress) || !strings.Contains(err.Error(), "in use") {
 		t.Fatalf("JSON-RPC port in use: %v", err)
+	}
+}
+
+// A node whose address (any of them) is taken fails before it creates or
+// changes anything in -data: the directory stays absent, or as it was.
+func TestBusyAddressLeavesDataAlone(t *testing.T) {
+	busy, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer busy.Close()
+	taken := busy.Addr().String()
+	addrs := freeAddrs(t, 2)
+	for _, tt := range []struct {
+		flag string
+		addr func(*Config) *string
+	}{
+		{"-address", func(c *Config) *string { return &c.Address }},
+		{"-internalAddress", func(c *Config) *string { return &c.InternalAddress }},
+		{"-etcdAddress", func(c *Config) *string { return &c.EtcdAddress }},
+		{"-jsonrpcAddress", func(c *Config) *string { return &c.JSONRPCAddress }},
+		{"-metricsAddress", func(c *Config) *string { return &c.MetricsAddress }},
+	} {
+		flag, addr := tt.flag, tt.addr
+		c := Default()
+		c.System, c.SystemConfig = memSystem, memConfig{}
+		c.Address, c.InternalAddress = addrs[0], addrs[1]
+		c.EtcdAddress, c.JSONRPCAddress, c.MetricsAddress = "127.0.0.1:0", "127.0.0.1:0", "127.0.0.1:0"
+		c.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+		*addr(&c) = taken
+		c.Peers = []string{c.InternalAddress}
+		absent := filepath.Join(t.TempDir(), "data")
+		empty := t.TempDir()
+		for _, dir := range []string{absent, empty} {
+			c.DataDir = dir
+			nd, err := Start(c)
+			if err == nil {
+				nd.Stop()
+				t.Fatalf("%s taken: the node started", flag)
+			}
+			if !strings.Contains(err.Error(), flag+" "+taken) || !strings.Contains(err.Error(), "in use") {
+				t.Fatalf("%s taken: %v, want the flag and the address in use named", flag, err)
+			}
+		}
+		if _, err := os.Stat(absent); !errors.Is(err, fs.ErrNotExist) {
+			t.Errorf("%s taken: -data %s was created (%v)", flag, absent, err)
+		}
+		if ents, err := os.ReadDir(empty); err != nil || len(ents) != 0 {
+			t.Errorf("%s taken: the empty -data holds %v (%v)", flag, ents, err)
+		}
 	}
 }
 
@@ -833,6 +885,14 @@ func TestSecondNodeOnDataDirRefused(t *testing.T) {
 	var ue *systems.UsageError
 	if !errors.As(err, &ue) || !strings.Contains(err.Error(), "in use by another node") {
 		t.Fatalf("second node: got %v (%T), want a usage error naming the directory in use", err, err)
+	}
+	// The same node started again (its addresses are taken too) is told
+	// the same, not that its port is in use.
+	if nd, err := Start(tc.cfgs[0]); err == nil {
+		nd.Stop()
+		t.Fatal("the running node started a second time")
+	} else if !errors.As(err, &ue) || !strings.Contains(err.Error(), "in use by another node") {
+		t.Fatalf("the same node again: got %v, want a usage error naming the directory in use", err)
 	}
 	tc.stop(0)
 	tc.start(0)

@@ -331,18 +331,25 @@ func decodeSessionTable(b []byte, max int) (*sessionTable, error) {
 func sessionFileName(index uint64) string { return fmt.Sprintf("%020d.sessions", index) }
 
 // writeSessionFile writes enc (a table at index) to dir atomically and
-// durably: a temporary file, fsync, rename, fsync of the directory.
+// durably (writeFileDurably).
 func writeSessionFile(dir string, index uint64, enc []byte) error {
+	return writeFileDurably(dir, sessionFileName(index), enc)
+}
+
+// writeFileDurably writes data to dir/name atomically (a temporary file,
+// fsynced, renamed over name) and durably (dir fsynced), creating dir if
+// needed: after a crash the file holds the old or the new content.
+func writeFileDurably(dir, name string, data []byte) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
 	}
-	path := filepath.Join(dir, sessionFileName(index))
-	tmp, err := os.CreateTemp(dir, sessionFileName(index)+".*.tmp")
+	path := filepath.Join(dir, name)
+	tmp, err := os.CreateTemp(dir, name+".*.tmp")
 	if err != nil {
 		return err
 	}
 	defer os.Remove(tmp.Name())
-	if _, err := tmp.Write(enc); err != nil {
+	if _, err := tmp.Write(data); err != nil {
 		tmp.Close()
 		return fmt.Errorf("write %s: %w", path, err)
 	}

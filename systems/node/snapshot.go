@@ -2,6 +2,7 @@ package node
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -74,19 +75,24 @@ func (t *transport) sendSnapshot(p *peer, m raftpb.Message) {
 		n.logger.Warn("snapshot stream", "peer", p.id, "err", err)
 		return
 	}
-	if cs := m.Snapshot.Metadata.ConfState; !isMember(cs, p.id) {
+	snap := *m.Snapshot // raft's; changed here in a copy
+	if cs := snap.Metadata.ConfState; !isMember(cs, p.id) {
 		// The snapshot is the log's compaction point, taken before p was
 		// added: raft on p ignores a snapshot whose membership lacks it
 		// ("should never happen"), and p would get this one again and
 		// again until the next compaction. p is a learner from its add
 		// on and learns every later change from the entries after the
 		// snapshot (adding a learner that is one already changes nothing).
-		snap := *m.Snapshot
 		snap.Metadata.ConfState.Learners = append(slices.Clone(cs.Learners), p.id)
-		m.Snapshot = &snap
 		n.logger.Info("the snapshot's membership predates the peer; sent with the peer as a learner in it",
 			"peer", p.id, "index", snap.Metadata.Index, "conf_state", cs.String())
 	}
+	// The members' addresses go with the membership: p never sees the
+	// conf changes below the snapshot, whose contexts carried them.
+	if snap.Data, err = json.Marshal(n.addressBook()); err != nil {
+		return
+	}
+	m.Snapshot = &snap
 	mb, err := m.Marshal()
 	if err != nil {
 		return
@@ -202,6 +208,7 @@ func (s *raftServer) Snapshot(stream grpc.ClientStreamingServer[kvpb.SnapshotChu
 	}
 	removeOlderSnapshots(dir, md.Index)
 	n.logger.Info("snapshot received", "from", m.From, "index", md.Index, "bytes", size)
+	n.learnSnapshotAddresses(m.Snapshot.Data, from)
 	m.Snapshot.Data = []byte(path)
 	select {
 	case n.recvc <- m:
@@ -211,6 +218,23 @@ func (s *raftServer) Snapshot(stream grpc.ClientStreamingServer[kvpb.SnapshotChu
 		return errStopping
 	}
 	return stream.SendAndClose(&kvpb.StreamAck{})
+}
+
+// learnSnapshotAddresses records the members' addresses a MsgSnap's Data
+// carries (sendSnapshot; empty from a sender that sends none) and saves
+// them in the address book.
+func (n *Node) learnSnapshotAddresses(data []byte, from uint64) {
+	if len(data) == 0 {
+		return
+	}
+	var book addressBook
+	if err := json.Unmarshal(data, &book); err != nil {
+		n.logger.Warn("the members' addresses sent with a snapshot are undecodable; ignored", "from", from, "err", err)
+		return
+	}
+	if n.learnAddresses(book) {
+		n.saveAddressBook()
+	}
 }
 
 // removeOlderSnapshots deletes received snapshot files below index (raft

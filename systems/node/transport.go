@@ -385,7 +385,9 @@ func (n *Node) admitPeer(ctx context.Context) (uint64, error) {
 		return 0, status.Errorf(codes.FailedPrecondition, "node %d %s %s at index %d", id, removedMarker, n.cfg.clusterID(), at)
 	}
 	if len(addr) == 1 {
-		n.peerAddrs.Store(id, addr[0])
+		if old, known := n.peerAddrs.Swap(id, addr[0]); !known || old.(string) != addr[0] {
+			n.saveAddressBook()
+		}
 	}
 	if internal := md.Get(mdInternal); len(internal) == 1 {
 		if _, _, err := net.SplitHostPort(internal[0]); err == nil {

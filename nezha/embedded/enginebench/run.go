@@ -5,11 +5,13 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"math"
 	"math/rand"
 	"os"
 	"path/filepath"
 	"runtime/metrics"
 	"slices"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -161,16 +163,29 @@ type Result struct {
 	SettleSeconds float64 `json:"settle_seconds,omitempty"`
 	// GOGCPercent and GOMemLimitBytes are the Go collector's settings in
 	// the process during the run (GCSettings), which move the numbers of
-	// large values: GOGC (-1 when off) and GOMEMLIMIT (math.MaxInt64 when
-	// unset).
+	// large values: GOGC (-1 when off) and GOMEMLIMIT (NoMemLimit when
+	// unset; print it with MemLimitText).
 	GOGCPercent     int64 `json:"gogc_percent"`
 	GOMemLimitBytes int64 `json:"gomemlimit_bytes"`
 }
 
+// NoMemLimit is the memory limit the Go runtime reports when none is set
+// (math.MaxInt64: about 9.2e18 bytes, which means "none", not a size).
+const NoMemLimit = math.MaxInt64
+
+// MemLimitText renders a memory limit for a CSV field or a report: the
+// limit in bytes (decimal), or "none" for NoMemLimit.
+func MemLimitText(limitBytes int64) string {
+	if limitBytes == NoMemLimit {
+		return "none"
+	}
+	return strconv.FormatInt(limitBytes, 10)
+}
+
 // GCSettings returns the Go collector's current settings: the GOGC
-// percentage (-1: off) and the memory limit in bytes (math.MaxInt64:
-// none), as the GOGC and GOMEMLIMIT environment variables or
-// runtime/debug set them, read through runtime/metrics (nothing changed).
+// percentage (-1: off) and the memory limit in bytes (NoMemLimit: none),
+// as the GOGC and GOMEMLIMIT environment variables or runtime/debug set
+// them, read through runtime/metrics (nothing changed).
 func GCSettings() (gogcPercent, memLimitBytes int64) {
 	samples := []metrics.Sample{{Name: "/gc/gogc:percent"}, {Name: "/gc/gomemlimit:bytes"}}
 	metrics.Read(samples)

@@ -2,6 +2,8 @@ package enginebench
 
 import (
 	"context"
+	"math"
+	"runtime/debug"
 	"strings"
 	"testing"
 	"time"
@@ -43,5 +45,18 @@ func TestOptionsValidate(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("Validate = %v; want it to name %s", err, want)
 		}
+	}
+}
+
+// The runtime's "no memory limit" reads as NoMemLimit and prints as
+// "none"; a limit prints in bytes.
+func TestMemLimitText(t *testing.T) {
+	defer debug.SetMemoryLimit(debug.SetMemoryLimit(math.MaxInt64))
+	if _, limit := GCSettings(); limit != NoMemLimit || MemLimitText(limit) != "none" {
+		t.Fatalf("no limit: GCSettings %d, text %q; want NoMemLimit and none", limit, MemLimitText(limit))
+	}
+	debug.SetMemoryLimit(1 << 40)
+	if _, limit := GCSettings(); MemLimitText(limit) != "1099511627776" {
+		t.Fatalf("a 1 TiB limit: text %q", MemLimitText(limit))
 	}
 }
