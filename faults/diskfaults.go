@@ -109,15 +109,12 @@ func (e *Env) healDisk(ids []uint64) error {
 		if err == nil && resp.DiskFailed == "" {
 			continue
 		}
-		// The node stopped, or is stopping, on a failed fsync: wait for
-		// its process to end, then restart it.
-		if n.PID != 0 {
-			if werr := cluster.WaitGone(n.PID, 10*time.Second); werr != nil {
-				errs = append(errs, fmt.Errorf("node %d did not stop after its disk failed (%v): %w", id, err, werr))
-				continue
-			}
+		// The node stopped, or is stopping, on a failed fsync: wait until
+		// its agent says its process ended, then restart it.
+		if werr := e.waitStopped(n, stopTimeout); werr != nil {
+			errs = append(errs, fmt.Errorf("node %d did not stop after its disk failed (%v): %w", id, err, werr))
+			continue
 		}
-		n.PID = 0
 		if rerr := e.Cluster.Restart(id); rerr != nil {
 			errs = append(errs, fmt.Errorf("restart node %d: %w", id, rerr))
 			continue
@@ -133,8 +130,9 @@ func (e *Env) healAllDisks() error {
 		return nil
 	}
 	var errs []error
-	for _, n := range e.Cluster.Nodes {
-		if n.PID == 0 || !cluster.Alive(n.PID) {
+	for i := range e.Cluster.Nodes {
+		n := &e.Cluster.Nodes[i]
+		if !e.Cluster.State(context.Background(), n).Alive() {
 			continue
 		}
 		if _, err := SetDiskFaults(context.Background(), n.Address); err != nil {
@@ -142,6 +140,28 @@ func (e *Env) healAllDisks() error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// stopTimeout bounds the wait for a node that stops on its own after a
+// failed fsync.
+const stopTimeout = 10 * time.Second
+
+// waitStopped polls node n's agent until it says the node's process has
+// ended (an agent that does not answer is an error), for up to timeout.
+func (e *Env) waitStopped(n *cluster.Node, timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	for {
+		st := e.Cluster.State(context.Background(), n)
+		switch {
+		case st.Err != nil:
+			return st.Err
+		case !st.Alive():
+			return nil
+		case time.Now().After(deadline):
+			return fmt.Errorf("its process (pid %d) still runs after %v", st.GetPid(), timeout)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 }
 
 func injectDiskFull(ctx context.Context, e *Env, s Step) (fault, error) {

@@ -3,7 +3,6 @@ package faults
 import (
 	"bufio"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -11,11 +10,14 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/nezha-harness/nezha/systems"
+	"github.com/nezha-harness/nezha/systems/agent"
+	"github.com/nezha-harness/nezha/systems/agent/agentpb"
 	"github.com/nezha-harness/nezha/systems/cluster"
 )
 
@@ -257,29 +259,103 @@ func roundTrip(addr string) (string, time.Duration, error) {
 	return strings.TrimSpace(line), time.Since(begin), err
 }
 
-func TestNet(t *testing.T) {
-	all := []cluster.Node{
-		{ID: 1, InternalAddress: echo(t, "n1")},
-		{ID: 2, InternalAddress: echo(t, "n2")},
-		{ID: 3, InternalAddress: echo(t, "n3")},
+// agents starts n agents in this process (agent.Serve, no nodes), each
+// with a line echo server as its node's peer address, and returns a Spec
+// of a cluster with agent links whose agents know their peers, as
+// cluster.Up leaves one (SetPeers), and each node's dial address for each
+// member.
+func agents(t *testing.T, ids ...uint64) (*cluster.Spec, map[uint64]map[uint64]string) {
+	t.Helper()
+	dir := t.TempDir()
+	token, err := agent.NewToken()
+	if err != nil {
+		t.Fatal(err)
 	}
-	n := NewNet()
-	defer n.Close()
-	dial := map[uint64][]string{}
-	for _, self := range all {
-		args := n.NodeArgs(self, all)
-		if len(args) != 4 || args[0] != "-dialPeers" || args[2] != "-dialPeersFile" {
-			t.Fatalf("node args %v", args)
+	if err := agent.WriteToken(filepath.Join(dir, cluster.TokenFile), token); err != nil {
+		t.Fatal(err)
+	}
+	spec := &cluster.Spec{Dir: dir, Links: true, System: "original"}
+	for _, id := range ids {
+		spec.Nodes = append(spec.Nodes, startAgent(t, dir, token, id))
+	}
+	return spec, setPeers(t, spec)
+}
+
+// startAgent serves node id's agent in this process until the test ends.
+func startAgent(t *testing.T, dir, token string, id uint64) cluster.Node {
+	t.Helper()
+	nodeDir := filepath.Join(dir, fmt.Sprintf("node%d", id))
+	addrFile := filepath.Join(nodeDir, "agent.address")
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		done <- agent.Serve(ctx, agent.Config{Listen: "127.0.0.1:0", AddressFile: addrFile, Dir: nodeDir, Token: token})
+	}()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("agent %d: %v", id, err)
 		}
-		dial[self.ID] = strings.Split(args[1], ",")
-		if dial[self.ID][self.ID-1] != self.InternalAddress {
-			t.Fatalf("node %d dials itself at %s", self.ID, dial[self.ID][self.ID-1])
+	})
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		b, err := os.ReadFile(addrFile)
+		if err == nil {
+			return cluster.Node{ID: id, InternalAddress: echo(t, fmt.Sprintf("n%d", id)), Agent: strings.TrimSpace(string(b)), Dir: nodeDir}
 		}
+		select {
+		case err := <-done:
+			t.Fatalf("agent %d ended: %v", id, err)
+		case <-time.After(10 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("agent %d wrote no address in 10 s", id)
+		}
+	}
+}
+
+// setPeers tells every agent of spec its members (cluster.Spec does it
+// when a node starts or a member is added), and returns each node's dial
+// address for each other member.
+func setPeers(t *testing.T, spec *cluster.Spec) map[uint64]map[uint64]string {
+	t.Helper()
+	dial := map[uint64]map[uint64]string{}
+	for i := range spec.Nodes {
+		n := &spec.Nodes[i]
+		peers := map[uint64]string{}
+		for _, m := range spec.Nodes {
+			if m.ID != n.ID {
+				peers[m.ID] = m.InternalAddress
+			}
+		}
+		a, err := spec.Agent(n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r, err := a.SetPeers(context.Background(), &agentpb.SetPeersRequest{Peers: peers})
+		if err != nil {
+			t.Fatalf("SetPeers of node %d: %v", n.ID, err)
+		}
+		dial[n.ID] = r.Dial
+	}
+	return dial
+}
+
+// TestNet: links cut, restored and delayed through the agents that own
+// them; a cut is made at the sender's agent only.
+func TestNet(t *testing.T) {
+	spec, dial := agents(t, 1, 2, 3)
+	n, err := NewNet(context.Background(), spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m, d := n.Mechanism(), n.Describe(); m != "proxy" || !strings.Contains(d, "agent") {
+		t.Fatalf("mechanism %q (%q), want proxy in the agents", m, d)
 	}
 	if len(n.Links()) != 6 {
 		t.Fatalf("%d links, want 6", len(n.Links()))
 	}
-	via := func(from, to uint64) string { return dial[from][to-1] }
+	via := func(from, to uint64) string { return dial[from][to] }
 	for _, l := range n.Links() {
 		got, _, err := roundTrip(via(l.From, l.To))
 		if err != nil || got != fmt.Sprintf("n%d:ping", l.To) {
@@ -303,11 +379,16 @@ func TestNet(t *testing.T) {
 	if _, _, err := roundTrip(via(1, 2)); err == nil {
 		t.Fatal("a cut link accepts connections")
 	}
-	if got, _, err := roundTrip(via(2, 1)); err != nil || got != "n1:ping" {
-		t.Fatalf("reverse link: %q %v", got, err)
+	for _, l := range []Link{{2, 1}, {1, 3}} {
+		if got, _, err := roundTrip(via(l.From, l.To)); err != nil || got != fmt.Sprintf("n%d:ping", l.To) {
+			t.Fatalf("link %s, not cut: %q %v", l, got, err)
+		}
 	}
 	if c := n.Cuts(); !reflect.DeepEqual(c, []Link{{1, 2}}) {
 		t.Fatalf("cuts %v", c)
+	}
+	if err := n.Cut(Link{1, 9}); err == nil || !strings.Contains(err.Error(), "no link 1->9") {
+		t.Fatalf("cut of a link to a non-member: %v", err)
 	}
 	if err := n.Restore(Link{1, 2}); err != nil {
 		t.Fatal(err)
@@ -329,6 +410,9 @@ func TestNet(t *testing.T) {
 	if err := n.HealAll(); err != nil {
 		t.Fatal(err)
 	}
+	if c := n.Cuts(); len(c) != 0 {
+		t.Fatalf("cuts after HealAll: %v", c)
+	}
 	for _, l := range n.Links() {
 		got, d, err := roundTrip(via(l.From, l.To))
 		if err != nil || got != fmt.Sprintf("n%d:ping", l.To) || d > 100*time.Millisecond {
@@ -337,76 +421,77 @@ func TestNet(t *testing.T) {
 	}
 }
 
-// A member added later (cluster.Spec.NodeArgs) gets proxies for its links
-// both ways: its own -dialPeers, and the other members' -dialPeersFile
-// (which they read for a member -peers does not name); its links can be
-// cut like the others.
+// A member added later (its agent told of the members, and theirs of it,
+// as cluster.Spec.AddMember does) gets the links' state with Refresh: the
+// delay in force on its own links, and its links can be cut like the
+// others; a removed member's cuts are forgotten.
 func TestNetAddedMember(t *testing.T) {
-	dir := t.TempDir()
-	var all []cluster.Node
-	for id := uint64(1); id <= 4; id++ {
-		data := filepath.Join(dir, fmt.Sprintf("node%d", id), "data")
-		if err := os.MkdirAll(data, 0o755); err != nil {
-			t.Fatal(err)
-		}
-		all = append(all, cluster.Node{ID: id, InternalAddress: echo(t, fmt.Sprintf("n%d", id)), Data: data})
-	}
-	n := NewNet()
-	defer n.Close()
-	for _, self := range all[:3] {
-		n.NodeArgs(self, all[:3])
+	spec, _ := agents(t, 1, 2, 3)
+	n, err := NewNet(context.Background(), spec)
+	if err != nil {
+		t.Fatal(err)
 	}
 	if err := n.Delay(150*time.Millisecond, 0); err != nil {
 		t.Fatal(err)
 	}
-	args := n.NodeArgs(all[3], all)
-	if len(args) != 4 || args[0] != "-dialPeers" || args[3] != DialPeersFile(all[3]) {
-		t.Fatalf("added node's args %v", args)
+	if err := n.Cut(Link{3, 1}); err != nil {
+		t.Fatal(err)
+	}
+	token, err := spec.Token()
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec.Nodes = append(spec.Nodes, startAgent(t, spec.Dir, token, 4))
+	dial := setPeers(t, spec)
+	if err := n.Refresh(context.Background()); err != nil {
+		t.Fatal(err)
 	}
 	if len(n.Links()) != 12 {
 		t.Fatalf("%d links after adding node 4, want 12", len(n.Links()))
 	}
-	dial := strings.Split(args[1], ",")
-	for i, m := range all[:3] {
-		got, d, err := roundTrip(dial[i])
+	for _, m := range spec.Nodes[:3] {
+		got, d, err := roundTrip(dial[4][m.ID])
 		if err != nil || got != fmt.Sprintf("n%d:ping", m.ID) || d < 150*time.Millisecond {
 			t.Fatalf("link 4->%d: %q in %v (the delay in force: 150ms), %v", m.ID, got, d, err)
 		}
 	}
-	for _, m := range all[:3] {
-		b, err := os.ReadFile(DialPeersFile(m))
-		if err != nil {
-			t.Fatal(err)
-		}
-		var addrs map[string]string
-		if err := json.Unmarshal(b, &addrs); err != nil || len(addrs) != 3 || addrs["4"] == "" {
-			t.Fatalf("node %d's dial peers file: %s (%v)", m.ID, b, err)
-		}
-		if got, _, err := roundTrip(addrs["4"]); err != nil || got != "n4:ping" {
-			t.Fatalf("link %d->4: %q %v", m.ID, got, err)
-		}
-		if got := n.DialPeers(m, all); !strings.HasSuffix(got, ","+addrs["4"]) {
-			t.Fatalf("node %d's -dialPeers after the change %s does not end with its proxy to node 4 %s", m.ID, got, addrs["4"])
-		}
+	if _, _, err := roundTrip(dial[3][1]); err == nil {
+		t.Fatal("the cut link 3->1 accepts connections after the refresh")
 	}
 	if err := n.Cut(Link{1, 4}); err != nil {
 		t.Fatal(err)
 	}
-	b, _ := os.ReadFile(DialPeersFile(all[0]))
-	var addrs map[string]string
-	_ = json.Unmarshal(b, &addrs)
-	if _, _, err := roundTrip(addrs["4"]); err == nil {
+	if _, _, err := roundTrip(dial[1][4]); err == nil {
 		t.Fatal("the cut link 1->4 accepts connections")
+	}
+	// Node 3 leaves: its cut is forgotten.
+	spec.Nodes = slices.DeleteFunc(spec.Nodes, func(m cluster.Node) bool { return m.ID == 3 })
+	if err := n.Refresh(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if c := n.Cuts(); !reflect.DeepEqual(c, []Link{{1, 4}}) {
+		t.Fatalf("cuts after node 3 left: %v", c)
 	}
 }
 
-func TestNetRefusesNonLoopback(t *testing.T) {
-	n := NewNet()
-	defer n.Close()
-	all := []cluster.Node{{ID: 1, InternalAddress: "10.1.2.3:5000"}, {ID: 2, InternalAddress: "127.0.0.1:5001"}}
-	args := n.NodeArgs(all[0], all)
-	if n.Err() == nil || !strings.Contains(n.Err().Error(), "loopback") || args[1] != "proxy-setup-failed" {
-		t.Fatalf("non-loopback member: args %v, err %v", args, n.Err())
+// NewNet refuses a cluster without agent links, and agents that cannot
+// cut (a node that dials its peers itself, no packet filter).
+func TestNetRefuses(t *testing.T) {
+	spec, _ := agents(t, 1, 2)
+	spec.Links = false
+	if _, err := NewNet(context.Background(), spec); !isUsage(err) {
+		t.Fatalf("a cluster without links: %v, want a usage error", err)
+	}
+	spec.Links = true
+	a, err := spec.Agent(&spec.Nodes[1])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.SetPeers(context.Background(), &agentpb.SetPeersRequest{Peers: map[uint64]string{1: spec.Nodes[0].InternalAddress}, NoProxies: true}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := NewNet(context.Background(), spec); err == nil || !strings.Contains(err.Error(), "nodes 2 cannot cut links") {
+		t.Fatalf("an agent without proxies nor packet filter: %v", err)
 	}
 }
 

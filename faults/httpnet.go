@@ -13,6 +13,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/nezha-harness/nezha/systems"
 	"github.com/nezha-harness/nezha/systems/cluster"
 )
 
@@ -53,14 +54,82 @@ type httpPeers struct {
 
 // NewHTTPNet returns an empty network for a system whose peers talk HTTP
 // and name sender and receiver in the given request headers (etcd:
-// EtcdSenderHeader, EtcdReceiverHeader); the proxies are created by
-// NodeArgs.
+// EtcdSenderHeader, EtcdReceiverHeader), on a local cluster started without
+// agent links; the proxies are created by NodeArgs.
 func NewHTTPNet(senderHeader, receiverHeader string) *Net {
-	n := NewNet()
-	n.http = &httpPeers{senderHeader: senderHeader, receiverHeader: receiverHeader,
+	return &Net{cut: map[Link]bool{}, http: &httpPeers{senderHeader: senderHeader, receiverHeader: receiverHeader,
 		servers: map[uint64]*http.Server{}, listen: map[uint64]string{}, members: map[string]uint64{},
-		inflight: map[Link]map[int]context.CancelFunc{}}
-	return n
+		inflight: map[Link]map[int]context.CancelFunc{}}}
+}
+
+// Reserve holds free loopback ports for the HTTP proxies of a cluster of
+// the given size until NodeArgs creates them on exactly those ports. Call
+// it before cluster.Up: Up picks its nodes' ports while these are held, so
+// that a proxy can never take a port a node is about to bind.
+func (n *Net) Reserve(nodes int) error {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.http == nil {
+		return errors.New("Reserve is for the HTTP net (NewHTTPNet)")
+	}
+	for i := 0; i < nodes; i++ {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return fmt.Errorf("reserve a port for a peer proxy: %w", err)
+		}
+		n.reserved = append(n.reserved, l)
+	}
+	return nil
+}
+
+// NodeArgs is the HTTP net's cluster.UpOptions.NodeArgs: on its first call
+// it creates a proxy in front of every member (listening on a reserved
+// loopback port, forwarding to the member's internal address), and it
+// returns `-dialPeers` naming those proxies, the same for every node. An
+// error (a port that cannot be bound, a member that is not on loopback)
+// makes it return an unusable -dialPeers value, so that the node refuses
+// to start with a clear message; call Err after cluster.Up to get the
+// cause of a failure at the start.
+func (n *Net) NodeArgs(self cluster.Node, all []cluster.Node) []string {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.http == nil {
+		return []string{"-dialPeers", "proxy-setup-failed:NodeArgs is for the HTTP net"}
+	}
+	if n.createErr == nil && len(n.http.nodes) == 0 && len(all) > 1 {
+		if err := n.createHTTPLocked(all); err != nil {
+			n.closeHTTPLocked()
+			n.createErr = err
+		}
+	}
+	if n.createErr != nil {
+		return []string{"-dialPeers", "proxy-setup-failed"}
+	}
+	dial := make([]string, len(all))
+	for i, m := range all {
+		dial[i] = n.http.listen[m.ID]
+	}
+	return []string{"-dialPeers", strings.Join(dial, ",")}
+}
+
+// Err reports why the HTTP proxies could not be created, if they could
+// not.
+func (n *Net) Err() error {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.createErr
+}
+
+func checkLoopback(addr string) error {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return fmt.Errorf("address %q: %w", addr, err)
+	}
+	ip := net.ParseIP(host)
+	if ip == nil || !ip.IsLoopback() {
+		return systems.Usagef("address %s is not on loopback: the HTTP net serves local clusters only", addr)
+	}
+	return nil
 }
 
 func (n *Net) createHTTPLocked(all []cluster.Node) error {
@@ -159,18 +228,6 @@ func (n *Net) cutHTTPLocked(l Link) {
 	for _, cancel := range n.http.inflight[l] {
 		cancel()
 	}
-}
-
-func (n *Net) httpLinksLocked() []Link {
-	var out []Link
-	for _, a := range n.http.nodes {
-		for _, b := range n.http.nodes {
-			if a != b {
-				out = append(out, Link{From: a, To: b})
-			}
-		}
-	}
-	return out
 }
 
 func (n *Net) closeHTTPLocked() {

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/nezha-harness/nezha/systems"
+	"github.com/nezha-harness/nezha/systems/agent/agentpb"
 	"github.com/nezha-harness/nezha/systems/cluster"
 	"github.com/nezha-harness/nezha/systems/raftlog"
 )
@@ -75,7 +76,7 @@ var nemeses = []nemesis{
 	{DiskFull, "fill a random node's disk (injected in the node: its writes return ENOSPC beyond the room its ballast frees); it refuses writes and serves reads; cleared when healing", 1, false, injectDiskFull, false, true},
 	{FsyncError, "make a random node's fsyncs return EIO (injected in the node); it stops at its next fsync without acknowledging what that fsync covered; restarted when healing", 1, false, injectFsyncError, false, true},
 	{SlowDisk, "add 20-200 ms to every fsync of a random node or of every node (injected in the nodes); cleared when healing", 1, false, injectSlowDisk, false, true},
-	{Membership, "opt-in, not in all: add a node (learner, promoted once caught up; by the seed, leadership then transferred to it), and remove a member chosen by the seed (the leader too) when healing; cluster.json follows. An added node's peer links get proxies (cluster.Spec.NodeArgs, -dialPeersFile): network nemeses cut them too", 2, false, injectMembership, true, false},
+	{Membership, "opt-in, not in all: add a node (learner, promoted once caught up; by the seed, leadership then transferred to it), and remove a member chosen by the seed (the leader too) when healing; cluster.json follows. An added node's peer links go through its agent like the others': network nemeses cut them too", 2, false, injectMembership, true, false},
 	{LoseTail, "opt-in, not in all: SIGKILL a follower, cut or flip its last fsynced log bytes in place (a disk that lied about fsync; Raft does not tolerate it), restart it when healing", 1, false, injectLoseTail, true, false},
 }
 
@@ -168,11 +169,11 @@ func ValidateNemeses(names []string, nodes int) error {
 	return errors.Join(errs...)
 }
 
-// Env is what nemeses act on: a local cluster and, for network faults, the
-// proxies its peer links go through.
+// Env is what nemeses act on: a cluster on any backend (every action on a
+// node goes through its agent) and, for network faults, its Net.
 type Env struct {
 	Cluster *cluster.Spec
-	// Net is nil if the cluster's peer links are not proxied; network
+	// Net is nil if the cluster's peer links cannot be cut; network
 	// nemeses then fail.
 	Net *Net
 	// DiskFaults: the nodes run with DiskNodeArgs (disk nemeses need it).
@@ -220,7 +221,7 @@ func (e *Env) shuffled(pick uint64) []uint64 {
 
 func (e *Env) needNet() error {
 	if e.Net == nil {
-		return errors.New("the cluster's peer links are not proxied (no faults.Net)")
+		return errors.New("the cluster's peer links cannot be cut (no faults.Net)")
 	}
 	return nil
 }
@@ -251,25 +252,6 @@ func without(ids []uint64, x uint64) []uint64 {
 }
 
 func (e *Env) cutFault(links []Link, nodes []uint64, detail string) (fault, error) {
-	// A link without a proxy (a member added to a cluster whose Spec has
-	// no NodeArgs: it dials and is dialed directly) stays up, and the
-	// detail says so.
-	var kept, unproxied []Link
-	known := e.Net.Links()
-	for _, l := range links {
-		if slices.Contains(known, l) {
-			kept = append(kept, l)
-		} else {
-			unproxied = append(unproxied, l)
-		}
-	}
-	if len(unproxied) > 0 {
-		detail += "; not proxied, left up: " + linkList(unproxied)
-	}
-	if len(kept) == 0 {
-		return fault{}, fmt.Errorf("%s: none of its links is proxied", detail)
-	}
-	links = kept
 	if err := e.Net.Cut(links...); err != nil {
 		_ = e.Net.Restore(links...)
 		return fault{}, err
@@ -408,9 +390,8 @@ func injectPauseLeader(ctx context.Context, e *Env, s Step) (fault, error) {
 func injectTornTail(ctx context.Context, e *Env, s Step) (fault, error) {
 	ids := e.ids()
 	id := ids[s.Pick%uint64(len(ids))]
-	return e.killAndDamage(id, s.Pick, func(data, mode string) (string, error) {
-		return raftlog.TearTail(data, mode, s.Pick>>9)
-	}, fmt.Sprintf("SIGKILL node %d, ", id), "")
+	return e.killAndDamage(id, &agentpb.DamageRequest{Kind: agentpb.DamageKind_TEAR_TAIL, Mode: damageMode(s.Pick), Pick: s.Pick >> 9},
+		fmt.Sprintf("SIGKILL node %d, ", id), "")
 }
 
 func injectLoseTail(ctx context.Context, e *Env, s Step) (fault, error) {
@@ -421,35 +402,57 @@ func injectLoseTail(ctx context.Context, e *Env, s Step) (fault, error) {
 		victims = ids
 	}
 	id := victims[s.Pick%uint64(len(victims))]
-	return e.killAndDamage(id, s.Pick, func(data, mode string) (string, error) {
-		return raftlog.LoseSyncedTail(data, mode, int(1+(s.Pick>>9)%raftlog.MaxLoseBytes))
-	}, fmt.Sprintf("SIGKILL follower %d, ", id), note)
+	return e.killAndDamage(id, &agentpb.DamageRequest{Kind: agentpb.DamageKind_LOSE_SYNCED_TAIL, Mode: damageMode(s.Pick),
+		Bytes: int64(1 + (s.Pick>>9)%raftlog.MaxLoseBytes)}, fmt.Sprintf("SIGKILL follower %d, ", id), note)
 }
 
-// killAndDamage SIGKILLs node id, then damages its Raft log with damage
-// (raftlog.TearCut or TearCorrupt, by bit 8 of pick); the fault's detail is prefix,
-// what damage did, then suffix. On an error the node is restarted.
-func (e *Env) killAndDamage(id, pick uint64, damage func(data, mode string) (string, error), prefix, suffix string) (fault, error) {
+// damageMode is the damage a disk nemesis does to a log, by bit 8 of
+// pick: raftlog.TearCut or raftlog.TearCorrupt.
+func damageMode(pick uint64) string {
+	if (pick>>8)%2 == 1 {
+		return raftlog.TearCorrupt
+	}
+	return raftlog.TearCut
+}
+
+// damageTimeout bounds one Damage call (it reads and rewrites the end of
+// a log segment).
+const damageTimeout = 30 * time.Second
+
+// killAndDamage SIGKILLs node id, then has its agent damage its Raft log
+// as req says (the node's files are wherever the node runs); the fault's
+// detail is prefix, what the damage did, then suffix. On an error the node
+// is restarted.
+func (e *Env) killAndDamage(id uint64, req *agentpb.DamageRequest, prefix, suffix string) (fault, error) {
 	f, err := e.killFault([]uint64{id}, "")
 	if err != nil {
 		return fault{}, err
 	}
-	n, err := e.Cluster.Node(id)
+	what, err := e.damage(id, req)
 	if err != nil {
-		_ = f.heal()
-		return fault{}, err
-	}
-	mode := raftlog.TearCut
-	if (pick>>8)%2 == 1 {
-		mode = raftlog.TearCorrupt
-	}
-	what, err := damage(n.Data, mode)
-	if err != nil {
-		_ = f.heal()
-		return fault{}, err
+		return fault{}, errors.Join(err, f.heal())
 	}
 	f.detail = prefix + what + suffix
 	return f, nil
+}
+
+// damage asks node id's agent to damage the stopped node's Raft log.
+func (e *Env) damage(id uint64, req *agentpb.DamageRequest) (string, error) {
+	n, err := e.Cluster.Node(id)
+	if err != nil {
+		return "", err
+	}
+	a, err := e.Cluster.Agent(n)
+	if err != nil {
+		return "", err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), damageTimeout)
+	defer cancel()
+	r, err := a.Damage(ctx, req)
+	if err != nil {
+		return "", fmt.Errorf("damage node %d's log: %w", id, err)
+	}
+	return r.GetDetail(), nil
 }
 
 // membershipTimeout bounds each membership change of the membership
@@ -467,7 +470,7 @@ func injectMembership(ctx context.Context, e *Env, s Step) (fault, error) {
 	actx, cancel := context.WithTimeout(ctx, membershipTimeout)
 	defer cancel()
 	nd, err := e.Cluster.AddMember(actx, true)
-	if rerr := e.refreshDialPeers(); rerr != nil {
+	if rerr := e.refreshNet(actx); rerr != nil {
 		err = errors.Join(err, rerr)
 	}
 	if err != nil {
@@ -488,7 +491,7 @@ func injectMembership(ctx context.Context, e *Env, s Step) (fault, error) {
 		victim := e.shuffled(s.Pick / 2)[0]
 		e.logf("membership: removing node %d", victim)
 		err := e.Cluster.RemoveMember(hctx, victim)
-		if rerr := e.refreshDialPeers(); rerr != nil {
+		if rerr := e.refreshNet(hctx); rerr != nil {
 			err = errors.Join(err, rerr)
 		}
 		if err != nil {
@@ -499,27 +502,12 @@ func injectMembership(ctx context.Context, e *Env, s Step) (fault, error) {
 	return fault{nodes: []uint64{added}, detail: detail, heal: heal}, nil
 }
 
-// refreshDialPeers rewrites every member's -dialPeers in cluster.json for
-// the current members: -dialPeers is positional in -peers order, and a
-// node restarted (kill, restart-all) after a membership change gets the
-// new -peers. Without proxies (no Net) there is nothing to rewrite.
-func (e *Env) refreshDialPeers() error {
+// refreshNet gives every member's agent, the added one's too, the links'
+// state after a membership change (cluster.Spec.AddMember already told
+// every agent of the new member's address).
+func (e *Env) refreshNet(ctx context.Context) error {
 	if e.Net == nil {
 		return nil
 	}
-	for i := range e.Cluster.Nodes {
-		n := &e.Cluster.Nodes[i]
-		dial := e.Net.DialPeers(*n, e.Cluster.Nodes)
-		if dial == "" {
-			return nil
-		}
-		args := slices.Clone(n.ExtraArgs)
-		if j := slices.Index(args, "-dialPeers"); j >= 0 && j+1 < len(args) {
-			args[j+1] = dial
-		} else {
-			args = append(args, "-dialPeers", dial)
-		}
-		n.ExtraArgs = args
-	}
-	return e.Cluster.Save()
+	return e.Net.Refresh(ctx)
 }

@@ -2,24 +2,18 @@ package faults
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"math/rand/v2"
+	"maps"
 	"net"
-	"os"
-	"path/filepath"
 	"slices"
 	"sort"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
 
-	toxiproxy "github.com/Shopify/toxiproxy/v2"
-	"github.com/rs/zerolog"
-
 	"github.com/nezha-harness/nezha/systems"
+	"github.com/nezha-harness/nezha/systems/agent/agentpb"
 	"github.com/nezha-harness/nezha/systems/cluster"
 )
 
@@ -31,513 +25,326 @@ type Link struct{ From, To uint64 }
 
 func (l Link) String() string { return fmt.Sprintf("%d->%d", l.From, l.To) }
 
-// Net is the network of a local cluster under test: one embedded toxiproxy
-// proxy per directed peer link, all in this process, on loopback. Nodes
-// reach each other only through it (their -dialPeers point at the proxies),
-// while clients talk to nodes directly: an isolated node still serves its
-// clients, which is what makes stale reads observable.
+// Net is the network of a cluster under test. Clients talk to the nodes
+// directly, never through it: an isolated node still serves its clients,
+// which is what makes stale reads observable.
 //
-// A cut link is a disabled proxy: its listener and every connection through
-// it are closed, so the sender's dials are refused until the link is
-// restored. Delay is toxiproxy's latency toxic on the link's upstream
-// direction (the sender's messages).
+// A cluster started with cluster.UpOptions.Links (NewNet) has its links
+// in its nodes' agents, on every backend: each node dials its peers through
+// proxies its own agent runs (and, where the agent has a packet filter, a
+// cut also drops the packets in the node's network namespace; etcd's
+// members dial their peers themselves, so the filter is all there is).
+// Cutting Link{From, To} and delaying links are SetLinks calls to From's
+// agent; Net keeps the whole state (cuts, delay) and sends each agent its
+// part of it.
+//
+// A local cluster of a system whose members advertise one peer address to
+// all (etcd) and whose nodes share one loopback (no packet filter possible)
+// gets one HTTP proxy per member in this process instead (NewHTTPNet).
 type Net struct {
-	mu      sync.Mutex
-	server  *toxiproxy.ApiServer
-	proxies map[Link]*toxiproxy.Proxy
+	mu sync.Mutex
+	// spec is the cluster whose agents own the links (nil for the HTTP
+	// net).
+	spec    *cluster.Spec
 	cut     map[Link]bool
 	latency time.Duration
 	jitter  time.Duration
-	// createErr is why NodeArgs could not create the proxies.
+	// mechanisms are what each node's agent says it cuts links with
+	// (SetLinksResponse.mechanism), by node id.
+	mechanisms map[uint64]string
+	// createErr is why NodeArgs could not create the HTTP proxies.
 	createErr error
-	// reserved are listeners that hold loopback ports for the proxies
-	// until NodeArgs creates them (see Reserve).
+	// reserved are listeners that hold loopback ports for the HTTP
+	// proxies until NodeArgs creates them (see Reserve).
 	reserved []net.Listener
-	// http, if set, replaces the per-link proxies by one HTTP proxy per
-	// node (NewHTTPNet).
+	// http is the HTTP net's per-member proxies (NewHTTPNet).
 	http *httpPeers
 }
 
-// NewNet returns an empty network; the proxies are created by NodeArgs.
-func NewNet() *Net {
-	return &Net{
-		server:  toxiproxy.NewServer(toxiproxy.NewMetricsContainer(nil), zerolog.Nop()),
-		proxies: map[Link]*toxiproxy.Proxy{},
-		cut:     map[Link]bool{},
+// linkCallTimeout bounds one SetLinks call (stopping and starting a few
+// proxies, an nftables transaction).
+const linkCallTimeout = 15 * time.Second
+
+// NewNet returns the network of spec, a cluster started with
+// cluster.UpOptions.Links: every agent is told that no link is cut or
+// delayed (a fresh start, whatever an earlier user left), and answers how
+// it cuts links. A cluster without Links, or an agent that cannot cut
+// links at all (etcd's node dials its peers itself, and a local agent has
+// no packet filter), is an error.
+func NewNet(ctx context.Context, spec *cluster.Spec) (*Net, error) {
+	if !spec.Links {
+		return nil, systems.Usagef("the cluster in %s was not started with peer links through its agents (cluster.UpOptions.Links): network faults cannot reach it", spec.Dir)
 	}
+	n := &Net{spec: spec, cut: map[Link]bool{}, mechanisms: map[uint64]string{}}
+	if err := n.applyLocked(ctx, n.idsLocked()); err != nil {
+		return nil, err
+	}
+	var none []string
+	for id, m := range n.mechanisms {
+		if m == "none" {
+			none = append(none, fmt.Sprint(id))
+		}
+	}
+	if len(none) > 0 {
+		sort.Strings(none)
+		return nil, fmt.Errorf("the agents of nodes %s cannot cut links: their nodes dial peers themselves (%s) and the agents have no packet filter (on the local backend a system such as etcd needs NewHTTPNet)",
+			strings.Join(none, ", "), cluster.Label(spec.System))
+	}
+	return n, nil
 }
 
-// Reserve holds free loopback ports for the proxies of a cluster of the
-// given size until NodeArgs creates them on exactly those ports. Call it
-// before cluster.Up: Up picks its nodes' ports while these are held, so
-// that a proxy can never take a port a node is about to bind.
-func (n *Net) Reserve(nodes int) error {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	count := nodes * (nodes - 1)
-	if n.http != nil {
-		count = nodes
+// idsLocked returns the ids of the cluster's members now (the membership
+// nemesis changes them).
+func (n *Net) idsLocked() []uint64 {
+	ids := make([]uint64, len(n.spec.Nodes))
+	for i, m := range n.spec.Nodes {
+		ids[i] = m.ID
 	}
-	for i := 0; i < count; i++ {
-		l, err := listenBelowEphemeral()
+	return ids
+}
+
+// applyLocked sends each of the nodes from their agents' part of the
+// state: the members their messages to are dropped, and the delay.
+func (n *Net) applyLocked(ctx context.Context, from []uint64) error {
+	var errs []error
+	for _, id := range from {
+		node, err := n.spec.Node(id)
 		if err != nil {
-			return fmt.Errorf("reserve a port for a peer link proxy: %w", err)
-		}
-		n.reserved = append(n.reserved, l)
-	}
-	return nil
-}
-
-// listenBelowEphemeral listens on a free loopback port below the kernel's
-// ephemeral range if it can (else on any free port). A cut link's proxy
-// stops listening until the link is restored; a port from the ephemeral
-// range could meanwhile become the local port of some outgoing connection.
-func listenBelowEphemeral() (net.Listener, error) {
-	lo, hi := 10000, 32768
-	if b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range"); err == nil {
-		if f := strings.Fields(string(b)); len(f) > 0 {
-			if v, err := strconv.Atoi(f[0]); err == nil {
-				hi = v
-			}
-		}
-	}
-	for tries := 0; hi-lo >= 1000 && tries < 100; tries++ {
-		if l, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(lo+rand.IntN(hi-lo)))); err == nil {
-			return l, nil
-		}
-	}
-	return net.Listen("tcp", "127.0.0.1:0")
-}
-
-// NodeArgs is a cluster.UpOptions.NodeArgs and a cluster.Spec.NodeArgs.
-// On its first call it creates a proxy for every directed link between the
-// members (listening on a free loopback port, forwarding to the member's
-// internal address); called for a member added later (one without links
-// yet), it creates the proxies of the new member's links both ways and
-// writes each other member's -dialPeersFile (DialPeersFile), so that the
-// running members reach the new one through them too. It returns
-// `-dialPeers` and `-dialPeersFile` for self. Errors (a port that cannot
-// be bound, a member that is not on loopback) make it return an unusable
-// -dialPeers value, so that the node refuses to start with a clear
-// message; call Err after cluster.Up to get the cause of a failure at the
-// start.
-func (n *Net) NodeArgs(self cluster.Node, all []cluster.Node) []string {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	create := n.createLocked
-	if n.http != nil {
-		create = n.createHTTPLocked
-	}
-	if n.createErr == nil && len(n.proxies) == 0 && (n.http == nil || len(n.http.nodes) == 0) && len(all) > 1 {
-		if err := create(all); err != nil {
-			n.closeLocked()
-			n.createErr = err
-		}
-	}
-	if n.createErr != nil {
-		return []string{"-dialPeers", "proxy-setup-failed"}
-	}
-	dial := make([]string, len(all))
-	if n.http != nil {
-		// Every member dials the same proxy in front of each member.
-		for i, m := range all {
-			dial[i] = n.http.listen[m.ID]
-		}
-		return []string{"-dialPeers", strings.Join(dial, ",")}
-	}
-	if len(all) > 1 && !n.hasLinksLocked(self.ID) {
-		if err := n.addMemberLocked(self, all); err != nil {
-			return []string{"-dialPeers", "proxy-setup-failed:" + strings.ReplaceAll(err.Error(), ",", ";")}
-		}
-	}
-	for i, m := range all {
-		if m.ID == self.ID {
-			dial[i] = m.InternalAddress
+			errs = append(errs, err)
 			continue
 		}
-		dial[i] = n.proxies[Link{From: self.ID, To: m.ID}].Listen
-	}
-	return []string{"-dialPeers", strings.Join(dial, ","), "-dialPeersFile", DialPeersFile(self)}
-}
-
-// DialPeersFile is node n's -dialPeersFile: dial-peers.json beside its
-// data directory.
-func DialPeersFile(n cluster.Node) string {
-	return filepath.Join(filepath.Dir(n.Data), "dial-peers.json")
-}
-
-func (n *Net) hasLinksLocked(id uint64) bool {
-	for l := range n.proxies {
-		if l.From == id || l.To == id {
-			return true
-		}
-	}
-	return false
-}
-
-// addMemberLocked creates the proxies of the links between the added
-// member self and every other member of all (with the delay in force, if
-// any), and rewrites each other member's -dialPeersFile with the proxies
-// of every link it dials.
-func (n *Net) addMemberLocked(self cluster.Node, all []cluster.Node) error {
-	if err := checkLoopback(self.InternalAddress); err != nil {
-		return err
-	}
-	// The members' ports are free while a member is down or, for self,
-	// not yet bound (cluster.Spec.AddMember chose them and let them go):
-	// a proxy must not take one.
-	taken := map[string]bool{}
-	for _, m := range all {
-		for _, a := range []string{m.Address, m.InternalAddress, m.MetricsAddress, m.JSONRPCAddress} {
-			if _, port, err := net.SplitHostPort(a); err == nil {
-				taken[port] = true
-			}
-		}
-	}
-	for _, m := range all {
-		if m.ID == self.ID {
-			continue
-		}
-		for _, l := range []struct {
-			link Link
-			to   string
-		}{{Link{From: self.ID, To: m.ID}, m.InternalAddress}, {Link{From: m.ID, To: self.ID}, self.InternalAddress}} {
-			if err := n.startProxyLocked(l.link, l.to, taken); err != nil {
-				return err
-			}
-		}
-	}
-	for _, m := range all {
-		if m.ID == self.ID {
-			continue
-		}
-		addrs := map[string]string{}
-		for l, p := range n.proxies {
-			if l.From == m.ID {
-				addrs[strconv.FormatUint(l.To, 10)] = p.Listen
-			}
-		}
-		if err := writeFileAtomic(DialPeersFile(m), addrs); err != nil {
-			return fmt.Errorf("dial peers file of node %d: %w", m.ID, err)
-		}
-	}
-	return nil
-}
-
-// startProxyLocked creates and starts the proxy of link l to address to,
-// on a free port below the ephemeral range that is not in taken (nor the
-// port of another proxy, which a cut link leaves unbound), with the delay
-// in force.
-func (n *Net) startProxyLocked(l Link, to string, taken map[string]bool) error {
-	for _, p := range n.proxies {
-		if _, port, err := net.SplitHostPort(p.Listen); err == nil {
-			taken[port] = true
-		}
-	}
-	var listen string
-	for attempt := 0; listen == "" && attempt < 100; attempt++ {
-		lis, err := listenBelowEphemeral()
+		a, err := n.spec.Agent(node)
 		if err != nil {
-			return fmt.Errorf("proxy for link %s: %w", l, err)
+			errs = append(errs, err)
+			continue
 		}
-		if _, port, _ := net.SplitHostPort(lis.Addr().String()); !taken[port] {
-			listen = lis.Addr().String()
+		req := &agentpb.SetLinksRequest{DelayNs: int64(n.latency), JitterNs: int64(n.jitter)}
+		for l := range n.cut {
+			if l.From == id {
+				req.Cut = append(req.Cut, l.To)
+			}
 		}
-		lis.Close()
-	}
-	if listen == "" {
-		return fmt.Errorf("proxy for link %s: no free port outside the members' in 100 attempts", l)
-	}
-	p := toxiproxy.NewProxy(n.server, "link-"+l.String(), listen, to)
-	if err := p.Start(); err != nil {
-		return fmt.Errorf("proxy for link %s: %w", l, err)
-	}
-	n.proxies[l] = p
-	if n.latency != 0 || n.jitter != 0 {
-		if err := n.addDelayLocked(l, p); err != nil {
-			return err
+		slices.Sort(req.Cut)
+		cctx, cancel := context.WithTimeout(ctx, linkCallTimeout)
+		r, err := a.SetLinks(cctx, req)
+		cancel()
+		if err != nil {
+			errs = append(errs, fmt.Errorf("links of node %d (its agent at %s): %w", id, node.Agent, err))
+			continue
 		}
+		n.mechanisms[id] = r.GetMechanism()
 	}
-	return nil
+	return errors.Join(errs...)
 }
 
-// writeFileAtomic writes v as JSON to path through a rename, so that a
-// node never reads half of it.
-func writeFileAtomic(path string, v any) error {
-	b, err := json.Marshal(v)
-	if err != nil {
-		return err
-	}
-	tmp := path + ".tmp"
-	if err := os.WriteFile(tmp, b, 0o644); err != nil {
-		return err
-	}
-	return os.Rename(tmp, path)
-}
-
-func (n *Net) createLocked(all []cluster.Node) error {
-	for _, m := range all {
-		if err := checkLoopback(m.InternalAddress); err != nil {
-			return err
+// senders returns the distinct senders of links, sorted.
+func senders(links []Link) []uint64 {
+	var out []uint64
+	for _, l := range links {
+		if !slices.Contains(out, l.From) {
+			out = append(out, l.From)
 		}
 	}
-	for _, from := range all {
-		for _, to := range all {
-			if from.ID == to.ID {
-				continue
-			}
-			l := Link{From: from.ID, To: to.ID}
-			listen := "127.0.0.1:0"
-			if len(n.reserved) > 0 {
-				// Hand the reserved port over to the proxy.
-				listen = n.reserved[0].Addr().String()
-				n.reserved[0].Close()
-				n.reserved = n.reserved[1:]
-			}
-			p := toxiproxy.NewProxy(n.server, "link-"+l.String(), listen, to.InternalAddress)
-			err := p.Start()
-			if err != nil && listen != "127.0.0.1:0" {
-				p = toxiproxy.NewProxy(n.server, "link-"+l.String(), "127.0.0.1:0", to.InternalAddress)
-				err = p.Start()
-			}
-			if err != nil {
-				return fmt.Errorf("proxy for link %s: %w", l, err)
-			}
-			n.proxies[l] = p
-		}
-	}
-	return nil
+	slices.Sort(out)
+	return out
 }
 
-// Err reports why the proxies could not be created, if they could not.
-func (n *Net) Err() error {
+// Mechanism says how links are cut: the agents' mechanism ("proxy",
+// "proxy+nftables", "nftables"; one per node, "node 1: ...; node 2:
+// ...", where they differ), or "http-proxy" for the HTTP net.
+func (n *Net) Mechanism() string {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	return n.createErr
+	if n.http != nil {
+		return "http-proxy"
+	}
+	seen := map[string]bool{}
+	for _, m := range n.mechanisms {
+		seen[m] = true
+	}
+	if len(seen) == 1 {
+		for m := range seen {
+			return m
+		}
+	}
+	var parts []string
+	for _, id := range slices.Sorted(maps.Keys(n.mechanisms)) {
+		parts = append(parts, fmt.Sprintf("node %d: %s", id, n.mechanisms[id]))
+	}
+	return strings.Join(parts, "; ")
 }
 
-func checkLoopback(addr string) error {
-	host, _, err := net.SplitHostPort(addr)
-	if err != nil {
-		return fmt.Errorf("address %q: %w", addr, err)
+// Describe says how and where links are cut, for reports: e.g.
+// "proxy+nftables in each container".
+func (n *Net) Describe() string {
+	m := n.Mechanism()
+	if n.http != nil {
+		return m + " in the controller, one per member (the nodes share one loopback)"
 	}
-	ip := net.ParseIP(host)
-	if ip == nil || !ip.IsLoopback() {
-		return systems.Usagef("address %s is not on loopback: faults act on local clusters only", addr)
-	}
-	return nil
+	where := map[string]string{
+		cluster.BackendLocal:  "in each node's agent on this machine",
+		cluster.BackendDocker: "in each container",
+		cluster.BackendSSH:    "on each host",
+	}[n.spec.BackendName()]
+	return m + " " + where
 }
 
 // Links returns every link, sorted.
 func (n *Net) Links() []Link {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	out := make([]Link, 0, len(n.proxies))
-	for l := range n.proxies {
-		out = append(out, l)
-	}
+	return n.linksLocked()
+}
+
+func (n *Net) linksLocked() []Link {
+	var ids []uint64
 	if n.http != nil {
-		out = n.httpLinksLocked()
+		ids = n.http.nodes
+	} else {
+		ids = n.idsLocked()
 	}
-	sort.Slice(out, func(i, j int) bool {
-		if out[i].From != out[j].From {
-			return out[i].From < out[j].From
+	var out []Link
+	for _, a := range ids {
+		for _, b := range ids {
+			if a != b {
+				out = append(out, Link{From: a, To: b})
+			}
 		}
-		return out[i].To < out[j].To
-	})
+	}
+	sortLinks(out)
 	return out
 }
 
-// Cut disables the given links (idempotent).
+func sortLinks(links []Link) {
+	sort.Slice(links, func(i, j int) bool {
+		if links[i].From != links[j].From {
+			return links[i].From < links[j].From
+		}
+		return links[i].To < links[j].To
+	})
+}
+
+// Cut cuts the given links (idempotent).
 func (n *Net) Cut(links ...Link) error {
 	n.mu.Lock()
 	defer n.mu.Unlock()
+	known := n.linksLocked()
 	var errs []error
+	var cut []Link
 	for _, l := range links {
-		if n.http != nil {
-			if !slices.Contains(n.httpLinksLocked(), l) {
-				errs = append(errs, fmt.Errorf("no link %s", l))
-				continue
-			}
-			n.cut[l] = true
-			n.cutHTTPLocked(l)
-			continue
-		}
-		p, ok := n.proxies[l]
-		if !ok {
+		if !slices.Contains(known, l) {
 			errs = append(errs, fmt.Errorf("no link %s", l))
 			continue
 		}
-		p.Stop()
 		n.cut[l] = true
+		cut = append(cut, l)
+		if n.http != nil {
+			n.cutHTTPLocked(l)
+		}
+	}
+	if n.http == nil {
+		errs = append(errs, n.applyLocked(context.Background(), senders(cut)))
 	}
 	return errors.Join(errs...)
 }
 
-// Restore enables the given links again (idempotent). The proxy listens on
-// the port it had; binding is retried for a while in case the port is
-// briefly taken.
+// Restore restores the given links (idempotent).
 func (n *Net) Restore(links ...Link) error {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	var errs []error
 	for _, l := range links {
-		if err := n.restoreLocked(l); err != nil {
-			errs = append(errs, err)
-		}
-	}
-	return errors.Join(errs...)
-}
-
-func (n *Net) restoreLocked(l Link) error {
-	if n.http != nil {
 		delete(n.cut, l)
+	}
+	if n.http != nil {
 		return nil
 	}
-	p, ok := n.proxies[l]
-	if !ok {
-		return fmt.Errorf("no link %s", l)
-	}
-	if !n.cut[l] {
-		return nil
-	}
-	var err error
-	for attempt := 0; attempt < 50; attempt++ {
-		if err = p.Start(); err == nil || errors.Is(err, toxiproxy.ErrProxyAlreadyStarted) {
-			delete(n.cut, l)
-			return nil
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	return fmt.Errorf("restore link %s (listen %s): %w", l, p.Listen, err)
+	return n.applyLocked(context.Background(), senders(links))
 }
 
 // Cuts returns the links that are cut now, sorted.
 func (n *Net) Cuts() []Link {
+	n.mu.Lock()
+	defer n.mu.Unlock()
 	var out []Link
-	for _, l := range n.Links() {
-		n.mu.Lock()
-		c := n.cut[l]
-		n.mu.Unlock()
-		if c {
-			out = append(out, l)
-		}
+	for l := range n.cut {
+		out = append(out, l)
 	}
+	sortLinks(out)
 	return out
 }
 
-const latencyToxic = "nemesis-delay"
-
-// Delay adds latency (plus or minus jitter) to every message on every link.
-// A second call replaces the first.
+// Delay adds latency (plus or minus jitter) to every message on every link
+// (the agents' proxies count whole milliseconds). A second call replaces
+// the first.
 func (n *Net) Delay(latency, jitter time.Duration) error {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	if n.http != nil {
 		return errNoHTTPDelay
 	}
-	if err := n.clearDelayLocked(); err != nil {
-		return err
-	}
-	var errs []error
 	n.latency, n.jitter = latency, jitter
-	for l, p := range n.proxies {
-		if err := n.addDelayLocked(l, p); err != nil {
-			errs = append(errs, err)
-		}
-	}
-	return errors.Join(errs...)
-}
-
-// addDelayLocked adds the latency in force to link l's proxy p.
-func (n *Net) addDelayLocked(l Link, p *toxiproxy.Proxy) error {
-	body := fmt.Sprintf(`{"name":%q,"type":"latency","stream":"upstream","toxicity":1,"attributes":{"latency":%d,"jitter":%d}}`,
-		latencyToxic, n.latency.Milliseconds(), n.jitter.Milliseconds())
-	if _, err := p.Toxics.AddToxicJson(strings.NewReader(body)); err != nil {
-		return fmt.Errorf("delay link %s: %w", l, err)
-	}
-	return nil
+	return n.applyLocked(context.Background(), n.idsLocked())
 }
 
 // ClearDelay removes the latency added by Delay.
 func (n *Net) ClearDelay() error {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	return n.clearDelayLocked()
-}
-
-func (n *Net) clearDelayLocked() error {
-	if n.latency == 0 && n.jitter == 0 {
+	if n.http != nil {
 		return nil
 	}
-	var errs []error
-	for l, p := range n.proxies {
-		if p.Toxics.GetToxic(latencyToxic) == nil {
-			continue
-		}
-		if err := p.Toxics.RemoveToxic(context.Background(), latencyToxic); err != nil {
-			errs = append(errs, fmt.Errorf("remove delay from link %s: %w", l, err))
-		}
-	}
 	n.latency, n.jitter = 0, 0
-	return errors.Join(errs...)
+	return n.applyLocked(context.Background(), n.idsLocked())
 }
 
-// HealAll restores every link and removes every delay.
+// HealAll restores every link and removes every delay, on every member's
+// agent (also one whose state this Net did not change).
 func (n *Net) HealAll() error {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	var errs []error
-	if err := n.clearDelayLocked(); err != nil {
-		errs = append(errs, err)
+	n.cut = map[Link]bool{}
+	n.latency, n.jitter = 0, 0
+	if n.http != nil {
+		return nil
 	}
-	for l := range n.cut {
-		if err := n.restoreLocked(l); err != nil {
-			errs = append(errs, err)
-		}
-	}
-	return errors.Join(errs...)
+	return n.applyLocked(context.Background(), n.idsLocked())
 }
 
-// Close stops every proxy. The network cannot be used afterwards.
+// Refresh follows a membership change: it forgets the cuts of links to
+// and from former members and sends every member's agent its part of the
+// state, so that an added member's links are cut and delayed like the
+// others (its agent starts with none).
+func (n *Net) Refresh(ctx context.Context) error {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.http != nil {
+		return nil
+	}
+	ids := n.idsLocked()
+	for l := range n.cut {
+		if !slices.Contains(ids, l.From) || !slices.Contains(ids, l.To) {
+			delete(n.cut, l)
+		}
+	}
+	for id := range n.mechanisms {
+		if !slices.Contains(ids, id) {
+			delete(n.mechanisms, id)
+		}
+	}
+	return n.applyLocked(ctx, ids)
+}
+
+// Close stops the HTTP net's proxies; the agents' links end with the
+// cluster. The network cannot be used afterwards.
 func (n *Net) Close() {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	n.closeLocked()
-}
-
-func (n *Net) closeLocked() {
 	for _, l := range n.reserved {
 		l.Close()
 	}
 	n.reserved = nil
-	for _, p := range n.proxies {
-		p.Stop()
-	}
 	if n.http != nil {
 		n.closeHTTPLocked()
 	}
-	n.proxies = map[Link]*toxiproxy.Proxy{}
 	n.cut = map[Link]bool{}
-}
-
-// DialPeers returns self's -dialPeers value for the members all (in
-// -peers order) after a membership change: the proxy of each link that
-// has one, the member's own internal address for a link without one (and
-// for self). The HTTP net (etcd) keeps its
-// members: "" there.
-func (n *Net) DialPeers(self cluster.Node, all []cluster.Node) string {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	if n.http != nil || n.createErr != nil {
-		return ""
-	}
-	dial := make([]string, len(all))
-	for i, m := range all {
-		dial[i] = m.InternalAddress
-		if p, ok := n.proxies[Link{From: self.ID, To: m.ID}]; ok && m.ID != self.ID {
-			dial[i] = p.Listen
-		}
-	}
-	return strings.Join(dial, ",")
 }

@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/nezha-harness/nezha/systems"
-	"github.com/nezha-harness/nezha/systems/cluster"
 )
 
 // ScheduleOptions configures NewSchedule. Zero durations take the defaults
@@ -380,7 +379,7 @@ func sleepUntil(ctx context.Context, t time.Time) bool {
 // HealAll undoes every fault a nemesis can leave behind, whatever the
 // schedule knows: it restores every link, removes the delay, clears the
 // disk faults of every running node, SIGCONTs every running node and
-// restarts every node that is not running.
+// restarts every node that is not running (as its agent says).
 func HealAll(env *Env) error {
 	var errs []error
 	if env.Net != nil {
@@ -389,11 +388,11 @@ func HealAll(env *Env) error {
 	errs = append(errs, env.healAllDisks())
 	for i := range env.Cluster.Nodes {
 		n := &env.Cluster.Nodes[i]
-		if n.PID != 0 && cluster.Alive(n.PID) {
+		// An agent that does not answer is started again by Restart.
+		if env.Cluster.State(context.Background(), n).Alive() {
 			errs = append(errs, env.Cluster.Signal(n.ID, syscall.SIGCONT))
 			continue
 		}
-		n.PID = 0
 		errs = append(errs, env.Cluster.Restart(n.ID))
 	}
 	return errors.Join(errs...)

@@ -43,6 +43,9 @@ func (o *Options) FitDuration() {
 func WriteResult(w io.Writer, r *Result) {
 	fmt.Fprintf(w, "system %s, read mode %s, nemeses %s, seed %d, %d clients, %d nodes, %v\n",
 		cluster.Label(r.Options.System), r.Options.ReadMode, nemesisList(r.Options.Nemeses), r.Options.Seed, r.Options.Clients, r.Options.Nodes, r.Options.Duration)
+	if r.Backend != "" {
+		fmt.Fprintf(w, "backend %s; partitions: %s\n", r.Backend, r.Partitions)
+	}
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	for _, win := range r.Windows {
 		fmt.Fprintf(tw, "  fault\t%s\t%v..%v\t%s\n", win.Nemesis, win.Start.Round(time.Millisecond), win.End.Round(time.Millisecond), win.Detail)

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -89,8 +90,15 @@ type Options struct {
 	ExtraArgs []string `json:"extra_args,omitempty"`
 	// Schedule timing; zero fields take faults.DefaultScheduleOptions.
 	Schedule faults.ScheduleOptions `json:"schedule"`
-	// KeepData keeps the nodes' data directories of a passing run.
+	// KeepData keeps the nodes' data directories of a passing run; on
+	// the docker and ssh backends it keeps the cluster (containers,
+	// volumes, remote directories: `nezha cluster down -cluster
+	// OUT/cluster -purge` removes them), which is otherwise removed after
+	// the nodes' logs are copied to OUT/nodes.
 	KeepData bool `json:"keep_data"`
+	// Backend is where the nodes run (default local). The clients always
+	// run here: one clock for the history.
+	Backend cluster.BackendOptions `json:"backend"`
 	// Logf receives progress lines. Default: none.
 	Logf func(format string, args ...any) `json:"-"`
 }
@@ -203,6 +211,9 @@ func (o *Options) Validate() error {
 	if err := o.Schedule.Validate(); err != nil {
 		errs = append(errs, err)
 	}
+	if err := o.Backend.Validate(o.Nodes); err != nil {
+		errs = append(errs, err)
+	}
 	if cluster.External(o.System) {
 		var unsupported []string
 		for _, n := range o.Nemeses {
@@ -285,7 +296,14 @@ type Result struct {
 	Options  Options  `json:"options"`
 	// NodeFlags are the serve flags of every node (-dialPeers aside).
 	NodeFlags []string `json:"node_flags"`
-	Ops       OpCounts `json:"ops"`
+	// Backend is where the nodes ran (local, docker, ssh).
+	Backend string `json:"backend"`
+	// LinkMechanism is how the network nemeses cut links
+	// (faults.Net.Mechanism: proxy, proxy+nftables, nftables,
+	// http-proxy); Partitions says it with where (faults.Net.Describe).
+	LinkMechanism string   `json:"link_mechanism"`
+	Partitions    string   `json:"partitions"`
+	Ops           OpCounts `json:"ops"`
 	// Availability is the fraction of operations that succeeded.
 	Availability float64          `json:"availability"`
 	Check        CheckOutcome     `json:"check"`
@@ -311,8 +329,10 @@ type Result struct {
 // Interrupted is the verdict of a run whose context was cancelled.
 const Interrupted = "interrupted"
 
-// Run checks one system: it starts a fresh local cluster under o.Out with
-// every peer link behind its own proxy, runs the workload and the fault
+// Run checks one system: it starts a fresh cluster under o.Out on
+// o.Backend whose peer links can be cut (faults.Net: through the nodes'
+// agents, or for etcd on the local backend through HTTP proxies here),
+// runs the workload (its clients here) and the fault
 // schedule for o.Duration, heals everything, requires one final write to
 // succeed and every node to reach the same state hash at the same applied
 // index, tears the cluster down, and checks the history with Porcupine.
@@ -374,56 +394,37 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 		logf("schedule: step %d %s at %v for %v", st.Index, st.Nemesis, st.At, st.Hold)
 	}
 
-	// Start the cluster. The nodes' ports are chosen free and released
-	// before the nodes bind them, so another process may take one in
-	// between: start again (at most three times) if that happens.
-	var (
-		network *faults.Net
-		spec    *cluster.Spec
-		leader  uint64
-	)
-	clusterDir := filepath.Join(dir, "cluster")
-	for attempt := 1; ; attempt++ {
-		network = faults.NewNet()
-		if cluster.External(o.System) {
-			network = faults.NewHTTPNet(faults.EtcdSenderHeader, faults.EtcdReceiverHeader)
-		}
-		if err := network.Reserve(o.Nodes); err != nil {
-			network.Close()
-			return nil, err
-		}
-		spec, leader, err = cluster.Up(ctx, cluster.UpOptions{
-			Dir: clusterDir, System: o.System, Nodes: o.Nodes, Binary: o.Binary,
-			ExtraArgs: o.NodeArgs(), NodeArgs: network.NodeArgs, ReadyTimeout: 30 * time.Second,
-		})
-		if err == nil {
-			break
-		}
-		network.Close()
-		if nerr := network.Err(); nerr != nil {
-			return nil, fmt.Errorf("peer link proxies: %w", nerr)
-		}
-		if attempt < 3 && ctx.Err() == nil && strings.Contains(err.Error(), "address already in use") {
-			logf("cluster start failed on a port taken in between (%v); starting again", firstLine(err))
-			continue
-		}
-		return nil, fmt.Errorf("start the cluster: %w", err)
+	network, spec, leader, err := startCluster(ctx, o, filepath.Join(dir, "cluster"), logf)
+	if err != nil {
+		return nil, err
 	}
+	clusterDir := spec.Dir
 	defer network.Close()
+	local := spec.BackendName() == cluster.BackendLocal
 	downed := false
 	down := func() {
-		if !downed {
-			downed = true
-			if err := spec.Down(false); err != nil {
-				logf("cluster down: %v", err)
-			}
+		if downed {
+			return
+		}
+		downed = true
+		purge := false
+		if !local {
+			// The nodes' files are in containers or on other hosts: keep
+			// their logs here, and remove the rest unless asked not to.
+			saveLogs(spec, filepath.Join(dir, "nodes"), logf)
+			purge = !o.KeepData
+		}
+		if err := spec.Down(purge); err != nil {
+			logf("cluster down: %v", err)
 		}
 	}
 	defer down()
-	logf("cluster of %d %s nodes up in %s, leader %d", o.Nodes, cluster.Label(o.System), clusterDir, leader)
+	res.Backend, res.LinkMechanism, res.Partitions = spec.BackendName(), network.Mechanism(), network.Describe()
+	logf("cluster of %d %s nodes up in %s (backend %s), leader %d; partitions: %s", o.Nodes, cluster.Label(o.System), clusterDir, res.Backend, leader, res.Partitions)
+	if err := writeJSON(filepath.Join(dir, "config.json"), res); err != nil {
+		return nil, err
+	}
 
-	// Members the membership nemesis adds get proxied links too.
-	spec.NodeArgs = network.NodeArgs
 	start := time.Now()
 	rec := NewRecorder(start)
 	env := &faults.Env{Cluster: spec, Net: network, Start: start, Logf: logf, DiskFaults: faults.NeedsDiskFaults(o.Nemeses)}
@@ -462,8 +463,12 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 	end := time.Duration(rec.Now())
 	down()
 	for _, n := range spec.Nodes {
-		if strings.Contains(readFile(n.Log), "panic:") {
-			res.Failures = append(res.Failures, fmt.Sprintf("node %d panicked (see %s)", n.ID, n.Log))
+		log := n.Log
+		if !local {
+			log = savedLog(filepath.Join(dir, "nodes"), n.ID)
+		}
+		if strings.Contains(readFile(log), "panic:") {
+			res.Failures = append(res.Failures, fmt.Sprintf("node %d panicked (see %s)", n.ID, log))
 		}
 	}
 
@@ -518,7 +523,7 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 		res.Failures = append(res.Failures, "nodes did not converge: "+res.Convergence.Error)
 	}
 	res.OK = len(res.Failures) == 0 && res.Verdict == Linearizable
-	if res.OK && !o.KeepData {
+	if res.OK && !o.KeepData && local {
 		for _, n := range spec.Nodes {
 			_ = os.RemoveAll(n.Data)
 		}
@@ -529,6 +534,71 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 	}
 	return res, nil
 }
+
+// startCluster starts the run's cluster in dir on o.Backend, with the
+// network its partitions cut: the agents' links (faults.NewNet), or for
+// etcd on the local backend (one loopback: no packet filter, and etcd's
+// members dial their peers themselves) HTTP proxies in this process
+// (faults.NewHTTPNet). On the local backend the nodes' ports are chosen
+// free and released before the nodes bind them, so another process may
+// take one in between: it starts again (at most three times) if that
+// happens.
+func startCluster(ctx context.Context, o Options, dir string, logf func(string, ...any)) (*faults.Net, *cluster.Spec, uint64, error) {
+	httpNet := cluster.External(o.System) && (o.Backend.Name == "" || o.Backend.Name == cluster.BackendLocal)
+	for attempt := 1; ; attempt++ {
+		up := cluster.UpOptions{Dir: dir, System: o.System, Nodes: o.Nodes, Binary: o.Binary, Backend: o.Backend,
+			ExtraArgs: o.NodeArgs(), Links: !httpNet, ReadyTimeout: 30 * time.Second}
+		var network *faults.Net
+		if httpNet {
+			network = faults.NewHTTPNet(faults.EtcdSenderHeader, faults.EtcdReceiverHeader)
+			if err := network.Reserve(o.Nodes); err != nil {
+				network.Close()
+				return nil, nil, 0, err
+			}
+			up.NodeArgs = network.NodeArgs
+		}
+		spec, leader, err := cluster.Up(ctx, up)
+		if err == nil && !httpNet {
+			network, err = faults.NewNet(ctx, spec)
+			if err != nil {
+				_ = spec.Down(spec.BackendName() != cluster.BackendLocal)
+				return nil, nil, 0, fmt.Errorf("the cluster's peer links: %w", err)
+			}
+		}
+		if err == nil {
+			return network, spec, leader, nil
+		}
+		if network != nil {
+			network.Close()
+			if nerr := network.Err(); nerr != nil {
+				return nil, nil, 0, fmt.Errorf("peer link proxies: %w", nerr)
+			}
+		}
+		if attempt < 3 && ctx.Err() == nil && strings.Contains(err.Error(), "address already in use") {
+			logf("cluster start failed on a port taken in between (%v); starting again", firstLine(err))
+			continue
+		}
+		return nil, nil, 0, fmt.Errorf("start the cluster: %w", err)
+	}
+}
+
+// saveLogs copies the end of every node's log (what its agent returns, up
+// to a MiB) to dir/node<ID>.log (savedLog), before the cluster is removed.
+func saveLogs(spec *cluster.Spec, dir string, logf func(string, ...any)) {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		logf("node logs: %v", err)
+		return
+	}
+	for i := range spec.Nodes {
+		n := &spec.Nodes[i]
+		if err := os.WriteFile(savedLog(dir, n.ID), []byte(spec.NodeTail(n, math.MaxInt32)+"\n"), 0o644); err != nil {
+			logf("node %d's log: %v", n.ID, err)
+		}
+	}
+}
+
+// savedLog is node id's log copied by saveLogs.
+func savedLog(dir string, id uint64) string { return filepath.Join(dir, fmt.Sprintf("node%d.log", id)) }
 
 func firstLine(err error) string {
 	s, _, _ := strings.Cut(err.Error(), "\n")

@@ -17,13 +17,15 @@ import (
 )
 
 const checkUsage = `usage: nezha check -system S [-nemesis LIST] [-duration D] [-clients N] [-seed N]
-                   [-read-mode linearizable|lease|stale] [-out DIR] [flags] [-- NODE FLAGS]
+                   [-read-mode linearizable|lease|stale] [-out DIR]
+                   [-backend local|docker|ssh [-image I] [-hosts FILE]] [flags] [-- NODE FLAGS]
 
-Starts a fresh local cluster whose peer links go through per-link proxies,
-runs a recorded workload of put/get/delete/scan on a small key space while
-a seeded schedule injects and heals faults one at a time, heals
-everything, requires one final write to succeed and every node to reach
-the same state hash at the same applied index, and checks the history for
+Starts a fresh cluster (on this machine, or with -backend in containers or
+on hosts) whose peer links its nodes' agents can cut and delay, runs here
+(one clock) a recorded workload of put/get/delete/scan on a small key space
+while a seeded schedule injects and heals faults one at a time, heals
+everything, requires one final write to succeed and every node to reach the
+same state hash at the same applied index, and checks the history for
 linearizability with Porcupine. Flags after -- go to every node (e.g.
 -- -gcContinuous -segmentSizeBytes 1048576 to keep nezha's GC busy).
 
@@ -54,7 +56,8 @@ func (c *cli) checkCommand() *ffcli.Command {
 	fs.IntVar(&o.ValueBytes, "value-size", o.ValueBytes, "pad written values to this many bytes (0: short unique ids)")
 	fs.DurationVar(&o.ThinkTime, "think", o.ThinkTime, "mean pause of a client between operations, a duration")
 	fs.DurationVar(&o.CheckTimeout, "check-timeout", o.CheckTimeout, "time limit of Porcupine, a duration (running out counts as failure)")
-	fs.BoolVar(&o.KeepData, "keep-data", false, "keep the nodes' data directories of a passing run")
+	fs.BoolVar(&o.KeepData, "keep-data", false, "keep the nodes' data directories of a passing run (docker, ssh: keep the cluster; `nezha cluster down -cluster OUT/cluster -purge` removes it)")
+	hosts := registerBackend(fs, &o.Backend)
 	return c.command("check", checkUsage+faults.Describe(), fs, func(ctx context.Context, args []string) error {
 		// Flags after "--" go to every node, as with `cluster up`; the
 		// flag package drops the "--" itself, so find it in the raw
@@ -64,6 +67,9 @@ func (c *cli) checkCommand() *ffcli.Command {
 		}
 		if err := noArgs("check", args[:len(args)-min(len(args), len(o.ExtraArgs))]); err != nil {
 			return err
+		}
+		if err := hosts.load(&o.Backend); err != nil {
+			return systems.OneLine("check", err)
 		}
 		return c.check(ctx, fs, o, *nemesis)
 	})
