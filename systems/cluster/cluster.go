@@ -129,11 +129,6 @@ type Spec struct {
 	host string
 	// agents are the connections to the nodes' agents (not stored).
 	agents *agentPool
-	// NodeArgs, if set (not stored), gives a member that AddMember adds
-	// its own flags, as UpOptions.NodeArgs did at the start (e.g. the
-	// per-link proxies of faults.Net): called with the new node, its ports
-	// chosen, and every member, the new one last, before it starts.
-	NodeArgs func(self Node, all []Node) []string `json:"-"`
 }
 
 // Addresses returns the client addresses of all nodes.
@@ -915,10 +910,6 @@ func Alive(pid int) bool {
 	}
 	return true
 }
-
-// WaitGone waits up to timeout for process pid to end (a node that stops
-// on its own, e.g. after a failed fsync).
-func WaitGone(pid int, timeout time.Duration) error { return waitGone(pid, timeout) }
 
 func waitGone(pid int, timeout time.Duration) error {
 	deadline := time.Now().Add(timeout)

@@ -7,7 +7,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -183,9 +182,6 @@ func (s *Spec) AddMember(ctx context.Context, promote bool) (*Node, error) {
 		return nil, fmt.Errorf("cluster add: %w", err)
 	}
 	s.NextID = id + 1
-	if s.NodeArgs != nil {
-		added.ExtraArgs = s.NodeArgs(*added, slices.Clone(s.Nodes))
-	}
 	if s.Links {
 		// The running members learn the new one's proxy through their
 		// -dialPeersFile, which their agents rewrite.

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"regexp"
 	"slices"
 	"strings"
 
@@ -14,18 +13,31 @@ import (
 
 // What the harness makes in a cluster directory, and nothing else: a purge
 // removes these names only, so that a file a user put there survives it.
-var (
-	// clusterFiles are made in DIR itself: the description, its
-	// temporary copy while it is saved, and the lock (Lock).
-	clusterFiles = []string{FileName, FileName + ".tmp", ".lock", TokenFile}
-	// nodeFiles are made in DIR/nodeN (a local cluster's node directory,
-	// its agent's -dir): the node's -data, its log, the agent's log, the
-	// peer-link file (of the agent's proxies, or faults.DialPeersFile's)
-	// and the agent's disk probe.
-	nodeFiles = []string{"data", "node.log", "agent.log", "dial-peers.json", "dial-peers.json.tmp", "disk-probe.tmp"}
-	// nodeDirName matches the node directories (DIR/node<id>).
-	nodeDirName = regexp.MustCompile(`^node[1-9][0-9]*$`)
-)
+
+// clusterFiles are made in DIR itself: the description, its temporary
+// copy while it is saved, the lock (Lock) and the agents' token.
+func clusterFiles() []string { return []string{FileName, FileName + ".tmp", ".lock", TokenFile} }
+
+// nodeFiles are made in DIR/nodeN (a local cluster's node directory, its
+// agent's -dir): the node's -data, its log, the agent's log, the agent's
+// peer-link file and its disk probe.
+func nodeFiles() []string {
+	return []string{"data", "node.log", "agent.log", "dial-peers.json", "dial-peers.json.tmp", "disk-probe.tmp"}
+}
+
+// isNodeDir reports whether name is a node directory's (node<id>).
+func isNodeDir(name string) bool {
+	id, ok := strings.CutPrefix(name, "node")
+	if !ok || id == "" || id[0] == '0' {
+		return false
+	}
+	for _, c := range id {
+		if c < '0' || c > '9' {
+			return false
+		}
+	}
+	return true
+}
 
 // checkForeign refuses a cluster directory that holds something the
 // harness did not make and no cluster.json: a directory of the user's
@@ -78,11 +90,11 @@ func (s *Spec) purge() error {
 	for _, de := range des {
 		name := de.Name()
 		switch {
-		case slices.Contains(clusterFiles, name):
+		case slices.Contains(clusterFiles(), name):
 			// Removed last: the lock is held until the caller unlocks.
-		case de.IsDir() && nodeDirName.MatchString(name) && nodeIndex(name) < last:
+		case de.IsDir() && isNodeDir(name) && nodeIndex(name) < last:
 			nd := filepath.Join(s.Dir, name)
-			for _, f := range nodeFiles {
+			for _, f := range nodeFiles() {
 				if err := os.RemoveAll(filepath.Join(nd, f)); err != nil {
 					errs = append(errs, err)
 				}
@@ -100,7 +112,7 @@ func (s *Spec) purge() error {
 			kept = append(kept, name)
 		}
 	}
-	for _, f := range clusterFiles {
+	for _, f := range clusterFiles() {
 		if err := os.Remove(filepath.Join(s.Dir, f)); err != nil && !errors.Is(err, os.ErrNotExist) {
 			errs = append(errs, err)
 		}

@@ -1,12 +1,9 @@
 package systemstest
 
 import (
-	"context"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"regexp"
 	"strings"
 	"sync"
 	"testing"
@@ -17,11 +14,12 @@ import (
 )
 
 // dockerImage is the image the docker tests run: built once per test
-// binary from this checkout by scripts/image.sh under a tag of its own
-// (removed by TestMain), or the reason there is none.
+// binary from this checkout (BuildImage, removed by TestMain), or the
+// reason there is none.
 type dockerImage struct {
 	once    sync.Once
 	tag     string
+	rm      func() error
 	skipWhy string
 	err     error
 }
@@ -43,38 +41,22 @@ func dockerBackend(t *testing.T) cluster.BackendOptions {
 }
 
 func (im *dockerImage) build() {
-	if _, err := exec.LookPath("docker"); err != nil {
-		im.skipWhy = "docker backend: no docker command; skipped"
+	if why := DockerMissing(); why != "" {
+		im.skipWhy = "docker backend: " + why + "; skipped"
 		return
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	if err := exec.CommandContext(ctx, "docker", "info").Run(); err != nil {
-		im.skipWhy = fmt.Sprintf("docker backend: no Docker daemon answers (docker info: %v); skipped", err)
-		return
-	}
-	tag := fmt.Sprintf("nezha:systemstest-%d", os.Getpid())
 	root, _ := filepath.Abs("../..")
-	cmd := exec.Command(filepath.Join(root, "scripts", "image.sh"))
-	cmd.Env = append(os.Environ(), "NEZHA_IMAGE="+tag)
 	start := time.Now()
-	out, err := cmd.CombinedOutput()
-	if err != nil {
-		im.err = fmt.Errorf("scripts/image.sh: %v\n%s", err, out)
-		return
+	im.tag, im.rm, im.err = BuildImage(root)
+	if im.err == nil {
+		fmt.Fprintf(os.Stderr, "systemstest: image %s built in %v\n", im.tag, time.Since(start).Round(time.Second))
 	}
-	if !regexp.MustCompile(`(?m)^image: id \S+, tags ` + regexp.QuoteMeta(tag)).Match(out) {
-		im.err = fmt.Errorf("scripts/image.sh did not build %s:\n%s", tag, out)
-		return
-	}
-	fmt.Fprintf(os.Stderr, "systemstest: image %s built in %v\n", tag, time.Since(start).Round(time.Second))
-	im.tag = tag
 }
 
 // remove deletes the test's image, if it built one.
 func (im *dockerImage) remove() {
-	if im.tag != "" {
-		_ = exec.Command("docker", "image", "rm", "-f", im.tag).Run()
+	if im.rm != nil {
+		_ = im.rm()
 	}
 }
 
