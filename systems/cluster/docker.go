@@ -56,10 +56,10 @@ const (
 	containerNodeDir = containerDir + "/node"
 )
 
-// containerPorts are a bridge-networked node's ports, in Host.port's
+// containerPort is a bridge-networked node's k-th port, in Host.port's
 // order: client, internal, metrics, JSON-RPC, agent, etcd API, profiler
 // (the client, peer and etcd ports those of deploy/compose.yaml).
-var containerPorts = [7]int{7000, 7001, 9100, 7002, 7070, 2379, 6060}
+func containerPort(k int) int { return [...]int{7000, 7001, 9100, 7002, 7070, 2379, 6060}[k] }
 
 type dockerBackend struct{}
 
@@ -225,8 +225,8 @@ func (dockerBackend) place(ctx context.Context, s *Spec, n *Node) error {
 		}
 		n.Host = d.container(n)
 		at := func(p int) string { return net.JoinHostPort(ip, strconv.Itoa(p)) }
-		n.Address, n.InternalAddress, n.Agent = at(containerPorts[0]), at(containerPorts[1]), at(containerPorts[4])
-		s.setAdminAddresses(n, func(k int) string { return at(containerPorts[k]) })
+		n.Address, n.InternalAddress, n.Agent = at(containerPort(0)), at(containerPort(1)), at(containerPort(4))
+		s.setAdminAddresses(n, func(k int) string { return at(containerPort(k)) })
 	}
 	return d.run(ctx, s, n)
 }
@@ -270,7 +270,7 @@ func (d *DockerSpec) run(ctx context.Context, s *Spec, n *Node) error {
 	if d.Privileged {
 		args = append(args, "--privileged")
 	}
-	listen := net.JoinHostPort("0.0.0.0", strconv.Itoa(containerPorts[4]))
+	listen := net.JoinHostPort("0.0.0.0", strconv.Itoa(containerPort(4)))
 	if len(d.Hosts) > 0 {
 		args = append(args, "--network", "host")
 		listen = n.Agent
