@@ -227,7 +227,7 @@ func (c *cli) bench(ctx context.Context, stdout io.Writer, b *benchFlags) error 
 		parts = append(parts, fmt.Sprintf("cnums=%d", com.Clients))
 		workloads.WriteBenchfmt(stdout, workloads.BenchName(sub, system, parts...), s, cpu)
 	}
-	if err := b.outs.Save(workloads.Result{Summary: s, Run: info}, s.WriteSeriesCSV); err != nil {
+	if err := b.outs.Save(workloads.Result{Summary: s, Run: info}, s, "nezha bench "+sub); err != nil {
 		return err
 	}
 	if stop != nil {

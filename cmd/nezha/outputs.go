@@ -21,11 +21,11 @@ func registerOutputs(fs *flag.FlagSet, o *workloads.Outputs, raw bool) {
 	fs.StringVar(&o.JSON, "json", "", "write the summary (with the run record) as JSON to `FILE`")
 	o.RawInDir = raw
 	if raw {
-		fs.StringVar(&o.Raw, "raw", "", "write every operation (op,start_unix_us,latency_us,ok,outcome; times in microseconds) as CSV to `FILE`")
-		fs.StringVar(&o.Dir, "out", "", "write config.json, summary.json, raw.csv and timeseries.csv to `DIR`")
+		fs.StringVar(&o.Raw, "raw", "", "write every operation (op,start_unix_us,latency_us,ok,outcome,intended_start_unix_us,intended_latency_us,late; times in microseconds) as CSV to `FILE`")
+		fs.StringVar(&o.Dir, "out", "", "write config.json, summary.json, raw.csv, timeseries.csv and latency.hlog (HdrHistogram interval log) to `DIR`")
 		return
 	}
-	fs.StringVar(&o.Dir, "out", "", "write config.json, summary.json and timeseries.csv to `DIR`")
+	fs.StringVar(&o.Dir, "out", "", "write config.json, summary.json, timeseries.csv and latency.hlog (HdrHistogram interval log) to `DIR`")
 }
 
 // conn is a load generator's connection to the cluster named by -servers

@@ -133,7 +133,7 @@ func (c *cli) ycsb(ctx context.Context, stdout io.Writer, phase string, y *ycsbF
 		rows = append(rows, s.Operations[op])
 	}
 	workloads.PrintTable(w, rows...)
-	if err := y.outs.Save(ycsb.Result{Summary: s, Run: info}, s.Summary.WriteSeriesCSV); err != nil {
+	if err := y.outs.Save(ycsb.Result{Summary: s, Run: info}, s.Summary, "nezha ycsb "+phase+" TOTAL"); err != nil {
 		return err
 	}
 	if stop != nil {
