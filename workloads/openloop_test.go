@@ -194,6 +194,46 @@ func scheduleKept(t *testing.T, raw []byte, rate float64, stallFrom int64) strin
 	return "the generator fell behind its schedule: operations " + strings.Join(slow[:min(len(slow), 5)], ", ") + "..."
 }
 
+// -rate takes operations a second, or a fraction of a closed-loop run's
+// throughput from its summary (file or -out directory).
+func TestParseRate(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name, body string) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	closed := write("summary.json", `{"ops_per_sec": 2000, "load": {"loop": "closed"}}`)
+	old := write("old.json", `{"ops_per_sec": 1000}`)
+	open := write("open.json", `{"ops_per_sec": 1000, "load": {"loop": "open"}}`)
+	stopped := write("stopped.json", `{"ops_per_sec": 1000, "stopped": "stalled"}`)
+	for _, c := range []struct {
+		spec string
+		want float64
+		err  string
+	}{
+		{"", 0, ""}, {"5000", 5000, ""}, {"2.5e3", 2500, ""},
+		{"0.7x:" + closed, 1400, ""}, {"0.5x:" + dir, 1000, ""}, {"1x:" + old, 1000, ""},
+		{"0", 0, "want operations a second"}, {"-3", 0, "want operations a second"}, {"fast", 0, "want operations a second"},
+		{"0.7x", 0, "a fraction needs"}, {"0x:" + closed, 0, "not a number > 0"},
+		{"0.7x:" + open, 0, "open-loop run"}, {"0.7x:" + stopped, 0, "was stalled"},
+		{"0.7x:" + filepath.Join(dir, "nope.json"), 0, "no such file"},
+	} {
+		got, source, err := ParseRate(c.spec)
+		var ue *systems.UsageError
+		switch {
+		case c.err == "" && (err != nil || got != c.want):
+			t.Errorf("ParseRate(%q) = %v, %v; want %v", c.spec, got, err, c.want)
+		case c.err != "" && (err == nil || !strings.Contains(err.Error(), c.err) || !errors.As(err, &ue)):
+			t.Errorf("ParseRate(%q): error %v, want a usage error with %q", c.spec, err, c.err)
+		case strings.Contains(c.spec, "x:") && c.err == "" && !strings.Contains(source, "ops/s of "):
+			t.Errorf("ParseRate(%q): source %q", c.spec, source)
+		}
+	}
+}
+
 // A Poisson schedule is the same for the same seed and another for
 // another; its gaps average 1/rate. A constant one is evenly spaced from 0.
 func TestScheduleIsSeeded(t *testing.T) {

@@ -21,6 +21,10 @@
 // worker from the clock: a YCSB run cannot be repeated operation for
 // operation (its run record says so).
 //
+// With a rate (Options.Rate) a phase runs as an open loop
+// (workloads.OpenLoop) instead of go-ycsb's closed-loop threads, and every
+// operation is also timed from its intended start.
+//
 // go-ycsb's measurements are process-global: run one Run at a time.
 package ycsb
 

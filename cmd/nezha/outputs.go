@@ -28,6 +28,15 @@ func registerOutputs(fs *flag.FlagSet, o *workloads.Outputs, raw bool) {
 	fs.StringVar(&o.Dir, "out", "", "write config.json, summary.json, timeseries.csv and latency.hlog (HdrHistogram interval log) to `DIR`")
 }
 
+// registerLoad adds -rate, -arrivals and -warmup, how bench and ycsb offer
+// their operations, to fs.
+func registerLoad(fs *flag.FlagSet, rate, arrivals *string, warmup *time.Duration) {
+	fs.StringVar(rate, "rate", "", "open loop: offer `OPS_PER_SEC` operations a second whatever the answers, timing each from when it was due; "+
+		"or FRACTIONx:FILE, a fraction of the throughput of a closed-loop run's summary.json (or -out DIR); empty: closed loop")
+	fs.StringVar(arrivals, "arrivals", *arrivals, "open loop: when operations are due: constant (evenly spaced) or poisson (seeded)")
+	fs.DurationVar(warmup, "warmup", 0, "leave the operations that start (open loop: are due) in the first `DURATION` of the run out of every result")
+}
+
 // conn is a load generator's connection to the cluster named by -servers
 // or -cluster.
 type conn struct {
