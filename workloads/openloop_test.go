@@ -26,9 +26,9 @@ import (
 
 // stallStore is a Store whose Puts take service (a sleep: the store's
 // work), except that those of a key index at or above stallFrom that
-// arrive before the stall ends block until it does: the stall begins with
-// the first of them and lasts stall (a real one: a garbage collection
-// that holds every write).
+// arrive before the stall ends are held until it does, and answered then:
+// the stall begins with the first of them and lasts stall (a real one: a
+// garbage collection that holds every write).
 type stallStore struct {
 	service   time.Duration
 	stallFrom int64
@@ -57,6 +57,7 @@ func (s *stallStore) Put(_ context.Context, k, _ []byte) (uint64, error) {
 		default:
 			s.stalled.Add(1)
 			<-rel
+			return uint64(i + 1), nil
 		}
 	}
 	time.Sleep(s.service)
@@ -158,6 +159,16 @@ func TestOpenLoopShowsTheStallClosedLoopHides(t *testing.T) {
 	}
 	if open.Intended.P999Us < 450*ms || open.Intended.MaxUs < stall.Microseconds() {
 		t.Fatalf("open loop: p99.9 %d us, max %d from the intended start: the %v stall does not show", open.Intended.P999Us, open.Intended.MaxUs, stall)
+	}
+	// Each late operation k waited at least from when it was due to
+	// when the stall ended (>= 0.5 s after operation ops-window was
+	// due): in its latency from the intended start, not from the send.
+	var waitedUs float64
+	for k := window - maxInFlight; k < window; k++ {
+		waitedUs += (stall.Seconds() - float64(k)/rate) * 1e6
+	}
+	if gap := (open.Intended.AvgUs - open.AvgUs) * ops; gap < 0.9*waitedUs {
+		t.Fatalf("open loop: the latencies from the intended start add up to %.0f us more than from the send; the late operations waited %.0f", gap, waitedUs)
 	}
 }
 
