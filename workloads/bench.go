@@ -114,15 +114,11 @@ func (c *Common) validate() []error {
 
 // load describes how c offers its operations.
 func (c *Common) load() Load {
-	seed := c.Seed
-	l := Load{Loop: LoopClosed, Seed: &seed, MaxInFlight: c.clients(), WarmupSec: c.Warmup.Seconds()}
 	if c.Rate > 0 {
-		l.Loop, l.RateOpsPerSec, l.RateSource, l.Arrivals = LoopOpen, c.Rate, c.RateSource, c.Arrivals
-		if l.Arrivals == "" {
-			l.Arrivals = ArrivalsConstant
-		}
+		return OpenLoad(c.Rate, c.RateSource, c.Arrivals, c.Seed, c.clients(), c.Warmup)
 	}
-	return l
+	seed := c.Seed
+	return Load{Loop: LoopClosed, Seed: &seed, MaxInFlight: c.clients(), WarmupSec: c.Warmup.Seconds()}
 }
 
 // PutOptions configures RunPut: Ops unique keys, indices 0..Ops-1, each

@@ -170,6 +170,16 @@ func (o OpenLoop) Drive(ctx context.Context, start time.Time, live *Live, do fun
 	wg.Wait()
 }
 
+// OpenLoad is the Load of an open loop at rate (from source) with
+// arrivals drawn from seed, maxInFlight senders and a warm-up.
+func OpenLoad(rate float64, source, arrivals string, seed int64, maxInFlight int, warmup time.Duration) Load {
+	if arrivals == "" {
+		arrivals = ArrivalsConstant
+	}
+	return Load{Loop: LoopOpen, RateOpsPerSec: rate, RateSource: source, Arrivals: arrivals, Seed: &seed,
+		MaxInFlight: maxInFlight, WarmupSec: warmup.Seconds()}
+}
+
 func validArrivals(a string) bool { return a == "" || a == ArrivalsConstant || a == ArrivalsPoisson }
 
 // ValidateOpenLoop checks the open-loop settings shared by bench and ycsb:

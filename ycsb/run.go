@@ -142,12 +142,11 @@ func (o *Options) Properties() (*properties.Properties, []string, []string, erro
 
 // load describes how o offers the operations of p.
 func (o *Options) load(p *properties.Properties) workloads.Load {
-	l := workloads.Load{Loop: workloads.LoopClosed, MaxInFlight: int(p.GetInt64(prop.ThreadCount, 1)), WarmupSec: o.Warmup.Seconds()}
+	threads := int(p.GetInt64(prop.ThreadCount, 1))
 	if o.Rate > 0 {
-		seed := o.Seed
-		l.Loop, l.RateOpsPerSec, l.RateSource, l.Arrivals, l.Seed = workloads.LoopOpen, o.Rate, o.RateSource, o.Arrivals, &seed
+		return workloads.OpenLoad(o.Rate, o.RateSource, o.Arrivals, o.Seed, threads, o.Warmup)
 	}
-	return l
+	return workloads.Load{Loop: workloads.LoopClosed, MaxInFlight: threads, WarmupSec: o.Warmup.Seconds()}
 }
 
 // Validate reports every problem with o and its properties at once.
