@@ -22,14 +22,30 @@ type Store interface {
 
 // Common are the options every bench workload has.
 type Common struct {
-	// Clients is the number of closed-loop clients (-cnums).
+	// Clients is the number of closed-loop clients (-cnums); in an open
+	// loop, the most operations in flight (its senders).
 	Clients int `json:"clients"`
-	// Ops is the total number of operations over all clients (-dnums).
+	// Ops is the total number of operations over all clients (-dnums),
+	// the warm-up's included.
 	Ops int64 `json:"ops"`
-	// MaxDuration (-duration) ends the run once it has lasted this long,
-	// after the clients' operations in flight, even if fewer than Ops were
-	// done; the summary counts what was done (0: no limit).
+	// MaxDuration (-duration) ends the run once it has lasted this long
+	// (warm-up included), after the operations in flight, even if fewer
+	// than Ops were done; the summary counts what was done (0: no limit).
+	// An open loop sends no operation due at or after it.
 	MaxDuration time.Duration `json:"max_duration_ns"`
+	// Rate (-rate), if positive, makes the run an open loop: operations
+	// are due at Rate a second on a schedule of Arrivals, whatever the
+	// answers, and each is timed from when it was due as well as from its
+	// send (see OpenLoop). 0: closed loop. RateSource says where a rate
+	// derived from a measured peak came from (see ParseRate).
+	Rate       float64 `json:"rate_ops_per_sec"`
+	RateSource string  `json:"rate_source,omitempty"`
+	// Arrivals (-arrivals) is ArrivalsConstant (also "") or
+	// ArrivalsPoisson, drawn from Seed.
+	Arrivals string `json:"arrivals"`
+	// Warmup (-warmup): the operations that start (open loop: are due) in
+	// the first Warmup of the run are done but left out of every result.
+	Warmup time.Duration `json:"warmup_ns"`
 	// KeyPrefix names the keys: KeyPrefix + KeyDigits digits.
 	KeyPrefix string `json:"key_prefix"`
 	// Seed of every random choice; client i draws from Seed+i.
@@ -53,7 +69,7 @@ type Common struct {
 // DefaultCommon returns the defaults shared by the workloads.
 func DefaultCommon() Common {
 	return Common{Clients: 100, Ops: 10000, KeyPrefix: DefaultKeyPrefix, Seed: 1, OpTimeout: time.Minute,
-		StallTimeout: DefaultStallTimeout, ProgressInterval: 5 * time.Second}
+		StallTimeout: DefaultStallTimeout, ProgressInterval: 5 * time.Second, Arrivals: ArrivalsConstant}
 }
 
 // clients is how many clients run starts: Clients, but no more than
@@ -89,7 +105,20 @@ func (c *Common) validate() []error {
 	if c.Progress != nil && c.ProgressInterval <= 0 {
 		errs = append(errs, systems.Usagef("-interval %v must be positive", c.ProgressInterval))
 	}
+	errs = append(errs, ValidateOpenLoop(c.Rate, c.Arrivals, c.Warmup)...)
+	if c.MaxDuration > 0 && c.Warmup >= c.MaxDuration {
+		errs = append(errs, systems.Usagef("-warmup %v leaves nothing of -duration %v to measure", c.Warmup, c.MaxDuration))
+	}
 	return errs
+}
+
+// load describes how c offers its operations.
+func (c *Common) load() Load {
+	if c.Rate > 0 {
+		return OpenLoad(c.Rate, c.RateSource, c.Arrivals, c.Seed, c.clients(), c.Warmup)
+	}
+	seed := c.Seed
+	return Load{Loop: LoopClosed, Seed: &seed, MaxInFlight: c.clients(), WarmupSec: c.Warmup.Seconds()}
 }
 
 // PutOptions configures RunPut: Ops unique keys, indices 0..Ops-1, each
@@ -219,55 +248,40 @@ type opFunc func(ctx context.Context, id int, seq int64) (Outcome, int64, int64,
 // clientFunc prepares client id's opFunc (its own random source).
 type clientFunc func(id int) opFunc
 
-// run drives c.Clients closed-loop clients over c.Ops operations, or
-// until c.MaxDuration has passed. On ctx's end the clients stop after
-// their current operation and run returns the summary so far, marked
-// StoppedInterrupted, with ctx's error; when no operation got an answer
-// for c.StallTimeout, the operations in flight are cancelled and run
-// returns the summary so far, marked StoppedStalled, with a *StallError.
-// The raw CSV (c.Raw) holds every operation done in either case.
+// run drives c.Ops operations, or those of c.MaxDuration: by c.Clients
+// closed-loop clients, or, with a c.Rate, by an open loop of at most
+// c.Clients in flight. On ctx's end no operation is started any more and
+// run returns the summary of what was done, marked StoppedInterrupted,
+// with ctx's error; when no operation got an answer for c.StallTimeout,
+// the operations in flight are cancelled and run returns the summary so
+// far, marked StoppedStalled, with a *StallError. The raw CSV (c.Raw)
+// holds every operation measured in either case.
 func run(ctx context.Context, c Common, op string, mk clientFunc) (Summary, error) {
-	var (
-		next atomic.Int64
-		wg   sync.WaitGroup
-		recs = make([]*Recorder, c.clients())
-	)
 	start := time.Now()
+	measured := start.Add(c.Warmup)
 	live := NewLive(start)
-	stop := StartProgress(c.Progress, "bench "+op, c.Ops, live, c.ProgressInterval)
-	stallCtx, stopWatch := live.Watch(c.StallTimeout)
-	for id := range recs {
-		recs[id] = NewRecorder(start, c.Raw != nil, live)
-		do := mk(id)
-		wg.Add(1)
-		go func(id int, rec *Recorder) {
-			defer wg.Done()
-			// One context per client ends its operations on a stall, so
-			// that each operation's context does not register with the
-			// stall watch, which every client shares (a lock).
-			wctx, wcancel := context.WithCancel(context.Background())
-			defer context.AfterFunc(stallCtx, wcancel)()
-			defer wcancel()
-			var octx opContext
-			defer octx.stop()
-			for ctx.Err() == nil && stallCtx.Err() == nil {
-				seq := next.Add(1) - 1
-				if seq >= c.Ops || c.MaxDuration > 0 && time.Since(start) >= c.MaxDuration {
-					return
-				}
-				t0 := time.Now()
-				out, bytes, items, err := do(octx.get(wctx, t0, c.OpTimeout), id, seq)
-				lat := time.Since(t0)
-				rec.Record(op, t0, lat, out, bytes, items, err)
-			}
-		}(id, recs[id])
+	total := c.Ops
+	if c.Rate > 0 && c.MaxDuration > 0 {
+		total = min(total, int64(math.Ceil(c.Rate*c.MaxDuration.Seconds())))
 	}
-	wg.Wait()
-	elapsed := time.Since(start)
+	stop := StartProgress(c.Progress, "bench "+op, total, live, c.ProgressInterval)
+	stallCtx, stopWatch := live.Watch(c.StallTimeout)
+	iv := NewIntervals(measured)
+	recs := make([]*Recorder, c.clients())
+	for id := range recs {
+		recs[id] = NewRecorder(measured, c.Raw != nil, live).WithIntervals(iv)
+	}
+	if c.Rate > 0 {
+		runOpen(ctx, stallCtx, c, op, mk, start, live, recs)
+	} else {
+		runClosed(ctx, stallCtx, c, op, mk, start, recs)
+	}
+	elapsed := max(time.Since(measured), 0)
 	stalled := Stalled(stallCtx)
 	stopWatch()
 	stop()
 	s := Summarize(op, recs, elapsed)
+	s.Load = c.load()
 	var err error
 	switch {
 	case stalled != nil:
@@ -281,6 +295,84 @@ func run(ctx context.Context, c Common, op string, mk clientFunc) (Summary, erro
 		}
 	}
 	return s, err
+}
+
+// sender is the state of one closed-loop client or open-loop sender: its
+// operation, and the context its operations derive from, which a stall
+// cancels (one per sender, so that each operation's context does not
+// register with the stall watch, which every sender shares: a lock).
+type sender struct {
+	do   opFunc
+	wctx context.Context
+	octx opContext
+	rec  *Recorder
+}
+
+// senders prepares the senders of recs; stop releases them.
+func senders(stallCtx context.Context, mk clientFunc, recs []*Recorder) (ss []sender, stop func()) {
+	ss = make([]sender, len(recs))
+	var stops []func()
+	for id := range ss {
+		wctx, wcancel := context.WithCancel(context.Background())
+		unbind := context.AfterFunc(stallCtx, wcancel)
+		stops = append(stops, func() { unbind(); wcancel() })
+		ss[id] = sender{do: mk(id), wctx: wctx, rec: recs[id]}
+	}
+	return ss, func() {
+		for i := range ss {
+			ss[i].octx.stop()
+			stops[i]()
+		}
+	}
+}
+
+// send does operation seq as sender id, due at intended, and records it.
+func (s *sender) send(c *Common, op string, id int, seq int64, intended time.Time, late bool) {
+	sent := time.Now()
+	if intended.IsZero() {
+		intended = sent
+	}
+	out, bytes, items, err := s.do(s.octx.get(s.wctx, sent, c.OpTimeout), id, seq)
+	s.rec.RecordTiming(op, Timing{Intended: intended, Sent: sent, Done: time.Now(), Late: late}, out, bytes, items, err)
+}
+
+// runClosed is run's closed loop: each client sends its next operation
+// when the last one is answered.
+func runClosed(ctx, stallCtx context.Context, c Common, op string, mk clientFunc, start time.Time, recs []*Recorder) {
+	var (
+		next atomic.Int64
+		wg   sync.WaitGroup
+	)
+	ss, release := senders(stallCtx, mk, recs)
+	defer release()
+	for id := range ss {
+		wg.Add(1)
+		go func(id int, s *sender) {
+			defer wg.Done()
+			for ctx.Err() == nil && stallCtx.Err() == nil {
+				seq := next.Add(1) - 1
+				if seq >= c.Ops || c.MaxDuration > 0 && time.Since(start) >= c.MaxDuration {
+					return
+				}
+				s.send(&c, op, id, seq, time.Time{}, false)
+			}
+		}(id, &ss[id])
+	}
+	wg.Wait()
+}
+
+// runOpen is run's open loop (OpenLoop): operation seq is due at its
+// time on the schedule.
+func runOpen(ctx, stallCtx context.Context, c Common, op string, mk clientFunc, start time.Time, live *Live, recs []*Recorder) {
+	ss, release := senders(stallCtx, mk, recs)
+	defer release()
+	dctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	defer context.AfterFunc(stallCtx, cancel)()
+	ol := OpenLoop{Rate: c.Rate, Arrivals: c.Arrivals, Seed: c.Seed, Ops: c.Ops, MaxDuration: c.MaxDuration, MaxInFlight: len(ss)}
+	ol.Drive(dctx, start, live, func(id int, a Arrival) {
+		ss[id].send(&c, op, id, a.Seq, a.Intended, a.Late)
+	})
 }
 
 // opContext is the deadline context of one client's operations: one

@@ -11,7 +11,7 @@ import (
 
 func TestWriteBenchfmt(t *testing.T) {
 	var b strings.Builder
-	s := Summary{Op: "put", Ops: 4000, Bytes: 4 << 30, OpsPerSec: 500, MBPerSec: 131.07, P50Us: 90000, P99Us: 250000}
+	s := Summary{Op: "put", Ops: 4000, Bytes: 4 << 30, OpsPerSec: 500, MBPerSec: 131.07, Latency: Latency{P50Us: 90000, P99Us: 250000}}
 	WriteBenchfmt(&b, BenchName("put", "nezha-nogc", "vsize=262144", "cnums=50"), s, 10)
 	want := regexp.MustCompile(`^BenchmarkPut/system=nezha-nogc/vsize=262144/cnums=50 1 2000000 ns/op 500\.0 ops/s 131\.07 MB/s ` +
 		`90000 p50-us 250000 p99-us 2500\.0 node-cpu-us/op 2\.500 node-cpu-s/GiB\n$`)

@@ -63,19 +63,55 @@ func PrintTable(w io.Writer, ss ...Summary) {
 			fmt.Fprintf(w, "%s error: %s\n", s.Op, e)
 		}
 	}
+	printOpenLoop(w, ss)
+}
+
+// printOpenLoop prints, for the open-loop summaries of ss, the offered
+// load and the latencies from the intended start, with the late
+// operations.
+func printOpenLoop(w io.Writer, ss []Summary) {
+	var open []Summary
+	for _, s := range ss {
+		if s.Load.Loop == LoopOpen {
+			open = append(open, s)
+		}
+	}
+	if len(open) == 0 {
+		return
+	}
+	l := open[0].Load
+	fmt.Fprintf(w, "open loop: %.1f ops/s offered (%s arrivals", l.RateOpsPerSec, l.Arrivals)
+	if l.Seed != nil && l.Arrivals == ArrivalsPoisson {
+		fmt.Fprintf(w, ", seed %d", *l.Seed)
+	}
+	fmt.Fprintf(w, "), at most %d in flight", l.MaxInFlight)
+	if l.RateSource != "" {
+		fmt.Fprintf(w, "; rate: %s", l.RateSource)
+	}
+	if l.WarmupSec > 0 {
+		fmt.Fprintf(w, "; the first %gs were a warm-up, left out", l.WarmupSec)
+	}
+	fmt.Fprintln(w, "\nlatency from the intended start (us); late: not sent on time, every sender busy:")
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "op\tops\tlate\tavg(us)\tp50\tp95\tp99\tp99.9\tmax\t")
+	for _, s := range open {
+		i := s.Intended
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%.0f\t%d\t%d\t%d\t%d\t%d\t\n", s.Op, s.Ops, s.LateOps, i.AvgUs, i.P50Us, i.P95Us, i.P99Us, i.P999Us, i.MaxUs)
+	}
+	tw.Flush()
 }
 
 // Outputs are the result files of a run: -json FILE, -raw FILE, -out DIR
-// (config.json, summary.json, raw.csv, timeseries.csv). Empty fields write
-// nothing.
+// (config.json, summary.json, raw.csv, timeseries.csv, latency.hlog). Empty
+// fields write nothing.
 type Outputs struct {
 	// JSON is the file the summary (with the run record) is written to.
 	JSON string
-	// Raw is the CSV file of every operation
-	// (op,start_unix_us,latency_us,ok,outcome).
+	// Raw is the CSV file of every operation (see WriteRawCSV).
 	Raw string
-	// Dir receives config.json, summary.json, timeseries.csv and, with
-	// RawInDir, raw.csv.
+	// Dir receives config.json, summary.json, timeseries.csv (the
+	// per-second series, WriteSeriesCSV), latency.hlog (its HdrHistogram
+	// interval log, WriteHistogramLog) and, with RawInDir, raw.csv.
 	Dir string
 	// RawInDir: the run records every operation (bench; ycsb does not), so
 	// Dir gets raw.csv.
@@ -130,29 +166,40 @@ func (o *Outputs) Open(info RunInfo) (raw io.Writer, close func() error, err err
 	return io.MultiWriter(ws...), close, nil
 }
 
-// Save writes the summary files: -json FILE, and summary.json and
-// timeseries.csv in -out DIR.
-func (o *Outputs) Save(res any, series func(io.Writer) error) error {
+// Save writes the summary files: -json FILE, and summary.json,
+// timeseries.csv and latency.hlog (if s has per-second histograms) in
+// -out DIR. res is what the JSON files hold; s its (total) summary; what
+// names the run in the interval log.
+func (o *Outputs) Save(res any, s Summary, what string) error {
 	if o.JSON != "" {
 		if err := WriteJSON(o.JSON, res); err != nil {
 			return err
 		}
 	}
-	if o.Dir != "" {
-		if err := WriteJSON(filepath.Join(o.Dir, "summary.json"), res); err != nil {
-			return err
-		}
-		if series != nil {
-			f, err := os.Create(filepath.Join(o.Dir, "timeseries.csv"))
-			if err != nil {
-				return err
-			}
-			if err := series(f); err != nil {
-				f.Close()
-				return err
-			}
-			return f.Close()
-		}
+	if o.Dir == "" {
+		return nil
 	}
-	return nil
+	if err := WriteJSON(filepath.Join(o.Dir, "summary.json"), res); err != nil {
+		return err
+	}
+	if err := writeFile(filepath.Join(o.Dir, "timeseries.csv"), s.WriteSeriesCSV); err != nil {
+		return err
+	}
+	if s.intervals == nil {
+		return nil
+	}
+	return writeFile(filepath.Join(o.Dir, "latency.hlog"), func(w io.Writer) error { return s.WriteHistogramLog(w, what) })
+}
+
+// writeFile creates path and writes it with write.
+func writeFile(path string, write func(io.Writer) error) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	if err := write(f); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
 }

@@ -1,9 +1,12 @@
 // Package workloads runs what `nezha bench put|get|scan` measures (its
 // flags are in cmd/nezha/bench.go): the paper's micro-workloads
 // (randwrite_goroutine, zipf_read, scan_pro) run by
-// closed-loop clients through the Go client against any system, with
-// latency histograms (HDR), per-second throughput series, raw
-// per-operation records and a run record (RunInfo, config.json).
+// closed-loop clients, or as an open loop at a fixed rate (OpenLoop),
+// through the Go client against any system, with latency histograms
+// (HDR) from the send and from the intended start, per-second series
+// and HdrHistogram interval logs (Intervals), raw per-operation records
+// and a run record (RunInfo, config.json). docs/latency.md defines the
+// open-loop measures.
 //
 // The key contract between put and get/scan: bench put writes the keys
 // PREFIX + the index in 9 digits (-keyprefix, default "k": 10-byte keys as

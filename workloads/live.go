@@ -55,6 +55,15 @@ func (l *Live) Record(out Outcome, err error) {
 	}
 }
 
+// resume restarts the stall clock at now: an operation is sent while none
+// was outstanding (an open loop at a low rate leaves the cluster idle
+// between operations, which is no stall). A nil Live ignores it.
+func (l *Live) resume(now time.Time) {
+	if l != nil {
+		l.lastAnswer.Store(now.UnixNano())
+	}
+}
+
 // answered reports whether err is a definite answer of a node (bad input,
 // a full disk, corrupt data): the cluster is up, just saying no. Timeouts,
 // transport errors, "no leader" (Aborted) and unknown outcomes are not.

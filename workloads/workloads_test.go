@@ -145,7 +145,7 @@ func TestSummarizeMath(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(rows) != 103 || strings.Join(rows[0], ",") != "op,start_unix_us,latency_us,ok,outcome" {
+	if len(rows) != 103 || strings.Join(rows[0], ",") != "op,start_unix_us,latency_us,ok,outcome,intended_start_unix_us,intended_latency_us,late" {
 		t.Fatalf("raw csv: %d rows, header %v", len(rows), rows[0])
 	}
 	for i := 2; i < len(rows); i++ {
@@ -508,7 +508,7 @@ func TestInterruptedRunKeepsItsMeasurements(t *testing.T) {
 	if err := closeRaw(); err != nil {
 		t.Fatal(err)
 	}
-	if err := outs.Save(Result{Summary: s, Run: info}, s.WriteSeriesCSV); err != nil {
+	if err := outs.Save(Result{Summary: s, Run: info}, s, "bench put"); err != nil {
 		t.Fatal(err)
 	}
 
@@ -532,7 +532,7 @@ func TestInterruptedRunKeepsItsMeasurements(t *testing.T) {
 		t.Fatalf("raw.csv: %d rows (%v), want a header and %d operations", len(rows), err, s.Ops)
 	}
 	b, err := os.ReadFile(filepath.Join(dir, "timeseries.csv"))
-	if err != nil || !strings.HasPrefix(string(b), "second,ops,mb,errors,ambiguous\n0,") {
+	if err != nil || !strings.HasPrefix(string(b), "second,ops,mb,errors,ambiguous,late_ops,intended_p50_us,intended_p99_us,intended_p999_us,intended_max_us,p50_us,p99_us,p999_us,max_us\n0,") {
 		t.Fatalf("timeseries.csv: %q, %v", b, err)
 	}
 }

@@ -148,8 +148,12 @@ type DB struct {
 	store      Store
 	fieldCount int
 	timeout    time.Duration
-	start      time.Time
-	live       *workloads.Live
+	// start is when the measurement starts (the run's start, or the end
+	// of its warm-up): operations due before it are not recorded.
+	start time.Time
+	live  *workloads.Live
+	// intervals, if set, receives the per-second latencies of TOTAL.
+	intervals *workloads.Intervals
 	// stall, if set, is the run's stall watch (workloads.Live.Watch): a
 	// stall also ends the store calls in flight.
 	stall context.Context
@@ -158,19 +162,22 @@ type DB struct {
 	threads []*threadState
 }
 
-// threadState is one go-ycsb worker's: its recorders by operation and the
-// operations of its current transaction.
+// threadState is one go-ycsb worker's (or open-loop sender's): its
+// recorders by operation, the operations of its current transaction and,
+// in an open loop, the arrival it serves.
 type threadState struct {
-	db   *DB
-	recs map[string]*workloads.Recorder
-	txn  []string
+	db      *DB
+	recs    map[string]*workloads.Recorder
+	txn     []string
+	arrival *workloads.Arrival
 }
 
 type threadKey struct{}
 
 // NewDB returns a DB over store. fieldCount is the workload's fieldcount;
-// opTimeout bounds each store call. Recorders count from start; live, if
-// not nil, counts finished YCSB operations (warm-up included).
+// opTimeout bounds each store call. Recorders count from start (earlier
+// operations are a warm-up); live, if not nil, counts finished YCSB
+// operations (warm-up included).
 func NewDB(store Store, fieldCount int, opTimeout time.Duration, start time.Time, live *workloads.Live) *DB {
 	return &DB{store: store, fieldCount: fieldCount, timeout: opTimeout, start: start, live: live}
 }
@@ -195,10 +202,12 @@ func threadOf(ctx context.Context) *threadState {
 	return t
 }
 
-// record adds one operation to the worker's recorder of op (outside a
-// warm-up). The error of a miss (ErrNoRecord) is not kept as an error
+// record adds one operation, sent at sent and done at done, to the
+// worker's recorder of op (outside a warm-up). In an open loop it was due
+// when the YCSB operation it belongs to was (as Java YCSB's intended
+// latencies). The error of a miss (ErrNoRecord) is not kept as an error
 // sample.
-func (t *threadState) record(op string, begin time.Time, lat time.Duration, out workloads.Outcome, bytes, items int64, err error) {
+func (t *threadState) record(op string, sent, done time.Time, out workloads.Outcome, bytes, items int64, err error) {
 	if t == nil {
 		return
 	}
@@ -214,9 +223,16 @@ func (t *threadState) record(op string, begin time.Time, lat time.Duration, out 
 	r := t.recs[op]
 	if r == nil {
 		r = workloads.NewRecorder(t.db.start, false, nil)
+		if op == OpTotal && t.db.intervals != nil {
+			r.WithIntervals(t.db.intervals)
+		}
 		t.recs[op] = r
 	}
-	r.Record(op, begin, lat, out, bytes, items, err)
+	tm := workloads.Timing{Intended: sent, Sent: sent, Done: done}
+	if a := t.arrival; a != nil {
+		tm.Intended, tm.Late = a.Intended, a.Late
+	}
+	r.RecordTiming(op, tm, out, bytes, items, err)
 }
 
 func (d *DB) op(ctx context.Context, name string, f func(ctx context.Context) (workloads.Outcome, int64, int64, error)) error {
@@ -232,7 +248,7 @@ func (d *DB) op(ctx context.Context, name string, f func(ctx context.Context) (w
 	defer cancel()
 	begin := time.Now()
 	out, bytes, items, err := f(octx)
-	t.record(name, begin, time.Since(begin), out, bytes, items, err)
+	t.record(name, begin, time.Now(), out, bytes, items, err)
 	return err
 }
 
@@ -370,37 +386,37 @@ func (d *DB) Summaries(elapsed time.Duration) map[string]workloads.Summary {
 	return out
 }
 
-// measured wraps go-ycsb's workload to time each YCSB operation as a whole
+// timed wraps go-ycsb's workload to time each YCSB operation as a whole
 // (TOTAL), and a read-modify-write (a READ then an UPDATE in one
 // transaction) as READ_MODIFY_WRITE.
-type measured struct {
+type timed struct {
 	gycsb.Workload
 }
 
-func (m measured) DoInsert(ctx context.Context, db gycsb.DB) error {
+func (m timed) DoInsert(ctx context.Context, db gycsb.DB) error {
 	t := threadOf(ctx)
 	if t != nil {
 		t.txn = t.txn[:0]
 	}
 	begin := time.Now()
 	err := m.Workload.DoInsert(ctx, db)
-	t.record(OpTotal, begin, time.Since(begin), workloads.Classify(err), 0, 0, err)
+	t.record(OpTotal, begin, time.Now(), workloads.Classify(err), 0, 0, err)
 	return err
 }
 
-func (m measured) DoTransaction(ctx context.Context, db gycsb.DB) error {
+func (m timed) DoTransaction(ctx context.Context, db gycsb.DB) error {
 	t := threadOf(ctx)
 	if t != nil {
 		t.txn = t.txn[:0]
 	}
 	begin := time.Now()
 	err := m.Workload.DoTransaction(ctx, db)
-	lat := time.Since(begin)
+	end := time.Now()
 	out := classify(err)
 	if t != nil && len(t.txn) == 2 && t.txn[0] == OpRead && t.txn[1] == OpUpdate {
-		t.record(OpReadModifyWrite, begin, lat, out, 0, 0, err)
+		t.record(OpReadModifyWrite, begin, end, out, 0, 0, err)
 	}
-	t.record(OpTotal, begin, lat, out, 0, 0, err)
+	t.record(OpTotal, begin, end, out, 0, 0, err)
 	return err
 }
 

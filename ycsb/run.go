@@ -21,6 +21,10 @@
 // worker from the clock: a YCSB run cannot be repeated operation for
 // operation (its run record says so).
 //
+// With a rate (Options.Rate) a phase runs as an open loop
+// (workloads.OpenLoop) instead of go-ycsb's closed-loop threads, and every
+// operation is also timed from its intended start.
+//
 // go-ycsb's measurements are process-global: run one Run at a time.
 package ycsb
 
@@ -69,12 +73,26 @@ type Options struct {
 	Output io.Writer `json:"-"`
 	// Warn receives warnings (unused properties); nil discards them.
 	Warn io.Writer `json:"-"`
+	// Rate (-rate), if positive, runs the phase as an open loop (see
+	// workloads.OpenLoop) instead of go-ycsb's closed-loop threads:
+	// operations are due at Rate a second on a schedule of Arrivals
+	// (drawn from Seed), threadcount is the most in flight, and each is
+	// timed from when it was due as well as from its send. RateSource
+	// says where a rate derived from a measured peak came from.
+	Rate       float64 `json:"rate_ops_per_sec"`
+	RateSource string  `json:"rate_source,omitempty"`
+	Arrivals   string  `json:"arrivals"`
+	Seed       int64   `json:"seed"`
+	// Warmup (-warmup): the operations that start (open loop: are due) in
+	// the first Warmup are done but left out of every result.
+	Warmup time.Duration `json:"warmup_ns"`
 }
 
 // DefaultOptions returns the defaults for phase.
 func DefaultOptions(phase string) Options {
 	return Options{Phase: phase, MaxValueBytes: systems.DefaultMaxValueBytes, OpTimeout: time.Minute,
-		StallTimeout: workloads.DefaultStallTimeout, ProgressInterval: 5 * time.Second}
+		StallTimeout: workloads.DefaultStallTimeout, ProgressInterval: 5 * time.Second,
+		Arrivals: workloads.ArrivalsConstant, Seed: 1}
 }
 
 // Properties loads and checks the properties of o, reporting every problem
@@ -96,6 +114,7 @@ func (o *Options) Properties() (*properties.Properties, []string, []string, erro
 	if o.Progress != nil && o.ProgressInterval <= 0 {
 		errs = append(errs, systems.Usagef("-interval %v must be positive", o.ProgressInterval))
 	}
+	errs = append(errs, workloads.ValidateOpenLoop(o.Rate, o.Arrivals, o.Warmup)...)
 	p, sources, err := LoadProperties(o.Files, o.Settings)
 	if err != nil {
 		errs = append(errs, err)
@@ -104,7 +123,30 @@ func (o *Options) Properties() (*properties.Properties, []string, []string, erro
 		return nil, nil, nil, errors.Join(errs...)
 	}
 	warnings, err := ValidateProperties(p, o.Phase, o.MaxValueBytes)
-	return p, sources, warnings, err
+	if err != nil {
+		return p, sources, warnings, err
+	}
+	target, warmup := p.GetInt64(prop.Target, 0), p.GetInt64(prop.WarmUpTime, 0)
+	switch {
+	case o.Rate > 0 && target > 0:
+		errs = append(errs, systems.Usagef("-rate and target=%d: -rate offers operations open loop; target paces go-ycsb's closed-loop threads: give one", target))
+	case target > 0:
+		warnings = append(warnings, fmt.Sprintf("target=%d paces go-ycsb's closed-loop threads, timed from each operation's send: "+
+			"a stall delays the threads' next operations, and their wait shows in no latency (coordinated omission); -rate %d runs open loop and times operations from when they were due", target, target))
+	}
+	if o.Rate > 0 && warmup > 0 {
+		errs = append(errs, systems.Usagef("-rate and warmuptime=%d: an open loop leaves its warm-up out with -warmup", warmup))
+	}
+	return p, sources, warnings, errors.Join(errs...)
+}
+
+// load describes how o offers the operations of p.
+func (o *Options) load(p *properties.Properties) workloads.Load {
+	threads := int(p.GetInt64(prop.ThreadCount, 1))
+	if o.Rate > 0 {
+		return workloads.OpenLoad(o.Rate, o.RateSource, o.Arrivals, o.Seed, threads, o.Warmup)
+	}
+	return workloads.Load{Loop: workloads.LoopClosed, MaxInFlight: threads, WarmupSec: o.Warmup.Seconds()}
 }
 
 // Validate reports every problem with o and its properties at once.
@@ -179,8 +221,10 @@ func Run(ctx context.Context, s Store, o Options) (Summary, error) {
 	defer wl.Close()
 
 	start := time.Now()
+	measured := start.Add(o.Warmup)
 	live := workloads.NewLive(start)
-	db := NewDB(s, int(p.GetInt64(prop.FieldCount, prop.FieldCountDefault)), o.OpTimeout, start, live)
+	db := NewDB(s, int(p.GetInt64(prop.FieldCount, prop.FieldCountDefault)), o.OpTimeout, measured, live)
+	db.intervals = workloads.NewIntervals(measured)
 	stallCtx, stopWatch := live.Watch(o.StallTimeout)
 	db.stall = stallCtx
 	rctx, cancelRun := context.WithCancel(ctx)
@@ -193,8 +237,12 @@ func Run(ctx context.Context, s Store, o Options) (Summary, error) {
 		defer cancel()
 	}
 	stopProgress := workloads.StartProgress(o.Progress, "ycsb "+o.Phase, phaseOps(p, o.Phase), live, o.ProgressInterval)
-	gclient.NewClient(p, measured{wl}, gclient.DbWrapper{DB: db}).Run(rctx)
-	elapsed := time.Since(start)
+	if o.Rate > 0 {
+		o.runOpen(rctx, p, wl, db, start, live)
+	} else {
+		gclient.NewClient(p, timed{wl}, gclient.DbWrapper{DB: db}).Run(rctx)
+	}
+	elapsed := max(time.Since(measured), 0)
 	stalled := workloads.Stalled(stallCtx)
 	stopWatch()
 	stopProgress()
@@ -221,6 +269,11 @@ func Run(ctx context.Context, s Store, o Options) (Summary, error) {
 		total.MBPerSec = float64(total.Bytes) / 1e6 / total.DurationSec
 	}
 	res.Summary = total
+	res.Load = o.load(p)
+	for op, s := range res.Operations {
+		s.Load = res.Load
+		res.Operations[op] = s
+	}
 	switch {
 	case stalled != nil:
 		res.Stopped = workloads.StoppedStalled
@@ -230,6 +283,35 @@ func Run(ctx context.Context, s Store, o Options) (Summary, error) {
 		return res, ctx.Err()
 	}
 	return res, nil
+}
+
+// runOpen runs the phase as an open loop (workloads.OpenLoop) until ctx
+// ends: each sender is a thread of the workload and of db (threadcount of
+// them), and serves one YCSB operation at a time.
+func (o *Options) runOpen(ctx context.Context, p *properties.Properties, wl gycsb.Workload, db *DB, start time.Time, live *workloads.Live) {
+	n := int(p.GetInt64(prop.ThreadCount, 1))
+	dbw := gclient.DbWrapper{DB: db}
+	w := timed{wl}
+	threads := make([]context.Context, n)
+	for i := range threads {
+		threads[i] = dbw.InitThread(wl.InitThread(ctx, i, n), i, n)
+	}
+	ol := workloads.OpenLoop{Rate: o.Rate, Arrivals: o.Arrivals, Seed: o.Seed, Ops: phaseOps(p, o.Phase), MaxInFlight: n}
+	ol.Drive(ctx, start, live, func(id int, a workloads.Arrival) {
+		tctx := threads[id]
+		t := threadOf(tctx)
+		t.arrival = &a
+		if o.Phase == "run" {
+			_ = w.DoTransaction(tctx, dbw) // recorded
+		} else {
+			_ = w.DoInsert(tctx, dbw)
+		}
+		t.arrival = nil
+	})
+	for _, tctx := range threads {
+		dbw.CleanupThread(tctx)
+		wl.CleanupThread(tctx)
+	}
 }
 
 // recordShapeWarning compares one loaded record (the table's first, one

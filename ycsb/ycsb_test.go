@@ -422,3 +422,90 @@ func TestInterruptedRun(t *testing.T) {
 		t.Fatalf("left in TMPDIR: %v", left)
 	}
 }
+
+// stallAfter is a memStore whose n-th Get sleeps for stall first: a store
+// that stops answering for a while.
+type stallAfter struct {
+	*memStore
+	n     int64
+	stall time.Duration
+	gets  atomic.Int64
+}
+
+func (s *stallAfter) Get(ctx context.Context, k []byte) ([]byte, bool, error) {
+	if s.gets.Add(1) == s.n {
+		time.Sleep(s.stall)
+	}
+	return s.memStore.Get(ctx, k)
+}
+
+// -rate runs a phase open loop: every YCSB operation is timed from when
+// it was due, so a stall of the store shows in TOTAL's and the
+// operations' latencies from the intended start, and the operations due
+// while the one sender (threadcount=1: go-ycsb's generators race with
+// more) waited are late.
+func TestOpenLoopRun(t *testing.T) {
+	st := &stallAfter{memStore: newMemStore(), n: 200, stall: 200 * time.Millisecond}
+	ctx := context.Background()
+	common := []string{"recordcount=200", "operationcount=600", "threadcount=1", "fieldcount=1", "fieldlength=64"}
+	run := func(phase string, rate float64) Summary {
+		t.Helper()
+		o := DefaultOptions(phase)
+		o.Files, o.Settings, o.Output, o.Rate, o.Arrivals, o.Seed = []string{"workloada"}, common, io.Discard, rate, workloads.ArrivalsPoisson, 3
+		s, err := Run(ctx, st, o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	s := run("load", 2000)
+	if s.Ops != 200 || s.Operations[OpInsert].Ops != 200 || len(st.m) != 200 || s.Load.Loop != workloads.LoopOpen {
+		t.Fatalf("load: %d ops, %d inserts, %d records, load %+v", s.Ops, s.Operations[OpInsert].Ops, len(st.m), s.Load)
+	}
+	s = run("run", 1000)
+	r, u := s.Operations[OpRead], s.Operations[OpUpdate]
+	t.Logf("TOTAL: %d ops, %d late; p99.9 %d us from the intended start, %d from the send", s.Ops, s.LateOps, s.Intended.P999Us, s.P999Us)
+	if s.Ops != 600 || r.Ops+u.Ops != 600 || s.Load.RateOpsPerSec != 1000 || *s.Load.Seed != 3 || s.Load.MaxInFlight != 1 || r.Load != s.Load {
+		t.Fatalf("run: %d ops (%d reads, %d updates), load %+v, read's %+v", s.Ops, r.Ops, u.Ops, s.Load, r.Load)
+	}
+	// ~200 operations are due during the 200 ms stall, at 1000/s.
+	if s.LateOps < 100 || s.LateOps != r.LateOps+u.LateOps {
+		t.Fatalf("%d late (%d reads, %d updates): want the ~200 due during the stall", s.LateOps, r.LateOps, u.LateOps)
+	}
+	if s.Intended.MaxUs < 200_000 || s.Intended.P99Us < 100_000 || s.P99Us >= s.Intended.P99Us || r.Intended.MaxUs < 200_000 {
+		t.Fatalf("TOTAL from the intended start %+v, from the send p99 %d us; READ from the intended start %+v: the stall does not show", s.Intended, s.P99Us, r.Intended)
+	}
+	var late int64
+	for _, p := range s.Series {
+		late += p.LateOps
+	}
+	if late != s.LateOps || len(s.Series) == 0 || s.Series[0].IntendedMaxUs == 0 {
+		t.Fatalf("series: %d late of %d, %+v", late, s.LateOps, s.Series)
+	}
+}
+
+// -rate refuses go-ycsb's closed-loop pacing (target) and warm-up
+// (warmuptime); target alone warns that it times from the send.
+func TestOpenLoopOptions(t *testing.T) {
+	o := DefaultOptions("run")
+	o.Files, o.Rate = []string{"workloada"}, 100
+	o.Settings = []string{"recordcount=10", "operationcount=10", "target=50", "warmuptime=2"}
+	_, _, _, err := o.Properties()
+	for _, want := range []string{"-rate and target=50", "-rate and warmuptime=2"} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("error %v does not report %q", err, want)
+		}
+	}
+	o.Rate, o.Arrivals, o.Warmup = -1, "bursty", -time.Second
+	_, _, _, err = o.Properties()
+	for _, want := range []string{"-rate -1", `-arrivals "bursty"`, "-warmup -1s"} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("error %v does not report %q", err, want)
+		}
+	}
+	o = DefaultOptions("run")
+	o.Files, o.Settings = []string{"workloada"}, []string{"recordcount=10", "operationcount=10", "target=50"}
+	if _, _, w, err := o.Properties(); err != nil || len(w) != 1 || !strings.Contains(w[0], "coordinated omission") {
+		t.Fatalf("target alone: warnings %q, %v", w, err)
+	}
+}

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -19,7 +20,8 @@ import (
 const benchUsage = `usage: nezha bench put|get|scan (-cluster DIR | -servers A,B,C) [flags]   (nezha bench put -h lists its flags)
   put    -vsize BYTES -cnums CLIENTS -dnums OPS   closed-loop PUTs (the paper's PUT benchmark)
   get    -zipf S -cnums CLIENTS -dnums OPS        Zipf GETs over the keys bench put wrote
-  scan   -scansize KEYS -cnums CLIENTS -dnums OPS range scans over the keys bench put wrote`
+  scan   -scansize KEYS -cnums CLIENTS -dnums OPS range scans over the keys bench put wrote
+  -rate OPS_PER_SEC (or FRACTIONx:SUMMARY.json) makes any of them an open loop`
 
 // benchCommand is `nezha bench put|get|scan`, after the paper's
 // randwrite_goroutine, zipf_read and scan_pro (workloads.RunPut, RunGet,
@@ -45,6 +47,7 @@ type benchFlags struct {
 	connectTimeout time.Duration
 	benchfmt       bool
 	cpuProfile     string
+	rate           string
 }
 
 func (c *cli) benchSub(sub string) *ffcli.Command {
@@ -72,7 +75,7 @@ func (c *cli) benchSub(sub string) *ffcli.Command {
 		fs.IntVar(&b.scan.ScanSize, "scansize", b.scan.ScanSize, "keys per scan")
 	}
 	com := b.com
-	fs.IntVar(&com.Clients, "cnums", com.Clients, "concurrent closed-loop clients")
+	fs.IntVar(&com.Clients, "cnums", com.Clients, "concurrent closed-loop clients (open loop: the most operations in flight)")
 	fs.Int64Var(&com.Ops, "dnums", com.Ops, "total operations over all clients")
 	fs.DurationVar(&com.MaxDuration, "duration", 0, "end the run after this long even if fewer than -dnums operations were done (a duration, e.g. 10s); 0: no limit")
 	fs.StringVar(&com.KeyPrefix, "keyprefix", com.KeyPrefix, "key prefix; keys are PREFIX + 9 digits")
@@ -80,6 +83,7 @@ func (c *cli) benchSub(sub string) *ffcli.Command {
 	fs.DurationVar(&com.OpTimeout, "timeout", com.OpTimeout, "deadline of one operation, retries included (a duration, e.g. 10s)")
 	fs.DurationVar(&com.StallTimeout, "stallTimeout", com.StallTimeout, "stop (saving what was measured) when no operation got an answer from the cluster for this long (a duration); 0: never")
 	fs.DurationVar(&com.ProgressInterval, "interval", com.ProgressInterval, "progress line interval when stdout is not a terminal (a duration)")
+	registerLoad(fs, &b.rate, &com.Arrivals, &com.Warmup)
 	fs.StringVar(&b.consistency, "consistency", "linearizable", "read consistency: linearizable or stale")
 	fs.DurationVar(&b.connectTimeout, "connectTimeout", 5*time.Second, "how long to wait for a server to answer before starting (a duration)")
 	fs.BoolVar(&b.benchfmt, "benchfmt", false, "also print the result as a Go benchmark line (benchstat compares runs), with the nodes' CPU time when they run on this machine")
@@ -103,7 +107,8 @@ func (c *cli) bench(ctx context.Context, stdout io.Writer, b *benchFlags) error 
 	com.Progress = stdout
 
 	// Everything that can be checked before contacting the servers.
-	var verr error
+	var verr, rerr error
+	com.Rate, com.RateSource, rerr = workloads.ParseRate(b.rate)
 	switch sub {
 	case "put":
 		verr = put.Validate()
@@ -120,7 +125,7 @@ func (c *cli) bench(ctx context.Context, stdout io.Writer, b *benchFlags) error 
 		}
 		verr = v.Validate()
 	}
-	if verr != nil {
+	if verr = errors.Join(rerr, verr); verr != nil {
 		return systems.OneLine("bench "+sub, verr)
 	}
 	cn, err := connect(ctx, "bench "+sub, &b.af, b.consistency, b.connectTimeout)
@@ -182,7 +187,11 @@ func (c *cli) bench(ctx context.Context, stdout io.Writer, b *benchFlags) error 
 	defer closeRaw()
 	com.Raw = raw
 
-	fmt.Fprintf(stdout, "bench %s: %d clients, %d operations, seed %d, servers %s%s\n", sub, com.Clients, com.Ops, com.Seed,
+	loop := fmt.Sprintf("%d clients", com.Clients)
+	if com.Rate > 0 {
+		loop = fmt.Sprintf("open loop at %.1f ops/s (%s arrivals), at most %d in flight", com.Rate, com.Arrivals, com.Clients)
+	}
+	fmt.Fprintf(stdout, "bench %s: %s, %d operations, seed %d, servers %s%s\n", sub, loop, com.Ops, com.Seed,
 		strings.Join(addrs, ","), map[bool]string{true: " (" + cluster.Label(system) + ")", false: ""}[system != ""])
 	if b.cpuProfile != "" {
 		stop, err := startCPUProfile(b.cpuProfile)
@@ -227,7 +236,7 @@ func (c *cli) bench(ctx context.Context, stdout io.Writer, b *benchFlags) error 
 		parts = append(parts, fmt.Sprintf("cnums=%d", com.Clients))
 		workloads.WriteBenchfmt(stdout, workloads.BenchName(sub, system, parts...), s, cpu)
 	}
-	if err := b.outs.Save(workloads.Result{Summary: s, Run: info}, s.WriteSeriesCSV); err != nil {
+	if err := b.outs.Save(workloads.Result{Summary: s, Run: info}, s, "nezha bench "+sub); err != nil {
 		return err
 	}
 	if stop != nil {

@@ -118,6 +118,10 @@ func TestUsageErrors(t *testing.T) {
 	if err := os.WriteFile(file, nil, 0o644); err != nil {
 		t.Fatal(err)
 	}
+	openRun := filepath.Join(dir, "open.json")
+	if err := os.WriteFile(openRun, []byte(`{"ops_per_sec": 100, "load": {"loop": "open"}}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	for _, c := range []struct {
 		want string
 		args []string
@@ -143,6 +147,12 @@ func TestUsageErrors(t *testing.T) {
 		{"want a subcommand", []string{"bench"}},
 		{`unknown subcommand "frob"`, []string{"bench", "frob"}},
 		{"unexpected argument", []string{"bench", "put", "x"}},
+		{"a fraction needs the closed-loop run", []string{"bench", "put", "-rate", "0.7x", "-servers", "127.0.0.1:1"}},
+		{"is of an open-loop run", []string{"bench", "put", "-rate", "0.7x:" + openRun, "-servers", "127.0.0.1:1"}},
+		{`-arrivals "bursty"`, []string{"bench", "get", "-rate", "100", "-arrivals", "bursty", "-servers", "127.0.0.1:1"}},
+		{"leaves nothing of -duration", []string{"bench", "scan", "-warmup", "10s", "-duration", "5s", "-servers", "127.0.0.1:1"}},
+		{"-rate and target=5", []string{"ycsb", "run", "-P", "workloada", "-p", "recordcount=10", "-p", "operationcount=10", "-p", "target=5",
+			"-rate", "100", "-servers", "127.0.0.1:1"}},
 		{"want a subcommand", []string{"ycsb"}},
 		{`unknown subcommand "frob"`, []string{"ycsb", "frob"}},
 		{"want list", []string{"experiment"}},

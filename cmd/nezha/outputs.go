@@ -21,11 +21,20 @@ func registerOutputs(fs *flag.FlagSet, o *workloads.Outputs, raw bool) {
 	fs.StringVar(&o.JSON, "json", "", "write the summary (with the run record) as JSON to `FILE`")
 	o.RawInDir = raw
 	if raw {
-		fs.StringVar(&o.Raw, "raw", "", "write every operation (op,start_unix_us,latency_us,ok,outcome; times in microseconds) as CSV to `FILE`")
-		fs.StringVar(&o.Dir, "out", "", "write config.json, summary.json, raw.csv and timeseries.csv to `DIR`")
+		fs.StringVar(&o.Raw, "raw", "", "write every operation (op,start_unix_us,latency_us,ok,outcome,intended_start_unix_us,intended_latency_us,late; times in microseconds) as CSV to `FILE`")
+		fs.StringVar(&o.Dir, "out", "", "write config.json, summary.json, raw.csv, timeseries.csv and latency.hlog (HdrHistogram interval log) to `DIR`")
 		return
 	}
-	fs.StringVar(&o.Dir, "out", "", "write config.json, summary.json and timeseries.csv to `DIR`")
+	fs.StringVar(&o.Dir, "out", "", "write config.json, summary.json, timeseries.csv and latency.hlog (HdrHistogram interval log) to `DIR`")
+}
+
+// registerLoad adds -rate, -arrivals and -warmup, how bench and ycsb offer
+// their operations, to fs.
+func registerLoad(fs *flag.FlagSet, rate, arrivals *string, warmup *time.Duration) {
+	fs.StringVar(rate, "rate", "", "open loop: offer `OPS_PER_SEC` operations a second whatever the answers, timing each from when it was due; "+
+		"or FRACTIONx:FILE, a fraction of the throughput of a closed-loop run's summary.json (or -out DIR); empty: closed loop")
+	fs.StringVar(arrivals, "arrivals", *arrivals, "open loop: when operations are due: constant (evenly spaced) or poisson (seeded)")
+	fs.DurationVar(warmup, "warmup", 0, "leave the operations that start (open loop: are due) in the first `DURATION` of the run out of every result")
 }
 
 // conn is a load generator's connection to the cluster named by -servers

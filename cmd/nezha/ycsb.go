@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -41,6 +42,7 @@ type ycsbFlags struct {
 	files, sets    listFlag
 	consistency    string
 	connectTimeout time.Duration
+	rate           string
 }
 
 func (c *cli) ycsbPhase(phase string) *ffcli.Command {
@@ -55,6 +57,8 @@ func (c *cli) ycsbPhase(phase string) *ffcli.Command {
 	fs.DurationVar(&o.OpTimeout, "timeout", o.OpTimeout, "deadline of one store operation, retries included (a duration, e.g. 1m)")
 	fs.DurationVar(&o.StallTimeout, "stallTimeout", o.StallTimeout, "stop (saving what was measured) when no operation got an answer from the cluster for this long (a duration); 0: never")
 	fs.DurationVar(&o.ProgressInterval, "interval", o.ProgressInterval, "progress line interval when stdout is not a terminal (a duration)")
+	registerLoad(fs, &y.rate, &o.Arrivals, &o.Warmup)
+	fs.Int64Var(&o.Seed, "seed", o.Seed, "open loop: seed of the poisson arrivals (go-ycsb seeds its workload from the clock)")
 	fs.StringVar(&y.consistency, "consistency", "linearizable", "read consistency: linearizable or stale")
 	fs.DurationVar(&y.connectTimeout, "connectTimeout", 5*time.Second, "how long to wait for a server to answer before starting (a duration)")
 	return c.command(phase, ycsbUsage, fs, func(ctx context.Context, args []string) error {
@@ -74,8 +78,10 @@ func (c *cli) ycsbPhase(phase string) *ffcli.Command {
 func (c *cli) ycsb(ctx context.Context, stdout io.Writer, phase string, y *ycsbFlags) error {
 	o := y.o
 	o.Files, o.Settings, o.Output, o.Warn, o.Progress = y.files, y.sets, stdout, c.stderr, stdout
+	var rerr error
+	o.Rate, o.RateSource, rerr = workloads.ParseRate(y.rate)
 	p, sources, _, err := o.Properties()
-	if err != nil {
+	if err = errors.Join(rerr, err); err != nil {
 		return systems.OneLine("ycsb "+phase, err)
 	}
 	cn, err := connect(ctx, "ycsb "+phase, &y.af, y.consistency, y.connectTimeout)
@@ -90,6 +96,11 @@ func (c *cli) ycsb(ctx context.Context, stdout io.Writer, phase string, y *ycsbF
 		"options": o, "property_sources": sources, "properties": props, "consistency": y.consistency, "servers": addrs,
 	})
 	info.SeedNote = "go-ycsb v1.0.3 seeds each worker from the clock; the operation sequence is not reproducible"
+	if o.Rate > 0 {
+		seed := o.Seed
+		info.Seed = &seed
+		info.SeedNote += "; the seed draws the open loop's poisson arrivals"
+	}
 	info.System = system
 	info.SetServers(sts)
 	if _, closeOuts, err := y.outs.Open(info); err != nil {
@@ -133,7 +144,7 @@ func (c *cli) ycsb(ctx context.Context, stdout io.Writer, phase string, y *ycsbF
 		rows = append(rows, s.Operations[op])
 	}
 	workloads.PrintTable(w, rows...)
-	if err := y.outs.Save(ycsb.Result{Summary: s, Run: info}, s.Summary.WriteSeriesCSV); err != nil {
+	if err := y.outs.Save(ycsb.Result{Summary: s, Run: info}, s.Summary, "nezha ycsb "+phase+" TOTAL"); err != nil {
 		return err
 	}
 	if stop != nil {
