@@ -66,9 +66,9 @@ import (
 // 4 MiB, WAL on, the index in the last) when it becomes leader (as its
 // first act: SetLeader wakes a goroutine for it, and the leader's next
 // Apply does it at the latest), when the leader has no span covering its
-// next index (NoEarlier), and when the held writes exceed
-// -lsmraft.maxHeldBytes, and when asked to compact its log
-// (SnapshotTaker: the state applied so far must then be in RocksDB).
+// next index (NoEarlier), when the held writes exceed
+// -lsmraft.maxHeldBytes, and when asked to compact its log (SnapshotTaker:
+// the state applied so far must then be in RocksDB).
 //
 // Locks: applyMu (Store) serializes Apply, cuts, replays and ingestions;
 // viewMu guards held and its pairing with RocksDB's contents: a reader
