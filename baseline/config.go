@@ -4,6 +4,8 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/linxGnu/grocksdb"
@@ -22,6 +24,10 @@ const (
 	ModePASV Mode = "pasv"
 	// ModeBlobDB is ModeOriginal with RocksDB's integrated BlobDB on.
 	ModeBlobDB Mode = "blobdb"
+	// ModeLSMRaft is LSM-Raft: the leader applies as ModeOriginal and
+	// ships its applied state to the followers as SST files (spans), which
+	// they ingest instead of applying the entries (lsmraft.go).
+	ModeLSMRaft Mode = "lsm-raft"
 )
 
 // Defaults of Config and the fixed option of every mode.
@@ -48,6 +54,15 @@ const (
 	// DefaultLogTruncateInterval is the default of
 	// -rocksdb.logTruncateInterval: how often the log size is checked.
 	DefaultLogTruncateInterval = time.Second
+	// DefaultSpanIdle is the default of -lsmraft.spanIdle: an lsm-raft
+	// leader cuts a span once it applied nothing for this long.
+	DefaultSpanIdle = time.Second
+	// DefaultRetainSpans is the default of -lsmraft.retainSpans: the spans
+	// an lsm-raft leader keeps for followers that fall behind.
+	DefaultRetainSpans = 4
+	// heldSpans is how many spans' bytes an lsm-raft follower holds, by
+	// default, before it replays them itself (-lsmraft.maxHeldBytes 0).
+	heldSpans = 4
 	// minWriteBufferBytes is the smallest write_buffer_size RocksDB accepts
 	// without silently raising it (64 KiB).
 	minWriteBufferBytes = 64 << 10
@@ -135,6 +150,28 @@ func BlobDB() systems.System {
 	}
 }
 
+// LSMRaft returns the "lsm-raft" system: Raft + RocksDB where the leader
+// applies as original and ships its applied state to the followers as SST
+// files covering spans of log indexes, which they ingest (IngestExternalFile)
+// instead of applying the entries (LSM-Raft, Zhang et al., Proc. ACM Manag.
+// Data 3(6), 2025; lsmraft.go). Optional: the experiments run it when named.
+func LSMRaft() systems.System {
+	return systems.System{
+		Name:      string(ModeLSMRaft),
+		Summary:   "LSM-Raft: the leader applies into RocksDB and ships SST files of applied spans; followers ingest them",
+		Role:      systems.RoleBaseline,
+		Optional:  true,
+		LogDir:    "raftlog",
+		NewConfig: func() systems.SystemConfig { return NewConfig(ModeLSMRaft) },
+		Conformance: []systems.Conformance{
+			// Small spans, so that spans are cut by size and by idleness,
+			// shipped and ingested within each test.
+			{Name: string(ModeLSMRaft), Args: []string{"-lsmraft.spanBytes", "65536", "-lsmraft.spanIdle", "100ms"}},
+			{Name: string(ModeLSMRaft) + "-defaults"},
+		},
+	}
+}
+
 // Config configures one baseline system. It implements systems.SystemConfig.
 // Every RocksDB option not named here is RocksDB's default; Describe lists
 // every option this package sets.
@@ -194,6 +231,29 @@ type Config struct {
 	// already carry it (-rocksdb.geometryScale, set by the harness).
 	GeometryScale float64
 
+	// LSM-Raft (ModeLSMRaft only; lsmraft.go).
+	//
+	// SpanBytes: the leader cuts a span once the entries applied since
+	// the last cut hold this many bytes of keys and values
+	// (-lsmraft.spanBytes). 0 (default): WriteBufferBytes, so that the
+	// files a follower ingests are as large as the flushes it no longer
+	// makes.
+	SpanBytes int64
+	// SpanIdle: the leader cuts a span once it applied nothing for this
+	// long (-lsmraft.spanIdle). Default 1s; must be positive.
+	SpanIdle time.Duration
+	// MaxHeldBytes: a follower that holds entries of more than this many
+	// bytes (keys and values) that no span covers yet writes them into
+	// RocksDB itself (-lsmraft.maxHeldBytes). 0 (default): four spans.
+	MaxHeldBytes int64
+	// RetainSpans is how many spans the leader keeps for followers that
+	// fall behind (-lsmraft.retainSpans). Default 4; at least 1.
+	RetainSpans int
+	// CrashPoint makes the node kill itself (SIGKILL) at a named point of
+	// span handling (-lsmraft.crashPoint; tests only). See
+	// LSMRaftCrashPoints.
+	CrashPoint string
+
 	// onTruncateRound, if set, is called by the background truncation
 	// goroutine after every round that did something or failed (tests).
 	onTruncateRound func(systems.GCRound)
@@ -220,6 +280,10 @@ func NewConfig(m Mode) *Config {
 	}
 	if m == ModeBlobDB {
 		c.MinBlobBytes = DefaultMinBlobBytes
+	}
+	if m == ModeLSMRaft {
+		c.SpanIdle = DefaultSpanIdle
+		c.RetainSpans = DefaultRetainSpans
 	}
 	return c
 }
@@ -271,6 +335,22 @@ func (c *Config) GeometryFlags() []string {
 	return flags
 }
 
+// spanBytes is the span size in effect (lsm-raft).
+func (c *Config) spanBytes() int64 {
+	if c.SpanBytes > 0 {
+		return c.SpanBytes
+	}
+	return c.WriteBufferBytes
+}
+
+// maxHeldBytes is the held-entries bound in effect (lsm-raft).
+func (c *Config) maxHeldBytes() int64 {
+	if c.MaxHeldBytes > 0 {
+		return c.MaxHeldBytes
+	}
+	return heldSpans * c.spanBytes()
+}
+
 // maxTotalWALBytes is the max_total_wal_size in effect.
 func (c *Config) maxTotalWALBytes() int64 {
 	if c.MaxTotalWALBytes > 0 {
@@ -310,6 +390,18 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 		fs.Int64Var(&c.BlobFileBytes, "rocksdb.blobFileBytes", c.BlobFileBytes,
 			"BlobDB blob_file_size in bytes")
 	}
+	if c.mode == ModeLSMRaft {
+		fs.Int64Var(&c.SpanBytes, "lsmraft.spanBytes", c.SpanBytes,
+			"the leader cuts a span (an SST file followers ingest) once the entries applied since the last cut hold this many bytes; 0: -rocksdb.writeBufferBytes")
+		fs.DurationVar(&c.SpanIdle, "lsmraft.spanIdle", c.SpanIdle,
+			"the leader cuts a span once it applied nothing for this long")
+		fs.Int64Var(&c.MaxHeldBytes, "lsmraft.maxHeldBytes", c.MaxHeldBytes,
+			"a follower writes the entries it holds (no span covers them yet) into RocksDB itself once they hold more than this many bytes; 0: four spans")
+		fs.IntVar(&c.RetainSpans, "lsmraft.retainSpans", c.RetainSpans,
+			"spans the leader keeps for followers that fall behind (at least 1)")
+		fs.StringVar(&c.CrashPoint, "lsmraft.crashPoint", c.CrashPoint,
+			"TESTING: kill the node at this point of span handling: "+strings.Join(LSMRaftCrashPoints(), ", "))
+	}
 }
 
 // Validate reports every problem with the configuration at once, as
@@ -318,9 +410,9 @@ func (c *Config) Validate() error {
 	var errs []error
 	bad := func(format string, args ...any) { errs = append(errs, systems.Usagef(format, args...)) }
 	switch c.mode {
-	case ModeOriginal, ModePASV, ModeBlobDB:
+	case ModeOriginal, ModePASV, ModeBlobDB, ModeLSMRaft:
 	default:
-		bad("baseline: unknown mode %q (known: %s, %s, %s)", c.mode, ModeOriginal, ModePASV, ModeBlobDB)
+		bad("baseline: unknown mode %q (known: %s, %s, %s, %s)", c.mode, ModeOriginal, ModePASV, ModeBlobDB, ModeLSMRaft)
 	}
 	if c.BlockCacheBytes < 0 {
 		bad("-rocksdb.blockCacheBytes %d must not be negative (0: no block cache)", c.BlockCacheBytes)
@@ -365,6 +457,25 @@ func (c *Config) Validate() error {
 	} else if c.MinBlobBytes != 0 {
 		bad("MinBlobBytes %d is set but only the %s system stores blobs", c.MinBlobBytes, ModeBlobDB)
 	}
+	if c.mode == ModeLSMRaft {
+		if c.SpanBytes < 0 {
+			bad("-lsmraft.spanBytes %d must not be negative (0: -rocksdb.writeBufferBytes)", c.SpanBytes)
+		}
+		if c.SpanIdle <= 0 {
+			bad("-lsmraft.spanIdle %v must be positive", c.SpanIdle)
+		}
+		if c.MaxHeldBytes < 0 {
+			bad("-lsmraft.maxHeldBytes %d must not be negative (0: four spans)", c.MaxHeldBytes)
+		}
+		if c.RetainSpans < 1 {
+			bad("-lsmraft.retainSpans %d must be at least 1", c.RetainSpans)
+		}
+		if c.CrashPoint != "" && !slices.Contains(LSMRaftCrashPoints(), c.CrashPoint) {
+			bad("-lsmraft.crashPoint %q: want one of %s", c.CrashPoint, strings.Join(LSMRaftCrashPoints(), ", "))
+		}
+	} else if c.SpanBytes != 0 || c.SpanIdle != 0 || c.MaxHeldBytes != 0 || c.RetainSpans != 0 || c.CrashPoint != "" {
+		bad("the span settings (SpanBytes, SpanIdle, MaxHeldBytes, RetainSpans, CrashPoint) are set but only the %s system cuts spans", ModeLSMRaft)
+	}
 	return errors.Join(errs...)
 }
 
@@ -403,6 +514,15 @@ func (c *Config) Describe() map[string]any {
 		"raft_log_truncate_interval": c.LogTruncateInterval.String(),
 		"raft_log_truncation":        truncationDescription(c.mode, c.LogRetainBytes),
 	}
+	if c.mode == ModeLSMRaft {
+		d["lsmraft_span_bytes"] = c.spanBytes()
+		d["lsmraft_span_idle"] = c.SpanIdle.String()
+		d["lsmraft_max_held_bytes"] = c.maxHeldBytes()
+		d["lsmraft_retain_spans"] = c.RetainSpans
+		d["lsmraft_follower_apply"] = "held in memory until a span covers them; spans are SST files written with SstFileWriter " +
+			"and ingested with IngestExternalFile (move_files; no WAL, no memtable); the leader applies as original"
+		d["ingest_external_file.move_files"] = true
+	}
 	if c.mode == ModeBlobDB {
 		d["min_blob_size"] = c.MinBlobBytes
 		d["blob_file_size"] = c.BlobFileBytes
@@ -416,6 +536,11 @@ func (c *Config) Describe() map[string]any {
 // appliedIndexDescription says where and when m stores the applied index,
 // for Describe.
 func appliedIndexDescription(m Mode) string {
+	if m == ModeLSMRaft {
+		return "column family default, the empty key (no client key is empty), 16 bytes: first and last Raft index " +
+			"(big-endian); written in every WriteBatch of entries and carried inside every span file, so that data and " +
+			"index move together; column family " + metaCFName + " holds it only after a snapshot restore"
+	}
 	where := "column family " + metaCFName + ", key " + string(appliedKey) + ", 8-byte big-endian, "
 	if m == ModePASV {
 		return where + "written only after a flush of the user data column family it covers, then flushed " +
@@ -426,11 +551,15 @@ func appliedIndexDescription(m Mode) string {
 }
 
 // Open validates the configuration and opens (creating if needed) the
-// RocksDB database in filepath.Join(env.Dir, "rocksdb"). It returns a *Store.
+// RocksDB database in filepath.Join(env.Dir, "rocksdb"). It returns a
+// *Store, or in lsm-raft mode an LSMRaftStore.
 func (c *Config) Open(env systems.Env) (systems.StateMachine, error) {
 	s, err := c.OpenStore(env)
 	if err != nil {
 		return nil, err
+	}
+	if s.lr != nil {
+		return LSMRaftStore{s}, nil
 	}
 	return s, nil
 }
@@ -442,6 +571,12 @@ func (c *Config) String() string {
 		c.Compression, c.LogRetainBytes, c.LogTruncateInterval)
 	if c.mode == ModeBlobDB {
 		s += fmt.Sprintf(" minBlob=%d", c.MinBlobBytes)
+	}
+	if c.mode == ModeLSMRaft {
+		s += fmt.Sprintf(" spanBytes=%d spanIdle=%v maxHeldBytes=%d retainSpans=%d", c.spanBytes(), c.SpanIdle, c.maxHeldBytes(), c.RetainSpans)
+		if c.CrashPoint != "" {
+			s += " crashPoint=" + c.CrashPoint
+		}
 	}
 	return s + ")"
 }

@@ -14,12 +14,12 @@ import (
 )
 
 func TestSystems(t *testing.T) {
-	ss := []systems.System{Original(), PASV(), BlobDB()}
+	ss := []systems.System{Original(), PASV(), BlobDB(), LSMRaft()}
 	reg, err := systems.NewRegistry(ss...)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := strings.Join(reg.Names(), ","); got != "blobdb,original,pasv" {
+	if got := strings.Join(reg.Names(), ","); got != "blobdb,lsm-raft,original,pasv" {
 		t.Fatalf("names %s", got)
 	}
 	for _, s := range ss {
@@ -94,6 +94,48 @@ func TestFlags(t *testing.T) {
 		if fs.Lookup(name) == nil {
 			t.Errorf("flag -%s missing", name)
 		}
+	}
+}
+
+// lsm-raft's own flags exist for lsm-raft only; their defaults follow the
+// write buffer, and Validate reports every bad one at once.
+func TestLSMRaftFlags(t *testing.T) {
+	c := NewConfig(ModeLSMRaft)
+	if err := c.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	if c.spanBytes() != DefaultWriteBufferBytes || c.maxHeldBytes() != 4*DefaultWriteBufferBytes || c.SpanIdle != time.Second {
+		t.Fatalf("defaults: span %d, held %d, idle %v", c.spanBytes(), c.maxHeldBytes(), c.SpanIdle)
+	}
+	if d := c.Describe(); d["lsmraft_span_bytes"] != int64(DefaultWriteBufferBytes) || d["ingest_external_file.move_files"] != true {
+		t.Fatalf("Describe %v", d)
+	}
+	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	c.RegisterFlags(fs)
+	if err := fs.Parse([]string{"-lsmraft.spanBytes=-1", "-lsmraft.spanIdle=0s", "-lsmraft.maxHeldBytes=-1",
+		"-lsmraft.retainSpans=0", "-lsmraft.crashPoint=nowhere"}); err != nil {
+		t.Fatal(err)
+	}
+	err := c.Validate()
+	var joined interface{ Unwrap() []error }
+	if !errors.As(err, &joined) || len(joined.Unwrap()) != 5 {
+		t.Fatalf("want 5 joined errors, got %v", err)
+	}
+	for _, want := range []string{"spanBytes", "spanIdle", "maxHeldBytes", "retainSpans", "crashPoint"} {
+		if !strings.Contains(err.Error(), "-lsmraft."+want) {
+			t.Errorf("error %q does not name -lsmraft.%s", err, want)
+		}
+	}
+	o := NewConfig(ModeOriginal)
+	fs = flag.NewFlagSet("serve", flag.ContinueOnError)
+	o.RegisterFlags(fs)
+	if fs.Lookup("lsmraft.spanBytes") != nil {
+		t.Fatal("original registers -lsmraft.spanBytes")
+	}
+	o.SpanIdle = time.Second
+	if err := o.Validate(); err == nil {
+		t.Error("original with span settings validated")
 	}
 }
 

@@ -4,7 +4,7 @@
 // stored twice on a node: once in the Raft log and once in RocksDB
 // (ARCHITECTURE.md section 1).
 //
-// Three systems share one implementation, Store, and differ in one mode:
+// Four systems share one implementation, Store, and differ in one mode:
 //
 //   - original: the paper's "Raft + RocksDB". Every committed Put/Delete is
 //     written into RocksDB with its write-ahead log on.
@@ -16,13 +16,28 @@
 //     (enable_blob_files): values of at least MinBlobBytes go to blob files,
 //     which RocksDB garbage-collects during compaction. KV separation that is
 //     not Raft-aware; not one of the paper's baselines.
+//   - lsm-raft: LSM-Raft (Zhang et al., Proc. ACM Manag. Data 3(6), 2025).
+//     The leader applies as original and cuts spans of its applied state
+//     (the last write of each key over a run of log indexes), written as
+//     SST files with SstFileWriter; a follower holds committed entries in
+//     memory (read over RocksDB) until the span covering them arrives over
+//     the peer transport, then ingests it (IngestExternalFile: no WAL,
+//     memtable or flush for its entries) and drops them. AppliedIndex is
+//     the index RocksDB reflects, carried under the empty key of the data
+//     column family in every WriteBatch and every span file; after a crash
+//     the node replays the log above it, as for pasv. lsmraft.go has the
+//     rules, docs/design/2026-12-04-lsm-raft.md the reasons. Optional.
 //
 // On-disk layout, under the node's data directory:
 //
 //	rocksdb/          one RocksDB database with two column families:
-//	  default         user key -> value
-//	  meta            "applied" -> applied Raft index (8 bytes, big-endian)
+//	  default         user key -> value (lsm-raft: also the empty key ->
+//	                  the applied index, 16 bytes: first and last index)
+//	  meta            "applied" -> applied Raft index (8 bytes, big-endian;
+//	                  lsm-raft: only after a snapshot restore)
 //
+//	lsmraft/spans/    lsm-raft: the spans a leader cut and keeps (transient)
+//	lsmraft/in/       lsm-raft: spans being received (transient)
 //	rocksdb.restore/  a database staged by a Raft snapshot restore (transient)
 //	rocksdb.restore.pending  marker: the staged restore is complete (its index)
 //	rocksdb.old/      the replaced database during the swap (transient)
@@ -53,5 +68,5 @@
 // the measured space amplification of a baseline counts a bounded Raft log.
 //
 // The package has no package-level mutable state; the systems are values
-// (Original, PASV, BlobDB) that the binary registers.
+// (Original, PASV, BlobDB, LSMRaft) that the binary registers.
 package baseline

@@ -28,6 +28,30 @@ var (
 		"Bytes of the active and immutable memtables (rocksdb.cur-size-all-mem-tables).", nil, nil)
 )
 
+// lsm-raft's span metrics (lsmraft.go), counted since the node started.
+var (
+	lsmSpansCutDesc = prometheus.NewDesc("nezha_lsmraft_spans_cut_total",
+		"Spans this node cut as leader and wrote as SST files.", nil, nil)
+	lsmSpanCutBytesDesc = prometheus.NewDesc("nezha_lsmraft_span_cut_bytes_total",
+		"Bytes of the span files this node wrote as leader.", nil, nil)
+	lsmSpanCutFailuresDesc = prometheus.NewDesc("nezha_lsmraft_span_cut_failures_total",
+		"Spans this node cut but could not write (its followers replay instead).", nil, nil)
+	lsmSpansIngestedDesc = prometheus.NewDesc("nezha_lsmraft_spans_ingested_total",
+		"Spans this node received and ingested into RocksDB (IngestExternalFile).", nil, nil)
+	lsmIngestedBytesDesc = prometheus.NewDesc("nezha_lsmraft_ingested_bytes_total",
+		"Bytes of the span files this node ingested.", nil, nil)
+	lsmSpansNotTakenDesc = prometheus.NewDesc("nezha_lsmraft_spans_not_taken_total",
+		"Spans offered to this node that it did not take, by reason: skipped (already passed), gap (too far ahead), behind (not yet applied).", []string{"reason"}, nil)
+	lsmReplaysDesc = prometheus.NewDesc("nezha_lsmraft_replays_total",
+		"Times this node wrote the entries it held into RocksDB itself, by reason: leader (it became leader), no_span (the leader had no span for it), bound (-lsmraft.maxHeldBytes), snapshot (TakeSnapshot).", []string{"reason"}, nil)
+	lsmReplayedBytesDesc = prometheus.NewDesc("nezha_lsmraft_replayed_bytes_total",
+		"Bytes of keys and values the replays wrote.", nil, nil)
+	lsmHeldBytesDesc = prometheus.NewDesc("nezha_lsmraft_held_bytes",
+		"Bytes of keys and values this node holds in memory, applied but in no span ingested yet.", nil, nil)
+	lsmStoredIndexDesc = prometheus.NewDesc("nezha_lsmraft_stored_index",
+		"The Raft index RocksDB reflects (the state machine's applied index; the node's may be above it).", nil, nil)
+)
+
 // Lines of RocksDB 7.8's stats dumps (db/internal_stats.cc).
 var (
 	flushGBRe      = regexp.MustCompile(`Flush\(GB\): cumulative ([0-9.]+)`)
@@ -41,6 +65,38 @@ func (s *Store) Describe(ch chan<- *prometheus.Desc) {
 		rocksStallDesc, rocksPendingCompactionDesc, rocksMemtableDesc} {
 		ch <- d
 	}
+	if s.lr != nil {
+		for _, d := range []*prometheus.Desc{lsmSpansCutDesc, lsmSpanCutBytesDesc, lsmSpanCutFailuresDesc, lsmSpansIngestedDesc,
+			lsmIngestedBytesDesc, lsmSpansNotTakenDesc, lsmReplaysDesc, lsmReplayedBytesDesc, lsmHeldBytesDesc, lsmStoredIndexDesc} {
+			ch <- d
+		}
+	}
+}
+
+// collectLSMRaft sends the lsm-raft metrics (none in other modes).
+func (s *Store) collectLSMRaft(ch chan<- prometheus.Metric) {
+	lr := s.lr
+	if lr == nil {
+		return
+	}
+	c := &lr.counters
+	counter := func(d *prometheus.Desc, v int64, labels ...string) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, float64(v), labels...)
+	}
+	counter(lsmSpansCutDesc, c.spansCut.Load())
+	counter(lsmSpanCutBytesDesc, c.cutBytes.Load())
+	counter(lsmSpanCutFailuresDesc, c.cutFailures.Load())
+	counter(lsmSpansIngestedDesc, c.spansIngested.Load())
+	counter(lsmIngestedBytesDesc, c.ingestedBytes.Load())
+	counter(lsmSpansNotTakenDesc, c.spansSkipped.Load(), "skipped")
+	counter(lsmSpansNotTakenDesc, c.spansRefused.Load(), "gap")
+	counter(lsmSpansNotTakenDesc, c.spansBehind.Load(), "behind")
+	for i, r := range replayReasons() {
+		counter(lsmReplaysDesc, c.replays[i].Load(), r)
+	}
+	counter(lsmReplayedBytesDesc, c.replayedBytes.Load())
+	ch <- prometheus.MustNewConstMetric(lsmHeldBytesDesc, prometheus.GaugeValue, float64(lr.heldBytes.Load()))
+	ch <- prometheus.MustNewConstMetric(lsmStoredIndexDesc, prometheus.GaugeValue, float64(lr.stored.Load()))
 }
 
 // Collect implements prometheus.Collector: it reads RocksDB's properties
@@ -52,6 +108,7 @@ func (s *Store) Collect(ch chan<- prometheus.Metric) {
 	if s.closed || s.db == nil {
 		return
 	}
+	s.collectLSMRaft(ch)
 	const gb = 1 << 30
 	cf := s.db.GetPropertyCF("rocksdb.cfstats-no-file-histogram", s.data)
 	flush, flushOK := 0.0, false

@@ -58,7 +58,8 @@ const (
 const restoreBatchBytes = 4 << 20
 
 // WriteSnapshot implements systems.Snapshotter: every user key and value,
-// in key order, from one RocksDB snapshot (the state at one applied index).
+// in key order, from one RocksDB snapshot (the state at one applied index;
+// on an lsm-raft follower with the entries it holds over it).
 // It does not fill the block cache. Apply, Get and Scan go on meanwhile;
 // Close and CommitRestore wait for it.
 func (s *Store) WriteSnapshot(w *systems.SnapshotWriter) error {
@@ -67,12 +68,17 @@ func (s *Store) WriteSnapshot(w *systems.SnapshotWriter) error {
 	if s.closed {
 		return ErrClosed
 	}
-	ro, release := s.snapshotReads()
+	var release func()
+	it, held := s.view(func() *grocksdb.Iterator {
+		var ro *grocksdb.ReadOptions
+		ro, release = s.snapshotReads()
+		return s.db.NewIteratorCF(ro, s.data)
+	})
 	defer release()
-	it := s.db.NewIteratorCF(ro, s.data)
 	defer it.Close()
-	for it.SeekToFirst(); it.Valid(); it.Next() {
-		if err := w.Add(it.Key().Data(), it.Value().Data()); err != nil {
+	m := newMergedIter(it, held, nil)
+	for m.seek(nil); m.valid; m.next() {
+		if err := w.Add(m.key, m.value); err != nil {
 			return fmt.Errorf("%s: write snapshot: %w", s.mode, err)
 		}
 	}
@@ -203,6 +209,9 @@ func (s *Store) CommitRestore(index uint64) error {
 	}
 	if got := s.applied.Load(); got != index {
 		return fail(fmt.Errorf("%w: restored database has applied index %d", systems.ErrCorrupt, got))
+	}
+	if s.lr != nil {
+		s.lr.restored(index)
 	}
 	s.logger.Info("baseline: snapshot restored", "system", string(s.mode), "index", index)
 	return nil

@@ -14,6 +14,7 @@ import (
 	"sync/atomic"
 	"syscall"
 
+	"github.com/google/btree"
 	"github.com/linxGnu/grocksdb"
 
 	"github.com/nezha-harness/nezha/systems"
@@ -62,6 +63,8 @@ type Store struct {
 	ctl systems.LogControl
 	// trunc truncates the Raft log in the background; nil when off.
 	trunc *truncator
+	// lr is the lsm-raft state (held entries, spans); nil in other modes.
+	lr *lsmRaft
 	// fs is the node's file layer. RocksDB writes its files itself (cgo),
 	// so disk faults are injected, and outcomes watched, at the calls into
 	// it (rocksIO, observe); nil in unit tests.
@@ -188,6 +191,15 @@ func (c *Config) OpenStore(env systems.Env) (*Store, error) {
 		s.release()
 		return nil, err
 	}
+	if c.mode == ModeLSMRaft {
+		lr, err := newLSMRaft(s, c)
+		if err != nil {
+			s.release()
+			return nil, fmt.Errorf("%s: %w", c.mode, err)
+		}
+		s.lr = lr
+		lr.start()
+	}
 	s.logger.Info("opened rocksdb state machine", "system", string(c.mode), "dir", dir,
 		"applied", s.applied.Load(), "config", c.String())
 	if env.Control != nil && c.LogRetainBytes > 0 {
@@ -212,6 +224,9 @@ func (s *Store) openDB() error {
 		return fmt.Errorf("%s: open rocksdb %s: %w", s.mode, s.dir, err)
 	}
 	s.applied.Store(applied)
+	if s.lr != nil {
+		s.lr.stored.Store(applied)
+	}
 	return nil
 }
 
@@ -262,8 +277,14 @@ func (s *Store) release() {
 
 // readApplied reads the applied index through ro (which may carry a
 // snapshot). A missing key is index 0; a value that is not 8 bytes wraps
-// systems.ErrCorrupt.
+// systems.ErrCorrupt. In lsm-raft mode the index under the empty key of
+// the data column family (lsmraft.go) comes first.
 func (s *Store) readApplied(ro *grocksdb.ReadOptions) (uint64, error) {
+	if s.mode == ModeLSMRaft {
+		if _, last, ok, err := s.readSpanIndex(ro); err != nil || ok {
+			return last, err
+		}
+	}
 	h, err := s.db.GetPinnedCF(ro, s.meta, []byte(appliedKey))
 	if err != nil {
 		return 0, fmt.Errorf("read applied index: %w", err)
@@ -294,8 +315,19 @@ func (s *Store) Dir() string { return s.dir }
 // it the last index applied). In pasv mode the user data on disk reflects
 // at least that index and possibly later entries (memtables that RocksDB
 // flushed on its own); replaying the log from AppliedIndex converges to
-// the same state.
-func (s *Store) AppliedIndex() uint64 { return s.applied.Load() }
+// the same state. In lsm-raft mode it is the index RocksDB reflects
+// (storedIndex), below which no entry is held in memory.
+func (s *Store) AppliedIndex() uint64 { return s.storedIndex() }
+
+// storedIndex is the index up to which RocksDB (its memtables, WAL and
+// SST files) reflects the log: the applied index, except on an lsm-raft
+// follower, which holds the entries above it in memory.
+func (s *Store) storedIndex() uint64 {
+	if s.lr != nil {
+		return s.lr.stored.Load()
+	}
+	return s.applied.Load()
+}
 
 // Apply writes the Puts and Deletes of entries in one RocksDB WriteBatch;
 // in original and blobdb mode the batch also holds the index of the last
@@ -308,11 +340,33 @@ func (s *Store) AppliedIndex() uint64 { return s.applied.Load() }
 // to the same state; the applied index then follows the replay. Indexes
 // must increase within a call; an out-of-order index or an unknown Op is an
 // error and nothing of the call is written. RocksDB errors are wrapped with
-// the index range.
+// the index range. In lsm-raft mode a leader applies so too (the index
+// under the empty key of the data column family), while a follower holds
+// the entries in memory until a span covers them (lsmraft.go).
 func (s *Store) Apply(entries []systems.AppliedEntry) error {
 	if len(entries) == 0 {
 		return nil
 	}
+	return s.applying(func() error {
+		if err := s.checkEntries(entries); err != nil {
+			return err
+		}
+		if s.lr != nil {
+			return s.lr.apply(entries)
+		}
+		if err := s.writeEntries(entries); err != nil {
+			return err
+		}
+		// Only now: flushApplied relies on every entry at or below
+		// applied being in RocksDB.
+		s.applied.Store(entries[len(entries)-1].Index)
+		return nil
+	})
+}
+
+// applying runs f under mu (shared) and applyMu, unless the store is
+// closed (ErrClosed).
+func (s *Store) applying(f func() error) error {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	if s.closed {
@@ -320,43 +374,74 @@ func (s *Store) Apply(entries []systems.AppliedEntry) error {
 	}
 	s.applyMu.Lock()
 	defer s.applyMu.Unlock()
+	return f()
+}
 
-	wb := grocksdb.NewWriteBatch()
-	defer wb.Destroy()
-	first, last := entries[0].Index, entries[0].Index
+// checkEntries reports entries whose indexes do not increase or whose Op
+// is unknown.
+func (s *Store) checkEntries(entries []systems.AppliedEntry) error {
 	for i := range entries {
 		e := &entries[i]
-		if i > 0 && e.Index <= last {
-			return fmt.Errorf("%s: apply: entry index %d after %d: indexes must increase", s.mode, e.Index, last)
+		if i > 0 && e.Index <= entries[i-1].Index {
+			return fmt.Errorf("%s: apply: entry index %d after %d: indexes must increase", s.mode, e.Index, entries[i-1].Index)
 		}
 		switch e.Command.Op {
-		case systems.OpNone:
-		case systems.OpPut:
-			wb.PutCF(s.data, e.Command.Key, e.Command.Value)
-		case systems.OpDelete:
-			wb.DeleteCF(s.data, e.Command.Key)
+		case systems.OpNone, systems.OpPut, systems.OpDelete:
 		default:
 			return fmt.Errorf("%s: apply: entry %d has unknown op %v", s.mode, e.Index, e.Command.Op)
 		}
-		last = e.Index
 	}
-	if s.mode != ModePASV {
-		// The WAL recovers the applied index with the entries.
+	return nil
+}
+
+// writeEntries writes the Puts and Deletes of entries (checked by
+// checkEntries) and the index of the last one (putIndex) in one
+// WriteBatch. The caller holds mu shared and applyMu.
+func (s *Store) writeEntries(entries []systems.AppliedEntry) error {
+	wb := grocksdb.NewWriteBatch()
+	defer wb.Destroy()
+	for i := range entries {
+		switch c := &entries[i].Command; c.Op {
+		case systems.OpPut:
+			wb.PutCF(s.data, c.Key, c.Value)
+		case systems.OpDelete:
+			wb.DeleteCF(s.data, c.Key)
+		}
+	}
+	first, last := entries[0].Index, entries[len(entries)-1].Index
+	s.putIndex(wb, first, last)
+	return s.writeBatch(wb, first, last)
+}
+
+// putIndex adds the applied index last (of a batch that begins at entry
+// first) to wb: in original and blobdb mode into the meta column family
+// (the WAL recovers it with the entries), in lsm-raft mode under the empty
+// key of the data column family (lsmraft.go), in pasv mode nowhere
+// (flushApplied writes it).
+func (s *Store) putIndex(wb *grocksdb.WriteBatch, first, last uint64) {
+	switch s.mode {
+	case ModePASV:
+	case ModeLSMRaft:
+		wb.PutCF(s.data, nil, spanIndexValue(first, last))
+	default:
 		wb.PutCF(s.meta, []byte(appliedKey), appliedValue(last))
 	}
-	if wb.Count() > 0 {
-		if s.fs.Injecting() {
-			if err := s.rocksIO(vfs.OpWrite, rocksWAL, int64(len(wb.Data()))); err != nil {
-				return fmt.Errorf("%s: rocksdb write of entries %d..%d: %w", s.mode, first, last, err)
-			}
-		}
-		if err := s.db.Write(s.wo, wb); err != nil {
-			return fmt.Errorf("%s: rocksdb write of entries %d..%d: %w", s.mode, first, last, s.observe(vfs.OpWrite, err))
+}
+
+// writeBatch writes wb (entries first..last) into RocksDB, if it holds
+// anything.
+func (s *Store) writeBatch(wb *grocksdb.WriteBatch, first, last uint64) error {
+	if wb.Count() == 0 {
+		return nil
+	}
+	if s.fs.Injecting() {
+		if err := s.rocksIO(vfs.OpWrite, rocksWAL, int64(len(wb.Data()))); err != nil {
+			return fmt.Errorf("%s: rocksdb write of entries %d..%d: %w", s.mode, first, last, err)
 		}
 	}
-	// Only now: flushApplied relies on every entry at or below applied
-	// being in RocksDB.
-	s.applied.Store(last)
+	if err := s.db.Write(s.wo, wb); err != nil {
+		return fmt.Errorf("%s: rocksdb write of entries %d..%d: %w", s.mode, first, last, s.observe(vfs.OpWrite, err))
+	}
 	return nil
 }
 
@@ -374,6 +459,15 @@ func (s *Store) Get(key []byte) ([]byte, bool, error) {
 	defer s.mu.RUnlock()
 	if s.closed {
 		return nil, false, ErrClosed
+	}
+	if s.lr != nil {
+		// A held write is newer than RocksDB's value (lsmraft.go).
+		if op, ok := s.lr.heldGet(key); ok {
+			if op.del {
+				return nil, false, nil
+			}
+			return clone(op.value), true, nil
+		}
 	}
 	if err := s.rocksRead(); err != nil {
 		return nil, false, fmt.Errorf("%s: rocksdb get: %w", s.mode, err)
@@ -415,22 +509,23 @@ func (s *Store) Scan(start, end []byte, limit int, maxBytes int) ([]systems.KeyV
 		// else can change while the iterator lives.
 		ro.SetIterateUpperBound(clone(end))
 	}
-	it := s.db.NewIteratorCF(ro, s.data)
+	it, held := s.view(func() *grocksdb.Iterator { return s.db.NewIteratorCF(ro, s.data) })
 	defer it.Close()
 
 	var kvs []systems.KeyValue
 	more := false
 	n := 0
-	for it.Seek(start); it.Valid(); {
-		k, v := it.Key().Data(), it.Value().Data()
+	m := newMergedIter(it, held, end)
+	for m.seek(start); m.valid; {
+		k, v := m.key, m.value
 		kvs = append(kvs, systems.KeyValue{Key: clone(k), Value: clone(v)})
 		n += len(k) + len(v)
 		if limit > 0 && len(kvs) >= limit {
 			break
 		}
-		it.Next()
+		m.next()
 		if maxBytes > 0 && n >= maxBytes {
-			more = it.Valid()
+			more = m.valid
 			break
 		}
 	}
@@ -456,16 +551,21 @@ func (s *Store) StateHash() ([]byte, uint64, error) {
 		return nil, 0, ErrClosed
 	}
 	s.applyMu.Lock()
-	ro, release := s.snapshotReads()
+	var release func()
+	it, held := s.view(func() *grocksdb.Iterator {
+		var ro *grocksdb.ReadOptions
+		ro, release = s.snapshotReads()
+		return s.db.NewIteratorCF(ro, s.data)
+	})
 	applied := s.applied.Load()
 	s.applyMu.Unlock()
 	defer release()
-	it := s.db.NewIteratorCF(ro, s.data)
 	defer it.Close()
 	h := sha256.New()
 	var lb [8]byte
-	for it.SeekToFirst(); it.Valid(); it.Next() {
-		k, v := it.Key().Data(), it.Value().Data()
+	m := newMergedIter(it, held, nil)
+	for m.seek(nil); m.valid; m.next() {
+		k, v := m.key, m.value
 		binary.BigEndian.PutUint64(lb[:], uint64(len(k)))
 		h.Write(lb[:])
 		h.Write(k)
@@ -510,7 +610,7 @@ func (s *Store) Flush() error {
 func (s *Store) flushApplied() (uint64, error) {
 	s.durableMu.Lock()
 	defer s.durableMu.Unlock()
-	a := s.applied.Load()
+	a := s.storedIndex()
 	fo := grocksdb.NewDefaultFlushOptions()
 	defer fo.Destroy()
 	fo.SetWait(true)
@@ -592,6 +692,9 @@ func (s *Store) Close() error {
 		// Before taking mu: a round may be waiting for it.
 		s.trunc.stop()
 	}
+	if s.lr != nil {
+		s.lr.stop() // before mu, as the truncator
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {
@@ -601,6 +704,9 @@ func (s *Store) Close() error {
 	var err error
 	if s.mode == ModePASV {
 		_, err = s.flushApplied()
+	}
+	if s.lr != nil {
+		s.lr.release()
 	}
 	s.release()
 	return err
@@ -629,6 +735,17 @@ var (
 	_ systems.SystemConfig         = (*Config)(nil)
 	_ systems.StorageReporter      = (*Store)(nil)
 )
+
+// view creates a RocksDB iterator with newIter and, on an lsm-raft
+// follower, takes the entries it holds at the same moment (a copy-on-write
+// clone; nil when none), so that together they are one state (lsmraft.go
+// lsmRaft.view). The caller closes the iterator.
+func (s *Store) view(newIter func() *grocksdb.Iterator) (*grocksdb.Iterator, *btree.BTreeG[keyOp]) {
+	if s.lr == nil {
+		return newIter(), nil
+	}
+	return s.lr.view(newIter)
+}
 
 // snapshotReads returns read options pinned to a new RocksDB snapshot that
 // do not fill the block cache (whole-store scans: state hash, snapshot

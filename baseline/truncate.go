@@ -303,6 +303,13 @@ func (s *Store) snapshotRound(ctx context.Context) (r systems.GCRound, err error
 	r = systems.GCRound{Strategy: TruncationStrategy, Trigger: SnapshotTrigger, Start: time.Now()}
 	defer func() { r.End = time.Now() }()
 	r.CompactedIndex = s.ctl.CompactedIndex()
+	if s.lr != nil {
+		// An lsm-raft follower's held entries are applied but not in
+		// RocksDB: write them first.
+		if err := s.lr.replayNow(replaySnapshot); err != nil {
+			return r, err
+		}
+	}
 	segs := s.ctl.Segments()
 	if act := segs[len(segs)-1]; act.Active && act.LastIndex > 0 && act.FirstIndex <= s.ctl.CompactBound() {
 		if err := s.ctl.Roll(ctx); err != nil {
@@ -336,7 +343,9 @@ func (s *Store) durableApplied() (uint64, error) {
 	if s.mode != ModePASV {
 		// Apply stores the applied index after its WriteBatch (data and
 		// meta) reached the WAL file; the sync covers every such write.
-		a := s.applied.Load()
+		// An lsm-raft follower's index is the last span it ingested (SST
+		// files, synced by the ingestion) or batch it wrote.
+		a := s.storedIndex()
 		if err := s.rocksIO(vfs.OpSync, rocksWAL, 0); err != nil {
 			return 0, fmt.Errorf("%s: rocksdb WAL sync: %w", s.mode, err)
 		}

@@ -8,5 +8,5 @@ cd "$(dirname "$0")/.."
 export PATH="$PATH:$(go env GOPATH)/bin"
 protoc --go_out=. --go_opt=paths=source_relative \
   --go-grpc_out=. --go-grpc_opt=paths=source_relative \
-  systems/kvpb/kv.proto systems/kvpb/diskfaults.proto systems/kvpb/admin.proto \
+  systems/kvpb/kv.proto systems/kvpb/diskfaults.proto systems/kvpb/admin.proto systems/kvpb/span.proto \
   systems/agent/agentpb/agent.proto

@@ -74,5 +74,5 @@ func (c *cli) exitCode(err error) int {
 // listing shows them.
 func newRegistry() (*systems.Registry, error) {
 	return systems.NewRegistry(nezha.Nezha(), nezha.NezhaNoGC(), baseline.Original(), baseline.PASV(), baseline.BlobDB(),
-		dwisckey.System())
+		baseline.LSMRaft(), dwisckey.System())
 }

@@ -42,6 +42,11 @@ type metrics struct {
 	batch            *batchMetrics
 	snapshotSends    *prometheus.CounterVec // label result: success, failure
 	snapshotInstalls prometheus.Counter
+	// spanSends counts the spans this leader offered its peers by result
+	// (the peer's verdict, or failure) and spanSentBytes the span bytes it
+	// sent (span.go; lsm-raft only).
+	spanSends     *prometheus.CounterVec
+	spanSentBytes prometheus.Counter
 	// writeStalls and writeStallSeconds count client writes held by the
 	// state machine's write stall (systems.WriteStaller) and the time
 	// they waited.
@@ -85,6 +90,10 @@ func newMetrics() *metrics {
 			Help: "Raft snapshots this node streamed to a follower, by result."}, []string{"result"}),
 		snapshotInstalls: prometheus.NewCounter(prometheus.CounterOpts{Name: "nezha_raft_snapshot_installs_total",
 			Help: "Raft snapshots this node received and installed."}),
+		spanSends: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "nezha_raft_span_sends_total",
+			Help: "Spans this leader offered its peers (lsm-raft), by result: the peer's verdict (ingested, skipped, gap, replayed, behind) or failure."}, []string{"result"}),
+		spanSentBytes: prometheus.NewCounter(prometheus.CounterOpts{Name: "nezha_raft_span_sent_bytes_total",
+			Help: "Span file bytes this leader sent its peers (lsm-raft)."}),
 		writeStalls: prometheus.NewCounter(prometheus.CounterOpts{Name: "nezha_write_stalls_total",
 			Help: "Client writes held because the state machine stalls writes (nezha: GC debt at -gcStallGarbageBytes)."}),
 		writeStallSeconds: prometheus.NewCounter(prometheus.CounterOpts{Name: "nezha_write_stall_seconds_total",
@@ -109,7 +118,12 @@ func newMetrics() *metrics {
 	for _, r := range []string{"transferred", "not_taken", "no_voter_with_space"} {
 		m.diskTransfers.WithLabelValues(r)
 	}
+	for _, v := range systems.SpanVerdicts() {
+		m.spanSends.WithLabelValues(v.String())
+	}
+	m.spanSends.WithLabelValues("failure")
 	m.reg.MustRegister(m.leaderChanges, m.proposals, m.proposalsDropped, m.readRounds, m.readWaiters, m.snapshotSends, m.snapshotInstalls,
+		m.spanSends, m.spanSentBytes,
 		m.writeStalls, m.writeStallSeconds, m.diskRefusing, m.diskTransfers,
 		m.appendSeconds, m.fsyncSeconds, m.grpc,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))

@@ -225,6 +225,9 @@ type Node struct {
 
 	// metrics are the node's Prometheus metrics (metrics.go).
 	metrics *metrics
+	// spans ships the state machine's spans (span.go); nil unless it
+	// implements systems.SpanReplicator.
+	spans *spanShipper
 }
 
 // Start opens the node's log and state machine, starts serving the peer
@@ -320,6 +323,9 @@ func Start(cfg Config) (*Node, error) {
 	go n.watchDiskSpace()
 	go n.runLoop()
 	go n.runApply()
+	if n.spans != nil {
+		go n.spans.run()
+	}
 	if lis.jsonrpc != nil {
 		n.jsonrpc = n.serveJSONRPC(lis.jsonrpc)
 		n.logger.Info("serving the JSON-RPC API", "jsonrpc_address", n.jsonrpc.addr())
@@ -363,6 +369,7 @@ func (n *Node) open() error {
 		return fmt.Errorf("open %s state machine: %w", n.cfg.System.Name, err)
 	}
 	n.sm = sm
+	n.spans = newSpanShipper(n)
 	if err := n.metrics.register(n); err != nil {
 		return err
 	}
@@ -592,6 +599,7 @@ func (n *Node) Stop() {
 		close(n.stopc)
 		<-n.loopDone
 		<-n.applyDone
+		n.spans.stopped()
 		n.sessCkptWG.Wait()
 		n.metrics.stop()
 		n.transport.stop()
@@ -803,6 +811,7 @@ func (n *Node) handleReady(rd raft.Ready) error {
 		}
 		if old := n.raftState.Swap(uint64(rd.SoftState.RaftState)); old != uint64(rd.SoftState.RaftState) {
 			changed = true
+			n.spans.setLeader(rd.SoftState.RaftState == raft.StateLeader)
 		}
 	}
 	isLeader := raft.StateType(n.raftState.Load()) == raft.StateLeader

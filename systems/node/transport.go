@@ -96,6 +96,9 @@ func newTransport(n *Node, lis net.Listener) *transport {
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 500 * time.Millisecond, PermitWithoutStream: true}),
 	)...)
 	kvpb.RegisterRaftServer(t.server, &raftServer{n: n})
+	if n.spans != nil {
+		kvpb.RegisterSpansServer(t.server, &spanServer{n: n, sh: n.spans})
+	}
 	healthpb.RegisterHealthServer(t.server, n.health)
 	n.metrics.grpc.InitializeMetrics(t.server)
 	go func() {

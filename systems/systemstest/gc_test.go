@@ -146,43 +146,68 @@ func testGCCrashPoint(t *testing.T, name, point string, seed int64, args []strin
 		const victim = uint64(2)
 		h := startWith(t, Options{System: "nezha", Binary: binary, Seed: seed,
 			ExtraArgs: append([]string{"-segmentSizeBytes", "65536", "-gcThresholdBytes", "300000", "-gcInterval", "50ms"}, args...)},
-			func(self cluster.Node, _ []cluster.Node) []string {
-				if self.ID == victim {
-					return []string{"-gcCrashPoint", point}
-				}
-				return nil
-			})
-		deleted := []string{"a00150", "a00500", "a01100"} // outside the overwritten a00000..a00099
-		acked := h.writeMany("a", 1200, "first")
-		h.deleteKeys(deleted)
-		for _, k := range deleted {
-			delete(acked, k)
-		}
+			victimArgs(victim, "-gcCrashPoint", point))
+		acked, deleted := h.writeBeforeCrash()
 		more := h.writeMany("b", 600, "second") // pushes the log over the GC threshold
 		for k, v := range more {
 			acked[k] = v
 		}
 		waitDead(t, h.spec, victim, 60*time.Second)
-		n, _ := h.spec.Node(victim)
-		logText, _ := os.ReadFile(n.Log)
-		if !strings.Contains(string(logText), point) {
-			t.Fatalf("node %d died, but not at %s; log tail:\n%s", victim, point, cluster.Tail(n.Log, 20))
-		}
-		// Writes and deletes continue without it.
-		over := h.writeMany("a", 100, "overwrite")
-		for k, v := range over {
-			acked[k] = v
-		}
-		h.deleteKeys([]string{"b00007"})
-		delete(acked, "b00007")
-		deleted = append(deleted, "b00007")
-		n.ExtraArgs = nil
-		if err := h.spec.Restart(victim); err != nil {
-			t.Fatal(err)
-		}
-		h.convergence()
-		h.checkNode(victim, acked, deleted)
+		h.recoverFromCrashPoint(victim, point, acked, deleted, "b00007")
 	})
+}
+
+// victimArgs gives node victim the flags args (a crash point), the other
+// nodes none.
+func victimArgs(victim uint64, args ...string) func(cluster.Node, []cluster.Node) []string {
+	return func(self cluster.Node, _ []cluster.Node) []string {
+		if self.ID == victim {
+			return args
+		}
+		return nil
+	}
+}
+
+// writeBeforeCrash writes a00000..a01199 and deletes three of them
+// (outside the a00000..a00099 that recoverFromCrashPoint overwrites); it
+// returns the acknowledged writes and the deleted keys.
+func (h *harness) writeBeforeCrash() (acked map[string]string, deleted []string) {
+	deleted = []string{"a00150", "a00500", "a01100"}
+	acked = h.writeMany("a", 1200, "first")
+	h.deleteKeys(deleted)
+	for _, k := range deleted {
+		delete(acked, k)
+	}
+	return acked, deleted
+}
+
+// recoverFromCrashPoint checks that node victim, dead, died at crash point
+// point; writes (overwriting a00000..a00099) and deletes del without it;
+// restarts it without its extra flags (the crash point); and checks that
+// the nodes converge and victim holds every acknowledged write and no
+// deleted key.
+func (h *harness) recoverFromCrashPoint(victim uint64, point string, acked map[string]string, deleted []string, del string) {
+	t := h.t
+	t.Helper()
+	n, _ := h.spec.Node(victim)
+	logText, _ := os.ReadFile(n.Log)
+	if !strings.Contains(string(logText), point) {
+		t.Fatalf("node %d died, but not at %s; log tail:\n%s", victim, point, cluster.Tail(n.Log, 20))
+	}
+	// Writes and deletes continue without it.
+	over := h.writeMany("a", 100, "overwrite")
+	for k, v := range over {
+		acked[k] = v
+	}
+	h.deleteKeys([]string{del})
+	delete(acked, del)
+	deleted = append(deleted, del)
+	n.ExtraArgs = nil
+	if err := h.spec.Restart(victim); err != nil {
+		t.Fatal(err)
+	}
+	h.convergence()
+	h.checkNode(victim, acked, deleted)
 }
 
 // rejoinThroughSnapshot kills a follower, writes until the leader's log is
@@ -318,7 +343,7 @@ func TestGCFollowerRejoinsThroughSnapshot(t *testing.T) {
 // the log stays bounded.
 func TestGCBaselineFollowerRejoinsThroughSnapshot(t *testing.T) {
 	const retain, segment = 262144, 65536
-	for i, system := range []string{"original", "pasv"} {
+	for i, system := range []string{"original", "pasv", "lsm-raft"} {
 		t.Run(system, func(t *testing.T) {
 			h := startWith(t, Options{System: system, Binary: binary, Seed: int64(300 + i),
 				ExtraArgs: []string{"-segmentSizeBytes", fmt.Sprint(segment),

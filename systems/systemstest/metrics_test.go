@@ -97,7 +97,7 @@ func waitMetrics(t *testing.T, h *harness, what string, timeout time.Duration, c
 // continuously) and of original, puts keys, and checks each node's
 // /metrics: the fsync histogram counts the writes, the Raft indexes and
 // proposals move, GC moved bytes (nezha), RocksDB's properties are there
-// (original), and `promtool check metrics` accepts the output (skipped
+// (original), spans were cut, sent and ingested (lsm-raft), and `promtool check metrics` accepts the output (skipped
 // without promtool, from Debian's prometheus package).
 func TestMetrics(t *testing.T) {
 	promtool, err := exec.LookPath("promtool")
@@ -118,6 +118,8 @@ func TestMetrics(t *testing.T) {
 		{"pasv", nil, []string{"nezha_rocksdb_flush_written_bytes_total", "nezha_rocksdb_memtable_bytes"}},
 		{"blobdb", nil, []string{"nezha_rocksdb_flush_written_bytes_total", "nezha_rocksdb_memtable_bytes"}},
 		{"dwisckey", nil, nil}, // Badger's own metrics are not exported
+		{"lsm-raft", lsmRaftSpanArgs, []string{"nezha_lsmraft_spans_cut_total", "nezha_lsmraft_spans_ingested_total",
+			"nezha_lsmraft_ingested_bytes_total", "nezha_lsmraft_replays_total", "nezha_raft_span_sends_total", "nezha_raft_span_sent_bytes_total"}},
 	} {
 		t.Run(c.system, func(t *testing.T) {
 			h := start(t, Options{System: c.system, Binary: binary, ExtraArgs: c.args, Seed: int64(i + 1)})
@@ -179,6 +181,20 @@ func TestMetrics(t *testing.T) {
 					return nil
 				})
 			case "dwisckey":
+			case "lsm-raft":
+				// The leader cut and sent spans, each follower ingested some.
+				waitMetrics(t, h, "spans after the puts", 30*time.Second, func(id uint64, mfs map[string]*dto.MetricFamily) error {
+					leads, _ := value(mfs, "nezha_raft_is_leader")
+					cut, _ := value(mfs, "nezha_lsmraft_spans_cut_total")
+					sent, _ := value(mfs, "nezha_raft_span_sent_bytes_total")
+					ingested, _ := value(mfs, "nezha_lsmraft_spans_ingested_total")
+					ingestedBytes, _ := value(mfs, "nezha_lsmraft_ingested_bytes_total")
+					if leads == 1 && (cut == 0 || sent == 0) || leads == 0 && (ingested == 0 || ingestedBytes == 0) {
+						return fmt.Errorf("node %d (leader %v): %v spans cut, %v bytes sent, %v spans of %v bytes ingested",
+							id, leads == 1, cut, sent, ingested, ingestedBytes)
+					}
+					return nil
+				})
 			case "nezha":
 				waitMetrics(t, h, "GC bytes after forced GC rounds", 30*time.Second, func(id uint64, mfs map[string]*dto.MetricFamily) error {
 					rounds, _ := value(mfs, "nezha_gc_rounds_total")

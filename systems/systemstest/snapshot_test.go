@@ -70,7 +70,7 @@ func jsonrpcTakeSnapshot(t *testing.T, n cluster.Node) (snapshotIndex uint64, co
 // and dwisckey never compact their log: they refuse, saying so
 // (Unimplemented; JSON-RPC -32004).
 func TestTakeSnapshot(t *testing.T) {
-	for i, sys := range []string{"nezha", "nezha-nogc", "original", "pasv", "blobdb", "dwisckey"} {
+	for i, sys := range []string{"nezha", "nezha-nogc", "original", "pasv", "blobdb", "dwisckey", "lsm-raft"} {
 		t.Run(sys, func(t *testing.T) {
 			h := start(t, Options{System: sys, Binary: binary, Seed: int64(600 + i)})
 			acked := h.writeMany("snap/", 60, "a")
