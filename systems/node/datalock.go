@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/nezha-harness/nezha/systems"
+	"github.com/nezha-harness/nezha/systems/vfs"
 )
 
 // dataLockName is the file in the data directory that a running node
@@ -20,18 +21,20 @@ import (
 // has acknowledged.
 const dataLockName = "NODE.LOCK"
 
-// lockDataDir creates dir if needed and takes its lock (systems.LockFile);
-// the returned function releases it, as does the process's end however it
-// ends. A directory in use is a usage error naming the holder's pid.
-func lockDataDir(dir string) (unlock func(), err error) {
-	if err := os.MkdirAll(dir, 0o755); err != nil {
+// lockDataDir creates dir in fsys if needed (durably: the directories it
+// creates are synced into their parents) and takes its lock
+// (vfs.FileSystem.Lock: flock on the OS); the returned function releases
+// it, as does the process's end however it ends. A directory in use is a
+// usage error naming the holder's pid.
+func lockDataDir(fsys vfs.FileSystem, dir string) (unlock func(), err error) {
+	if err := vfs.MkdirAllSynced(fsys, dir, 0o755); err != nil {
 		return nil, fmt.Errorf("create -data %s: %w", dir, err)
 	}
 	path := filepath.Join(dir, dataLockName)
-	unlock, err = systems.LockFile(path)
-	if errors.Is(err, systems.ErrLocked) {
+	unlock, err = fsys.Lock(path)
+	if errors.Is(err, vfs.ErrLocked) {
 		holder := ""
-		if b, rerr := os.ReadFile(path); rerr == nil {
+		if b, rerr := vfs.ReadFile(fsys, path); rerr == nil {
 			if pid := strings.TrimSpace(string(b)); pid != "" {
 				holder = " (pid " + pid + ")"
 			}
@@ -43,6 +46,6 @@ func lockDataDir(dir string) (unlock func(), err error) {
 	}
 	// The holder's pid, for the message above; best effort (the lock is
 	// on the descriptor LockFile holds, which this write does not touch).
-	_ = os.WriteFile(path, []byte(strconv.Itoa(os.Getpid())+"\n"), 0o644)
+	_ = vfs.WriteFile(fsys, path, []byte(strconv.Itoa(os.Getpid())+"\n"), 0o644)
 	return unlock, nil
 }

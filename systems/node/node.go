@@ -96,7 +96,7 @@ type Node struct {
 	dataUnlock func()
 	rn         *raft.RawNode // owned by the Ready loop goroutine
 
-	transport *transport
+	transport raftTransport
 	codec     *kvpb.Codec // the gRPC codec and buffer pool of both servers and the peer clients
 	kvServer  *grpc.Server
 	kvLis     net.Listener
@@ -185,6 +185,9 @@ type Node struct {
 	pendingReads map[uint64]*readBatch
 	queuedReads  []readRequest
 	ticks        int
+	// campaignTicks: the ticks left in which a fresh node with
+	// Config.CampaignOnBoot campaigns again (loop-owned).
+	campaignTicks int
 
 	peerAddrs sync.Map // uint64 id -> string client address
 
@@ -213,6 +216,7 @@ type Node struct {
 	// disk faults; a failed fsync stops the node, ENOSPC makes disk
 	// refuse writes).
 	fs   *vfs.FS
+	fsys vfs.FileSystem // fs.Base(): the node's files without faults
 	disk *diskGuard
 
 	// metrics are the node's Prometheus metrics (metrics.go).
@@ -264,7 +268,7 @@ func Start(cfg Config) (*Node, error) {
 		epoch:        time.Now(),
 		codec:        kvpb.NewCodec(),
 		sessDeltas:   newSessionDeltas(MaxSessionDeltas),
-		metrics:      newMetrics(),
+		metrics:      newMetrics(cfg.env == nil),
 	}
 	// Every line the node, its log and its state machine write names the
 	// node and the term it is in.
@@ -272,12 +276,14 @@ func Start(cfg Config) (*Node, error) {
 	n.logger = slog.New(termHandler{Handler: cfg.Logger.Handler(), term: &n.term}).With("node", n.id)
 	// Before anything in the data directory is opened: a second node on
 	// it would damage the first's log (lockDataDir).
-	lock, err := lockDataDir(cfg.DataDir)
+	fsys := cfg.env.fileSystem()
+	lock, err := lockDataDir(fsys, cfg.DataDir)
 	if err != nil {
 		return nil, err
 	}
 	n.dataUnlock = lock
-	n.fs = vfs.New()
+	n.fs = vfs.NewOn(fsys)
+	n.fsys = fsys
 	n.disk = newDiskGuard(cfg.DataDir, cfg.MinFreeDiskBytes, n.fs, cfg.DiskBallastBytes, n.logger)
 	n.minFollowerMatch.Store(math.MaxUint64)
 	var nonce [4]byte
@@ -353,7 +359,7 @@ func (n *Node) open() error {
 	n.logger.Info("raft log open", "segments", len(segs), "duration", time.Since(began).Round(time.Millisecond))
 	hs, cs, _ := l.InitialState()
 	n.setConfState(cs)
-	if err := cleanSnapshotDir(n.snapDir()); err != nil {
+	if err := cleanSnapshotDir(n.fsys, n.snapDir()); err != nil {
 		return err
 	}
 	sm, err := n.cfg.SystemConfig.Open(systems.Env{Dir: n.cfg.DataDir, Log: l, Control: logControl{n}, Logger: n.logger,
@@ -413,8 +419,15 @@ func (n *Node) open() error {
 	return nil
 }
 
-// listen binds both addresses and starts the gRPC servers.
+// listen binds both addresses and starts the gRPC servers; with the
+// tests' transport (Config.env) it only builds that.
 func (n *Node) listen() error {
+	if n.cfg.env != nil && n.cfg.env.transport != nil {
+		n.health = health.NewServer()
+		n.setHealth(false)
+		n.transport = n.cfg.env.transport(n)
+		return nil
+	}
 	ilis, err := net.Listen("tcp", n.cfg.listenAddress(n.cfg.InternalAddress))
 	if err != nil {
 		return systems.Usagef("cannot listen on -internalAddress %s: %v", n.cfg.InternalAddress, unwrapListenErr(err))
@@ -543,21 +556,8 @@ func (n *Node) fail(err error) {
 func (n *Node) Stop() {
 	n.stopOnce.Do(func() {
 		n.health.Shutdown() // NOT_SERVING from now on, while requests drain
-		stopped := make(chan struct{})
-		go func() {
-			n.kvServer.GracefulStop()
-			if n.etcdServer != nil {
-				n.etcdServer.GracefulStop()
-			}
-			close(stopped)
-		}()
-		select {
-		case <-stopped:
-		case <-time.After(2 * time.Second):
-			n.kvServer.Stop()
-			if n.etcdServer != nil {
-				n.etcdServer.Stop()
-			}
+		if n.kvServer != nil {
+			n.stopServers()
 		}
 		if n.jsonrpc != nil {
 			n.jsonrpc.stop()
@@ -575,6 +575,27 @@ func (n *Node) Stop() {
 		n.closeStorage()
 		n.logger.Info("node stopped")
 	})
+}
+
+// stopServers stops the client API servers, letting requests drain for up
+// to two seconds.
+func (n *Node) stopServers() {
+	stopped := make(chan struct{})
+	go func() {
+		n.kvServer.GracefulStop()
+		if n.etcdServer != nil {
+			n.etcdServer.GracefulStop()
+		}
+		close(stopped)
+	}()
+	select {
+	case <-stopped:
+	case <-time.After(2 * time.Second):
+		n.kvServer.Stop()
+		if n.etcdServer != nil {
+			n.etcdServer.Stop()
+		}
+	}
 }
 
 func (n *Node) closeStorage() {
@@ -605,32 +626,24 @@ func (n *Node) campaign() {
 // appends to n.log.
 func (n *Node) runLoop() {
 	defer close(n.loopDone)
-	ticker := time.NewTicker(n.cfg.TickInterval)
-	defer ticker.Stop()
+	ticks := n.cfg.env.tickSource()
+	if ticks == nil {
+		ticker := time.NewTicker(n.cfg.TickInterval)
+		defer ticker.Stop()
+		ticks = ticker.C
+	}
 	// -campaign: on a fresh log (term 0), campaign now and again at every
 	// tick until an election moved the term (a pre-vote sent before the
 	// peers' streams are up is lost); the first election timeout bounds it.
-	campaignTicks := 0
 	if n.cfg.CampaignOnBoot && n.rn.Status().Term == 0 {
 		n.logger.Info("fresh log: campaigning at once (-campaign)")
-		campaignTicks = n.cfg.ElectionTicks
+		n.campaignTicks = n.cfg.ElectionTicks
 		n.campaign()
 	}
 	for {
 		select {
-		case <-ticker.C:
-			if campaignTicks > 0 {
-				campaignTicks--
-				if n.rn.Status().Term == 0 {
-					n.campaign()
-				} else {
-					campaignTicks = 0
-				}
-			}
-			n.rn.Tick()
-			n.ticks++
-			n.expireReads()
-			n.updateCompactBound()
+		case <-ticks:
+			n.tick()
 		case f := <-n.ctlc:
 			f()
 		case st := <-n.snapc:
@@ -670,6 +683,22 @@ func (n *Node) runLoop() {
 			}
 		}
 	}
+}
+
+// tick is one Raft tick of the Ready loop.
+func (n *Node) tick() {
+	if n.campaignTicks > 0 {
+		n.campaignTicks--
+		if n.rn.Status().Term == 0 {
+			n.campaign()
+		} else {
+			n.campaignTicks = 0
+		}
+	}
+	n.rn.Tick()
+	n.ticks++
+	n.expireReads()
+	n.updateCompactBound()
 }
 
 func (n *Node) step(m raftpb.Message) {
@@ -1049,12 +1078,6 @@ func (n *Node) applyEntries(batches []applyBatch) error {
 
 // nextRequestID returns an id unique to this process.
 func (n *Node) nextRequestID() uint64 { return n.reqNonce | (n.reqSeq.Add(1) & 0xffffffff) }
-
-// proposeAndWait proposes a command and waits until it is applied.
-func (n *Node) proposeAndWait(ctx context.Context, c *systems.Command) (uint64, error) {
-	c.RequestID = n.nextRequestID()
-	return n.proposeDataAndWait(ctx, c.RequestID, systems.AppendCommand(make([]byte, 0, c.EncodedSize()), c))
-}
 
 // maxDroppedResends bounds how often proposeDataAndWait proposes a write
 // again after Raft dropped it while a leader was known (a leadership

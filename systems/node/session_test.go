@@ -21,6 +21,7 @@ import (
 	"github.com/nezha-harness/nezha/systems"
 	"github.com/nezha-harness/nezha/systems/client"
 	"github.com/nezha-harness/nezha/systems/kvpb"
+	"github.com/nezha-harness/nezha/systems/vfs"
 )
 
 func TestSessionTableDecide(t *testing.T) {
@@ -550,14 +551,14 @@ func TestSessionCheckpointAcrossRestart(t *testing.T) {
 	}
 	dir := filepath.Join(tc.cfgs[0].DataDir, "sessions")
 	ckpt := func() uint64 {
-		idx, _ := sessionFiles(dir)
+		idx, _ := sessionFiles(vfs.OS(), dir)
 		if len(idx) == 0 {
 			return 0
 		}
 		return idx[len(idx)-1]
 	}
 	waitFor(t, 10*time.Second, "a session checkpoint above the first write", func() bool { return ckpt() > first })
-	if idx, _ := sessionFiles(dir); len(idx) > 2 {
+	if idx, _ := sessionFiles(vfs.OS(), dir); len(idx) > 2 {
 		t.Fatalf("session files %v: want at most the two newest checkpoints (nothing compacted)", idx)
 	}
 	tc.stop(0)
