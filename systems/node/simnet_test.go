@@ -133,6 +133,9 @@ type simNode struct {
 	disk  *vfs.MemFS
 	tickc chan time.Time
 	n     *Node // nil while down
+	// faulty: the sim made this process's disk fail; its failure is
+	// expected. retired: no longer a member, stopped for good.
+	faulty, retired bool
 }
 
 // start starts the node on its disk, ticks and the network.
@@ -170,10 +173,15 @@ func (sn *simNode) run(f func()) {
 
 // settle returns once every goroutine of the node is idle: the Ready loop
 // back in its select (done with what it was handed and with every Ready
-// that made), the apply goroutine done with every entry handed to it, and
-// the background writers of session checkpoints and log sidecars done.
+// that made), the apply goroutine done with every entry handed to it, the
+// background writers of session checkpoints and log sidecars done, and,
+// after a failed fsync, the node stopped.
 func (sn *simNode) settle() {
 	n := sn.n
+	// The loop has taken the first no-op once the send returns; it takes
+	// the second only after it handled the first and every Ready since
+	// (a fresh node's first Ready comes after its first event).
+	sn.ctl(func() {})
 	sn.ctl(func() {})
 	barrier := make(chan struct{})
 	select {
@@ -186,6 +194,14 @@ func (sn *simNode) settle() {
 	}
 	n.sessCkptWG.Wait()
 	n.log.WaitIndexed()
+	if n.fs.Err() != nil {
+		// A failed fsync stops the node through watchDisk, a goroutine
+		// of its own: wait until it has, so that the node stops at this
+		// step on every run.
+		<-n.failed
+		<-n.loopDone
+		<-n.applyDone
+	}
 }
 
 // tick sends the node one Raft tick.
