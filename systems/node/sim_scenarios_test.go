@@ -271,18 +271,9 @@ func (s *sim) joinNode(id uint64, bootstrap []uint64) *simNode {
 // (tryConfChange, with check), and runs the cluster until via applied it;
 // it returns what happened.
 func (s *sim) confChange(via *simNode, change raftpb.ConfChangeSingle, cctx confContext, check func() error) string {
-	n := via.n
-	cctx.RequestID = n.nextRequestID()
-	cc, err := newConfChange(change, cctx)
+	ch, err := via.proposeConfChange(change, cctx, check)
 	if err != nil {
-		return err.Error()
-	}
-	ch := n.proposals.register(cctx.RequestID)
-	var perr error
-	via.run(func() { perr = n.tryConfChange(cctx.RequestID, cc, check) })
-	if perr != nil {
-		n.proposals.cancel(cctx.RequestID)
-		return fmt.Sprintf("%s refused: %v", change.Type, perr)
+		return fmt.Sprintf("%s refused: %v", change.Type, err)
 	}
 	var r applyResult
 	got := false

@@ -866,18 +866,9 @@ func (s *sim) proposeAdd(l, sn *simNode) {
 // proposeChange proposes change on node l now; it counts as applied if l
 // applies it (its waiter is read by pollChanges).
 func (s *sim) proposeChange(l *simNode, change raftpb.ConfChangeSingle, cctx confContext, check func() error) {
-	n := l.n
-	cctx.RequestID = n.nextRequestID()
-	cc, err := newConfChange(change, cctx)
+	ch, err := l.proposeConfChange(change, cctx, check)
 	if err != nil {
-		return
-	}
-	ch := n.proposals.register(cctx.RequestID)
-	var perr error
-	l.run(func() { perr = n.tryConfChange(cctx.RequestID, cc, check) })
-	if perr != nil {
-		n.proposals.cancel(cctx.RequestID)
-		s.tracef("node %d: %s %d refused: %v", l.id, change.Type, change.NodeID, perr)
+		s.tracef("node %d: %s %d refused: %v", l.id, change.Type, change.NodeID, err)
 		return
 	}
 	s.tracef("node %d: %s %d proposed", l.id, change.Type, change.NodeID)

@@ -213,6 +213,25 @@ func (sn *simNode) tick() {
 	}
 }
 
+// proposeConfChange proposes change on the node's Ready loop now, as the
+// Admin service does (tryConfChange, with check), and returns the waiter
+// of its proposal.
+func (sn *simNode) proposeConfChange(change raftpb.ConfChangeSingle, cctx confContext, check func() error) (<-chan applyResult, error) {
+	n := sn.n
+	cctx.RequestID = n.nextRequestID()
+	cc, err := newConfChange(change, cctx)
+	if err != nil {
+		return nil, err
+	}
+	ch := n.proposals.register(cctx.RequestID)
+	sn.run(func() { err = n.tryConfChange(cctx.RequestID, cc, check) })
+	if err != nil {
+		n.proposals.cancel(cctx.RequestID)
+		return nil, err
+	}
+	return ch, nil
+}
+
 // crash stops the node as a power loss would: its disk becomes what a
 // crash keeps (torn: vfs.CrashOptions.TornTailPercent, drawn from rng).
 func (sn *simNode) crash(torn int, rng *rand.Rand) {
