@@ -200,7 +200,8 @@ type Log struct {
 	// buffer of those writes. Writer goroutine only.
 	direct bool
 	dbuf   []byte
-	gap    gap // the last index gap seen by recovery
+	dvec   [1][]byte // the vector of a direct write (writeDirect)
+	gap    gap       // the last index gap seen by recovery
 	// marked is the highest index a compaction or snapshot record named
 	// during recovery: a gap must lie at or below it. (snap cannot tell:
 	// recovery moves it over every gap it meets.)
