@@ -147,7 +147,9 @@ func (sn *simNode) start(net *simNet) error {
 		return err
 	}
 	sn.n = n
-	sn.settle()
+	// A fresh node's first Ready (the committed entries it has not
+	// applied) comes after its first event: this one.
+	sn.run(func() {})
 	return nil
 }
 
@@ -178,10 +180,8 @@ func (sn *simNode) run(f func()) {
 // after a failed fsync, the node stopped.
 func (sn *simNode) settle() {
 	n := sn.n
-	// The loop has taken the first no-op once the send returns; it takes
-	// the second only after it handled the first and every Ready since
-	// (a fresh node's first Ready comes after its first event).
-	sn.ctl(func() {})
+	// The loop takes this no-op only after it handled what it was handed
+	// before (a tick, a function: run) and every Ready that made.
 	sn.ctl(func() {})
 	barrier := make(chan struct{})
 	select {
