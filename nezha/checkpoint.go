@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 
 	"github.com/nezha-harness/nezha/systems"
 	"github.com/nezha-harness/nezha/systems/vfs"
@@ -18,14 +19,15 @@ import (
 // encoded Location pairs in key order.
 const checkpointName = "index.ckpt"
 
-// writeCheckpoint writes a consistent checkpoint of x to path atomically.
+// writeCheckpoint writes a consistent checkpoint of x to path atomically
+// and durably.
 func writeCheckpoint(fs *vfs.FS, x *MemoryIndex, path string) error {
 	tmp := path + ".tmp"
 	f, err := fs.OpenFile(tmp, os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o644)
 	if err != nil {
 		return fmt.Errorf("nezha: checkpoint: %w", err)
 	}
-	defer os.Remove(tmp)
+	defer fs.Base().Remove(tmp)
 	view, err := x.View()
 	if err != nil {
 		f.Close()
@@ -46,15 +48,23 @@ func writeCheckpoint(fs *vfs.FS, x *MemoryIndex, path string) error {
 	if err = errors.Join(err, f.Sync(), f.Close()); err != nil {
 		return fmt.Errorf("nezha: checkpoint: %w", err)
 	}
-	if err := os.Rename(tmp, path); err != nil {
+	if err := fs.Base().Rename(tmp, path); err != nil {
+		return fmt.Errorf("nezha: checkpoint: %w", err)
+	}
+	// The rename is durable once the directory is synced. Without it a
+	// crash after the log compaction that follows could bring back the
+	// previous checkpoint, below the compaction point: the node could not
+	// rebuild its index and would not start.
+	if err := fs.SyncDir(filepath.Dir(path)); err != nil {
 		return fmt.Errorf("nezha: checkpoint: %w", err)
 	}
 	return nil
 }
 
-// loadCheckpoint fills an empty memory index from path, if it exists.
-func loadCheckpoint(x *MemoryIndex, path string) (bool, error) {
-	f, err := os.Open(path)
+// loadCheckpoint fills an empty memory index from path of fsys, if it
+// exists.
+func loadCheckpoint(fsys vfs.FileSystem, x *MemoryIndex, path string) (bool, error) {
+	f, err := fsys.OpenFile(path, os.O_RDONLY, 0)
 	if errors.Is(err, os.ErrNotExist) {
 		return false, nil
 	}

@@ -1029,7 +1029,7 @@ func (c *collector) copyLive(ctx context.Context, inputs map[uint64]bool, r *sys
 	})
 	if err != nil {
 		if w != nil {
-			w.Abort()
+			w.Abort(s.fs.Base())
 		}
 		return nil, nil, fmt.Errorf("copy live values: %w", err)
 	}
@@ -1038,14 +1038,14 @@ func (c *collector) copyLive(ctx context.Context, inputs map[uint64]bool, r *sys
 	}
 	size, err := w.Finish()
 	if err != nil {
-		w.Abort()
+		w.Abort(s.fs.Base())
 		return nil, nil, err
 	}
 	r.BytesWritten += size
 	r.LiveBytes += size
 	rn, err := openRun(s.fs, s.sortedDir, id)
 	if err != nil {
-		os.Remove(w.path)
+		s.fs.Base().Remove(w.path)
 		return nil, nil, err
 	}
 	rn.tier = tierFor(rn.dataBytes, c.cfg.GCFanout)
@@ -1058,7 +1058,7 @@ func (c *collector) copyLive(ctx context.Context, inputs map[uint64]bool, r *sys
 	s.manMu.Unlock()
 	if err != nil {
 		rn.close()
-		os.Remove(rn.path)
+		s.fs.Base().Remove(rn.path)
 		return nil, nil, err
 	}
 	s.runs.add(rn)

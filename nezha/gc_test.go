@@ -18,6 +18,7 @@ import (
 
 	"github.com/nezha-harness/nezha/systems"
 	"github.com/nezha-harness/nezha/systems/raftlog"
+	"github.com/nezha-harness/nezha/systems/vfs"
 )
 
 // logControl drives a raftlog.Log the way the node does, for GC tests
@@ -319,7 +320,7 @@ func TestGCDiskFullAbortsCleanly(t *testing.T) {
 	if !errors.Is(err, syscall.ENOSPC) {
 		t.Fatalf("round on a full disk: %v, want ENOSPC", err)
 	}
-	files, _ := listRunFiles(f.s.sortedDir)
+	files, _ := listRunFiles(vfs.OS(), f.s.sortedDir)
 	if len(files) != 0 || len(f.s.runs.ids()) != 0 {
 		t.Fatalf("aborted round left runs %v (open %v)", files, f.s.runs.ids())
 	}
@@ -488,7 +489,7 @@ func TestRestoreRecoveryAtOpen(t *testing.T) {
 				}
 			} else {
 				dst.m = old
-				if files, _ := listRunFiles(dst.s.sortedDir); len(files) != 0 {
+				if files, _ := listRunFiles(vfs.OS(), dst.s.sortedDir); len(files) != 0 {
 					t.Fatalf("discarded restore left runs %v", files)
 				}
 			}

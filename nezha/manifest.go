@@ -39,9 +39,9 @@ type pendingRestore struct {
 	Run   uint64 `json:"run"`
 }
 
-func readManifest(dir string) (manifest, error) {
+func readManifest(fsys vfs.FileSystem, dir string) (manifest, error) {
 	m := manifest{NextRun: 1}
-	b, err := os.ReadFile(filepath.Join(dir, manifestName))
+	b, err := vfs.ReadFile(fsys, filepath.Join(dir, manifestName))
 	if errors.Is(err, os.ErrNotExist) {
 		return m, nil
 	}
@@ -104,7 +104,7 @@ func (m manifest) write(fs *vfs.FS, dir string) error {
 	if err := errors.Join(f.Sync(), f.Close()); err != nil {
 		return fmt.Errorf("nezha: write manifest: %w", err)
 	}
-	if err := os.Rename(tmp, filepath.Join(dir, manifestName)); err != nil {
+	if err := fs.Base().Rename(tmp, filepath.Join(dir, manifestName)); err != nil {
 		return fmt.Errorf("nezha: write manifest: %w", err)
 	}
 	if err := fs.SyncDir(dir); err != nil {

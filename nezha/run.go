@@ -16,8 +16,6 @@ import (
 	"strings"
 	"sync"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/zeebo/xxh3"
 
 	"github.com/nezha-harness/nezha/systems"
@@ -211,9 +209,9 @@ func (rw *runWriter) startWriteback() {
 	if written-rw.synced < runBytesPerSync {
 		return
 	}
-	if fd, ok := rw.f.(interface{ Fd() uintptr }); ok {
+	if f, ok := rw.f.(interface{ StartWriteback(off, n int64) error }); ok {
 		// Best effort: the final fsync is what makes the run durable.
-		_ = unix.SyncFileRange(int(fd.Fd()), rw.synced, written-rw.synced, unix.SYNC_FILE_RANGE_WRITE)
+		_ = f.StartWriteback(rw.synced, written-rw.synced)
 	}
 	rw.synced = written
 }
@@ -246,10 +244,10 @@ func (rw *runWriter) Finish() (int64, error) {
 	return rw.off + int64(len(rw.index)) + runFooterSize, nil
 }
 
-// Abort closes and deletes a run that will not be finished.
-func (rw *runWriter) Abort() {
+// Abort closes and deletes (from fsys) a run that will not be finished.
+func (rw *runWriter) Abort(fsys vfs.FileSystem) {
 	rw.f.Close()
-	os.Remove(rw.path)
+	fsys.Remove(rw.path)
 }
 
 // run is one finished, open run file. Readers hold mu.RLock while reading;
@@ -496,16 +494,17 @@ func (r *run) close() {
 
 // runSet holds the open runs of a store.
 type runSet struct {
+	fsys vfs.FileSystem
 	dir  string
 	mu   sync.RWMutex
 	runs map[uint64]*run
 	mmap bool
 }
 
-// newRunSet returns an empty set of the runs in dir; mmap: value reads
-// copy out of each run's mapping (Config.MmapReads).
-func newRunSet(dir string, mmap bool) *runSet {
-	return &runSet{dir: dir, runs: map[uint64]*run{}, mmap: mmap}
+// newRunSet returns an empty set of the runs in dir of fsys; mmap: value
+// reads copy out of each run's mapping (Config.MmapReads).
+func newRunSet(fsys vfs.FileSystem, dir string, mmap bool) *runSet {
+	return &runSet{fsys: fsys, dir: dir, runs: map[uint64]*run{}, mmap: mmap}
 }
 
 func (rs *runSet) get(id uint64) *run {
@@ -542,7 +541,7 @@ func (rs *runSet) remove(id uint64) error {
 		return nil
 	}
 	r.close()
-	if err := os.Remove(r.path); err != nil && !errors.Is(err, os.ErrNotExist) {
+	if err := rs.fsys.Remove(r.path); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return fmt.Errorf("nezha: remove run: %w", err)
 	}
 	return nil
@@ -626,9 +625,9 @@ func (rs *runSet) open(loc systems.Location) (*run, error) {
 	return r, nil
 }
 
-// listRunFiles returns the ids of the *.run files in dir.
-func listRunFiles(dir string) ([]uint64, error) {
-	des, err := os.ReadDir(dir)
+// listRunFiles returns the ids of the *.run files in dir of fsys.
+func listRunFiles(fsys vfs.FileSystem, dir string) ([]uint64, error) {
+	des, err := fsys.ReadDir(dir)
 	if err != nil {
 		return nil, fmt.Errorf("nezha: %w", err)
 	}

@@ -145,7 +145,7 @@ func TestRunFormats(t *testing.T) {
 				if r.sum != sum {
 					t.Fatalf("opened with checksum %d, written with %d", r.sum, sum)
 				}
-				rs := newRunSet(dir, mapped)
+				rs := newRunSet(vfs.OS(), dir, mapped)
 				rs.add(r)
 				defer rs.closeAll()
 				// check reads every record; corrupt is the one with a flipped

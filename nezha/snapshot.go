@@ -3,7 +3,6 @@ package nezha
 import (
 	"errors"
 	"fmt"
-	"os"
 	"path/filepath"
 
 	"github.com/nezha-harness/nezha/systems"
@@ -74,16 +73,16 @@ func (s *Store) PrepareRestore(index uint64, r *systems.SnapshotReader) error {
 	}
 	for r.Next() {
 		if _, err := w.Add(r.Key(), r.Value(), index, r.ExpiresUnixNano()); err != nil {
-			w.Abort()
+			w.Abort(s.fs.Base())
 			return err
 		}
 	}
 	if err := r.Err(); err != nil {
-		w.Abort()
+		w.Abort(s.fs.Base())
 		return err
 	}
 	if _, err := w.Finish(); err != nil {
-		w.Abort()
+		w.Abort(s.fs.Base())
 		return err
 	}
 	s.manMu.Lock()
@@ -91,7 +90,7 @@ func (s *Store) PrepareRestore(index uint64, r *systems.SnapshotReader) error {
 	m := s.man
 	m.Restore = &pendingRestore{Index: index, Run: id}
 	if err := m.write(s.fs, s.sortedDir); err != nil {
-		os.Remove(w.path)
+		s.fs.Base().Remove(w.path)
 		return err
 	}
 	s.man = m
@@ -129,7 +128,7 @@ func (s *Store) finishRestore(p pendingRestore) error {
 			return fmt.Errorf("nezha: close index for restore: %w", err)
 		}
 	}
-	if err := errors.Join(os.RemoveAll(filepath.Join(s.dir, IndexDir)), os.RemoveAll(filepath.Join(s.dir, checkpointName))); err != nil {
+	if err := errors.Join(s.fs.Base().RemoveAll(filepath.Join(s.dir, IndexDir)), s.fs.Base().RemoveAll(filepath.Join(s.dir, checkpointName))); err != nil {
 		return fmt.Errorf("nezha: wipe index for restore: %w", err)
 	}
 	x, err := openIndex(s.cfg.Index, filepath.Join(s.dir, IndexDir), s.cfg.IndexCacheEntries)

@@ -8,7 +8,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"os"
 	"path/filepath"
 	"sync"
 	"sync/atomic"
@@ -619,7 +618,7 @@ func (s *Store) openIndex() (Index, error) {
 		return nil, err
 	}
 	if m, ok := x.(*MemoryIndex); ok {
-		if _, err := loadCheckpoint(m, filepath.Join(s.dir, checkpointName)); err != nil {
+		if _, err := loadCheckpoint(s.fs.Base(), m, filepath.Join(s.dir, checkpointName)); err != nil {
 			return nil, err
 		}
 	}
@@ -674,7 +673,7 @@ func (s *Store) removeOrphanRuns() error {
 	}
 	for _, id := range s.orphanRuns {
 		s.logger.Warn("nezha: removing a run no manifest lists (an interrupted GC or restore)", "run", runName(id))
-		if err := os.Remove(filepath.Join(s.sortedDir, runName(id))); err != nil {
+		if err := s.fs.Base().Remove(filepath.Join(s.sortedDir, runName(id))); err != nil {
 			return fmt.Errorf("nezha: %w", err)
 		}
 	}
@@ -687,12 +686,12 @@ func (s *Store) removeOrphanRuns() error {
 // not list (a GC or restore that crashed before registering them), and
 // opens the live runs.
 func (s *Store) recoverRuns() error {
-	m, err := readManifest(s.sortedDir)
+	m, err := readManifest(s.fs.Base(), s.sortedDir)
 	if err != nil {
 		return err
 	}
 	s.man = m
-	files, err := listRunFiles(s.sortedDir)
+	files, err := listRunFiles(s.fs.Base(), s.sortedDir)
 	if err != nil {
 		return err
 	}

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/nezha-harness/nezha/systems"
+	"github.com/nezha-harness/nezha/systems/vfs"
 )
 
 // Names of the systems of this package (the -system flag values).
@@ -356,7 +357,7 @@ func (c *Config) OpenStore(env systems.Env) (*Store, error) {
 		logger = slog.Default()
 	}
 	sortedDir := filepath.Join(env.Dir, SortedDir)
-	if err := os.MkdirAll(sortedDir, 0o755); err != nil {
+	if err := vfs.MkdirAllSynced(env.FS.Base(), sortedDir, 0o755); err != nil {
 		return nil, fmt.Errorf("nezha: %w", err)
 	}
 	clock := c.Clock
@@ -364,7 +365,7 @@ func (c *Config) OpenStore(env systems.Env) (*Store, error) {
 		clock = time.Now
 	}
 	s := &Store{name: c.system, cfg: *c, dir: env.Dir, sortedDir: sortedDir, vlog: env.Log, ctl: env.Control,
-		logger: logger, runs: newRunSet(sortedDir, c.MmapReads), fs: env.FS, clock: clock}
+		logger: logger, runs: newRunSet(env.FS.Base(), sortedDir, c.MmapReads), fs: env.FS, clock: clock}
 	if c.gcEnabled() {
 		gc, err := newCollector(s, &s.cfg, env)
 		if err != nil {
@@ -421,7 +422,7 @@ func (s *Store) open() error {
 			return err
 		}
 		s.man = m
-		if err := os.Remove(filepath.Join(s.sortedDir, runName(p.Run))); err != nil && !errors.Is(err, os.ErrNotExist) {
+		if err := s.fs.Base().Remove(filepath.Join(s.sortedDir, runName(p.Run))); err != nil && !errors.Is(err, os.ErrNotExist) {
 			return fmt.Errorf("nezha: %w", err)
 		}
 	}

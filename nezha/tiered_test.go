@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/nezha-harness/nezha/systems"
+	"github.com/nezha-harness/nezha/systems/vfs"
 )
 
 // putRange puts keys k<from>..k<to-1> with size-byte values.
@@ -274,7 +275,7 @@ func TestGCTierMerge(t *testing.T) {
 	if wa := float64(written) / float64(user); wa > 2.3 {
 		t.Fatalf("GC wrote %.2f x the user bytes for one sort and one merge", wa)
 	}
-	m, err := readManifest(f.s.sortedDir)
+	m, err := readManifest(vfs.OS(), f.s.sortedDir)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -27,6 +27,7 @@ import (
 
 	"github.com/nezha-harness/nezha/systems"
 	"github.com/nezha-harness/nezha/systems/raftlog"
+	"github.com/nezha-harness/nezha/systems/vfs"
 )
 
 // Config configures a Node. Zero values of optional fields take the
@@ -169,6 +170,9 @@ type Config struct {
 	// sessionCheckpointEntries overrides sessionCheckpointEntries (tests;
 	// 0: the default).
 	sessionCheckpointEntries int
+	// env replaces the node's file system, ticks and transport (the
+	// deterministic tests; nil: the real ones).
+	env *env
 }
 
 // Default returns a Config holding every documented default.
@@ -349,7 +353,7 @@ func (c *Config) Validate() error {
 	}
 	if c.DataDir == "" {
 		bad("-data is required")
-	} else if err := checkDataDir(c.DataDir); err != nil {
+	} else if err := checkDataDir(c.env.fileSystem(), c.DataDir); err != nil {
 		bad("-data %s is unusable: %v", c.DataDir, err)
 	}
 	if c.SegmentSizeBytes < 4096 {
@@ -385,10 +389,10 @@ func (c *Config) Validate() error {
 }
 
 // checkDataDir checks that dir, or the directory it would be created in,
-// is a writable directory, without creating anything.
-func checkDataDir(dir string) error {
+// is a writable directory of fsys, leaving nothing behind.
+func checkDataDir(fsys vfs.FileSystem, dir string) error {
 	for {
-		st, err := os.Stat(dir)
+		st, err := fsys.Stat(dir)
 		if errors.Is(err, os.ErrNotExist) {
 			parent := filepath.Dir(dir)
 			if parent == dir {
@@ -405,13 +409,13 @@ func checkDataDir(dir string) error {
 		}
 		break
 	}
-	f, err := os.CreateTemp(dir, ".probe-*")
+	f, err := fsys.CreateTemp(dir, ".probe-*")
 	if err != nil {
 		return err
 	}
 	name := f.Name()
 	f.Close()
-	return os.Remove(name)
+	return fsys.Remove(name)
 }
 
 // clusterID returns ClusterID, or a stable id derived from Peers.

@@ -10,6 +10,7 @@ import (
 	"syscall"
 
 	"github.com/nezha-harness/nezha/systems"
+	"github.com/nezha-harness/nezha/systems/vfs"
 )
 
 // dataLockName is the file in the data directory that a running node
@@ -21,24 +22,26 @@ import (
 // has acknowledged.
 const dataLockName = "NODE.LOCK"
 
-// lockDataDir creates dir if needed and takes its lock (systems.LockFile);
-// the returned function releases it, as does the process's end however it
-// ends. A directory in use is a usage error naming the holder's pid.
-func lockDataDir(dir string) (unlock func(), err error) {
-	if err := os.MkdirAll(dir, 0o755); err != nil {
+// lockDataDir creates dir in fsys if needed (durably: the directories it
+// creates are synced into their parents) and takes its lock
+// (vfs.FileSystem.Lock: flock on the OS); the returned function releases
+// it, as does the process's end however it ends. A directory in use is a
+// usage error naming the holder's pid.
+func lockDataDir(fsys vfs.FileSystem, dir string) (unlock func(), err error) {
+	if err := vfs.MkdirAllSynced(fsys, dir, 0o755); err != nil {
 		return nil, fmt.Errorf("create -data %s: %w", dir, err)
 	}
 	path := filepath.Join(dir, dataLockName)
-	unlock, err = systems.LockFile(path)
-	if errors.Is(err, systems.ErrLocked) {
-		return nil, inUseError(dir)
+	unlock, err = fsys.Lock(path)
+	if errors.Is(err, vfs.ErrLocked) {
+		return nil, inUseError(fsys, dir)
 	}
 	if err != nil {
 		return nil, err
 	}
 	// The holder's pid, for the message above; best effort (the lock is
 	// on the descriptor LockFile holds, which this write does not touch).
-	_ = os.WriteFile(path, []byte(strconv.Itoa(os.Getpid())+"\n"), 0o644)
+	_ = vfs.WriteFile(fsys, path, []byte(strconv.Itoa(os.Getpid())+"\n"), 0o644)
 	return unlock, nil
 }
 
@@ -52,16 +55,16 @@ func checkDataDirFree(dir string) error {
 	}
 	defer f.Close() // releases the lock if this took it
 	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); errors.Is(err, syscall.EWOULDBLOCK) {
-		return inUseError(dir)
+		return inUseError(vfs.OS(), dir)
 	}
 	return nil
 }
 
 // inUseError says that dir is another node's, naming its pid if the lock
 // file holds one.
-func inUseError(dir string) error {
+func inUseError(fsys vfs.FileSystem, dir string) error {
 	holder := ""
-	if b, err := os.ReadFile(filepath.Join(dir, dataLockName)); err == nil {
+	if b, err := vfs.ReadFile(fsys, filepath.Join(dir, dataLockName)); err == nil {
 		if pid := strings.TrimSpace(string(b)); pid != "" {
 			holder = " (pid " + pid + ")"
 		}

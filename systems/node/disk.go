@@ -94,7 +94,7 @@ func (g *diskGuard) createBallast() error {
 	err = f.Preallocate(g.ballastBytes)
 	if err != nil {
 		f.Close()
-		os.Remove(p)
+		g.fs.Base().Remove(p)
 		return err
 	}
 	return f.Close()
@@ -118,7 +118,7 @@ func (g *diskGuard) releaseBallast() {
 	if !g.ballast {
 		return
 	}
-	if err := os.Remove(g.ballastPath()); err != nil && !errors.Is(err, os.ErrNotExist) {
+	if err := g.fs.Base().Remove(g.ballastPath()); err != nil && !errors.Is(err, os.ErrNotExist) {
 		g.logger.Warn("cannot delete the disk ballast", "err", err)
 		return
 	}
@@ -200,7 +200,7 @@ func (g *diskGuard) writeProbe() error {
 	if err != nil {
 		return err
 	}
-	defer os.Remove(p)
+	defer g.fs.Base().Remove(p)
 	_, err = f.Write(make([]byte, 4096))
 	return errors.Join(err, f.Close())
 }

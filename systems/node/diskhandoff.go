@@ -240,14 +240,14 @@ func (n *Node) voterWithSpace(ctx context.Context, voters []uint64) uint64 {
 	ok := make([]bool, len(voters))
 	var wg sync.WaitGroup
 	for i, id := range voters {
-		p := n.transport.peer(id)
-		if p == nil {
+		conn := n.transport.conn(id)
+		if conn == nil {
 			continue
 		}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			resp, err := healthpb.NewHealthClient(p.conn).Check(ctx, &healthpb.HealthCheckRequest{Service: kvpb.DiskHealthService})
+			resp, err := healthpb.NewHealthClient(conn).Check(ctx, &healthpb.HealthCheckRequest{Service: kvpb.DiskHealthService})
 			ok[i] = err == nil && resp.Status == healthpb.HealthCheckResponse_SERVING
 		}()
 	}

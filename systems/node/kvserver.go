@@ -257,26 +257,36 @@ func (s *kvServer) stalled(ctx context.Context, op string) error {
 }
 
 func (s *kvServer) Delete(ctx context.Context, req *kvpb.DeleteRequest) (*kvpb.DeleteResponse, error) {
-	if err := s.n.removedErr(); err != nil {
+	id, data, err := s.prepareDelete(req.Key, clientSession{req.ClientId, req.Seq})
+	if err != nil {
 		return nil, err
-	}
-	if err := systems.CheckKey(req.Key); err != nil {
-		return nil, status.Errorf(codes.InvalidArgument, "delete: %v", err)
-	}
-	if err := s.n.disk.check(len(req.Key)); err != nil {
-		return nil, s.diskRefusal("delete", err)
 	}
 	ctx, cancel := s.withTimeout(ctx)
 	defer cancel()
 	if err := s.stalled(ctx, "delete"); err != nil {
 		return nil, err
 	}
-	idx, err := s.n.proposeAndWait(ctx, &systems.Command{Op: systems.OpDelete, Key: req.Key,
-		ClientID: req.ClientId, Seq: req.Seq})
+	idx, err := s.n.proposeDataAndWait(ctx, id, data)
 	if err != nil {
 		return nil, writeError(err)
 	}
 	return &kvpb.DeleteResponse{Header: s.header(), Index: idx}, nil
+}
+
+// prepareDelete checks a delete and returns its request id and its
+// encoded command, or the gRPC status that refuses it.
+func (s *kvServer) prepareDelete(key []byte, sess clientSession) (id uint64, data []byte, err error) {
+	if err := s.n.removedErr(); err != nil {
+		return 0, nil, err
+	}
+	if err := systems.CheckKey(key); err != nil {
+		return 0, nil, status.Errorf(codes.InvalidArgument, "delete: %v", err)
+	}
+	if err := s.n.disk.check(len(key)); err != nil {
+		return 0, nil, s.diskRefusal("delete", err)
+	}
+	c := &systems.Command{Op: systems.OpDelete, Key: key, RequestID: s.n.nextRequestID(), ClientID: sess.client, Seq: sess.seq}
+	return c.RequestID, systems.AppendCommand(make([]byte, 0, c.EncodedSize()), c), nil
 }
 
 // awaitRead makes a read of the given consistency safe to serve locally.

@@ -24,6 +24,7 @@ import (
 
 	"github.com/nezha-harness/nezha/systems"
 	"github.com/nezha-harness/nezha/systems/kvpb"
+	"github.com/nezha-harness/nezha/systems/vfs"
 )
 
 // Membership change of a running cluster (the kvpb.Admin service), through
@@ -155,7 +156,7 @@ func (n *Node) openMembership(applied uint64) error {
 	for i, id := range ids {
 		n.internalAddrs.Store(id, addrs[i])
 	}
-	book, err := readAddressBook(n.addressBookPath())
+	book, err := readAddressBook(n.fsys, n.addressBookPath())
 	if err != nil {
 		n.logger.Error("the member address book is unreadable; members added before the log's compaction point may lack addresses "+
 			"(-dialPeersFile can name them)", "err", err)
@@ -218,8 +219,8 @@ type addressBook map[uint64]memberAddrs
 func (n *Node) addressBookPath() string { return filepath.Join(n.cfg.DataDir, addressBookName) }
 
 // readAddressBook reads the book at path (none: an empty book).
-func readAddressBook(path string) (addressBook, error) {
-	b, err := os.ReadFile(path)
+func readAddressBook(fsys vfs.FileSystem, path string) (addressBook, error) {
+	b, err := vfs.ReadFile(fsys, path)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, nil
 	}
@@ -282,7 +283,7 @@ func (n *Node) saveAddressBook() {
 	defer n.bookMu.Unlock()
 	b, err := json.Marshal(n.addressBook())
 	if err == nil {
-		err = writeFileDurably(n.cfg.DataDir, addressBookName, b)
+		err = writeFileDurably(n.fsys, n.cfg.DataDir, addressBookName, b)
 	}
 	if err != nil {
 		n.logger.Error("member address book not written: after a restart, members added before the log's compaction point "+
@@ -454,26 +455,15 @@ func (n *Node) leaderOnly() error {
 // this node applied it; check runs first on the Ready loop (leader).
 func (n *Node) proposeConfChange(ctx context.Context, change raftpb.ConfChangeSingle, cctx confContext, check func() error) (uint64, error) {
 	cctx.RequestID = n.nextRequestID()
-	data, err := json.Marshal(cctx)
+	cc, err := newConfChange(change, cctx)
 	if err != nil {
 		return 0, err
 	}
-	cc := raftpb.ConfChangeV2{Changes: []raftpb.ConfChangeSingle{change}, Context: data}
 	ch := n.proposals.register(cctx.RequestID)
 	tick := time.NewTicker(n.cfg.TickInterval)
 	defer tick.Stop()
 	for waited := 0; ; waited++ {
-		err = n.inLoop(ctx, func() error {
-			if err := n.leaderOnly(); err != nil {
-				return err
-			}
-			if check != nil {
-				if err := check(); err != nil {
-					return err
-				}
-			}
-			return n.proposeConfChangeInLoop(cctx.RequestID, cc)
-		})
+		err = n.inLoop(ctx, func() error { return n.tryConfChange(cctx.RequestID, cc, check) })
 		if !errors.Is(err, errNewLeader) || waited >= leaderWaitElectionTimeouts*n.cfg.ElectionTicks {
 			break
 		}
@@ -503,6 +493,29 @@ func (n *Node) proposeConfChange(ctx context.Context, change raftpb.ConfChangeSi
 		n.proposals.cancel(cctx.RequestID)
 		return 0, status.Errorf(codes.Unavailable, "node failed: %v", n.Err())
 	}
+}
+
+// newConfChange is the ConfChangeV2 of one change with its context.
+func newConfChange(change raftpb.ConfChangeSingle, cctx confContext) (raftpb.ConfChangeV2, error) {
+	data, err := json.Marshal(cctx)
+	if err != nil {
+		return raftpb.ConfChangeV2{}, err
+	}
+	return raftpb.ConfChangeV2{Changes: []raftpb.ConfChangeSingle{change}, Context: data}, nil
+}
+
+// tryConfChange proposes cc for request requestID now, unless this node
+// does not lead or check (if not nil) refuses (Ready loop).
+func (n *Node) tryConfChange(requestID uint64, cc raftpb.ConfChangeV2, check func() error) error {
+	if err := n.leaderOnly(); err != nil {
+		return err
+	}
+	if check != nil {
+		if err := check(); err != nil {
+			return err
+		}
+	}
+	return n.proposeConfChangeInLoop(requestID, cc)
 }
 
 // proposeConfChangeInLoop proposes cc unless another change is pending
@@ -625,22 +638,7 @@ func (s *adminServer) AddMember(ctx context.Context, req *kvpb.AddMemberRequest)
 	}
 	ctx, cancel := s.withTimeout(ctx)
 	defer cancel()
-	check := func() error {
-		if isMember(n.confState, req.Id) {
-			return status.Errorf(codes.InvalidArgument, "add member: id %d is already a member", req.Id)
-		}
-		if at, ok := n.removedIDs.Load(req.Id); ok {
-			return status.Errorf(codes.InvalidArgument, "add member: id %d was removed at index %d; ids are never reused", req.Id, at)
-		}
-		for _, ids := range [][]uint64{n.confState.Voters, n.confState.Learners} {
-			for _, id := range ids {
-				if a, ok := n.internalAddrs.Load(id); ok && a.(string) == req.InternalAddress {
-					return status.Errorf(codes.InvalidArgument, "add member: address %s is already member %d's", req.InternalAddress, id)
-				}
-			}
-		}
-		return nil
-	}
+	check := func() error { return n.checkAddMember(req.Id, req.InternalAddress) }
 	idx, err := n.proposeConfChange(ctx, raftpb.ConfChangeSingle{Type: raftpb.ConfChangeAddLearnerNode, NodeID: req.Id},
 		confContext{ID: req.Id, InternalAddress: req.InternalAddress, Address: req.Address}, check)
 	if err != nil {
@@ -664,25 +662,59 @@ func (s *adminServer) PromoteMember(ctx context.Context, req *kvpb.PromoteMember
 	return s.response(ctx, idx)
 }
 
+// checkAddMember says why member id with internal address addr cannot be
+// added now (Ready loop, leader), or nil.
+func (n *Node) checkAddMember(id uint64, addr string) error {
+	if isMember(n.confState, id) {
+		return status.Errorf(codes.InvalidArgument, "add member: id %d is already a member", id)
+	}
+	if at, ok := n.removedIDs.Load(id); ok {
+		return status.Errorf(codes.InvalidArgument, "add member: id %d was removed at index %d; ids are never reused", id, at)
+	}
+	for _, ids := range [][]uint64{n.confState.Voters, n.confState.Learners} {
+		for _, m := range ids {
+			if a, ok := n.internalAddrs.Load(m); ok && a.(string) == addr {
+				return status.Errorf(codes.InvalidArgument, "add member: address %s is already member %d's", addr, m)
+			}
+		}
+	}
+	return nil
+}
+
+// checkPromote says why learner id cannot be made a voter now (Ready
+// loop, leader), or nil; FailedPrecondition: not yet (it has not caught
+// up).
+func (n *Node) checkPromote(id uint64) error {
+	if !slices.Contains(n.confState.Learners, id) {
+		if slices.Contains(n.confState.Voters, id) {
+			return status.Errorf(codes.InvalidArgument, "promote: member %d is already a voter", id)
+		}
+		return status.Errorf(codes.InvalidArgument, "promote: %d is not a learner of this cluster", id)
+	}
+	prs, commit := n.progress()
+	if match := prs[id].Match; match == 0 || match+promoteMaxLagEntries < commit {
+		return status.Errorf(codes.FailedPrecondition, "promote: learner %d has not caught up: match index %d, leader commit %d (it may trail by %d)",
+			id, match, commit, promoteMaxLagEntries)
+	}
+	return nil
+}
+
+// checkRemoveMember says why member id cannot be removed now (Ready loop,
+// leader), or nil.
+func (n *Node) checkRemoveMember(id uint64) error {
+	if !isMember(n.confState, id) {
+		return status.Errorf(codes.InvalidArgument, "remove: %d is not a member (members: voters %v, learners %v)", id, n.confState.Voters, n.confState.Learners)
+	}
+	if len(n.confState.Voters) == 1 && n.confState.Voters[0] == id {
+		return status.Errorf(codes.InvalidArgument, "remove: %d is the last voter; a cluster needs one", id)
+	}
+	return nil
+}
+
 // promote waits until learner id has caught up, then makes it a voter.
 func (s *adminServer) promote(ctx context.Context, id uint64) (uint64, error) {
 	n := s.n
-	var match, commit uint64
-	check := func() error {
-		if !slices.Contains(n.confState.Learners, id) {
-			if slices.Contains(n.confState.Voters, id) {
-				return status.Errorf(codes.InvalidArgument, "promote: member %d is already a voter", id)
-			}
-			return status.Errorf(codes.InvalidArgument, "promote: %d is not a learner of this cluster", id)
-		}
-		prs, c := n.progress()
-		match, commit = prs[id].Match, c
-		if match == 0 || match+promoteMaxLagEntries < commit {
-			return status.Errorf(codes.FailedPrecondition, "promote: learner %d has not caught up: match index %d, leader commit %d (it may trail by %d)",
-				id, match, commit, promoteMaxLagEntries)
-		}
-		return nil
-	}
+	check := func() error { return n.checkPromote(id) }
 	tick := time.NewTicker(n.cfg.TickInterval)
 	defer tick.Stop()
 	for {
@@ -703,15 +735,7 @@ func (s *adminServer) RemoveMember(ctx context.Context, req *kvpb.RemoveMemberRe
 	n := s.n
 	ctx, cancel := s.withTimeout(ctx)
 	defer cancel()
-	check := func() error {
-		if !isMember(n.confState, req.Id) {
-			return status.Errorf(codes.InvalidArgument, "remove: %d is not a member (members: voters %v, learners %v)", req.Id, n.confState.Voters, n.confState.Learners)
-		}
-		if len(n.confState.Voters) == 1 && n.confState.Voters[0] == req.Id {
-			return status.Errorf(codes.InvalidArgument, "remove: %d is the last voter; a cluster needs one", req.Id)
-		}
-		return nil
-	}
+	check := func() error { return n.checkRemoveMember(req.Id) }
 	if req.Id == n.id {
 		// The leader removing itself hands over its leadership first.
 		if err := n.inLoop(ctx, func() error {

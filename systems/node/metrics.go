@@ -73,7 +73,12 @@ type metrics struct {
 // disk), in seconds.
 func logLatencyBuckets() []float64 { return prometheus.ExponentialBuckets(50e-6, 2, 16) }
 
-func newMetrics() *metrics {
+// newMetrics returns the metrics of a node; process adds the Go runtime's
+// and the process's collectors (not for the tests' nodes that share one
+// process, Config.env: building the Go collector matches regular
+// expressions over every runtime metric, a large part of such a node's
+// start).
+func newMetrics(process bool) *metrics {
 	m := &metrics{
 		reg: prometheus.NewRegistry(),
 		leaderChanges: prometheus.NewCounter(prometheus.CounterOpts{Name: "nezha_raft_leader_changes_total",
@@ -125,8 +130,10 @@ func newMetrics() *metrics {
 	m.reg.MustRegister(m.leaderChanges, m.proposals, m.proposalsDropped, m.readRounds, m.readWaiters, m.snapshotSends, m.snapshotInstalls,
 		m.spanSends, m.spanSentBytes,
 		m.writeStalls, m.writeStallSeconds, m.diskRefusing, m.diskTransfers,
-		m.appendSeconds, m.fsyncSeconds, m.grpc,
-		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+		m.appendSeconds, m.fsyncSeconds, m.grpc)
+	if process {
+		m.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	}
 	return m
 }
 

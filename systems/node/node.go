@@ -96,7 +96,7 @@ type Node struct {
 	dataUnlock func()
 	rn         *raft.RawNode // owned by the Ready loop goroutine
 
-	transport *transport
+	transport raftTransport
 	codec     *kvpb.Codec // the gRPC codec and buffer pool of both servers and the peer clients
 	kvServer  *grpc.Server
 	kvLis     net.Listener
@@ -185,6 +185,9 @@ type Node struct {
 	pendingReads map[uint64]*readBatch
 	queuedReads  []readRequest
 	ticks        int
+	// campaignTicks: the ticks left in which a fresh node with
+	// Config.CampaignOnBoot campaigns again (loop-owned).
+	campaignTicks int
 
 	peerAddrs sync.Map // uint64 id -> string client address
 
@@ -216,6 +219,7 @@ type Node struct {
 	// disk faults; a failed fsync stops the node, ENOSPC makes disk
 	// refuse writes).
 	fs   *vfs.FS
+	fsys vfs.FileSystem // fs.Base(): the node's files without faults
 	disk *diskGuard
 	// diskRefusal is why the disk guard refuses client writes now (nil:
 	// it accepts them), and handoff the leadership transfers for it
@@ -275,31 +279,36 @@ func Start(cfg Config) (*Node, error) {
 		epoch:        time.Now(),
 		codec:        kvpb.NewCodec(),
 		sessDeltas:   newSessionDeltas(MaxSessionDeltas),
-		metrics:      newMetrics(),
+		metrics:      newMetrics(cfg.env == nil),
 	}
 	// Every line the node, its log and its state machine write names the
 	// node and the term it is in.
 	n.readers = newReaderPool(readerWorkers, n.stopc)
 	n.logger = slog.New(termHandler{Handler: cfg.Logger.Handler(), term: &n.term}).With("node", n.id)
+	fsys := cfg.env.fileSystem()
 	// Before anything in the data directory is created or opened: a node
 	// whose address is taken, or whose directory a running node holds,
-	// leaves -data as it was.
-	if err := checkDataDirFree(cfg.DataDir); err != nil {
-		return nil, err
-	}
-	lis, err := cfg.listen()
-	if err != nil {
-		return nil, err
+	// leaves -data as it was. (The tests' in-memory network binds none.)
+	var lis *listeners
+	if !cfg.env.inMemoryNetwork() {
+		if err := checkDataDirFree(cfg.DataDir); err != nil {
+			return nil, err
+		}
+		var err error
+		if lis, err = cfg.listen(); err != nil {
+			return nil, err
+		}
 	}
 	// A second node on the data directory would damage the first's log
 	// (lockDataDir).
-	lock, err := lockDataDir(cfg.DataDir)
+	lock, err := lockDataDir(fsys, cfg.DataDir)
 	if err != nil {
 		lis.close()
 		return nil, err
 	}
 	n.dataUnlock = lock
-	n.fs = vfs.New()
+	n.fs = vfs.NewOn(fsys)
+	n.fsys = fsys
 	n.disk = newDiskGuard(cfg.DataDir, cfg.MinFreeDiskBytes, n.fs, cfg.DiskBallastBytes, n.logger)
 	n.minFollowerMatch.Store(math.MaxUint64)
 	var nonce [4]byte
@@ -314,7 +323,7 @@ func Start(cfg Config) (*Node, error) {
 		n.closeStorage()
 		return nil, err
 	}
-	if lis.metrics != nil {
+	if lis != nil && lis.metrics != nil {
 		n.logger.Info("serving Prometheus metrics", "metrics_address", n.metrics.serve(lis.metrics, n))
 	}
 	n.serve(lis)
@@ -326,7 +335,7 @@ func Start(cfg Config) (*Node, error) {
 	if n.spans != nil {
 		go n.spans.run()
 	}
-	if lis.jsonrpc != nil {
+	if lis != nil && lis.jsonrpc != nil {
 		n.jsonrpc = n.serveJSONRPC(lis.jsonrpc)
 		n.logger.Info("serving the JSON-RPC API", "jsonrpc_address", n.jsonrpc.addr())
 	}
@@ -360,7 +369,7 @@ func (n *Node) open() error {
 	n.logger.Info("raft log open", "segments", len(segs), "duration", time.Since(began).Round(time.Millisecond))
 	hs, cs, _ := l.InitialState()
 	n.setConfState(cs)
-	if err := cleanSnapshotDir(n.snapDir()); err != nil {
+	if err := cleanSnapshotDir(n.fsys, n.snapDir()); err != nil {
 		return err
 	}
 	sm, err := n.cfg.SystemConfig.Open(systems.Env{Dir: n.cfg.DataDir, Log: l, Control: logControl{n}, Logger: n.logger,
@@ -428,6 +437,9 @@ type listeners struct {
 }
 
 func (l *listeners) close() {
+	if l == nil {
+		return
+	}
 	for _, lis := range []net.Listener{l.internal, l.client, l.etcd, l.jsonrpc, l.metrics} {
 		if lis != nil {
 			lis.Close()
@@ -462,13 +474,18 @@ func (c *Config) listen() (*listeners, error) {
 	return l, nil
 }
 
-// serve starts the gRPC servers on lis.
+// serve starts the gRPC servers on lis; with the tests' in-memory network
+// (lis nil) it only builds that transport.
 func (n *Node) serve(lis *listeners) {
-	ilis, klis, elis := lis.internal, lis.client, lis.etcd
 	n.health = health.NewServer()
 	n.setHealth(false) // health.NewServer starts SERVING; not until there is a leader
 	// The disk accepts writes until watchDiskSpace says otherwise.
 	n.health.SetServingStatus(kvpb.DiskHealthService, healthpb.HealthCheckResponse_SERVING)
+	if lis == nil {
+		n.transport = n.cfg.env.transport(n)
+		return
+	}
+	ilis, klis, elis := lis.internal, lis.client, lis.etcd
 	n.transport = newTransport(n, ilis)
 	n.kvLis = klis
 	n.kvServer = grpc.NewServer(append(n.metrics.serverOptions(),
@@ -577,21 +594,8 @@ func (n *Node) fail(err error) {
 func (n *Node) Stop() {
 	n.stopOnce.Do(func() {
 		n.health.Shutdown() // NOT_SERVING from now on, while requests drain
-		stopped := make(chan struct{})
-		go func() {
-			n.kvServer.GracefulStop()
-			if n.etcdServer != nil {
-				n.etcdServer.GracefulStop()
-			}
-			close(stopped)
-		}()
-		select {
-		case <-stopped:
-		case <-time.After(2 * time.Second):
-			n.kvServer.Stop()
-			if n.etcdServer != nil {
-				n.etcdServer.Stop()
-			}
+		if n.kvServer != nil {
+			n.stopServers()
 		}
 		if n.jsonrpc != nil {
 			n.jsonrpc.stop()
@@ -610,6 +614,27 @@ func (n *Node) Stop() {
 		n.closeStorage()
 		n.logger.Info("node stopped")
 	})
+}
+
+// stopServers stops the client API servers, letting requests drain for up
+// to two seconds.
+func (n *Node) stopServers() {
+	stopped := make(chan struct{})
+	go func() {
+		n.kvServer.GracefulStop()
+		if n.etcdServer != nil {
+			n.etcdServer.GracefulStop()
+		}
+		close(stopped)
+	}()
+	select {
+	case <-stopped:
+	case <-time.After(2 * time.Second):
+		n.kvServer.Stop()
+		if n.etcdServer != nil {
+			n.etcdServer.Stop()
+		}
+	}
 }
 
 func (n *Node) closeStorage() {
@@ -640,32 +665,24 @@ func (n *Node) campaign() {
 // appends to n.log.
 func (n *Node) runLoop() {
 	defer close(n.loopDone)
-	ticker := time.NewTicker(n.cfg.TickInterval)
-	defer ticker.Stop()
+	ticks := n.cfg.env.tickSource()
+	if ticks == nil {
+		ticker := time.NewTicker(n.cfg.TickInterval)
+		defer ticker.Stop()
+		ticks = ticker.C
+	}
 	// -campaign: on a fresh log (term 0), campaign now and again at every
 	// tick until an election moved the term (a pre-vote sent before the
 	// peers' streams are up is lost); the first election timeout bounds it.
-	campaignTicks := 0
 	if n.cfg.CampaignOnBoot && n.rn.Status().Term == 0 {
 		n.logger.Info("fresh log: campaigning at once (-campaign)")
-		campaignTicks = n.cfg.ElectionTicks
+		n.campaignTicks = n.cfg.ElectionTicks
 		n.campaign()
 	}
 	for {
 		select {
-		case <-ticker.C:
-			if campaignTicks > 0 {
-				campaignTicks--
-				if n.rn.Status().Term == 0 {
-					n.campaign()
-				} else {
-					campaignTicks = 0
-				}
-			}
-			n.rn.Tick()
-			n.ticks++
-			n.expireReads()
-			n.updateCompactBound()
+		case <-ticks:
+			n.tick()
 		case f := <-n.ctlc:
 			f()
 		case st := <-n.snapc:
@@ -705,6 +722,22 @@ func (n *Node) runLoop() {
 			}
 		}
 	}
+}
+
+// tick is one Raft tick of the Ready loop.
+func (n *Node) tick() {
+	if n.campaignTicks > 0 {
+		n.campaignTicks--
+		if n.rn.Status().Term == 0 {
+			n.campaign()
+		} else {
+			n.campaignTicks = 0
+		}
+	}
+	n.rn.Tick()
+	n.ticks++
+	n.expireReads()
+	n.updateCompactBound()
 }
 
 func (n *Node) step(m raftpb.Message) {
@@ -1085,12 +1118,6 @@ func (n *Node) applyEntries(batches []applyBatch) error {
 
 // nextRequestID returns an id unique to this process.
 func (n *Node) nextRequestID() uint64 { return n.reqNonce | (n.reqSeq.Add(1) & 0xffffffff) }
-
-// proposeAndWait proposes a command and waits until it is applied.
-func (n *Node) proposeAndWait(ctx context.Context, c *systems.Command) (uint64, error) {
-	c.RequestID = n.nextRequestID()
-	return n.proposeDataAndWait(ctx, c.RequestID, systems.AppendCommand(make([]byte, 0, c.EncodedSize()), c))
-}
 
 // maxDroppedResends bounds how often proposeDataAndWait proposes a write
 // again after Raft dropped it while a leader was known (a leadership

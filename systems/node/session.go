@@ -16,6 +16,7 @@ import (
 	"go.etcd.io/raft/v3/raftpb"
 
 	"github.com/nezha-harness/nezha/systems"
+	"github.com/nezha-harness/nezha/systems/vfs"
 )
 
 // Client sessions (Raft dissertation section 6.3). A write may carry a
@@ -330,25 +331,29 @@ func decodeSessionTable(b []byte, max int) (*sessionTable, error) {
 // directory.
 func sessionFileName(index uint64) string { return fmt.Sprintf("%020d.sessions", index) }
 
-// writeSessionFile writes enc (a table at index) to dir atomically and
-// durably (writeFileDurably).
-func writeSessionFile(dir string, index uint64, enc []byte) error {
-	return writeFileDurably(dir, sessionFileName(index), enc)
+// writeSessionFile writes enc (a table at index) to dir of fsys atomically
+// and durably (writeFileDurably; the directory is created synced into its
+// parent: a lost sessions directory would read as a data directory older
+// than sessions, loadSessionTable's legacy case, and the node would forget
+// every session).
+func writeSessionFile(fsys vfs.FileSystem, dir string, index uint64, enc []byte) error {
+	return writeFileDurably(fsys, dir, sessionFileName(index), enc)
 }
 
-// writeFileDurably writes data to dir/name atomically (a temporary file,
-// fsynced, renamed over name) and durably (dir fsynced), creating dir if
-// needed: after a crash the file holds the old or the new content.
-func writeFileDurably(dir, name string, data []byte) error {
-	if err := os.MkdirAll(dir, 0o755); err != nil {
+// writeFileDurably writes data to dir/name of fsys atomically (a temporary
+// file, fsynced, renamed over name) and durably (dir fsynced; a missing
+// dir is created synced into its parent): after a crash the file holds
+// the old or the new content.
+func writeFileDurably(fsys vfs.FileSystem, dir, name string, data []byte) error {
+	if err := vfs.MkdirAllSynced(fsys, dir, 0o755); err != nil {
 		return err
 	}
 	path := filepath.Join(dir, name)
-	tmp, err := os.CreateTemp(dir, name+".*.tmp")
+	tmp, err := fsys.CreateTemp(dir, name+".*.tmp")
 	if err != nil {
 		return err
 	}
-	defer os.Remove(tmp.Name())
+	defer fsys.Remove(tmp.Name())
 	if _, err := tmp.Write(data); err != nil {
 		tmp.Close()
 		return fmt.Errorf("write %s: %w", path, err)
@@ -356,23 +361,18 @@ func writeFileDurably(dir, name string, data []byte) error {
 	if err := errors.Join(tmp.Sync(), tmp.Close()); err != nil {
 		return fmt.Errorf("write %s: %w", path, err)
 	}
-	if err := os.Rename(tmp.Name(), path); err != nil {
+	if err := fsys.Rename(tmp.Name(), path); err != nil {
 		return err
 	}
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	defer d.Close()
-	if err := d.Sync(); err != nil {
+	if err := vfs.SyncDir(fsys, dir); err != nil {
 		return fmt.Errorf("sync %s: %w", dir, err)
 	}
 	return nil
 }
 
 // sessionFiles lists the indexes of the table files in dir, ascending.
-func sessionFiles(dir string) ([]uint64, error) {
-	des, err := os.ReadDir(dir)
+func sessionFiles(fsys vfs.FileSystem, dir string) ([]uint64, error) {
+	des, err := fsys.ReadDir(dir)
 	if err != nil {
 		return nil, err
 	}
@@ -394,14 +394,14 @@ func sessionFiles(dir string) ([]uint64, error) {
 // else the file of that index. A data directory without a sessions
 // directory was written before sessions existed: its log holds no session,
 // and the table starts empty (with a warning from the caller: legacy=true).
-func loadSessionTable(dir string, compacted uint64, max int) (t *sessionTable, legacy bool, err error) {
+func loadSessionTable(fsys vfs.FileSystem, dir string, compacted uint64, max int) (t *sessionTable, legacy bool, err error) {
 	if compacted == 0 {
 		return newSessionTable(max), false, nil
 	}
-	t, err = readSessionFile(dir, compacted, max)
+	t, err = readSessionFile(fsys, dir, compacted, max)
 	switch {
 	case errors.Is(err, os.ErrNotExist):
-		if _, serr := os.Stat(dir); errors.Is(serr, os.ErrNotExist) {
+		if _, serr := fsys.Stat(dir); errors.Is(serr, os.ErrNotExist) {
 			t := newSessionTable(max)
 			t.index = compacted
 			return t, true, nil
@@ -417,9 +417,9 @@ func loadSessionTable(dir string, compacted uint64, max int) (t *sessionTable, l
 // readSessionFile reads and decodes the table file of index in dir; a
 // file that does not decode, or holds another index, is errSessionsCorrupt
 // (named with its path). A missing file is os.ErrNotExist.
-func readSessionFile(dir string, index uint64, max int) (*sessionTable, error) {
+func readSessionFile(fsys vfs.FileSystem, dir string, index uint64, max int) (*sessionTable, error) {
 	path := filepath.Join(dir, sessionFileName(index))
-	b, err := os.ReadFile(path)
+	b, err := vfs.ReadFile(fsys, path)
 	if err != nil {
 		return nil, err
 	}
@@ -483,13 +483,13 @@ func (n *Node) writeSessionCheckpoint(t *sessionTable, enc []byte) error {
 	if t.index <= compacted {
 		return nil
 	}
-	if err := writeSessionFile(n.sessionDir(), t.index, enc); err != nil {
+	if err := writeSessionFile(n.fsys, n.sessionDir(), t.index, enc); err != nil {
 		return err
 	}
 	n.sessMu.Lock()
 	n.sessCkpt = t
 	n.sessMu.Unlock()
-	pruneSessionFiles(n.sessionDir(), compacted)
+	pruneSessionFiles(n.fsys, n.sessionDir(), compacted)
 	return nil
 }
 
@@ -497,8 +497,8 @@ func (n *Node) writeSessionCheckpoint(t *sessionTable, enc []byte) error {
 // compaction point and the two newest above it (checkpoints: after a
 // crash the state machine may resume below the newest). Best effort: a
 // leftover file is never read unless it is one of those.
-func pruneSessionFiles(dir string, compacted uint64) {
-	idx, _ := sessionFiles(dir) // ascending
+func pruneSessionFiles(fsys vfs.FileSystem, dir string, compacted uint64) {
+	idx, _ := sessionFiles(fsys, dir) // ascending
 	kept := 0
 	for i := len(idx) - 1; i >= 0; i-- {
 		if c := idx[i]; c > compacted && kept < 2 {
@@ -507,7 +507,7 @@ func pruneSessionFiles(dir string, compacted uint64) {
 		} else if c == compacted {
 			continue
 		}
-		os.Remove(filepath.Join(dir, sessionFileName(idx[i])))
+		fsys.Remove(filepath.Join(dir, sessionFileName(idx[i])))
 	}
 }
 
@@ -515,13 +515,13 @@ func pruneSessionFiles(dir string, compacted uint64) {
 // or nil if there is none or it does not decode (then the caller folds
 // from base, as without checkpoints).
 func (n *Node) loadSessionCheckpoint(base, applied uint64) *sessionTable {
-	idx, _ := sessionFiles(n.sessionDir())
+	idx, _ := sessionFiles(n.fsys, n.sessionDir())
 	for i := len(idx) - 1; i >= 0; i-- {
 		c := idx[i]
 		if c <= base || c > applied {
 			continue
 		}
-		t, err := readSessionFile(n.sessionDir(), c, MaxSessions)
+		t, err := readSessionFile(n.fsys, n.sessionDir(), c, MaxSessions)
 		if err != nil {
 			n.logger.Warn("client sessions: ignoring a checkpoint", "err", err)
 			continue
@@ -537,7 +537,7 @@ func (n *Node) sessionDir() string { return filepath.Join(n.cfg.DataDir, "sessio
 // log's entries up to applied, where the state machine resumes. The
 // deltas of the fold start the queue (sessionDeltas).
 func (n *Node) openSessions(applied uint64) error {
-	base, legacy, err := loadSessionTable(n.sessionDir(), n.log.CompactedIndex(), MaxSessions)
+	base, legacy, err := loadSessionTable(n.fsys, n.sessionDir(), n.log.CompactedIndex(), MaxSessions)
 	if err != nil {
 		return err
 	}
@@ -628,7 +628,7 @@ func (n *Node) compactLog(ctx context.Context, index uint64) error {
 			return fmt.Errorf("client sessions: %w", err)
 		}
 		enc = next.encode()
-		if err := writeSessionFile(n.sessionDir(), index, enc); err != nil {
+		if err := writeSessionFile(n.fsys, n.sessionDir(), index, enc); err != nil {
 			return fmt.Errorf("client sessions: %w", err)
 		}
 	}
@@ -647,7 +647,7 @@ func (n *Node) compactLog(ctx context.Context, index uint64) error {
 				n.sessCkpt = nil
 			}
 			n.sessMu.Unlock()
-			pruneSessionFiles(n.sessionDir(), index)
+			pruneSessionFiles(n.fsys, n.sessionDir(), index)
 		}
 		return nil
 	})
@@ -676,7 +676,7 @@ func (n *Node) installSessions(index uint64, enc []byte) (*sessionTable, error) 
 	if t.index != index {
 		return nil, fmt.Errorf("snapshot at index %d: %w: session table at index %d", index, errSessionsCorrupt, t.index)
 	}
-	if err := writeSessionFile(n.sessionDir(), index, enc); err != nil {
+	if err := writeSessionFile(n.fsys, n.sessionDir(), index, enc); err != nil {
 		return nil, fmt.Errorf("client sessions: %w", err)
 	}
 	return t, nil

@@ -8,19 +8,18 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
-	"strings"
 	"testing"
 	"time"
 
 	"go.etcd.io/raft/v3/raftpb"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/status"
 
 	"github.com/nezha-harness/nezha/systems"
 	"github.com/nezha-harness/nezha/systems/client"
 	"github.com/nezha-harness/nezha/systems/kvpb"
+	"github.com/nezha-harness/nezha/systems/vfs"
 )
 
 func TestSessionTableDecide(t *testing.T) {
@@ -261,125 +260,6 @@ func rawKV(t *testing.T, addr string) kvpb.KVClient {
 	return kvpb.NewKVClient(cc)
 }
 
-// A write resent under its session is applied once, on any node, and
-// answered with the first copy's index; this holds after every node
-// restarted (the table is rebuilt from the log).
-func TestResentWriteAppliesOnce(t *testing.T) {
-	tc := startCluster(t, 3)
-	tc.waitLeader(10 * time.Second)
-	// The raw puts below go to named nodes without retries: every node must
-	// know the leader first (a follower may not have heard from it yet).
-	c := tc.client(t)
-	for _, cfg := range tc.cfgs {
-		waitHealth(t, c, cfg.Address, healthpb.HealthCheckResponse_SERVING, 10*time.Second)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	kv := func(i int) kvpb.KVClient { return rawKV(t, tc.cfgs[i].Address) }
-	put := func(node int, client, seq uint64, key, value string) (uint64, error) {
-		r, err := kv(node).Put(ctx, &kvpb.PutRequest{Key: []byte(key), Value: []byte(value), ClientId: client, Seq: seq})
-		if err != nil {
-			return 0, err
-		}
-		return r.Index, nil
-	}
-	// mustPut resends a write refused for want of a leader (a node can
-	// learn of a new term between its health check and the put): resending
-	// under the same session is what the test is about, so the index
-	// assertions below still hold.
-	mustPut := func(node int, client, seq uint64, key, value string) uint64 {
-		t.Helper()
-		end := time.Now().Add(10 * time.Second)
-		for {
-			idx, err := put(node, client, seq, key, value)
-			if err == nil {
-				return idx
-			}
-			if !strings.Contains(err.Error(), "not accepted by raft") || time.Now().After(end) {
-				t.Fatalf("put %s=%s (client %d seq %d) on node %d: %v", key, value, client, seq, node+1, err)
-			}
-			t.Logf("put on node %d: %v; resending", node+1, err)
-			time.Sleep(20 * time.Millisecond)
-		}
-	}
-	expect := func(key, want string) {
-		t.Helper()
-		c := tc.client(t)
-		v, _, err := c.Get(ctx, []byte(key))
-		if err != nil || string(v) != want {
-			t.Fatalf("get %s = %q %v, want %q", key, v, err, want)
-		}
-	}
-	first := mustPut(0, 42, 1, "k", "a")
-	mustPut(1, 43, 1, "k", "b")
-	if again := mustPut(2, 42, 1, "k", "a"); again != first {
-		t.Fatalf("the resent write answered index %d, the first copy was applied at %d", again, first)
-	}
-	expect("k", "b")
-	second := mustPut(0, 42, 2, "k", "c")
-	mustPut(0, 43, 2, "k", "d")
-	if _, err := put(1, 42, 1, "k", "a"); status.Code(err) != codes.Aborted {
-		t.Fatalf("a late copy of an earlier write: %v, want Aborted", err)
-	}
-	if _, err := kv(1).Delete(ctx, &kvpb.DeleteRequest{Key: []byte("k"), ClientId: 42, Seq: 2}); err != nil {
-		t.Fatal(err)
-	}
-	expect("k", "d")
-
-	for i := range tc.nodes {
-		tc.stop(i)
-	}
-	for i := range tc.nodes {
-		tc.start(i)
-	}
-	tc.waitLeader(10 * time.Second)
-	for _, cfg := range tc.cfgs {
-		waitHealth(t, c, cfg.Address, healthpb.HealthCheckResponse_SERVING, 10*time.Second)
-	}
-	if again := mustPut(1, 42, 2, "k", "c"); again != second {
-		t.Fatalf("after a restart the resent write answered index %d, first copy at %d", again, second)
-	}
-	expect("k", "d")
-}
-
-// A write through a follower while the leader hangs (its Ready loop is
-// blocked, as in a pause) succeeds within a few election timeouts: the
-// follower fails the proposal it forwarded to the hung leader as soon as it
-// sees the leader change (not at its 5 s request timeout), and the client
-// resends it under its session.
-func TestWriteAcrossLeaderLoss(t *testing.T) {
-	tc := startCluster(t, 3)
-	leader := tc.waitLeader(10 * time.Second)
-	follower := (leader + 1) % 3
-	c, err := client.New(client.DefaultConfig(tc.cfgs[follower].Address))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	if _, err := c.Put(ctx, []byte("before"), []byte("v")); err != nil {
-		t.Fatal(err)
-	}
-	if tc.cfgs[follower].RequestTimeout < 3*time.Second {
-		t.Fatalf("request timeout %v: the test needs one above its 3 s bound", tc.cfgs[follower].RequestTimeout)
-	}
-	release := make(chan struct{})
-	blocked := make(chan struct{})
-	tc.nodes[leader].ctlc <- func() { close(blocked); <-release }
-	<-blocked
-	defer close(release)
-	start := time.Now()
-	if _, err := c.Put(ctx, []byte("after"), []byte("v")); err != nil {
-		t.Fatalf("put while the leader hangs: %v", err)
-	}
-	if d := time.Since(start); d > 3*time.Second {
-		t.Fatalf("put while the leader hangs took %v, want under 3 s", d)
-	} else {
-		t.Logf("put while the leader hangs took %v", d.Round(time.Millisecond))
-	}
-}
-
 // Compactions of a running node move the table at the compaction point
 // from the deltas the apply goroutine queued, without reading the log, to
 // the table the log gives; after the queue overflowed, one compaction
@@ -550,14 +430,14 @@ func TestSessionCheckpointAcrossRestart(t *testing.T) {
 	}
 	dir := filepath.Join(tc.cfgs[0].DataDir, "sessions")
 	ckpt := func() uint64 {
-		idx, _ := sessionFiles(dir)
+		idx, _ := sessionFiles(vfs.OS(), dir)
 		if len(idx) == 0 {
 			return 0
 		}
 		return idx[len(idx)-1]
 	}
 	waitFor(t, 10*time.Second, "a session checkpoint above the first write", func() bool { return ckpt() > first })
-	if idx, _ := sessionFiles(dir); len(idx) > 2 {
+	if idx, _ := sessionFiles(vfs.OS(), dir); len(idx) > 2 {
 		t.Fatalf("session files %v: want at most the two newest checkpoints (nothing compacted)", idx)
 	}
 	tc.stop(0)

@@ -20,6 +20,7 @@ import (
 
 	"github.com/nezha-harness/nezha/systems"
 	"github.com/nezha-harness/nezha/systems/kvpb"
+	"github.com/nezha-harness/nezha/systems/vfs"
 )
 
 // Raft snapshots. raft.Storage.Snapshot (raftlog) returns only metadata: the
@@ -39,8 +40,8 @@ const snapChunkBytes = 1 << 20
 func (n *Node) snapDir() string { return filepath.Join(n.cfg.DataDir, "snap") }
 
 // cleanSnapshotDir removes snapshot files left by an earlier run.
-func cleanSnapshotDir(dir string) error {
-	if err := os.RemoveAll(dir); err != nil {
+func cleanSnapshotDir(fsys vfs.FileSystem, dir string) error {
+	if err := fsys.RemoveAll(dir); err != nil {
 		return fmt.Errorf("clean %s: %w", dir, err)
 	}
 	return nil
@@ -62,9 +63,9 @@ func (t *transport) sendSnapshot(p *peer, m raftpb.Message) {
 		case <-t.ctx.Done():
 		}
 	}()
-	snapper, ok := n.sm.(systems.Snapshotter)
-	if !ok {
-		n.logger.Error("a follower needs a snapshot, but this system cannot write one", "peer", p.id)
+	m, sessions, snapper, err := n.prepareSnapshot(m)
+	if err != nil {
+		n.logger.Warn("snapshot not sent", "peer", p.id, "err", err)
 		return
 	}
 	start := time.Now()
@@ -75,31 +76,8 @@ func (t *transport) sendSnapshot(p *peer, m raftpb.Message) {
 		n.logger.Warn("snapshot stream", "peer", p.id, "err", err)
 		return
 	}
-	snap := *m.Snapshot // raft's; changed here in a copy
-	if cs := snap.Metadata.ConfState; !isMember(cs, p.id) {
-		// The snapshot is the log's compaction point, taken before p was
-		// added: raft on p ignores a snapshot whose membership lacks it
-		// ("should never happen"), and p would get this one again and
-		// again until the next compaction. p is a learner from its add
-		// on and learns every later change from the entries after the
-		// snapshot (adding a learner that is one already changes nothing).
-		snap.Metadata.ConfState.Learners = append(slices.Clone(cs.Learners), p.id)
-		n.logger.Info("the snapshot's membership predates the peer; sent with the peer as a learner in it",
-			"peer", p.id, "index", snap.Metadata.Index, "conf_state", cs.String())
-	}
-	// The members' addresses go with the membership: p never sees the
-	// conf changes below the snapshot, whose contexts carried them.
-	if snap.Data, err = json.Marshal(n.addressBook()); err != nil {
-		return
-	}
-	m.Snapshot = &snap
 	mb, err := m.Marshal()
 	if err != nil {
-		return
-	}
-	sessions, err := n.baseSessions(m.Snapshot.Metadata.Index)
-	if err != nil {
-		n.logger.Warn("snapshot not sent", "peer", p.id, "err", err)
 		return
 	}
 	if err := stream.Send(&kvpb.SnapshotChunk{Message: mb, Sessions: sessions}); err != nil {
@@ -123,6 +101,43 @@ func (t *transport) sendSnapshot(p *peer, m raftpb.Message) {
 	status = raft.SnapshotFinish
 	n.logger.Info("snapshot sent", "peer", p.id, "index", m.Snapshot.Metadata.Index,
 		"bytes", cw.sent, "duration", time.Since(start).Round(time.Millisecond))
+}
+
+// prepareSnapshot returns MsgSnap m as it is sent to m.To, the encoded
+// client sessions at its index that go with it, and the state machine that
+// writes its data.
+func (n *Node) prepareSnapshot(m raftpb.Message) (raftpb.Message, []byte, systems.Snapshotter, error) {
+	snapper, ok := n.sm.(systems.Snapshotter)
+	if !ok {
+		return m, nil, nil, fmt.Errorf("a follower needs a snapshot, but %s cannot write one", n.cfg.System.Name)
+	}
+	if cs := m.Snapshot.Metadata.ConfState; !isMember(cs, m.To) {
+		// The snapshot is the log's compaction point, taken before m.To
+		// was added: raft there ignores a snapshot whose membership lacks
+		// it ("should never happen"), and it would get this one again and
+		// again until the next compaction. It is a learner from its add
+		// on and learns every later change from the entries after the
+		// snapshot (adding a learner that is one already changes nothing).
+		snap := *m.Snapshot
+		snap.Metadata.ConfState.Learners = append(slices.Clone(cs.Learners), m.To)
+		m.Snapshot = &snap
+		n.logger.Info("the snapshot's membership predates the peer; sent with the peer as a learner in it",
+			"peer", m.To, "index", snap.Metadata.Index, "conf_state", cs.String())
+	}
+	// The members' addresses go with the membership: m.To never sees the
+	// conf changes below the snapshot, whose contexts carried them.
+	book, err := json.Marshal(n.addressBook())
+	if err != nil {
+		return m, nil, nil, err
+	}
+	snap := *m.Snapshot
+	snap.Data = book
+	m.Snapshot = &snap
+	sessions, err := n.baseSessions(m.Snapshot.Metadata.Index)
+	if err != nil {
+		return m, nil, nil, err
+	}
+	return m, sessions, snapper, nil
 }
 
 // chunkWriter cuts a byte stream into SnapshotChunks.
@@ -169,47 +184,16 @@ func (s *raftServer) Snapshot(stream grpc.ClientStreamingServer[kvpb.SnapshotChu
 	if err := m.Unmarshal(first.Message); err != nil || m.Type != raftpb.MsgSnap || m.Snapshot == nil || m.From != from || m.To != n.id {
 		return fmt.Errorf("snapshot stream does not start with a MsgSnap from %d to %d", from, n.id)
 	}
-	dir := n.snapDir()
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return err
-	}
-	md := m.Snapshot.Metadata
-	name := fmt.Sprintf("%020d-%020d.snap", md.Index, md.Term)
-	if err := writeSessionFile(dir, md.Index, first.Sessions); err != nil {
-		return fmt.Errorf("write snapshot's client sessions: %w", err)
-	}
-	tmp, err := os.CreateTemp(dir, name+".*.tmp")
+	m, err = n.storeSnapshot(m, first.Sessions, func() ([]byte, error) {
+		c, err := stream.Recv()
+		if err != nil {
+			return nil, err
+		}
+		return c.Data, nil
+	})
 	if err != nil {
 		return err
 	}
-	defer os.Remove(tmp.Name())
-	size := int64(0)
-	for {
-		c, err := stream.Recv()
-		if errors.Is(err, io.EOF) {
-			break
-		}
-		if err != nil {
-			tmp.Close()
-			return err
-		}
-		if _, err := tmp.Write(c.Data); err != nil {
-			tmp.Close()
-			return fmt.Errorf("write snapshot: %w", err)
-		}
-		size += int64(len(c.Data))
-	}
-	if err := errors.Join(tmp.Sync(), tmp.Close()); err != nil {
-		return fmt.Errorf("write snapshot: %w", err)
-	}
-	path := filepath.Join(dir, name)
-	if err := os.Rename(tmp.Name(), path); err != nil {
-		return err
-	}
-	removeOlderSnapshots(dir, md.Index)
-	n.logger.Info("snapshot received", "from", m.From, "index", md.Index, "bytes", size)
-	n.learnSnapshotAddresses(m.Snapshot.Data, from)
-	m.Snapshot.Data = []byte(path)
 	select {
 	case n.recvc <- m:
 	case <-n.stopc:
@@ -237,17 +221,67 @@ func (n *Node) learnSnapshotAddresses(data []byte, from uint64) {
 	}
 }
 
+// storeSnapshot writes the data of a received MsgSnap m (its chunks from
+// next, until io.EOF) and its client sessions into <data>/snap/, and
+// returns m with Snapshot.Data the data file's path, to be stepped.
+func (n *Node) storeSnapshot(m raftpb.Message, sessions []byte, next func() ([]byte, error)) (raftpb.Message, error) {
+	dir := n.snapDir()
+	if err := n.fsys.MkdirAll(dir, 0o755); err != nil {
+		return m, err
+	}
+	md := m.Snapshot.Metadata
+	name := fmt.Sprintf("%020d-%020d.snap", md.Index, md.Term)
+	if err := writeSessionFile(n.fsys, dir, md.Index, sessions); err != nil {
+		return m, fmt.Errorf("write snapshot's client sessions: %w", err)
+	}
+	tmp, err := n.fsys.CreateTemp(dir, name+".*.tmp")
+	if err != nil {
+		return m, err
+	}
+	defer n.fsys.Remove(tmp.Name())
+	size := int64(0)
+	for {
+		data, err := next()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			tmp.Close()
+			return m, err
+		}
+		if _, err := tmp.Write(data); err != nil {
+			tmp.Close()
+			return m, fmt.Errorf("write snapshot: %w", err)
+		}
+		size += int64(len(data))
+	}
+	if err := errors.Join(tmp.Sync(), tmp.Close()); err != nil {
+		return m, fmt.Errorf("write snapshot: %w", err)
+	}
+	path := filepath.Join(dir, name)
+	if err := n.fsys.Rename(tmp.Name(), path); err != nil {
+		return m, err
+	}
+	removeOlderSnapshots(n.fsys, dir, md.Index)
+	n.logger.Info("snapshot received", "from", m.From, "index", md.Index, "bytes", size)
+	n.learnSnapshotAddresses(m.Snapshot.Data, m.From)
+	snap := *m.Snapshot
+	snap.Data = []byte(path)
+	m.Snapshot = &snap
+	return m, nil
+}
+
 // removeOlderSnapshots deletes received snapshot files below index (raft
 // ignores a snapshot older than what it has; an open file survives unlink).
-func removeOlderSnapshots(dir string, index uint64) {
-	des, _ := os.ReadDir(dir)
+func removeOlderSnapshots(fsys vfs.FileSystem, dir string, index uint64) {
+	des, _ := fsys.ReadDir(dir)
 	for _, de := range des {
 		idx, _, ok := strings.Cut(de.Name(), "-")
 		if !ok || !strings.HasSuffix(de.Name(), ".snap") {
 			continue
 		}
 		if i, err := strconv.ParseUint(idx, 10, 64); err == nil && i < index {
-			os.Remove(filepath.Join(dir, de.Name()))
+			fsys.Remove(filepath.Join(dir, de.Name()))
 		}
 	}
 }
@@ -273,7 +307,7 @@ func (n *Node) installSnapshot(snap raftpb.Snapshot) error {
 		return errStopping
 	}
 	path := string(snap.Data)
-	f, err := os.Open(path)
+	f, err := n.fsys.OpenFile(path, os.O_RDONLY, 0)
 	if err != nil {
 		return fmt.Errorf("open received snapshot: %w", err)
 	}
@@ -284,7 +318,7 @@ func (n *Node) installSnapshot(snap raftpb.Snapshot) error {
 		return fmt.Errorf("restore snapshot at index %d: %w", md.Index, err)
 	}
 	sessPath := filepath.Join(filepath.Dir(path), sessionFileName(md.Index))
-	enc, err := os.ReadFile(sessPath)
+	enc, err := vfs.ReadFile(n.fsys, sessPath)
 	if err != nil {
 		return fmt.Errorf("snapshot at index %d: client sessions: %w", md.Index, err)
 	}
@@ -304,8 +338,8 @@ func (n *Node) installSnapshot(snap raftpb.Snapshot) error {
 	n.sessCkpt = nil
 	n.sessMu.Unlock()
 	n.sessions = sessions.clone()
-	pruneSessionFiles(n.sessionDir(), md.Index)
-	os.Remove(sessPath)
+	pruneSessionFiles(n.fsys, n.sessionDir(), md.Index)
+	n.fsys.Remove(sessPath)
 	n.setConfState(md.ConfState)
 	n.raftApplied = md.Index
 	if !isMember(md.ConfState, n.id) {
@@ -313,7 +347,7 @@ func (n *Node) installSnapshot(snap raftpb.Snapshot) error {
 	}
 	n.applied.Store(md.Index)
 	n.appliedWait.trigger(md.Index)
-	os.Remove(path)
+	n.fsys.Remove(path)
 	n.logger.Info("snapshot installed", "index", md.Index, "term", md.Term, "pairs", r.Count(),
 		"duration", time.Since(start).Round(time.Millisecond))
 	return nil

@@ -119,11 +119,9 @@ func (sh *spanShipper) reconcile() {
 	leader := raft.StateType(n.raftState.Load()) == raft.StateLeader && n.removed.Load() == nil
 	peers := map[uint64]bool{}
 	if leader {
-		n.transport.mu.Lock()
-		for id := range n.transport.peers {
+		for _, id := range n.transport.peerIDs() {
 			peers[id] = true
 		}
-		n.transport.mu.Unlock()
 	}
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
@@ -135,7 +133,7 @@ func (sh *spanShipper) reconcile() {
 	}
 	for id := range peers {
 		if _, ok := sh.senders[id]; !ok {
-			ctx, cancel := context.WithCancel(n.transport.ctx)
+			ctx, cancel := context.WithCancel(n.transport.context())
 			sh.senders[id] = cancel
 			sh.wg.Go(func() { sh.send(ctx, id) })
 		}
@@ -200,13 +198,13 @@ func (sh *spanShipper) send(ctx context.Context, id uint64) {
 // returns the peer's verdict and next index and the data bytes sent.
 func (sh *spanShipper) transfer(ctx context.Context, id uint64, h systems.SpanHeader, rc io.Reader) (systems.SpanVerdict, uint64, int64, error) {
 	n := sh.n
-	p := n.transport.peer(id)
-	if p == nil {
+	conn := n.transport.conn(id)
+	if conn == nil {
 		return 0, 0, 0, fmt.Errorf("peer %d is gone", id)
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	stream, err := kvpb.NewSpansClient(p.conn).Span(metadata.NewOutgoingContext(ctx, n.outgoingMD()))
+	stream, err := kvpb.NewSpansClient(conn).Span(metadata.NewOutgoingContext(ctx, n.outgoingMD()))
 	if err != nil {
 		return 0, 0, 0, err
 	}

@@ -84,6 +84,8 @@ const (
 
 func maxMsgBytes(n *Node) int { return 2*n.cfg.MaxValueBytes + maxBatchBytes + (1 << 20) }
 
+var _ raftTransport = (*transport)(nil)
+
 func newTransport(n *Node, lis net.Listener) *transport {
 	t := &transport{n: n, peers: map[uint64]*peer{}, codec: &batchCodec{Codec: n.codec}}
 	t.ctx, t.cancel = context.WithCancel(context.Background())
@@ -106,6 +108,14 @@ func newTransport(n *Node, lis net.Listener) *transport {
 			n.fail(err)
 		}
 	}()
+	n.startPeers(t)
+	return t
+}
+
+// startPeers adds to t the members of the applied membership: those
+// -peers names at their dial addresses, the others at the addresses their
+// conf changes carried.
+func (n *Node) startPeers(t raftTransport) {
 	ids, _, _ := n.cfg.members()
 	for _, id := range ids {
 		if id != n.id && isMember(n.confState, id) {
@@ -123,7 +133,6 @@ func newTransport(n *Node, lis net.Listener) *transport {
 			}
 		}
 	}
-	return t
 }
 
 // addPeer starts streaming to member id at addr (no-op if it has a
@@ -178,6 +187,25 @@ func (t *transport) peer(id uint64) *peer {
 	return t.peers[id]
 }
 
+func (t *transport) peerIDs() []uint64 {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	ids := make([]uint64, 0, len(t.peers))
+	for id := range t.peers {
+		ids = append(ids, id)
+	}
+	return ids
+}
+
+func (t *transport) conn(id uint64) *grpc.ClientConn {
+	if p := t.peer(id); p != nil {
+		return p.conn
+	}
+	return nil
+}
+
+func (t *transport) context() context.Context { return t.ctx }
+
 // send queues messages for their peers without blocking. A message to a
 // peer whose queue is full is dropped and the peer reported unreachable.
 func (t *transport) send(msgs []raftpb.Message) {
@@ -217,20 +245,29 @@ func (t *transport) send(msgs []raftpb.Message) {
 // dialAddress knows, else the internal address id's own stream to this
 // node announced. Returns nil if id has no known address.
 func (t *transport) peerOnDemand(id uint64) *peer {
-	n := t.n
-	if _, removed := n.removedIDs.Load(id); removed || id == n.id {
+	addr := t.n.onDemandAddress(id)
+	if addr == "" {
 		return nil
+	}
+	t.addPeer(id, addr)
+	return t.peer(id)
+}
+
+// onDemandAddress is the address a transport starts streaming to for id,
+// which raft sends to but which is not its peer (see peerOnDemand), or ""
+// if there is none or id was removed.
+func (n *Node) onDemandAddress(id uint64) string {
+	if _, removed := n.removedIDs.Load(id); removed || id == n.id {
+		return ""
 	}
 	addr := n.dialAddress(id)
 	if a, ok := n.announcedAddrs.Load(id); ok && addr == "" {
 		addr = a.(string)
 	}
-	if addr == "" {
-		return nil
+	if addr != "" {
+		n.logger.Info("streaming to a peer outside the applied membership that raft sends to", "peer", id, "address", addr)
 	}
-	n.logger.Info("streaming to a peer outside the applied membership that raft sends to", "peer", id, "address", addr)
-	t.addPeer(id, addr)
-	return t.peer(id)
+	return addr
 }
 
 func (t *transport) reportUnreachable(id uint64) {
@@ -260,9 +297,7 @@ func (t *transport) runPeer(p *peer) {
 		if p.ctx.Err() != nil {
 			return
 		}
-		if st, ok := status.FromError(err); ok && st.Code() == codes.FailedPrecondition && strings.Contains(st.Message(), removedMarker) {
-			t.n.markRemoved(fmt.Sprintf("member %d refuses this node's Raft messages: %s", p.id, st.Message()))
-		}
+		t.n.noteRefused(p.id, err)
 		t.n.logger.Debug("peer stream broken", "peer", p.id, "err", err)
 		t.reportUnreachable(p.id)
 		// Drop what is queued: raft resends from its progress tracking.
@@ -339,9 +374,8 @@ func (s *raftServer) Stream(stream grpc.ClientStreamingServer[kvpb.MessageBatch,
 		if err := stream.RecvMsg(&batch); err != nil {
 			return err
 		}
-		if at, ok := n.removedIDs.Load(from); ok {
-			// Removed while its stream was open.
-			return status.Errorf(codes.FailedPrecondition, "node %d %s %s at index %d", from, removedMarker, n.cfg.clusterID(), at)
+		if err := n.removedPeerErr(from); err != nil {
+			return err // removed while its stream was open
 		}
 		for _, m := range batch.msgs {
 			if m.From != from || m.To != n.id {
@@ -383,21 +417,51 @@ func (n *Node) admitPeer(ctx context.Context) (uint64, error) {
 		n.logger.Warn("refused a peer stream with a bad sender id", "from", from[0])
 		return 0, status.Errorf(codes.PermissionDenied, "bad sender id %q", from[0])
 	}
-	if at, ok := n.removedIDs.Load(id); ok {
+	if err := n.removedPeerErr(id); err != nil {
 		// Tell a removed member, which may not have applied its removal.
-		return 0, status.Errorf(codes.FailedPrecondition, "node %d %s %s at index %d", id, removedMarker, n.cfg.clusterID(), at)
+		return 0, err
 	}
+	var client, internal string
 	if len(addr) == 1 {
-		if old, known := n.peerAddrs.Swap(id, addr[0]); !known || old.(string) != addr[0] {
+		client = addr[0]
+	}
+	if a := md.Get(mdInternal); len(a) == 1 {
+		internal = a[0]
+	}
+	n.notePeer(id, client, internal)
+	return id, nil
+}
+
+// removedPeerErr is the answer to Raft messages from member id if a conf
+// change this node applied removed it (a FailedPrecondition naming
+// removedMarker, which the sender recognises: noteRefused), else nil.
+func (n *Node) removedPeerErr(id uint64) error {
+	if at, ok := n.removedIDs.Load(id); ok {
+		return status.Errorf(codes.FailedPrecondition, "node %d %s %s at index %d", id, removedMarker, n.cfg.clusterID(), at)
+	}
+	return nil
+}
+
+// noteRefused marks this node removed if member peer refused its Raft
+// messages with removedPeerErr's answer (err, from peer).
+func (n *Node) noteRefused(peer uint64, err error) {
+	if st, ok := status.FromError(err); ok && st.Code() == codes.FailedPrecondition && strings.Contains(st.Message(), removedMarker) {
+		n.markRemoved(fmt.Sprintf("member %d refuses this node's Raft messages: %s", peer, st.Message()))
+	}
+}
+
+// notePeer records the client address (in the address book too, when it
+// is new) and the internal address (if it is host:port) that member id
+// announced with its Raft messages.
+func (n *Node) notePeer(id uint64, client, internal string) {
+	if client != "" {
+		if old, known := n.peerAddrs.Swap(id, client); !known || old.(string) != client {
 			n.saveAddressBook()
 		}
 	}
-	if internal := md.Get(mdInternal); len(internal) == 1 {
-		if _, _, err := net.SplitHostPort(internal[0]); err == nil {
-			n.announcedAddrs.Store(id, internal[0])
-		}
+	if _, _, err := net.SplitHostPort(internal); err == nil {
+		n.announcedAddrs.Store(id, internal)
 	}
-	return id, nil
 }
 
 // batchCodec is the gRPC codec of the peer transport. An outBatch is

@@ -88,7 +88,12 @@ func (l *Log) writeDirect(seg *segment, bufs [][]byte, size int64) error {
 		n += copy(buf[n:], b)
 	}
 	clear(buf[n:padded])
-	if err := seg.dw.Pwritev([][]byte{buf[:padded]}, start); err != nil {
+	// The one-buffer vector is the log's: a literal would escape through
+	// the file's interface and cost an allocation per append.
+	l.dvec[0] = buf[:padded]
+	err := seg.dw.Pwritev(l.dvec[:], start)
+	l.dvec[0] = nil
+	if err != nil {
 		return err
 	}
 	l.noteRecords(seg, buf[len(seg.tail):total])

@@ -179,6 +179,9 @@ type Stats struct {
 type Log struct {
 	opts   Options
 	logger *slog.Logger
+	// base is the file system of opts.FS, for the operations it does not
+	// fault (listing, removing, the sidecars).
+	base vfs.FileSystem
 
 	mu        sync.RWMutex
 	segs      []*segment // ascending id; the last one is active
@@ -197,7 +200,8 @@ type Log struct {
 	// buffer of those writes. Writer goroutine only.
 	direct bool
 	dbuf   []byte
-	gap    gap // the last index gap seen by recovery
+	dvec   [1][]byte // the vector of a direct write (writeDirect)
+	gap    gap       // the last index gap seen by recovery
 	// marked is the highest index a compaction or snapshot record named
 	// during recovery: a gap must lie at or below it. (snap cannot tell:
 	// recovery moves it over every gap it meets.)
@@ -224,12 +228,12 @@ func Open(opts Options) (*Log, error) {
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
-	if err := os.MkdirAll(opts.Dir, 0o755); err != nil {
+	l := &Log{opts: opts, logger: opts.Logger, base: opts.FS.Base(), byID: map[uint64]*segment{}, first: 1,
+		cache: entryCache{maxBytes: opts.EntryCacheBytes}, direct: opts.DirectIO && opts.Sync}
+	if err := vfs.MkdirAllSynced(l.base, opts.Dir, 0o755); err != nil {
 		return nil, fmt.Errorf("raftlog: %w", err)
 	}
-	l := &Log{opts: opts, logger: opts.Logger, byID: map[uint64]*segment{}, first: 1,
-		cache: entryCache{maxBytes: opts.EntryCacheBytes}, direct: opts.DirectIO && opts.Sync}
-	ids, err := listSegments(opts.Dir)
+	ids, err := listSegments(l.base, opts.Dir)
 	if err != nil {
 		return nil, err
 	}
@@ -239,7 +243,7 @@ func Open(opts Options) (*Log, error) {
 		}
 		return l, nil
 	}
-	removeOrphanSegIndexes(opts.Dir, ids)
+	removeOrphanSegIndexes(l.base, opts.Dir, ids)
 	for i, id := range ids {
 		if err := l.recoverSegment(id, i == len(ids)-1); err != nil {
 			l.closeFiles()
@@ -305,7 +309,7 @@ func (l *Log) recoverSegment(id uint64, last bool) error {
 	fileSize := st.Size()
 	if !last {
 		// A sealed segment: its sidecar, if usable, saves reading it.
-		if recs, err := readSegIndex(l.opts.Dir, id, fileSize); err == nil {
+		if recs, err := readSegIndex(l.base, l.opts.Dir, id, fileSize); err == nil {
 			off := int64(0)
 			for _, rc := range recs {
 				if err := l.replay(seg, off, rc.h, rc.payload); err != nil {
@@ -411,7 +415,7 @@ func (l *Log) recoverSegment(id uint64, last bool) error {
 		return nil
 	}
 	// Best effort: without it the next recovery scans again.
-	if err := writeSegIndex(l.opts.Dir, id, encodeSegIndex(fileSize, recs)); err != nil {
+	if err := writeSegIndex(l.base, l.opts.Dir, id, encodeSegIndex(fileSize, recs)); err != nil {
 		l.logger.Warn("raftlog: cannot write a segment index", "file", segIndexName(id), "err", err)
 	}
 	return nil
@@ -1028,7 +1032,7 @@ func (l *Log) Roll() error {
 	hs, err2 := l.hs.Marshal()
 	l.mu.RUnlock()
 	if err := errors.Join(err1, err2); err != nil {
-		_ = seg.remove()
+		_ = seg.remove(l.base)
 		return err
 	}
 	rec := appendRecord(nil, kindCompact, snap.Term, snap.Index, md)
@@ -1040,7 +1044,7 @@ func (l *Log) Roll() error {
 	if err != nil {
 		// Nobody has seen the new segment: remove it, so that a restart
 		// does not take an empty or torn file for the active segment.
-		_ = seg.remove()
+		_ = seg.remove(l.base)
 		if oerr := l.openDirect(old); oerr != nil {
 			err = errors.Join(err, oerr)
 		}
@@ -1076,13 +1080,19 @@ func (l *Log) indexSealed(seg *segment) {
 			recs, err = scanHeaders(seg, size)
 		}
 		if err == nil {
-			err = writeSegIndex(l.opts.Dir, seg.id, encodeSegIndex(size, recs))
+			err = writeSegIndex(l.base, l.opts.Dir, seg.id, encodeSegIndex(size, recs))
 		}
 		if err != nil && !errors.Is(err, systems.ErrSegmentRemoved) {
 			l.logger.Warn("raftlog: cannot write a segment index; the next recovery scans the segment", "file", segIndexName(seg.id), "err", err)
 		}
 	}()
 }
+
+// WaitIndexed waits until the sidecars of the segments sealed so far are
+// written (or given up): the only work of the log that runs in the
+// background. A test that schedules every step (the node's deterministic
+// tier) calls it so that each step leaves the same files behind.
+func (l *Log) WaitIndexed() { l.indexing.Wait() }
 
 // ApplySnapshot records a snapshot received from the leader: every entry is
 // discarded and the log continues after snap's index. Durable on return.
@@ -1177,8 +1187,8 @@ func (l *Log) RemoveSegment(id uint64) error {
 		}
 	}
 	l.mu.Unlock()
-	os.Remove(filepath.Join(l.opts.Dir, segIndexName(id)))
-	return seg.remove()
+	l.base.Remove(filepath.Join(l.opts.Dir, segIndexName(id)))
+	return seg.remove(l.base)
 }
 
 // Stats returns cumulative counters.
@@ -1337,7 +1347,7 @@ func (s *segment) readValue(off int64, n int, mapped bool) ([]byte, error) {
 	return buf, nil
 }
 
-func (s *segment) remove() error {
+func (s *segment) remove(fsys vfs.FileSystem) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if !s.closed {
@@ -1348,7 +1358,7 @@ func (s *segment) remove() error {
 		_ = s.mapping.Close()
 		_ = s.f.Close()
 	}
-	if err := os.Remove(s.path); err != nil {
+	if err := fsys.Remove(s.path); err != nil {
 		return fmt.Errorf("raftlog: %w", err)
 	}
 	return nil
@@ -1377,8 +1387,8 @@ func openSegment(fs *vfs.FS, dir string, id uint64) (*segment, error) {
 }
 
 // listSegments returns the ids of the segment files in dir, ascending.
-func listSegments(dir string) ([]uint64, error) {
-	des, err := os.ReadDir(dir)
+func listSegments(fsys vfs.FileSystem, dir string) ([]uint64, error) {
+	des, err := fsys.ReadDir(dir)
 	if err != nil {
 		return nil, fmt.Errorf("raftlog: %w", err)
 	}

@@ -16,6 +16,7 @@ import (
 	"go.etcd.io/raft/v3/raftpb"
 
 	"github.com/nezha-harness/nezha/systems"
+	"github.com/nezha-harness/nezha/systems/vfs"
 )
 
 func testOptions(t *testing.T, dir string) Options {
@@ -157,7 +158,7 @@ func TestConflictingSuffixIsReplaced(t *testing.T) {
 
 func lastSegmentPath(t *testing.T, dir string) string {
 	t.Helper()
-	ids, err := listSegments(dir)
+	ids, err := listSegments(vfs.OS(), dir)
 	if err != nil || len(ids) == 0 {
 		t.Fatalf("listSegments: %v %v", ids, err)
 	}

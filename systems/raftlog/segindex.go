@@ -5,10 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"hash/crc32"
-	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
+
+	"github.com/nezha-harness/nezha/systems/vfs"
 )
 
 // Segment index files: recovery without reading every value.
@@ -112,20 +113,20 @@ func decodeSegIndex(b []byte, size int64) ([]segIndexRecord, error) {
 
 // writeSegIndex writes the sidecar of segment id in dir (temporary file,
 // then rename; no fsync, see above).
-func writeSegIndex(dir string, id uint64, b []byte) error {
+func writeSegIndex(fsys vfs.FileSystem, dir string, id uint64, b []byte) error {
 	path := filepath.Join(dir, segIndexName(id))
 	tmp := path + ".tmp"
-	if err := os.WriteFile(tmp, b, 0o644); err != nil {
-		os.Remove(tmp)
+	if err := vfs.WriteFile(fsys, tmp, b, 0o644); err != nil {
+		fsys.Remove(tmp)
 		return err
 	}
-	return os.Rename(tmp, path)
+	return fsys.Rename(tmp, path)
 }
 
 // readSegIndex returns the sidecar records of segment id, if a usable
 // sidecar exists for its size.
-func readSegIndex(dir string, id uint64, size int64) ([]segIndexRecord, error) {
-	b, err := os.ReadFile(filepath.Join(dir, segIndexName(id)))
+func readSegIndex(fsys vfs.FileSystem, dir string, id uint64, size int64) ([]segIndexRecord, error) {
+	b, err := vfs.ReadFile(fsys, filepath.Join(dir, segIndexName(id)))
 	if err != nil {
 		return nil, err
 	}
@@ -134,19 +135,19 @@ func readSegIndex(dir string, id uint64, size int64) ([]segIndexRecord, error) {
 
 // removeOrphanSegIndexes deletes sidecars (and their temporary files)
 // whose segment is gone, and the temporary files of interrupted writes.
-func removeOrphanSegIndexes(dir string, ids []uint64) {
+func removeOrphanSegIndexes(fsys vfs.FileSystem, dir string, ids []uint64) {
 	have := make(map[uint64]bool, len(ids))
 	for _, id := range ids {
 		have[id] = true
 	}
-	des, err := os.ReadDir(dir)
+	des, err := fsys.ReadDir(dir)
 	if err != nil {
 		return
 	}
 	for _, de := range des {
 		name := de.Name()
 		if strings.HasSuffix(name, ".idx.tmp") {
-			os.Remove(filepath.Join(dir, name))
+			fsys.Remove(filepath.Join(dir, name))
 			continue
 		}
 		s, ok := strings.CutSuffix(name, ".idx")
@@ -154,7 +155,7 @@ func removeOrphanSegIndexes(dir string, ids []uint64) {
 			continue
 		}
 		if id, err := strconv.ParseUint(s, 10, 64); err != nil || !have[id] {
-			os.Remove(filepath.Join(dir, name))
+			fsys.Remove(filepath.Join(dir, name))
 		}
 	}
 }

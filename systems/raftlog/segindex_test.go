@@ -12,6 +12,7 @@ import (
 	"go.etcd.io/raft/v3/raftpb"
 
 	"github.com/nezha-harness/nezha/systems"
+	"github.com/nezha-harness/nezha/systems/vfs"
 )
 
 // sealedLog writes a log of many small segments with a compaction, a
@@ -54,7 +55,7 @@ func ents0(ents []raftpb.Entry) uint64 {
 
 func segIDs(t *testing.T, dir string) []uint64 {
 	t.Helper()
-	ids, err := listSegments(dir)
+	ids, err := listSegments(vfs.OS(), dir)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -38,7 +38,7 @@ func (f *File) Map(size int64) (*Mapping, error) {
 	if size <= 0 || int64(int(size)) != size {
 		return nil, fmt.Errorf("vfs: map %s: bad size %d", f.path, size)
 	}
-	b, err := unix.Mmap(int(f.f.Fd()), 0, int(size), unix.PROT_READ, unix.MAP_SHARED)
+	b, err := f.f.Map(int(size))
 	if err != nil {
 		return nil, fmt.Errorf("vfs: map %d bytes of %s: %w", size, f.path, err)
 	}

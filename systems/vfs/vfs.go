@@ -21,6 +21,12 @@
 // through an FS; their callers inject at the boundary they control
 // (MaybeError before a call) and report the outcome (Observe).
 //
+// The files live in a FileSystem (backend.go): the operating system's by
+// default (New), or memory (NewOn(NewMem()): memfs.go), where a test
+// crashes a node and keeps only what it synced. Operations an FS does not
+// fault (listing, renaming, removing, whole-file reads and writes) are
+// those of its FileSystem, Base.
+//
 // A nil *FS is valid: plain os files, no faults, nothing watched.
 package vfs
 
@@ -197,10 +203,24 @@ type FS struct {
 	full atomic.Pointer[error]
 
 	corruptions atomic.Uint64 // picks the flipped byte
+
+	base FileSystem
 }
 
-// New returns an FS with no faults.
-func New() *FS { return &FS{failed: make(chan struct{})} }
+// New returns an FS of the operating system's files, with no faults.
+func New() *FS { return NewOn(OS()) }
+
+// NewOn returns an FS of the files of base, with no faults.
+func NewOn(base FileSystem) *FS { return &FS{failed: make(chan struct{}), base: base} }
+
+// Base returns the FileSystem of fs (OS for a nil FS): its files without
+// injected faults, for the operations an FS does not fault.
+func (fs *FS) Base() FileSystem {
+	if fs == nil {
+		return OS()
+	}
+	return fs.base
+}
 
 // SetFaults replaces the active faults (none: heal). Every fault is
 // validated first; on an error nothing changes.
@@ -387,7 +407,7 @@ func (fs *FS) OpenFile(path string, flag int, perm os.FileMode) (*File, error) {
 			return nil, fs.Observe(op, err)
 		}
 	}
-	f, err := os.OpenFile(path, flag, perm)
+	f, err := fs.Base().OpenFile(path, flag, perm)
 	if err != nil {
 		if flag&os.O_CREATE != 0 {
 			fs.Observe(Op{Kind: OpCreate, Path: path}, err)
@@ -414,7 +434,7 @@ func (fs *FS) SyncDir(dir string) error {
 // File is an open file of an FS. Its methods are those of *os.File, plus
 // Datasync, Pwritev and Preallocate.
 type File struct {
-	f    *os.File
+	f    BaseFile
 	fs   *FS
 	path string
 }
@@ -438,12 +458,13 @@ func (f *File) Truncate(size int64) error { return f.f.Truncate(size) }
 // [off, off+n) (n 0: to the end of the file) that are clean
 // (posix_fadvise POSIX_FADV_DONTNEED): a hint, not a fault point; dirty
 // pages are left (written back first by the kernel's own schedule).
-func (f *File) DropCache(off, n int64) error {
-	if err := unix.Fadvise(int(f.f.Fd()), off, n, unix.FADV_DONTNEED); err != nil {
-		return &os.PathError{Op: "fadvise", Path: f.path, Err: err}
-	}
-	return nil
-}
+func (f *File) DropCache(off, n int64) error { return f.f.DropCache(off, n) }
+
+// StartWriteback asks the kernel to start writing back the dirty pages in
+// [off, off+n) (sync_file_range SYNC_FILE_RANGE_WRITE): a hint that
+// spreads the writeback of a long write, not a fault point; the final
+// fsync makes the data durable.
+func (f *File) StartWriteback(off, n int64) error { return f.f.StartWriteback(off, n) }
 
 func (f *File) beforeWrite(size int) error {
 	op := Op{Kind: OpWrite, Path: f.path, SizeBytes: int64(size)}
@@ -488,7 +509,7 @@ func (f *File) Pwritev(bufs [][]byte, off int64) error {
 	if err := f.beforeWrite(size); err != nil {
 		return err
 	}
-	return f.afterWrite(pwritev(int(f.f.Fd()), bufs, off))
+	return f.afterWrite(f.f.Pwritev(bufs, off))
 }
 
 func pwritev(fd int, bufs [][]byte, off int64) error {
@@ -527,8 +548,8 @@ func (f *File) Preallocate(size int64) error {
 	if err := f.fs.MaybeError(op); err != nil {
 		return f.fs.Observe(op, err)
 	}
-	if err := unix.Fallocate(int(f.f.Fd()), 0, 0, size); err != nil {
-		return f.fs.Observe(op, &os.PathError{Op: "fallocate", Path: f.path, Err: err})
+	if err := f.f.Allocate(size); err != nil {
+		return f.fs.Observe(op, err)
 	}
 	return nil
 }
@@ -549,8 +570,8 @@ func (f *File) Datasync() error {
 	if err := f.fs.syncCheck(op); err != nil {
 		return f.fs.Observe(op, err)
 	}
-	if err := unix.Fdatasync(int(f.f.Fd())); err != nil {
-		return f.fs.Observe(op, &os.PathError{Op: "fdatasync", Path: f.path, Err: err})
+	if err := f.f.Datasync(); err != nil {
+		return f.fs.Observe(op, err)
 	}
 	return nil
 }
