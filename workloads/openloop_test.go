@@ -12,11 +12,13 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	hdrhistogram "github.com/HdrHistogram/hdrhistogram-go"
@@ -28,7 +30,8 @@ import (
 // work), except that those of a key index at or above stallFrom that
 // arrive before the stall ends are held until it does, and answered then:
 // the stall begins with the first of them and lasts stall (a real one: a
-// garbage collection that holds every write).
+// garbage collection that holds every write). In a synctest bubble both
+// pass on the bubble's clock, exactly.
 type stallStore struct {
 	service   time.Duration
 	stallFrom int64
@@ -72,137 +75,165 @@ func (s *stallStore) Scan(context.Context, []byte, []byte, int) ([]systems.KeyVa
 	return nil, errors.New("no reads")
 }
 
+// opTiming is when one operation of a test run is due, sent and answered,
+// as offsets from the run's start, and whether it is late.
+type opTiming struct {
+	due, sent, done time.Duration
+	late            bool
+}
+
 // The same store, stalling for 500 ms, under a closed loop and an open
 // loop of the same rate (the closed loop's throughput): the closed loop's
 // one client waits out the stall in one operation and sends nothing
 // meanwhile, so its p99.9 does not show the stall; the open loop keeps
-// sending, so every operation due during the stall waits, and its p99.9
-// from the intended start shows it. The late operations are exactly the
-// ones the schedule makes due while the senders are all held by the
-// stall.
+// sending, so every operation due during the stall waits, and its
+// latencies from the intended start show it (from the send, only those of
+// the few operations the stall holds do). The late operations are exactly
+// the ones due while the stall holds every sender.
+//
+// The runs are in a synctest bubble, whose clock moves only when every
+// goroutine of the test waits (for the schedule's timer, the store's
+// service time, the stall): each operation is sent exactly when the
+// schedule or a freed sender lets it, however busy the machine, and every
+// latency is known to the microsecond.
 func TestOpenLoopShowsTheStallClosedLoopHides(t *testing.T) {
-	const (
-		ops     = 1500
-		service = time.Millisecond
-		stall   = 500 * time.Millisecond
-		ms      = int64(time.Millisecond / time.Microsecond)
-	)
-	po := DefaultPutOptions()
-	po.Clients, po.Ops, po.ValueBytes, po.Order, po.StallTimeout = 1, ops, 16, "sequential", 0
-	closedStore := &stallStore{service: service, stallFrom: 1000, stall: stall}
-	closed, err := RunPut(context.Background(), closedStore, po)
+	synctest.Test(t, func(t *testing.T) {
+		const (
+			ops       = 999
+			service   = 500 * time.Microsecond
+			stall     = 500 * time.Millisecond
+			stallFrom = 500 // the key index, and operation, the stall begins with
+			senders   = 4
+		)
+		po := DefaultPutOptions()
+		po.Clients, po.Ops, po.ValueBytes, po.Order = 1, ops, 16, "sequential"
+
+		// The closed loop: 998 operations of 0.5 ms and the stalled one of
+		// 500 ms, one after another: 999 in 999 ms, 1000 a second.
+		var want []opTiming
+		for i, at := 0, time.Duration(0); i < ops; i++ {
+			took := service
+			if i == stallFrom {
+				took = stall
+			}
+			want = append(want, opTiming{due: at, sent: at, done: at + took})
+			at += took
+		}
+		closedStore := &stallStore{service: service, stallFrom: stallFrom, stall: stall}
+		closed := runPutTimed(t, closedStore, po, want)
+		if closed.Load.Loop != LoopClosed || closed.OpsPerSec != 1000 || closedStore.stalled.Load() != 1 {
+			t.Fatalf("closed loop: load %+v, %v ops/s, %d puts held by the stall; want 1000 ops/s, 1", closed.Load, closed.OpsPerSec, closedStore.stalled.Load())
+		}
+		if closed.P999Us != service.Microseconds() || closed.MaxUs != histogramUs(stall) || closed.Intended != closed.Latency {
+			t.Fatalf("closed loop: p99.9 %d us, max %d, from the intended start %+v; want %d (the stall hidden: coordinated omission), %d, the same as from the send",
+				closed.P999Us, closed.MaxUs, closed.Intended, service.Microseconds(), histogramUs(stall))
+		}
+
+		// The open loop at that rate, an operation due every 1 ms. The
+		// stall begins with operation 500, due at 500 ms, and ends at 1 s:
+		// operations 500..503 take the four senders and are held; 504..998,
+		// all due before it ends, find no sender free, and are late: sent
+		// four at a time from 1 s on, as the senders free, every 0.5 ms.
+		rate := closed.OpsPerSec
+		period := time.Duration(float64(time.Second) / rate)
+		stallEnd := stallFrom*period + stall
+		want = want[:0]
+		for i := range ops {
+			due := time.Duration(i) * period
+			switch {
+			case i < stallFrom:
+				want = append(want, opTiming{due: due, sent: due, done: due + service})
+			case i < stallFrom+senders:
+				want = append(want, opTiming{due: due, sent: due, done: stallEnd})
+			default:
+				sent := stallEnd + time.Duration((i-stallFrom-senders)/senders)*service
+				want = append(want, opTiming{due: due, sent: sent, done: sent + service, late: true})
+			}
+		}
+		po.Clients, po.Rate, po.Arrivals = senders, rate, ArrivalsConstant
+		openStore := &stallStore{service: service, stallFrom: stallFrom, stall: stall}
+		open := runPutTimed(t, openStore, po, want)
+		if open.Load.Loop != LoopOpen || open.Load.RateOpsPerSec != rate || open.Load.MaxInFlight != senders || openStore.stalled.Load() != senders {
+			t.Fatalf("open loop: load %+v, %d puts held by the stall; want %v ops/s, %d senders, all held", open.Load, openStore.stalled.Load(), rate, senders)
+		}
+		if open.LateOps != ops-stallFrom-senders {
+			t.Fatalf("open loop: %d late, want the %d due while the stall held every sender", open.LateOps, ops-stallFrom-senders)
+		}
+		// p99 is the 989th of 999 latencies, the 11th longest: from the
+		// send, the service time (only the 4 held waited); from the
+		// intended start, that of operation 510, due at 510 ms and sent
+		// in the second four after the stall: answered at 1 s + 1 ms.
+		if p99 := histogramUs(stallEnd + 2*service - 510*period); open.P99Us != service.Microseconds() || open.Intended.P99Us != p99 {
+			t.Fatalf("open loop: p99 %d us from the send, %d from the intended start; want %d, %d",
+				open.P99Us, open.Intended.P99Us, service.Microseconds(), p99)
+		}
+	})
+}
+
+// histogramUs is the value the run's latency histograms report for d:
+// the highest of its bucket, in microseconds.
+func histogramUs(d time.Duration) int64 {
+	h := newLatencyHistogram()
+	_ = h.RecordValue(d.Microseconds())
+	return h.Max()
+}
+
+// runPutTimed runs RunPut(po) on st, in the test's synctest bubble, and
+// checks that its operations were due, sent and answered when want says,
+// to the microsecond (want's order is the operations'): its raw CSV has
+// their rows, and its summary their counts, latencies and series. It
+// returns the summary.
+func runPutTimed(t *testing.T, st Store, po PutOptions, want []opTiming) Summary {
+	t.Helper()
+	var raw bytes.Buffer
+	po.Raw = &raw
+	// The run starts now: the bubble's clock stands still until every
+	// goroutine of the test waits, and nothing waits before the run's
+	// first operation.
+	start := time.Now()
+	s, err := RunPut(context.Background(), st, po)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if closed.Ops != ops || closedStore.stalled.Load() != 1 || closed.MaxUs < stall.Microseconds() {
-		t.Fatalf("closed loop: %d ops, %d stalled, max %d us; want %d, 1 (its one client), >= %d", closed.Ops, closedStore.stalled.Load(), closed.MaxUs, ops, stall.Microseconds())
+	exp := NewRecorder(start, true, nil).WithIntervals(NewIntervals(start))
+	var end time.Duration
+	for _, w := range want {
+		exp.RecordTiming("put", Timing{Intended: start.Add(w.due), Sent: start.Add(w.sent), Done: start.Add(w.done), Late: w.late},
+			OK, int64(po.ValueBytes), 1, nil)
+		end = max(end, w.done)
 	}
-	if closed.Load.Loop != LoopClosed || closed.LateOps != 0 || closed.Intended.P999Us != closed.P999Us {
-		t.Fatalf("closed loop: load %+v, %d late, intended p99.9 %d != %d", closed.Load, closed.LateOps, closed.Intended.P999Us, closed.P999Us)
+	var wantRaw bytes.Buffer
+	if err := WriteRawCSV(&wantRaw, []*Recorder{exp}); err != nil {
+		t.Fatal(err)
 	}
-	if closed.P999Us >= stall.Microseconds()/2 {
-		t.Fatalf("closed loop: p99.9 %d us shows the stall; want it hidden (coordinated omission)", closed.P999Us)
+	// Operations sent at once are in no particular order: compare them
+	// in the order they were due.
+	byDue := func(a, b []string) int { return strings.Compare(a[5], b[5]) } // same-length numbers
+	gotRows, wantRows := readCSV(t, raw.Bytes()), readCSV(t, wantRaw.Bytes())
+	slices.SortFunc(gotRows[1:], byDue)
+	slices.SortFunc(wantRows[1:], byDue)
+	if len(gotRows) != len(wantRows) {
+		t.Fatalf("raw CSV: %d rows, want %d", len(gotRows), len(wantRows))
 	}
-
-	// The open loop at the closed loop's rate. The stall starts with the
-	// operation due window operations before the end, all due less than
-	// 0.5 s after it: before the stall ends (timers never fire early).
-	// The first maxInFlight of them are sent and held by the stall; the
-	// rest wait for a sender: late, all of them, and no other, as long as
-	// the generator keeps its schedule. A machine that freezes the test
-	// for a tenth of a second can make operations late too (rightly);
-	// such a run is tried again, up to three times.
-	rate := closed.OpsPerSec
-	window := int64(rate/2) - 1
-	maxInFlight := int64(rate / 4)
-	if maxInFlight < 1 {
-		t.Fatalf("closed loop at %.1f ops/s: too slow a machine for this test", rate)
-	}
-	var (
-		open      Summary
-		openStore *stallStore
-		raw       bytes.Buffer
-		disturbed string
-	)
-	for try := 1; try <= 3; try++ {
-		openStore = &stallStore{service: service, stallFrom: ops - window, stall: stall}
-		raw.Reset()
-		po.Clients, po.Rate, po.Arrivals, po.Raw = int(maxInFlight), rate, ArrivalsConstant, &raw
-		if open, err = RunPut(context.Background(), openStore, po); err != nil {
-			t.Fatal(err)
-		}
-		if disturbed = scheduleKept(t, raw.Bytes(), rate, ops-window); disturbed == "" {
-			break
-		}
-		t.Logf("open loop, try %d: %s", try, disturbed)
-	}
-	if disturbed != "" {
-		t.Fatalf("the machine kept the test from its schedule in three tries")
-	}
-	t.Logf("closed loop: %.1f ops/s, p99.9 %d us; open loop at it: p99.9 %d us from the intended start, %d from the send, %d late",
-		rate, closed.P999Us, open.Intended.P999Us, open.P999Us, open.LateOps)
-	if open.Ops != ops || open.Load.Loop != LoopOpen || open.Load.RateOpsPerSec != rate || open.Load.MaxInFlight != int(maxInFlight) {
-		t.Fatalf("open loop: %d ops, load %+v", open.Ops, open.Load)
-	}
-	if got := openStore.stalled.Load(); got != maxInFlight {
-		t.Fatalf("open loop: %d puts held by the stall, want the %d senders", got, maxInFlight)
-	}
-	if want := window - maxInFlight; open.LateOps != want {
-		t.Fatalf("open loop: %d late operations, want %d (%d due during the stall, %d senders)", open.LateOps, want, window, maxInFlight)
-	}
-	var late int64
-	for _, p := range open.Series {
-		late += p.LateOps
-	}
-	if late != open.LateOps {
-		t.Fatalf("series: %d late, summary %d", late, open.LateOps)
-	}
-	if open.Intended.P999Us < 450*ms || open.Intended.MaxUs < stall.Microseconds() {
-		t.Fatalf("open loop: p99.9 %d us, max %d from the intended start: the %v stall does not show", open.Intended.P999Us, open.Intended.MaxUs, stall)
-	}
-	// Each late operation k waited at least from when it was due to
-	// when the stall ended (>= 0.5 s after operation ops-window was
-	// due): in its latency from the intended start, not from the send.
-	var waitedUs float64
-	for k := window - maxInFlight; k < window; k++ {
-		waitedUs += (stall.Seconds() - float64(k)/rate) * 1e6
-	}
-	if gap := (open.Intended.AvgUs - open.AvgUs) * ops; gap < 0.9*waitedUs {
-		t.Fatalf("open loop: the latencies from the intended start add up to %.0f us more than from the send; the late operations waited %.0f", gap, waitedUs)
-	}
-}
-
-// scheduleKept checks, in the raw CSV of an open loop at rate whose stall
-// starts with operation stallFrom, that the generator kept its schedule:
-// every operation not late was sent within 100 ms of when it was due, and,
-// before the stall, answered within 100 ms (then fewer than rate/4, the
-// test's senders, are ever outstanding before the stall, and the first
-// rate/4 due in it are sent before it ends). Otherwise it describes what
-// was not (the test machine froze).
-func scheduleKept(t *testing.T, raw []byte, rate float64, stallFrom int64) string {
-	const limitUs = 100_000
-	rows := readCSV(t, raw)[1:]
-	var first int64
-	for _, r := range rows {
-		if due, _ := strconv.ParseInt(r[5], 10, 64); first == 0 || due < first {
-			first = due
+	for i := range gotRows {
+		if !slices.Equal(gotRows[i], wantRows[i]) {
+			t.Fatalf("raw CSV row %d (%s): %q, want %q", i, strings.Join(gotRows[0], ","), gotRows[i], wantRows[i])
 		}
 	}
-	var slow []string
-	for _, r := range rows {
-		due, _ := strconv.ParseInt(r[5], 10, 64)
-		sent, _ := strconv.ParseInt(r[1], 10, 64)
-		lat, _ := strconv.ParseInt(r[2], 10, 64)
-		seq := int64(math.Round(float64(due-first) * rate / 1e6))
-		if r[7] != "true" && (sent-due > limitUs || seq < stallFrom && lat > limitUs) {
-			slow = append(slow, strconv.FormatInt(seq, 10)+" (sent "+strconv.FormatInt((sent-due)/1000, 10)+
-				" ms after due, answered in "+strconv.FormatInt(lat/1000, 10)+" ms)")
-		}
+	ws := Summarize("put", []*Recorder{exp}, end)
+	if s.MeasuredFromUnixUs != start.UnixMicro() || s.Ops != ws.Ops || s.LateOps != ws.LateOps || s.Bytes != ws.Bytes ||
+		s.DurationSec != ws.DurationSec || s.OpsPerSec != ws.OpsPerSec {
+		t.Fatalf("summary: from %d us, %d ops, %d late, %d bytes in %v s, %v ops/s; want from %d, %d, %d, %d in %v s, %v ops/s",
+			s.MeasuredFromUnixUs, s.Ops, s.LateOps, s.Bytes, s.DurationSec, s.OpsPerSec,
+			start.UnixMicro(), ws.Ops, ws.LateOps, ws.Bytes, ws.DurationSec, ws.OpsPerSec)
 	}
-	if len(slow) == 0 {
-		return ""
+	if s.Latency != ws.Latency || s.Intended != ws.Intended {
+		t.Fatalf("summary: latency %+v from the send, %+v from the intended start; want %+v, %+v", s.Latency, s.Intended, ws.Latency, ws.Intended)
 	}
-	return "the generator fell behind its schedule: operations " + strings.Join(slow[:min(len(slow), 5)], ", ") + "..."
+	if !slices.Equal(s.Series, ws.Series) {
+		t.Fatalf("series:\n%+v\nwant\n%+v", s.Series, ws.Series)
+	}
+	return s
 }
 
 // -rate takes operations a second, or a fraction of a closed-loop run's
