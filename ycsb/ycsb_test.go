@@ -6,12 +6,14 @@ import (
 	"errors"
 	"io"
 	"os"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/magiconair/properties"
@@ -424,7 +426,8 @@ func TestInterruptedRun(t *testing.T) {
 }
 
 // stallAfter is a memStore whose n-th Get sleeps for stall first: a store
-// that stops answering for a while.
+// that stops answering for a while (in a synctest bubble, for exactly
+// stall on the bubble's clock).
 type stallAfter struct {
 	*memStore
 	n     int64
@@ -443,45 +446,84 @@ func (s *stallAfter) Get(ctx context.Context, k []byte) ([]byte, bool, error) {
 // it was due, so a stall of the store shows in TOTAL's and the
 // operations' latencies from the intended start, and the operations due
 // while the one sender (threadcount=1: go-ycsb's generators race with
-// more) waited are late.
+// more) waited are late. The phases run in a synctest bubble, whose clock
+// moves only when every goroutine of the test waits: the store answers at
+// once on it, so each operation but the stalled one is sent and answered
+// when due, or, if due during the stall, when the stall ends, however
+// busy the machine.
 func TestOpenLoopRun(t *testing.T) {
-	st := &stallAfter{memStore: newMemStore(), n: 200, stall: 200 * time.Millisecond}
-	ctx := context.Background()
-	common := []string{"recordcount=200", "operationcount=600", "threadcount=1", "fieldcount=1", "fieldlength=64"}
-	run := func(phase string, rate float64) Summary {
-		t.Helper()
-		o := DefaultOptions(phase)
-		o.Files, o.Settings, o.Output, o.Rate, o.Arrivals, o.Seed = []string{"workloada"}, common, io.Discard, rate, workloads.ArrivalsPoisson, 3
-		s, err := Run(ctx, st, o)
-		if err != nil {
-			t.Fatal(err)
+	synctest.Test(t, func(t *testing.T) {
+		const (
+			ops     = 600
+			rate    = 1000.0
+			seed    = 3
+			stalled = 199 // every operation of the run does one Get: the 200th is operation 199's
+			stall   = 200 * time.Millisecond
+		)
+		st := &stallAfter{memStore: newMemStore(), n: stalled + 1, stall: stall}
+		common := []string{"recordcount=200", "operationcount=" + strconv.Itoa(ops), "threadcount=1", "fieldcount=1", "fieldlength=64"}
+		run := func(phase string, rate float64) Summary {
+			t.Helper()
+			o := DefaultOptions(phase)
+			o.Files, o.Settings, o.Output, o.Rate, o.Arrivals, o.Seed = []string{"workloada"}, common, io.Discard, rate, workloads.ArrivalsPoisson, seed
+			s, err := Run(context.Background(), st, o)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return s
 		}
-		return s
-	}
-	s := run("load", 2000)
-	if s.Ops != 200 || s.Operations[OpInsert].Ops != 200 || len(st.m) != 200 || s.Load.Loop != workloads.LoopOpen {
-		t.Fatalf("load: %d ops, %d inserts, %d records, load %+v", s.Ops, s.Operations[OpInsert].Ops, len(st.m), s.Load)
-	}
-	s = run("run", 1000)
-	r, u := s.Operations[OpRead], s.Operations[OpUpdate]
-	t.Logf("TOTAL: %d ops, %d late; p99.9 %d us from the intended start, %d from the send", s.Ops, s.LateOps, s.Intended.P999Us, s.P999Us)
-	if s.Ops != 600 || r.Ops+u.Ops != 600 || s.Load.RateOpsPerSec != 1000 || *s.Load.Seed != 3 || s.Load.MaxInFlight != 1 || r.Load != s.Load {
-		t.Fatalf("run: %d ops (%d reads, %d updates), load %+v, read's %+v", s.Ops, r.Ops, u.Ops, s.Load, r.Load)
-	}
-	// ~200 operations are due during the 200 ms stall, at 1000/s.
-	if s.LateOps < 100 || s.LateOps != r.LateOps+u.LateOps {
-		t.Fatalf("%d late (%d reads, %d updates): want the ~200 due during the stall", s.LateOps, r.LateOps, u.LateOps)
-	}
-	if s.Intended.MaxUs < 200_000 || s.Intended.P99Us < 100_000 || s.P99Us >= s.Intended.P99Us || r.Intended.MaxUs < 200_000 {
-		t.Fatalf("TOTAL from the intended start %+v, from the send p99 %d us; READ from the intended start %+v: the stall does not show", s.Intended, s.P99Us, r.Intended)
-	}
-	var late int64
-	for _, p := range s.Series {
-		late += p.LateOps
-	}
-	if late != s.LateOps || len(s.Series) == 0 || s.Series[0].IntendedMaxUs == 0 {
-		t.Fatalf("series: %d late of %d, %+v", late, s.LateOps, s.Series)
-	}
+		s := run("load", 2000)
+		if s.Ops != 200 || s.Operations[OpInsert].Ops != 200 || len(st.m) != 200 || s.Load.Loop != workloads.LoopOpen {
+			t.Fatalf("load: %d ops, %d inserts, %d records, load %+v", s.Ops, s.Operations[OpInsert].Ops, len(st.m), s.Load)
+		}
+		// The run starts now: the bubble's clock stands still until every
+		// goroutine waits, and nothing waits before the first operation.
+		start := time.Now()
+		s = run("run", rate)
+		r, u := s.Operations[OpRead], s.Operations[OpUpdate]
+		t.Logf("TOTAL: %d ops, %d late; p99.9 %d us from the intended start, %d from the send", s.Ops, s.LateOps, s.Intended.P999Us, s.P999Us)
+		if s.Ops != ops || r.Ops+u.Ops != ops || s.Load.RateOpsPerSec != rate || *s.Load.Seed != seed || s.Load.MaxInFlight != 1 || r.Load != s.Load {
+			t.Fatalf("run: %d ops (%d reads, %d updates), load %+v, read's %+v", s.Ops, r.Ops, u.Ops, s.Load, r.Load)
+		}
+
+		// What TOTAL must hold, from the schedule.
+		sched := workloads.NewSchedule(rate, workloads.ArrivalsPoisson, seed)
+		exp := workloads.NewRecorder(start, false, nil).WithIntervals(workloads.NewIntervals(start))
+		var stallEnd, end time.Duration
+		for i := range ops {
+			due := sched.Next()
+			tm := workloads.Timing{Intended: start.Add(due), Sent: start.Add(due), Done: start.Add(due)}
+			switch {
+			case i == stalled:
+				stallEnd = due + stall
+				tm.Done = start.Add(stallEnd)
+			case i > stalled && due < stallEnd:
+				tm.Sent, tm.Done, tm.Late = start.Add(stallEnd), start.Add(stallEnd), true
+			}
+			exp.RecordTiming(OpTotal, tm, workloads.OK, 0, 0, nil)
+			end = max(end, tm.Done.Sub(start))
+		}
+		want := workloads.Summarize(OpTotal, []*workloads.Recorder{exp}, end)
+		if want.LateOps == 0 {
+			t.Fatal("no operation is due during the stall: the test tests nothing")
+		}
+		if s.MeasuredFromUnixUs != start.UnixMicro() || s.LateOps != want.LateOps || s.DurationSec != want.DurationSec || s.OpsPerSec != want.OpsPerSec {
+			t.Fatalf("TOTAL: from %d us, %d late, %v s, %v ops/s; want from %d, the %d due during the stall, %v s, %v ops/s",
+				s.MeasuredFromUnixUs, s.LateOps, s.DurationSec, s.OpsPerSec, start.UnixMicro(), want.LateOps, want.DurationSec, want.OpsPerSec)
+		}
+		if s.Latency != want.Latency || s.Intended != want.Intended {
+			t.Fatalf("TOTAL: latency %+v from the send, %+v from the intended start; want %+v, %+v", s.Latency, s.Intended, want.Latency, want.Intended)
+		}
+		if !slices.Equal(s.Series, want.Series) {
+			t.Fatalf("TOTAL's series:\n%+v\nwant\n%+v", s.Series, want.Series)
+		}
+		// A READ or UPDATE is timed from its YCSB operation's intended
+		// start: the stall shows in theirs as in TOTAL's.
+		if r.LateOps+u.LateOps != s.LateOps || max(r.Intended.MaxUs, u.Intended.MaxUs) != s.Intended.MaxUs {
+			t.Fatalf("READ: %d late, max %d us from the intended start; UPDATE: %d, %d; want %d late, max %d in all",
+				r.LateOps, r.Intended.MaxUs, u.LateOps, u.Intended.MaxUs, s.LateOps, s.Intended.MaxUs)
+		}
+	})
 }
 
 // -rate refuses go-ycsb's closed-loop pacing (target) and warm-up
