@@ -20,19 +20,35 @@ import (
 	"github.com/nezha-harness/nezha/dwisckey"
 	"github.com/nezha-harness/nezha/nezha"
 	"github.com/nezha-harness/nezha/systems"
+	"github.com/nezha-harness/nezha/systems/agent"
 	"github.com/nezha-harness/nezha/systems/node"
 )
 
 // toyName is the -system name of the toy system, defined only in this file.
 const toyName = "toy"
 
-// TestMain lets the test binary double as the node binary: cluster.Up (run
-// by the experiments' Run.start) launches `<binary> serve -system toy ...`,
+// TestMain lets the test binary double as the agent and node binary:
+// cluster.Up (run by the experiments' Run.start) launches `<binary> agent
+// ...` per node, whose agent starts `<binary> serve -system toy ...`,
 // which serves the toy system from a registry built here. No file outside
 // this one knows the toy system.
 func TestMain(m *testing.M) {
-	if os.Getenv(growHeapEnv) != "" {
-		growHeap()
+	if len(os.Args) > 1 && os.Args[1] == agent.CgroupExecCommand {
+		// A node started inside a memory cgroup (restartQuiet).
+		if err := agent.ExecInCgroup(os.Args[2:]); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+	}
+	if f := os.Getenv(growHeapEnv); f != "" {
+		growHeap(f)
+	}
+	if len(os.Args) > 1 && os.Args[1] == "agent" {
+		if err := serveAgent(os.Args[2:]); err != nil {
+			fmt.Fprintln(os.Stderr, "agent:", err)
+			os.Exit(1)
+		}
+		os.Exit(0)
 	}
 	if len(os.Args) > 1 && os.Args[1] == "serve" {
 		cfg, err := toyServeConfig(os.Args[2:])
@@ -48,6 +64,28 @@ func TestMain(m *testing.M) {
 	os.Exit(m.Run())
 }
 
+// serveAgent is `nezha agent` (cmd/nezha/agent.go, which this test binary
+// cannot import) with the flags the local backend gives it: its nodes run
+// this binary's serve.
+func serveAgent(args []string) error {
+	fs := flag.NewFlagSet("agent", flag.ContinueOnError)
+	c := agent.DefaultConfig()
+	fs.StringVar(&c.Listen, "listen", c.Listen, "")
+	fs.StringVar(&c.Dir, "dir", "", "")
+	fs.StringVar(&c.AddressFile, "addressFile", "", "")
+	tokenFile := fs.String("tokenFile", "", "")
+	fs.BoolVar(&c.PacketFilter, "packetFilter", false, "")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	token, err := agent.ReadToken(*tokenFile)
+	if err != nil {
+		return err
+	}
+	c.Token, c.Binary = token, os.Args[0]
+	return agent.Serve(context.Background(), c)
+}
+
 // toyServeConfig parses the serve flags the launcher (cluster.Spec.Args)
 // and the experiments (Run.systemArgs) give a node of the toy system. The
 // binary's full serve command line is cmd/nezha/serve.go; this test binary
@@ -61,6 +99,9 @@ func toyServeConfig(args []string) (node.Config, error) {
 	fs.StringVar(&cfg.InternalAddress, "internalAddress", "", "")
 	fs.StringVar(&cfg.MetricsAddress, "metricsAddress", "", "")
 	fs.StringVar(&cfg.JSONRPCAddress, "jsonrpcAddress", "", "")
+	fs.StringVar(&cfg.EtcdAddress, "etcdAddress", "", "")
+	fs.String("pprofAddress", "", "") // the toy's nodes serve no profiler
+	fs.BoolVar(&cfg.DiskFaults, "diskFaults", false, "")
 	fs.StringVar(&cfg.DataDir, "data", "", "")
 	fs.StringVar(&cfg.ClusterID, "clusterID", "", "")
 	voters := fs.String("bootstrapVoters", "", "")
