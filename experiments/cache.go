@@ -63,8 +63,10 @@ type readCache struct {
 	droppers   []agentpb.AgentClient
 	stopFollow chan struct{} // closed by release: stops followLimits
 	followDone chan struct{} // closed when followLimits returns
-	// measurement records how the arrangement was made.
+	// measurement records how the arrangement was made; how says it
+	// without the reasons of a fallback.
 	measurement Measurement
+	how         string
 }
 
 // groupedNode is a node in a memory cgroup its agent made.
@@ -81,15 +83,17 @@ type memoryAgent interface {
 }
 
 // capabilityGaps returns why the hosts of tbs do not allow a capability
-// (each reason once, naming its host), "" if every host allows it.
+// (one reason per host, naming it), "" if every host allows it.
 func capabilityGaps(tbs []*testbed, capOf func(*agentpb.InfoResponse) *agentpb.Capability) string {
 	var why []string
+	seen := map[string]bool{}
 	for _, tb := range tbs {
 		for _, h := range tb.hosts {
-			if c := capOf(h.info); !c.GetOk() {
-				if r := fmt.Sprintf("%s: %s", h.host, c.GetWhy()); !slices.Contains(why, r) {
-					why = append(why, r)
-				}
+			// One reason per host: its agents say the same (but for the
+			// names of the groups they tried).
+			if c := capOf(h.info); !c.GetOk() && !seen[h.host] {
+				seen[h.host] = true
+				why = append(why, fmt.Sprintf("%s: %s", h.host, c.GetWhy()))
 			}
 		}
 	}
@@ -104,6 +108,7 @@ func capabilityGaps(tbs []*testbed, capOf func(*agentpb.InfoResponse) *agentpb.C
 func (x *Run) arrangeReads(ctx context.Context, tbs []*testbed) *readCache {
 	p := x.Profile
 	rc := &readCache{Mode: ReadCacheWarm, Text: "page cache (warm): reads are served from memory", Short: "page cache (warm)", grouped: map[string][]groupedNode{}}
+	rc.how = rc.Text
 	want := p.ReadCache
 	var hosts []nodeHost
 	for _, tb := range tbs {
@@ -112,7 +117,7 @@ func (x *Run) arrangeReads(ctx context.Context, tbs []*testbed) *readCache {
 	backend := cmp.Or(x.Backend.Name, cluster.BackendLocal)
 	m := Measurement{What: measurePageCache, Backend: backend, Where: agentWhere(backend, hosts)}
 	defer func() {
-		m.How = rc.Text
+		m.How = rc.how
 		if rc.Mode != p.ReadCache {
 			m.FellBackFrom = p.ReadCache
 		}
@@ -160,8 +165,10 @@ func (x *Run) arrangeReads(ctx context.Context, tbs []*testbed) *readCache {
 		}
 	}
 	m.Why = strings.Join(why, "; ")
+	rc.how = rc.Text
 	if want == ReadCacheWarm {
 		rc.Mode, rc.Short = ReadCacheWarm, "page cache (warm)"
+		rc.how = "page cache (warm): reads are served from memory"
 		rc.Text = fmt.Sprintf("page cache (warm): read_cache %s is not possible on these node hosts (%s); reads are served from memory", p.ReadCache, m.Why)
 		return rc
 	}
@@ -192,26 +199,40 @@ func distinctHostAgents(tbs []*testbed) []agentpb.AgentClient {
 	return out
 }
 
-// limitNodes puts every node of tbs into a memory cgroup of limitBytes
-// (nodes restarted into one by restartQuiet only get the limit).
-func (rc *readCache) limitNodes(ctx context.Context, tbs []*testbed, limitBytes int64) error {
-	var errs []error
+// limitNodes puts every node of tbs into a memory cgroup that limits
+// what it touches from now on to aboveAnonBytes above what it holds
+// besides page cache: a node new to its group has nothing charged there
+// yet (its earlier pages stay charged where they were), a node started in
+// its group (restartQuiet) has all of its heap and mappings there already,
+// which the limit must leave room for.
+func (rc *readCache) limitNodes(ctx context.Context, tbs []*testbed, aboveAnonBytes int64) error {
+	var errs []string
 	for _, tb := range tbs {
 		for _, n := range tb.spec.Nodes {
 			a, err := tb.agentOf(n.ID)
 			if err == nil {
 				cctx, cancel := context.WithTimeout(ctx, agentCallTimeout)
-				_, err = a.SetMemoryLimit(cctx, &agentpb.SetMemoryLimitRequest{LimitBytes: limitBytes})
+				var st *agentpb.MemoryStatsResponse
+				if st, err = a.MemoryStats(cctx, &agentpb.MemoryStatsRequest{}); err == nil {
+					held := int64(0)
+					if st.InGroup {
+						held = max(st.UsageBytes-st.PageCacheBytes, 0)
+					}
+					_, err = a.SetMemoryLimit(cctx, &agentpb.SetMemoryLimitRequest{LimitBytes: held + aboveAnonBytes})
+				}
 				cancel()
 			}
 			if err != nil {
-				errs = append(errs, fmt.Errorf("%s node %d: %w", tb.system, n.ID, err))
+				errs = append(errs, fmt.Sprintf("%s node %d: %v", tb.system, n.ID, err))
 				continue
 			}
 			rc.grouped[tb.system] = append(rc.grouped[tb.system], groupedNode{id: n.ID, agent: a})
 		}
 	}
-	return errors.Join(errs...)
+	if len(errs) > 0 {
+		return errors.New(strings.Join(errs, "; "))
+	}
+	return nil
 }
 
 // allGrouped is every grouped node.
@@ -225,14 +246,18 @@ func (rc *readCache) allGrouped() []groupedNode {
 
 // dropCaches drops the page cache of every node host.
 func (rc *readCache) dropCaches(ctx context.Context) error {
-	var errs []error
+	var errs []string
 	for _, a := range rc.droppers {
 		cctx, cancel := context.WithTimeout(ctx, time.Minute)
-		_, err := a.DropCaches(cctx, &agentpb.DropCachesRequest{})
+		if _, err := a.DropCaches(cctx, &agentpb.DropCachesRequest{}); err != nil {
+			errs = append(errs, err.Error())
+		}
 		cancel()
-		errs = append(errs, err)
 	}
-	return errors.Join(errs...)
+	if len(errs) > 0 {
+		return errors.New(strings.Join(errs, "; "))
+	}
+	return nil
 }
 
 // again prepares a further experiment on the same beds: the page cache

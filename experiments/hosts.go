@@ -209,19 +209,20 @@ func (x *Run) measured(m Measurement) {
 	x.res.Measurements = append(x.res.Measurements, m)
 }
 
-// agentWhere says where an agent of backend takes its measurements.
+// agentWhere says where the agents of backend take their measurements:
+// by the backend, not by the agents' in_container (a machine that is
+// itself a container says so too).
 func agentWhere(backend string, hs []nodeHost) string {
-	in := len(hs) > 0 && !slices.ContainsFunc(hs, func(h nodeHost) bool { return !h.info.GetInContainer() })
 	hosts := len(byHost(hs))
 	switch {
-	case in && hosts == 1:
-		return "in the nodes' containers (one machine: the local Docker daemon's)"
-	case in:
-		return fmt.Sprintf("in the nodes' containers, on %d hosts", hosts)
-	case backend == cluster.BackendLocal:
-		return "on this machine (the nodes' agents, local processes)"
+	case backend == cluster.BackendDocker && hosts <= 1:
+		return "in the nodes' containers (their agents), on one machine: the local Docker daemon's"
+	case backend == cluster.BackendDocker:
+		return fmt.Sprintf("in the nodes' containers (their agents), on %d hosts", hosts)
+	case backend == cluster.BackendSSH:
+		return fmt.Sprintf("on the node hosts (their agents), %d of them", hosts)
 	}
-	return fmt.Sprintf("on the node hosts (%d)", hosts)
+	return "on this machine (the nodes' agents, local processes)"
 }
 
 // measureNodeCounters records how the node processes' counters of tb
@@ -238,7 +239,7 @@ func (x *Run) measureWindow(tb *testbed, diskFallback string) {
 	b, where := tb.spec.BackendName(), agentWhere(tb.spec.BackendName(), tb.hosts)
 	x.measureNodeCounters(tb)
 	how := "/proc/stat of each node host, read once per host by one agent there (Stats)"
-	if slices.ContainsFunc(tb.hosts, func(h nodeHost) bool { return h.info.GetInContainer() }) {
+	if b == cluster.BackendDocker {
 		how += "; /proc/stat in a container is the host kernel's, so this is the machine's CPU (clients and other containers included), not the container's"
 	}
 	x.measured(Measurement{What: measureHostCPU, Backend: b, Where: where, How: how})
@@ -321,7 +322,7 @@ func hostsText(results []*Result) string {
 	for _, h := range hs {
 		where := h.Hostname
 		if h.InContainer {
-			where += " (a container)"
+			where += " (in a container, says its agent)"
 		}
 		machine := fmt.Sprintf("%s: %d CPUs (%s), %s of memory, kernel %s, root %v; %s", where, h.CPUs, h.CPUModel, bytesText(h.MemoryBytes), h.Kernel, h.Root, h.Build)
 		fmt.Fprintf(&b, "| %s | %s | %s | %s, readahead %d KiB | %s | %s | %s | %s |\n", h.Host, h.Backend, machine, h.DataDevice, h.ReadAheadKB,
