@@ -39,7 +39,7 @@ func TestClassifyBound(t *testing.T) {
 		{"compaction: stalls", with(func(e *boundEvidence) { e.StallShare = 0.25 }), BoundCompactionDebt, []string{BoundCompactionDebt}},
 		{"compaction: pending at the soft limit", with(func(e *boundEvidence) { e.PendingCompactionBytes = 300 << 20 }), BoundCompactionDebt, []string{BoundCompactionDebt}},
 		{"compaction without RocksDB", with(func(e *boundEvidence) { e.StallShare, e.HaveRocksDB = 0.5, false }), BoundNone, nil},
-		{"pending without a known limit", with(func(e *boundEvidence) { e.PendingCompactionBytes, e.SoftPendingCompactionBytes = 1 << 40, 0 }), BoundNone, nil},
+		{"pending without a known limit", with(func(e *boundEvidence) { e.PendingCompactionBytes, e.SoftPendingCompactionBytes = 1<<40, 0 }), BoundNone, nil},
 		{"mixed", with(func(e *boundEvidence) { e.MachineBusy, e.StallShare = 0.95, 0.3 }), "mixed: CPU + compaction debt", []string{BoundCPU, BoundCompactionDebt}},
 	} {
 		got, reached := classifyBound(c.e)
@@ -47,7 +47,9 @@ func TestClassifyBound(t *testing.T) {
 			t.Errorf("%s: %q %v, want %q %v", c.name, got, reached, c.want, c.reached)
 		}
 	}
-	text := evidenceText(with(func(e *boundEvidence) { e.FsyncBusy, e.FsyncsPerSecPerNode, e.FsyncMeanMs, e.FsyncP99Ms = 0.95, 180, 5.3, 6.1 }))
+	text := evidenceText(with(func(e *boundEvidence) {
+		e.FsyncBusy, e.FsyncsPerSecPerNode, e.FsyncMeanMs, e.FsyncP99Ms = 0.95, 180, 5.3, 6.1
+	}))
 	for _, want := range []string{"machine 50 % busy", "25 % of the 400 MB/s probed", "180 fsyncs/s per node, mean 5.30 ms, p99 6.10 ms",
 		"4 KiB fsync p50 0.20 ms, p99 0.70 ms", "in fsync 95 % of the window", "RocksDB stalled writes 0 %", "of the 300 MiB soft limit"} {
 		if !strings.Contains(text, want) {
