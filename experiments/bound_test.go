@@ -18,7 +18,7 @@ import (
 // no scrape, no RocksDB) is never reached.
 func TestClassifyBound(t *testing.T) {
 	// idle: nothing near a bound.
-	idle := boundEvidence{MachineBusy: 0.5, DiskWriteMBps: 100, DiskLimitMBps: 400, HaveLog: true, FsyncBusy: 0.3,
+	idle := boundEvidence{MachineBusy: 0.5, RunCPUShare: 0.45, DiskWriteMBps: 100, DiskLimitMBps: 400, HaveLog: true, FsyncBusy: 0.3,
 		ProbeFsyncP50Ms: 0.2, ProbeFsyncP99Ms: 0.7, HaveRocksDB: true, StallShare: 0, PendingCompactionBytes: 1 << 20, SoftPendingCompactionBytes: 300 << 20}
 	with := func(f func(*boundEvidence)) boundEvidence { e := idle; f(&e); return e }
 	for _, c := range []struct {
@@ -28,8 +28,12 @@ func TestClassifyBound(t *testing.T) {
 		reached []string
 	}{
 		{"none", idle, BoundNone, nil},
-		{"cpu at the threshold", with(func(e *boundEvidence) { e.MachineBusy = cpuBusyBound }), BoundCPU, []string{BoundCPU}},
-		{"cpu just under", with(func(e *boundEvidence) { e.MachineBusy = cpuBusyBound - 0.01 }), BoundNone, nil},
+		{"cpu at the threshold", with(func(e *boundEvidence) { e.MachineBusy, e.RunCPUShare = cpuBusyBound, 0.8 }), BoundCPU, []string{BoundCPU}},
+		{"cpu just under", with(func(e *boundEvidence) { e.MachineBusy, e.RunCPUShare = cpuBusyBound-0.01, 0.8 }), BoundNone, nil},
+		// A machine busy with other work: the run's processes used a
+		// third of it.
+		{"cpu busy with other work", with(func(e *boundEvidence) { e.MachineBusy, e.RunCPUShare = 0.95, 0.3 }), BoundCPUOtherWork, []string{BoundCPUOtherWork}},
+		{"cpu, half of it the run's", with(func(e *boundEvidence) { e.MachineBusy, e.RunCPUShare = 0.9, 0.45 }), BoundCPU, []string{BoundCPU}},
 		{"disk bandwidth", with(func(e *boundEvidence) { e.DiskWriteMBps = 330 }), BoundDiskBandwidth, []string{BoundDiskBandwidth}},
 		{"disk without a probe", with(func(e *boundEvidence) { e.DiskWriteMBps, e.DiskLimitMBps = 330, 0 }), BoundNone, nil},
 		// The slow-fsync disk: the log in fsync nearly all the time, the
@@ -40,7 +44,10 @@ func TestClassifyBound(t *testing.T) {
 		{"compaction: pending at the soft limit", with(func(e *boundEvidence) { e.PendingCompactionBytes = 300 << 20 }), BoundCompactionDebt, []string{BoundCompactionDebt}},
 		{"compaction without RocksDB", with(func(e *boundEvidence) { e.StallShare, e.HaveRocksDB = 0.5, false }), BoundNone, nil},
 		{"pending without a known limit", with(func(e *boundEvidence) { e.PendingCompactionBytes, e.SoftPendingCompactionBytes = 1<<40, 0 }), BoundNone, nil},
-		{"mixed", with(func(e *boundEvidence) { e.MachineBusy, e.StallShare = 0.95, 0.3 }), "mixed: CPU + compaction debt", []string{BoundCPU, BoundCompactionDebt}},
+		{"mixed", with(func(e *boundEvidence) { e.MachineBusy, e.RunCPUShare, e.StallShare = 0.95, 0.9, 0.3 }), "mixed: CPU + compaction debt", []string{BoundCPU, BoundCompactionDebt}},
+		// The slow disk on a machine busy with other work.
+		{"fsync on a busy machine", with(func(e *boundEvidence) { e.MachineBusy, e.RunCPUShare, e.FsyncBusy = 0.95, 0.3, 0.65 }),
+			"mixed: CPU (busy with other work) + fsync latency", []string{BoundCPUOtherWork, BoundFsyncLatency}},
 	} {
 		got, reached := classifyBound(c.e)
 		if got != c.want || !slices.Equal(reached, c.reached) {
@@ -50,7 +57,7 @@ func TestClassifyBound(t *testing.T) {
 	text := evidenceText(with(func(e *boundEvidence) {
 		e.FsyncBusy, e.FsyncsPerSecPerNode, e.FsyncMeanMs, e.FsyncP99Ms = 0.95, 180, 5.3, 6.1
 	}))
-	for _, want := range []string{"machine 50 % busy", "25 % of the 400 MB/s probed", "180 fsyncs/s per node, mean 5.30 ms, p99 6.10 ms",
+	for _, want := range []string{"machine 50 % busy, 45 % by the run's processes", "25 % of the 400 MB/s probed", "180 fsyncs/s per node, mean 5.30 ms, p99 6.10 ms",
 		"4 KiB fsync p50 0.20 ms, p99 0.70 ms", "in fsync 95 % of the window", "RocksDB stalled writes 0 %", "of the 300 MiB soft limit"} {
 		if !strings.Contains(text, want) {
 			t.Errorf("evidence lacks %q: %s", want, text)
@@ -133,7 +140,7 @@ func TestWindowDiskFallback(t *testing.T) {
 	to := windowSample{at: t0.Add(2 * time.Second), nodes: map[uint64]nodeSample{1: node(4e6, 2e6, 2), 2: node(2e6, 0, 3)},
 		hosts: map[string]hostCPUSample{"h": {busySec: 13, totalSec: 24}}, disks: map[string]diskSample{"h vda": {writeBytes: 10e6, readBytes: 1e6}}}
 	ws := windowBetween(from, to, 1)
-	if ws.MachineBusy != 0.75 || ws.DiskWriteMBps != 5 || ws.DiskReadMBps != 0.5 || ws.DiskFromNodes || ws.DiskDevices != 1 ||
+	if ws.MachineBusy != 0.75 || ws.RunCPUShare != 0.75 || ws.DiskWriteMBps != 5 || ws.DiskReadMBps != 0.5 || ws.DiskFromNodes || ws.DiskDevices != 1 ||
 		ws.WriteBytesPerNode != 3e6 || ws.NodeCPUSeconds != 3 {
 		t.Fatalf("window %+v", ws)
 	}

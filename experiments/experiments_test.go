@@ -12,6 +12,7 @@ import (
 
 	"github.com/nezha-harness/nezha/plots"
 	"github.com/nezha-harness/nezha/systems"
+	"github.com/nezha-harness/nezha/systems/cluster"
 )
 
 func TestLookup(t *testing.T) {
@@ -173,7 +174,7 @@ func TestHeadlinesAndReport(t *testing.T) {
 	for _, want := range []string{"profile quick", "git commit", "![PUT goodput](put-vsize/put-mbps.png)", "**pasv failed** at load", "last line", "n = 3", "| 1 | 2 |",
 		"reads from disk (cgroup), 4096 keys x 16 KiB (64 MiB per node), 1 client, 100 keys per scan.",
 		"## Measurements", "| host CPU | docker | in the nodes' containers | /proc/stat | - | put-scale |", "**cgroup** (read-only file system)",
-		"| this machine (local Docker daemon) | docker | node1 (a container)", "nezha (backend docker) was bounded by **CPU** in its headline runs: machine 93 % busy."} {
+		"| this machine (local Docker daemon) | docker | node1 (in a container, says its agent)", "nezha (backend docker) was bounded by **CPU** in its headline runs: machine 93 % busy."} {
 		if !strings.Contains(string(report), want) {
 			t.Fatalf("report lacks %q:\n%s", want, report)
 		}
@@ -237,6 +238,16 @@ func TestRunAndReportUsageErrors(t *testing.T) {
 		"too many nodes":     req([]string{"scan"}, func(r *RunRequest) { r.Nodes = 100 }),
 		"negative nodes":     req([]string{"scan"}, func(r *RunRequest) { r.Nodes = -1 }),
 		"nodes with servers": req([]string{"scan"}, func(r *RunRequest) { r.Nodes, r.Servers, r.Systems = 5, []string{"127.0.0.1:1"}, []string{"nezha"} }),
+		"unknown backend":    req([]string{"scan"}, func(r *RunRequest) { r.Backend.Name = "cloud" }),
+		"ssh without hosts":  req([]string{"scan"}, func(r *RunRequest) { r.Backend.Name = cluster.BackendSSH }),
+		"backend with servers": req([]string{"scan"}, func(r *RunRequest) {
+			r.Backend.Name, r.Servers, r.Systems = cluster.BackendDocker, []string{"127.0.0.1:1"}, []string{"nezha"}
+		}),
+		"negative fsync delay": req([]string{"scan"}, func(r *RunRequest) { r.FsyncDelay = -time.Millisecond }),
+		"fsync delay too long": req([]string{"scan"}, func(r *RunRequest) { r.FsyncDelay = time.Minute }),
+		"fsync delay, servers": req([]string{"scan"}, func(r *RunRequest) {
+			r.FsyncDelay, r.Servers, r.Systems = time.Millisecond, []string{"127.0.0.1:1"}, []string{"nezha"}
+		}),
 	} {
 		err := RunAndReport(context.Background(), reg, r)
 		var ue *systems.UsageError

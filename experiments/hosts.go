@@ -54,6 +54,12 @@ func hostKey(spec *cluster.Spec, n *cluster.Node) string {
 	return n.Host
 }
 
+// controllerOnNodeHost reports whether this process (the clients) runs on
+// the nodes' host: the local backend's, or the local Docker daemon's.
+func controllerOnNodeHost(spec *cluster.Spec) bool {
+	return strings.HasPrefix(hostKey(spec, &cluster.Node{}), "this machine")
+}
+
 // learnHosts asks every node's agent of spec for its host's description.
 func learnHosts(ctx context.Context, spec *cluster.Spec) ([]nodeHost, error) {
 	var out []nodeHost

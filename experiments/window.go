@@ -7,6 +7,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/prometheus/procfs"
+
 	"github.com/nezha-harness/nezha/systems"
 	"github.com/nezha-harness/nezha/systems/agent"
 	"github.com/nezha-harness/nezha/systems/agent/agentpb"
@@ -32,6 +34,9 @@ type windowSample struct {
 	disks map[string]diskSample
 	// noDisk says why a device's counters were missing ("" if none was).
 	noDisk string
+	// controllerCPUSec is this process's CPU time (the clients'), when it
+	// runs on the nodes' host (controllerOnNodeHost); else 0.
+	controllerCPUSec float64
 }
 
 // hostCPUSample is a host's cumulative CPU time in seconds summed over its
@@ -81,6 +86,11 @@ type windowStats struct {
 	// MachineBusy: fraction of the node hosts' CPU time that was not idle
 	// (each host counted once; clients included where they share one).
 	MachineBusy float64 `json:"machine_busy"`
+	// RunCPUShare: the share of the node hosts' CPU time the run's own
+	// processes used: the nodes, and the harness's process (the clients)
+	// where it runs on the nodes' host. Machine busy less this is other
+	// work on the host.
+	RunCPUShare float64 `json:"run_cpu_share"`
 	// DiskWriteMBps and DiskReadMBps: the data devices' throughput (10^6
 	// bytes per second, /proc/diskstats), summed over DiskDevices devices
 	// (each host's and device's once). DiskFromNodes: a device's counters
@@ -131,6 +141,13 @@ func (x *Run) sample(ctx context.Context, tb *testbed) (windowSample, error) {
 	host := map[uint64]bool{}
 	for _, h := range byHost(tb.hosts) {
 		host[h.id] = true
+	}
+	if controllerOnNodeHost(tb.spec) {
+		if p, err := procfs.Self(); err == nil {
+			if st, err := p.Stat(); err == nil {
+				w.controllerCPUSec = st.CPUTime()
+			}
+		}
 	}
 	for _, h := range tb.hosts {
 		st, err := tb.nodeStats(ctx, h.id, true, false)
@@ -233,6 +250,7 @@ func windowBetween(from, to windowSample, devices int) windowStats {
 	}
 	if total > 0 {
 		ws.MachineBusy = busy / total
+		ws.RunCPUShare = (ws.NodeCPUSeconds + to.controllerCPUSec - from.controllerCPUSec) / total
 	}
 	noDisk := cmp.Or(from.noDisk, to.noDisk)
 	if ws.Seconds > 0 {
