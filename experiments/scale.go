@@ -656,7 +656,7 @@ func (x *Run) putScaleReport(all []putRun, top int64, limit float64, haveLimit b
 	x.table(head)
 	if len(bounds.Rows) > 0 {
 		x.table(bounds)
-		x.note("Bounds (bound.go): CPU when the node hosts' CPUs were busy >= %.0f %% of the window, at least half of it the run's own processes (nodes, and the clients where they share the host; else CPU (busy with other work)); disk bandwidth when each data device wrote >= %.0f %% of the probed limit; fsync latency when each node's Raft log was in fsync >= %.0f %% of the window (fsyncs/s x their mean, from the scraped histogram), its p99 shown against the probe's 4 KiB fsyncs; compaction debt when RocksDB stalled writes >= %.0f %% of the window or its pending compaction bytes reached the soft limit. More than one reached: mixed; none: none reached.",
+		x.note("Bounds (bound.go): CPU when the node hosts' CPUs were busy >= %.0f %% of the window, at least half of it the run's own processes (nodes, and the clients where they share the host; else CPU (outside the run's processes)); disk bandwidth when each data device wrote >= %.0f %% of the probed limit; fsync latency when each node's Raft log was in fsync >= %.0f %% of the window (fsyncs/s x their mean, from the scraped histogram), its p99 shown against the probe's 4 KiB fsyncs; compaction debt when RocksDB stalled writes >= %.0f %% of the window or its pending compaction bytes reached the soft limit. More than one reached: mixed; none: none reached.",
 			100*cpuBusyBound, 100*diskShareBound, 100*fsyncBusyBound, 100*stallShareBound)
 	}
 	x.figure(fig)
