@@ -6,21 +6,20 @@ import (
 	"time"
 
 	"github.com/nezha-harness/nezha/plots"
-	"github.com/nezha-harness/nezha/systems/cluster"
 	"github.com/nezha-harness/nezha/workloads"
 )
 
 // ioSnapshot is every node's cumulative write_bytes minus
-// cancelled_write_bytes (/proc/PID/io): bytes it caused to be written to
-// the device, without pages dirtied then truncated away.
+// cancelled_write_bytes (/proc/PID/io, through its agent): bytes it caused
+// to be written to the device, without pages dirtied then truncated away.
 type ioSnapshot map[uint64]int64
 
-func readIO(spec *cluster.Spec) (ioSnapshot, error) {
+func readIO(ctx context.Context, tb *testbed) (ioSnapshot, error) {
 	out := ioSnapshot{}
-	for _, n := range spec.Nodes {
-		st, err := cluster.ReadIOStats(n.PID)
+	for _, n := range tb.spec.Nodes {
+		st, err := tb.nodeStats(ctx, n.ID, false, false)
 		if err != nil {
-			return nil, fmt.Errorf("node %d: %w", n.ID, err)
+			return nil, err
 		}
 		out[n.ID] = st.WriteBytes - st.CancelledWriteBytes
 	}
@@ -36,24 +35,27 @@ func perNodeWritten(before, after ioSnapshot) float64 {
 	return float64(sum) / float64(len(after))
 }
 
-// meanDiskUsage is the mean bytes on disk of the nodes' data directories.
-func meanDiskUsage(spec *cluster.Spec) (float64, error) {
+// meanDiskUsage is the mean bytes on disk of the nodes' data directories
+// (each walked by the node's agent).
+func (x *Run) meanDiskUsage(ctx context.Context, tb *testbed) (float64, error) {
 	var sum int64
-	for _, n := range spec.Nodes {
-		du, err := cluster.DiskUsage(n.Data)
+	for _, n := range tb.spec.Nodes {
+		st, err := tb.nodeStats(ctx, n.ID, false, true)
 		if err != nil {
 			return 0, err
 		}
-		sum += du
+		sum += st.DataAllocatedBytes
 	}
-	return float64(sum) / float64(len(spec.Nodes)), nil
+	x.measured(Measurement{What: measureDiskUsage, Backend: tb.spec.BackendName(), Where: agentWhere(tb.spec.BackendName(), tb.hosts),
+		How: "blocks allocated under each node's data directory, walked by its agent (Stats disk_usage)"})
+	return float64(sum) / float64(len(tb.spec.Nodes)), nil
 }
 
 // settle waits until the nodes stop writing (background flushes,
 // compactions and GC done): two consecutive seconds with less than 1 MB
 // written per node, at most 60 s.
-func settle(ctx context.Context, spec *cluster.Spec) error {
-	prev, err := readIO(spec)
+func settle(ctx context.Context, tb *testbed) error {
+	prev, err := readIO(ctx, tb)
 	if err != nil {
 		return err
 	}
@@ -64,7 +66,7 @@ func settle(ctx context.Context, spec *cluster.Spec) error {
 			return ctx.Err()
 		case <-time.After(time.Second):
 		}
-		cur, err := readIO(spec)
+		cur, err := readIO(ctx, tb)
 		if err != nil {
 			return err
 		}
@@ -83,8 +85,8 @@ func settle(ctx context.Context, spec *cluster.Spec) error {
 func amplification() Experiment {
 	return Experiment{
 		Name: "amplification", Title: "Write and space amplification",
-		Shows:      "bytes each node writes and keeps per user byte: once for nezha, several times through RocksDB",
-		NeedsLocal: true,
+		Shows:            "bytes each node writes and keeps per user byte: once for nezha, several times through RocksDB",
+		NeedsOwnClusters: true,
 		run: func(ctx context.Context, x *Run) error {
 			p := x.Profile
 			x.param("keys", p.AmpKeys)
@@ -139,10 +141,11 @@ func amplification() Experiment {
 // and node 1's GC rounds at the end.
 func (x *Run) ampPhases(ctx context.Context, tb *testbed, keyBytes int64) (w, s []float64, user, live float64, rounds int, err error) {
 	p := x.Profile
-	before, err := readIO(tb.spec)
+	before, err := readIO(ctx, tb)
 	if err != nil {
 		return nil, nil, 0, 0, 0, err
 	}
+	x.measureNodeCounters(tb)
 	put := func(ops int64, seed int64) error {
 		o := workloads.PutOptions{Common: x.benchCommon("a", p.Clients, ops, seed, nil), ValueBytes: p.AmpValueBytes,
 			MaxValueBytes: max(p.AmpValueBytes, 64*mib), Order: "random"}
@@ -160,14 +163,14 @@ func (x *Run) ampPhases(ctx context.Context, tb *testbed, keyBytes int64) (w, s 
 		if err := x.waitIdleGC(ctx, tb, time.Now()); err != nil {
 			return err
 		}
-		if err := settle(ctx, tb.spec); err != nil {
+		if err := settle(ctx, tb); err != nil {
 			return err
 		}
-		after, err := readIO(tb.spec)
+		after, err := readIO(ctx, tb)
 		if err != nil {
 			return err
 		}
-		du, err := meanDiskUsage(tb.spec)
+		du, err := x.meanDiskUsage(ctx, tb)
 		if err != nil {
 			return err
 		}

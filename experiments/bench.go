@@ -11,14 +11,12 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
-
-	"golang.org/x/sys/unix"
 
 	"github.com/nezha-harness/nezha/baseline"
 	"github.com/nezha-harness/nezha/plots"
-	"github.com/nezha-harness/nezha/systems/agent"
-	"github.com/nezha-harness/nezha/systems/cluster"
+	"github.com/nezha-harness/nezha/systems/agent/agentpb"
 	"github.com/nezha-harness/nezha/workloads"
 )
 
@@ -28,67 +26,77 @@ func f1(v float64) string { return strconv.FormatFloat(v, 'f', 1, 64) }
 func f2(v float64) string { return strconv.FormatFloat(v, 'f', 2, 64) }
 func ms(us int64) string  { return strconv.FormatFloat(float64(us)/1000, 'f', 2, 64) }
 
-// diskLimit measures the disk under the results directory: sequential
-// writes of DiskLimitWriteBytes, each followed by fdatasync, and 4 KiB
-// writes each fsynced. Three replicas on one disk share the first figure,
-// so a 3-node local cluster's PUT goodput is bounded by limit / 3.
+// diskLimit measures the disk where the nodes run (the run's probe,
+// probe.go): sequential writes of DiskLimitWriteBytes, each followed by
+// fdatasync, and 4 KiB writes each fsynced, with their latencies; and the
+// CPU's calibration. Three replicas on one disk share the first figure,
+// so a 3-node cluster on one machine's PUT goodput is bounded by limit / 3.
 func diskLimit() Experiment {
 	return Experiment{
 		Name: "disk-limit", Title: "Disk limit",
-		Shows:      "this machine's sequential write bandwidth with fsync, the ceiling of every PUT figure",
-		NeedsLocal: true,
+		Shows:            "the node hosts' sequential write bandwidth with fsync, the ceiling of every PUT figure, and their fsync latency",
+		NeedsOwnClusters: true,
 		run: func(ctx context.Context, x *Run) error {
 			p := x.Profile
 			x.param("bytes", p.DiskLimitBytes)
 			x.param("write_bytes", p.DiskLimitWriteBytes)
-			path := filepath.Join(x.Dir, "disk-limit.tmp")
-			defer os.Remove(path)
 			// The ceiling is what the disk does when nothing else writes:
-			// first flush what earlier work left dirty (a previous run's
-			// data and deletions, written back in the background, once
-			// took a standard run's limit from about 1,100 to 339 MB/s),
-			// then take the best of diskLimitSamples passes.
-			unix.Sync()
-			var samples []float64
-			for range diskLimitSamples {
-				v, err := agent.FsyncBandwidth(ctx, path, max(p.DiskLimitBytes/diskLimitSamples, int64(p.DiskLimitWriteBytes)), p.DiskLimitWriteBytes)
-				if err != nil {
-					return err
-				}
-				samples = append(samples, v.MBPerSec)
-			}
-			mbps := slices.Max(samples)
-			x.samples("disk_limit_mb_per_sec", samples)
-			probe, err := agent.FsyncBandwidth(ctx, path, 4*mib, 4*kib)
+			// the probe first flushes what earlier work left dirty (a
+			// previous run's data and deletions, written back in the
+			// background, once took a standard run's limit from about
+			// 1,100 to 339 MB/s), then takes the best of
+			// diskLimitSamples passes.
+			pr, err := x.diskProbe(ctx)
 			if err != nil {
 				return err
 			}
-			small := probe.MBPerSec
+			mbps := pr.limitMBps()
 			x.metric("disk_limit_mb_per_sec", mbps)
-			x.metric("fsync_4k_per_sec", small*1e6/(4*kib))
-			x.table(Table{Title: "Sequential writes with fsync after each", Columns: []string{"write size", "MB/s", "writes+fsyncs/s"},
-				Rows: [][]string{
-					{fmt.Sprintf("%d KiB", p.DiskLimitWriteBytes/kib), f1(mbps), f0(mbps * 1e6 / float64(p.DiskLimitWriteBytes))},
-					{"4 KiB", f1(small), f0(small * 1e6 / (4 * kib))},
-				}})
-			x.note("The %d KiB row is the best of %d passes of %s each (MB/s: %s), after a sync of everything dirty. A local 3-node cluster writes every value on this one disk three times: its PUT goodput is bounded by %.1f MB/s / 3 = %.1f MB/s.",
-				p.DiskLimitWriteBytes/kib, diskLimitSamples, bytesText(p.DiskLimitBytes/diskLimitSamples), floatsText(samples), mbps, mbps/3)
-			x.logf("%.1f MB/s in %d KiB fsynced writes; %.0f 4 KiB write+fsync/s", mbps, p.DiskLimitWriteBytes/kib, small*1e6/(4*kib))
-			speed, err := agent.Calibrate(ctx, 5, 100*time.Millisecond)
-			if err != nil {
-				return err
+			var samples []float64
+			bw := Table{Title: "Sequential writes with fsync after each (write + fdatasync latency)", Columns: []string{"node host", "write size", "MB/s", "writes+fsyncs/s", "latency p50 (ms)", "latency p99 (ms)"}}
+			speed := Table{Title: "The node hosts' CPU at the start of the run (one goroutine each, best of 5 samples of 0.1 s)", Columns: []string{"node host", "loopback TCP round trip of 64 bytes", "copy between 256 KiB buffers"}}
+			for _, h := range pr.Hosts {
+				samples = append(samples, h.MBPerSec...)
+				big, small := slices.Max(h.MBPerSec), h.SmallMBPerSec
+				lat := func(size int) (string, string) {
+					l, ok := h.Fsync[size]
+					if !ok {
+						return "-", "-"
+					}
+					return f2(float64(l.P50Ns) / 1e6), f2(float64(l.P99Ns) / 1e6)
+				}
+				p50, p99 := lat(h.WriteBytes)
+				bw.Rows = append(bw.Rows, []string{h.Host, fmt.Sprintf("%d KiB", h.WriteBytes/kib), f1(big), f0(big * 1e6 / float64(h.WriteBytes)), p50, p99})
+				if h.WriteBytes != probeLargeWriteBytes {
+					p50, p99 = lat(probeLargeWriteBytes)
+					bw.Rows = append(bw.Rows, []string{h.Host, "1 MiB", "-", "-", p50, p99})
+				}
+				p50, p99 = lat(probeSmallWriteBytes)
+				bw.Rows = append(bw.Rows, []string{h.Host, "4 KiB", f1(small), f0(small * 1e6 / probeSmallWriteBytes), p50, p99})
+				speed.Rows = append(speed.Rows, []string{h.Host, fmt.Sprintf("%.1f µs", h.LoopbackRoundTripNs/1e3), fmt.Sprintf("%.1f GB/s", h.MemmoveGBPerSec)})
 			}
-			// Unranked metrics (no direction in compare.go): a fact about
-			// the machine, shown beside a comparison of two runs.
-			x.metric("machine_loopback_round_trip_ns", speed.LoopbackRoundTripNs)
-			x.metric("machine_memmove_gb_s", speed.MemmoveGBPerSec)
-			x.table(Table{Title: "This machine's CPU at the start of the run (one goroutine each, best of 5 samples of 0.1 s)", Columns: []string{"calibration", "value"},
-				Rows: [][]string{
-					{"loopback TCP round trip of 64 bytes", fmt.Sprintf("%.1f µs", speed.LoopbackRoundTripNs/1e3)},
-					{"copy between 256 KiB buffers", fmt.Sprintf("%.1f GB/s", speed.MemmoveGBPerSec)},
-				}})
+			first := pr.Hosts[0]
+			x.samples("disk_limit_mb_per_sec", samples)
+			x.metric("fsync_4k_per_sec", first.SmallMBPerSec*1e6/probeSmallWriteBytes)
+			// Unranked metrics (no direction in compare.go): facts about
+			// the disk and the machine, shown beside a comparison of two
+			// runs.
+			for size, name := range map[int]string{probeSmallWriteBytes: "4k", probeLargeWriteBytes: "1m"} {
+				l := pr.Hosts[0].Fsync[size]
+				for _, h := range pr.Hosts[1:] {
+					l.P50Ns, l.P99Ns = max(l.P50Ns, h.Fsync[size].P50Ns), max(l.P99Ns, h.Fsync[size].P99Ns)
+				}
+				x.metric("disk_fsync_median_ns/"+name, float64(l.P50Ns))
+				x.metric("disk_fsync_99th_percentile_ns/"+name, float64(l.P99Ns))
+			}
+			x.table(bw)
+			x.note("Probed %s. The %d KiB row is the best of %d passes of %s each (MB/s: %s), after a sync of everything dirty; its latencies are over all passes. A 3-node cluster on one machine writes every value on one disk three times: its PUT goodput is bounded by %.1f MB/s / 3 = %.1f MB/s.",
+				pr.Where, p.DiskLimitWriteBytes/kib, diskLimitSamples, bytesText(p.DiskLimitBytes/diskLimitSamples), floatsText(samples), mbps, mbps/3)
+			x.logf("%.1f MB/s in %d KiB fsynced writes; %.0f 4 KiB write+fsync/s", mbps, p.DiskLimitWriteBytes/kib, first.SmallMBPerSec*1e6/probeSmallWriteBytes)
+			x.metric("machine_loopback_round_trip_ns", first.LoopbackRoundTripNs)
+			x.metric("machine_memmove_gb_s", first.MemmoveGBPerSec)
+			x.table(speed)
 			x.note("CPU-bound systems (nezha's PUT path) move with these between runs on a shared VM more than disk- or compaction-bound ones (original); compare two runs' ratios beside them (`nezha experiment compare` lists both).")
-			x.logf("CPU calibration: loopback round trip %.1f µs, copy %.1f GB/s", speed.LoopbackRoundTripNs/1e3, speed.MemmoveGBPerSec)
 			return nil
 		},
 	}
@@ -109,9 +117,11 @@ const diskLimitSamples = 3
 
 // diskLimitOf returns the disk limit measured earlier in this run, if any.
 func (x *Run) diskLimitOf() (float64, bool) {
-	if r := x.Prior["disk-limit"]; r != nil {
-		v, ok := r.Metrics["disk_limit_mb_per_sec"]
-		return v, ok && v > 0
+	x.hosts.mu.Lock()
+	defer x.hosts.mu.Unlock()
+	if x.hosts.probe != nil {
+		v := x.hosts.probe.limitMBps()
+		return v, v > 0
 	}
 	return 0, false
 }
@@ -239,7 +249,7 @@ func (x *Run) benchPut(ctx context.Context, sys, label string, ops int64, vbytes
 	x.logf("%s: PUT %d x %d KiB, %d clients", sys, ops, vbytes/kib, o.Clients)
 	var before windowSample
 	if tb.spec != nil {
-		before, err = x.sample(tb.spec)
+		before, err = x.sample(ctx, tb)
 	}
 	var sum workloads.Summary
 	if err == nil {
@@ -249,7 +259,7 @@ func (x *Run) benchPut(ctx context.Context, sys, label string, ops int64, vbytes
 		err = sum.Failures()
 	}
 	if err == nil && tb.spec != nil {
-		ws, err = x.since(ctx, tb.spec, before)
+		ws, err = x.since(ctx, tb, before)
 	}
 	if err != nil {
 		x.fail(sys, "put "+label, err, tb.spec)
@@ -324,12 +334,13 @@ func throughputSeries(name string, sum workloads.Summary, bytes bool) (plots.Ser
 func (x *Run) readBed(ctx context.Context, sys string) (*testbed, error) {
 	p := x.Profile
 	data := p.ReadKeys * int64(p.ReadValueBytes)
-	// The nodes serve Go's profiler: the second read run of each system is
-	// profiled (readExperiment).
-	tb, err := x.startIn(ctx, filepath.Join(x.beds.dir, sys), sys, append(x.geometryArgs(sys, data), pprofArgs()...)...)
+	tb, err := x.startIn(ctx, filepath.Join(x.beds.dir, sys), sys, x.geometryArgs(sys, data)...)
 	if err != nil {
 		x.fail(sys, "cluster up", err, nil)
 		return nil, err
+	}
+	if tb.spec != nil && p.ReadAheadKB > 0 && p.ReadCache != ReadCacheWarm {
+		x.setReadAhead(ctx, tb, p.ReadAheadKB)
 	}
 	o := workloads.PutOptions{Common: x.benchCommon("r", p.Clients, p.ReadKeys, 1, nil), ValueBytes: p.ReadValueBytes,
 		MaxValueBytes: max(p.ReadValueBytes, 64*mib), Order: "random"}
@@ -361,64 +372,55 @@ func (x *Run) readBed(ctx context.Context, sys string) (*testbed, error) {
 	return tb, nil
 }
 
-// restartQuiet stops every node of tb (SIGTERM: the engine closes cleanly)
-// and starts them again, for an engine that reads through mmap (Badger):
-// pages a process maps stay in memory whatever drop_caches does, and stay
-// charged where they were faulted in. With the cgroup arrangement each
-// node starts inside its memory group (arrangeReads adopts it), so that
-// what it maps at open (Badger reads its last value log file through) and
-// later counts against the group's limit like any other system's page
-// cache; otherwise the fresh processes at least map nothing of the load.
+// restartQuiet stops every node of tb (SIGTERM: the engine closes cleanly;
+// the agents stay) and starts them again, for an engine that reads
+// through mmap (Badger): pages a process maps stay in memory whatever
+// drop_caches does, and stay charged where they were faulted in. With the
+// cgroup arrangement, where the node hosts allow it, each node starts
+// inside a memory cgroup its agent makes (arrangeReads then sets its
+// limit), so that what it maps at open (Badger reads its last value log
+// file through) and later counts against the group's limit like any
+// other system's page cache; otherwise the fresh processes at least map
+// nothing of the load.
 func (x *Run) restartQuiet(ctx context.Context, tb *testbed) error {
-	if err := tb.spec.Down(false); err != nil {
-		return err
-	}
-	if x.Profile.ReadCache == ReadCacheCgroup && isRoot() && agent.CgroupVersion() != "" {
-		dirs := map[uint64]string{}
-		var errs []error
-		for _, n := range tb.spec.Nodes {
-			name := groupName(tb.spec.System, n.ID)
-			// No limit yet: the engine's start (memtables, caches) must not
-			// meet the group's OOM killer; arrangeReads' follower sets it.
-			dir, err := agent.NewMemoryGroup(name, 0)
-			if err != nil {
-				errs = append(errs, err)
-				if dir != "" {
-					_ = os.Remove(dir)
-				}
-				continue
-			}
-			dirs[n.ID] = dir
-		}
-		if err := errors.Join(errs...); err != nil {
-			for _, dir := range dirs {
-				_ = os.Remove(dir)
-			}
-			x.logf("%s: memory cgroups for the restart not available (%v); restarting outside them", tb.spec.System, err)
-		} else {
-			if x.beds.startedIn == nil {
-				x.beds.startedIn = map[string]string{}
-			}
-			for id, dir := range dirs {
-				x.beds.startedIn[groupName(tb.spec.System, id)] = dir
-			}
-			// A page in the page cache stays charged to the group that
-			// brought it in (the load's, outside): drop what the stopped
-			// nodes left, so that the new ones read it in their groups.
-			if err := agent.DropCaches(); err != nil {
-				x.logf("%s: dropping the page cache before the restart failed: %v", tb.spec.System, err)
-			}
-			_ = intoGroupWrap(dirs) // TODO(agents): start inside the groups through the agents
-			x.logf("%s: restarting the nodes after the load inside their memory cgroups (the engine maps its files: pages mapped before would stay in memory)", tb.spec.System)
-		}
-	}
-	for _, n := range tb.spec.Nodes {
-		if err := tb.spec.Restart(n.ID); err != nil {
+	spec := tb.spec
+	for _, n := range spec.Nodes {
+		if err := spec.Signal(n.ID, syscall.SIGTERM); err != nil {
 			return err
 		}
 	}
-	_, err := tb.spec.WaitLeader(ctx, 30*time.Second)
-	return err
+	if x.Profile.ReadCache == ReadCacheCgroup {
+		gap := capabilityGaps([]*testbed{tb}, (*agentpb.InfoResponse).GetMemoryCgroup)
+		if gap == "" {
+			gap = capabilityGaps([]*testbed{tb}, (*agentpb.InfoResponse).GetDropCaches)
+		}
+		if gap != "" {
+			x.logf("%s: restarting the nodes after the load outside memory cgroups (%s)", spec.System, gap)
+		} else {
+			// A page in the page cache stays charged to the group that
+			// brought it in (the load's, outside): drop what the stopped
+			// nodes left, so that the new ones read it in their groups.
+			rc := &readCache{droppers: distinctHostAgents([]*testbed{tb})}
+			if err := rc.dropCaches(ctx); err != nil {
+				x.logf("%s: dropping the page cache before the restart failed: %v", spec.System, err)
+			}
+			// No limit yet (the host's memory): the engine's start
+			// (memtables, caches) must not meet the group's OOM killer;
+			// arrangeReads' follower sets it.
+			spec.StartMemoryLimitBytes = tb.hosts[0].info.GetMemoryBytes()
+			defer func() { spec.StartMemoryLimitBytes = 0 }()
+			x.logf("%s: restarting the nodes after the load inside memory cgroups (the engine maps its files: pages mapped before would stay in memory)", spec.System)
+		}
+	}
+	for _, n := range spec.Nodes {
+		if err := spec.Restart(n.ID); err != nil {
+			return err
+		}
+	}
+	if _, err := spec.WaitLeader(ctx, 30*time.Second); err != nil {
+		return err
+	}
+	return x.slowFsyncs(ctx, tb)
 }
 
 // bedPool keeps the read beds (one loaded cluster per system) and their
@@ -430,36 +432,16 @@ type bedPool struct {
 	beds  map[string]*testbed
 	rc    *readCache
 	users int // experiments of this Execute that still use the beds
-	// startedIn are the memory cgroups (name -> directory) that
-	// restartQuiet started nodes in; arrangeReads adopts them.
-	startedIn map[string]string
-	// readAheadTried: setReadAhead ran (once, before the first load).
-	// readAheadPath is the read_ahead_kb file it changed and readAheadWas
-	// the value to restore ("" if nothing changed); readAheadText says so
-	// for the report.
-	readAheadTried                             bool
-	readAheadPath, readAheadWas, readAheadText string
-}
-
-// startedInGroup is the directory of memory cgroup name if restartQuiet
-// started a node in it, else "".
-func (p *bedPool) startedInGroup(name string) string {
-	if p == nil {
-		return ""
-	}
-	return p.startedIn[name]
+	// readAheadText says how the beds' readahead was set, for the report
+	// ("" if nothing was changed); readAhead are its measurements.
+	readAheadText string
+	readAhead     []Measurement
 }
 
 // readBeds returns the loaded beds of every system (loading the missing
 // ones) and the read arrangement, arranging it on first use.
 func (x *Run) readBeds(ctx context.Context) (map[string]*testbed, *readCache) {
 	pool := x.beds
-	if p := x.Profile; !pool.readAheadTried && p.ReadAheadKB > 0 && p.ReadCache != ReadCacheWarm && isRoot() {
-		pool.readAheadTried = true
-		if err := pool.setReadAhead(p.ReadAheadKB); err != nil {
-			x.logf("readahead left as it is: %v", err)
-		}
-	}
 	for _, sys := range x.Systems {
 		if pool.beds[sys] != nil {
 			continue
@@ -469,17 +451,34 @@ func (x *Run) readBeds(ctx context.Context) (map[string]*testbed, *readCache) {
 		}
 	}
 	if pool.rc == nil {
-		var specs []*cluster.Spec
+		var tbs []*testbed
 		for _, sys := range x.Systems {
 			if tb := pool.beds[sys]; tb != nil && tb.spec != nil {
-				specs = append(specs, tb.spec)
+				tbs = append(tbs, tb)
 			}
 		}
-		pool.rc = x.arrangeReads(specs)
-	} else if err := pool.rc.again(); err != nil {
-		x.logf("reads: dropping the page cache before this experiment failed: %v", err)
+		pool.rc = x.arrangeReads(ctx, tbs)
+	} else {
+		if err := pool.rc.again(ctx); err != nil {
+			x.logf("reads: dropping the page cache before this experiment failed: %v", err)
+		}
+		// The arrangement's measurements, in this experiment's result too.
+		x.arrangedBefore(pool)
 	}
 	return pool.beds, pool.rc
+}
+
+// arrangedBefore records in this experiment the measurements of the beds'
+// arrangement an earlier experiment of the run made.
+func (x *Run) arrangedBefore(pool *bedPool) {
+	for _, m := range append([]Measurement{pool.rc.measurement}, pool.readAhead...) {
+		x.measured(m)
+	}
+	for _, tb := range pool.beds {
+		if tb.spec != nil {
+			x.noteHosts(tb)
+		}
+	}
 }
 
 // done is called by each experiment that used the beds; the last one
@@ -499,17 +498,17 @@ func (p *bedPool) drop(sys string, tb *testbed) {
 	delete(p.beds, sys)
 }
 
-// close stops every bed and releases the read arrangement.
+// close releases the read arrangement and stops every bed (their agents
+// put back the readahead they changed).
 func (p *bedPool) close() {
-	for sys, tb := range p.beds {
-		tb.stop(false)
-		delete(p.beds, sys)
-	}
 	if p.rc != nil {
 		p.rc.release()
 		p.rc = nil
 	}
-	p.restoreReadAhead()
+	for sys, tb := range p.beds {
+		tb.stop(false)
+		delete(p.beds, sys)
+	}
 	os.RemoveAll(p.dir)
 }
 
@@ -589,7 +588,7 @@ func (x *Run) readExperiment(ctx context.Context, op string) error {
 			if b == nil || b.failed {
 				continue
 			}
-			if err := rc.beforeRun(); err != nil {
+			if err := rc.beforeRun(ctx); err != nil {
 				x.fail(sys, op, err, b.tb.spec)
 				x.beds.drop(sys, b.tb)
 				b.failed = true
@@ -597,7 +596,7 @@ func (x *Run) readExperiment(ctx context.Context, op string) error {
 			}
 			var before windowSample
 			if b.tb.spec != nil {
-				before, _ = x.sample(b.tb.spec)
+				before, _ = x.sample(ctx, b.tb)
 			}
 			var sum workloads.Summary
 			var err error
@@ -609,7 +608,7 @@ func (x *Run) readExperiment(ctx context.Context, op string) error {
 			if run == 1 && b.tb.spec != nil && b.firstSeconds > 0 {
 				profDone = make(chan []string, 1)
 				go func() {
-					files, err := profileNodes(ctx, b.tb.spec, time.Duration(0.8*b.firstSeconds*float64(time.Second)), filepath.Join(x.Dir, "cpu-profiles"), sys+"-"+op)
+					files, err := x.profileNodes(ctx, b.tb.spec, time.Duration(0.8*b.firstSeconds*float64(time.Second)), filepath.Join(x.Dir, "cpu-profiles"), sys+"-"+op)
 					if err != nil {
 						x.logf("%s: %v", sys, err)
 					}
@@ -640,7 +639,7 @@ func (x *Run) readExperiment(ctx context.Context, op string) error {
 				err = fmt.Errorf("%d %s operations missed keys that were written", sum.Misses, op)
 			}
 			if err == nil && b.tb.spec != nil {
-				err = rc.oomKilled(b.tb.spec)
+				err = rc.oomKilled(ctx, sys)
 			}
 			if err != nil {
 				x.fail(sys, op, err, b.tb.spec)
@@ -651,10 +650,10 @@ func (x *Run) readExperiment(ctx context.Context, op string) error {
 			b.rates = append(b.rates, sum.OpsPerSec)
 			b.opsDone = append(b.opsDone, float64(sum.Ops))
 			if b.tb.spec != nil {
-				b.cache = max(b.cache, rc.pageCacheBytes(b.tb.spec))
+				b.cache = max(b.cache, rc.pageCacheBytes(ctx, sys))
 			}
 			if b.tb.spec != nil && sum.Ops > 0 {
-				if w, err := x.since(ctx, b.tb.spec, before); err == nil {
+				if w, err := x.since(ctx, b.tb, before); err == nil {
 					b.readKBs = append(b.readKBs, w.ReadBytesPerNode*float64(len(b.tb.spec.Nodes))/float64(sum.Ops)/1e3)
 					if len(profFiles) > 0 {
 						if s, err := summarizeProfiles(profFiles, 12); err != nil {

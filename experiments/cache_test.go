@@ -1,30 +1,30 @@
 package experiments
 
 import (
-	"bufio"
+	"context"
 	"fmt"
 	"io"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/nezha-harness/nezha/systems/agent"
-	"github.com/nezha-harness/nezha/systems/cluster"
+	"github.com/nezha-harness/nezha/systems/agent/agentpb"
 )
 
-// growHeapEnv makes the test binary a process that, once told "go" on
-// stdin, grows its heap by growStepBytes every growStepEvery up to
-// growTotalBytes (touching every page, as a node's heap grows during
-// reads), prints "grown" and waits for stdin to close.
+// growHeapEnv makes the test binary a process that prints "ready", waits
+// until the file the variable names exists, then grows its heap by
+// growStepBytes every growStepEvery up to growTotalBytes (touching every
+// page, as a node's heap grows during reads), prints "grown" and waits to
+// be killed.
 const growHeapEnv = "NEZHA_TEST_GROW_HEAP"
 
 const (
 	growStepBytes  = 4 << 20
 	growStepEvery  = 25 * time.Millisecond
-	growTotalBytes = 96 << 20 // twice the group's starting limit
+	growTotalBytes = 96 << 20 // twice the group's starting allowance
 	// testAboveHeapBytes is the group's allowance above the heap: the
 	// quick profile's page cache plus a slack wider than the profile's
 	// (anonHeadroomBytes), since a -race helper's heap grows by several
@@ -33,11 +33,13 @@ const (
 )
 
 // growHeap is the helper role of growHeapEnv; it does not return.
-func growHeap() {
-	in := bufio.NewReader(os.Stdin)
+func growHeap(goFile string) {
 	fmt.Println("ready")
-	if _, err := in.ReadString('\n'); err != nil {
-		os.Exit(2)
+	for {
+		if _, err := os.Stat(goFile); err == nil {
+			break
+		}
+		time.Sleep(5 * time.Millisecond)
 	}
 	var keep [][]byte
 	for total := 0; total < growTotalBytes; total += growStepBytes {
@@ -49,81 +51,87 @@ func growHeap() {
 		time.Sleep(growStepEvery)
 	}
 	fmt.Println("grown")
-	_, _ = io.Copy(io.Discard, in)
-	fmt.Fprintln(io.Discard, len(keep))
-	os.Exit(0)
+	for {
+		time.Sleep(time.Hour)
+		fmt.Fprintln(io.Discard, len(keep))
+	}
 }
 
-// TestFollowLimitsKeepsGrowingNodeAlive moves a process into a memory
-// cgroup as arrangeReads does (page cache + slack above the heap), then lets
-// its heap grow to twice that: with followLimits it lives and oomKilled
-// stays quiet; without, the group's OOM killer kills it and oomKilled says
-// so. Needs root and a memory cgroup controller.
+// TestFollowLimitsKeepsGrowingNodeAlive starts a node (this test binary)
+// through a real agent inside a memory cgroup, limits it as arrangeReads
+// does (what it holds besides page cache + an allowance), then lets its
+// heap grow to twice the allowance: with followLimits, which resets the
+// limit through the agent, it lives and oomKilled stays quiet; without,
+// the group's OOM killer kills it and oomKilled says so. Needs a host
+// whose agent may make memory cgroups (root).
 func TestFollowLimitsKeepsGrowingNodeAlive(t *testing.T) {
-	if !isRoot() {
-		t.Skip("needs root (memory cgroups)")
-	}
-	if agent.CgroupVersion() == "" {
-		t.Skip("no memory cgroup controller is mounted")
-	}
 	for _, follow := range []bool{true, false} {
 		t.Run(fmt.Sprintf("follow=%v", follow), func(t *testing.T) {
-			cmd := exec.Command(os.Args[0], "-test.run", "^$")
-			cmd.Env = append(os.Environ(), growHeapEnv+"=1")
-			stdin, err := cmd.StdinPipe()
+			dir := t.TempDir()
+			goFile := filepath.Join(dir, "go")
+			t.Setenv(growHeapEnv, goFile) // the node inherits it from the agent
+			cfg := agent.DefaultConfig()
+			cfg.Dir, cfg.Token, cfg.Binary, cfg.AddressFile = filepath.Join(dir, "node"), "test-token", os.Args[0], filepath.Join(dir, "agent.address")
+			ctx, cancel := context.WithCancel(context.Background())
+			served := make(chan error, 1)
+			go func() { served <- agent.Serve(ctx, cfg) }()
+			t.Cleanup(func() {
+				cancel()
+				if err := <-served; err != nil {
+					t.Errorf("agent: %v", err)
+				}
+			})
+			addr := waitFor(t, "the agent's address", func() (string, bool) {
+				b, err := os.ReadFile(cfg.AddressFile)
+				return strings.TrimSpace(string(b)), err == nil && len(b) > 0
+			})
+			a, err := agent.Dial(addr, cfg.Token)
 			if err != nil {
 				t.Fatal(err)
 			}
-			stdout, err := cmd.StdoutPipe()
+			t.Cleanup(func() { a.Close() })
+			info, err := a.Info(ctx, &agentpb.InfoRequest{})
 			if err != nil {
 				t.Fatal(err)
 			}
-			if err := cmd.Start(); err != nil {
+			if !info.MemoryCgroup.GetOk() {
+				t.Skipf("memory cgroup: %s", info.MemoryCgroup.GetWhy())
+			}
+			// Started in its group without a limit to speak of, as
+			// restartQuiet starts a node; then limited as arrangeReads does.
+			if _, err := a.Start(ctx, &agentpb.StartRequest{Program: agentpb.Program_SERVE, MemoryLimitBytes: 1 << 40}); err != nil {
 				t.Fatal(err)
 			}
-			exited := make(chan error, 1)
-			lines := make(chan string, 4)
-			go func() {
-				sc := bufio.NewScanner(stdout)
-				for sc.Scan() {
-					lines <- sc.Text()
-				}
-				close(lines)
-				exited <- cmd.Wait()
-			}()
-			t.Cleanup(func() { stdin.Close(); _ = cmd.Process.Kill(); <-exited })
-			wait := func(want string) bool {
-				select {
-				case l, ok := <-lines:
-					return ok && l == want
-				case <-time.After(60 * time.Second):
-					t.Fatalf("no %q from the helper within 60 s", want)
-				}
-				return false
+			log := agent.LogPath(cfg.Dir)
+			said := func(line string) bool {
+				b, _ := os.ReadFile(log)
+				return strings.Contains(string(b), "\n"+line+"\n")
 			}
-			if !wait("ready") {
-				t.Fatal("the helper did not start")
+			waitFor(t, "ready", func() (string, bool) { return "", said("ready") })
+			st, err := a.MemoryStats(ctx, &agentpb.MemoryStatsRequest{})
+			if err != nil || !st.InGroup {
+				t.Fatalf("memory stats: %v %v", st, err)
 			}
-			rc := &readCache{Mode: ReadCacheCgroup, byPID: map[int]string{}}
-			dir, err := agent.LimitMemory(fmt.Sprintf("%stest-%d", groupPrefix, os.Getpid()), cmd.Process.Pid, testAboveHeapBytes)
-			if dir != "" {
-				rc.groups = append(rc.groups, dir)
-				rc.byPID[cmd.Process.Pid] = dir
+			rc := &readCache{Mode: ReadCacheCgroup, grouped: map[string][]groupedNode{}}
+			if _, err := a.SetMemoryLimit(ctx, &agentpb.SetMemoryLimitRequest{LimitBytes: st.UsageBytes - st.PageCacheBytes + testAboveHeapBytes}); err != nil {
+				t.Fatal(err)
 			}
+			rc.grouped["toy"] = []groupedNode{{id: 1, agent: a}}
 			t.Cleanup(rc.release)
-			if err != nil {
-				t.Skipf("memory cgroup: %v", err)
-			}
 			if follow {
 				rc.stopFollow, rc.followDone = make(chan struct{}), make(chan struct{})
-				go rc.followLimits([]string{dir}, testAboveHeapBytes)
+				go rc.followLimits(rc.allGrouped(), testAboveHeapBytes)
 			}
-			if _, err := io.WriteString(stdin, "go\n"); err != nil {
+			if err := os.WriteFile(goFile, nil, 0o644); err != nil {
 				t.Fatal(err)
 			}
-			grown := wait("grown")
-			spec := &cluster.Spec{Nodes: []cluster.Node{{ID: 1, PID: cmd.Process.Pid}}}
-			oom := rc.oomKilled(spec)
+			var grown bool
+			waitFor(t, "grown or gone", func() (string, bool) {
+				grown = said("grown")
+				s, err := a.Status(ctx, &agentpb.StatusRequest{})
+				return "", grown || err == nil && !s.Running
+			})
+			oom := rc.oomKilled(ctx, "toy")
 			switch {
 			case follow && (!grown || oom != nil):
 				t.Fatalf("with the follower: grown=%v, oomKilled: %v", grown, oom)
@@ -134,30 +142,18 @@ func TestFollowLimitsKeepsGrowingNodeAlive(t *testing.T) {
 	}
 }
 
-// TestReadAheadSetAndRestored: the beds' readahead is written before the
-// load and the device's own value put back at the end; a device that
-// already says the wanted value is left alone (nothing to restore).
-func TestReadAheadSetAndRestored(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "read_ahead_kb")
-	if err := os.WriteFile(path, []byte("8192\n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	p := &bedPool{}
-	if err := p.setReadAheadFile(path, 128); err != nil {
-		t.Fatal(err)
-	}
-	if b, _ := os.ReadFile(path); string(b) != "128" || !strings.Contains(p.readAheadText, "128 KiB (it was 8192 KiB)") {
-		t.Fatalf("after set: file %q, text %q", b, p.readAheadText)
-	}
-	p.restoreReadAhead()
-	if b, _ := os.ReadFile(path); string(b) != "8192" {
-		t.Fatalf("after restore: file %q, want 8192", b)
-	}
-	p = &bedPool{}
-	if err := p.setReadAheadFile(path, 8192); err != nil || p.readAheadPath != "" || p.readAheadText != "" {
-		t.Fatalf("same value: err %v, path %q, text %q; want nothing changed", err, p.readAheadPath, p.readAheadText)
-	}
-	if err := (&bedPool{}).setReadAheadFile(filepath.Join(t.TempDir(), "missing"), 128); err == nil {
-		t.Fatal("a missing read_ahead_kb file gave no error")
+// waitFor polls f every 10 ms for up to a minute until it says done, and
+// returns its value.
+func waitFor[T any](t *testing.T, what string, f func() (T, bool)) T {
+	t.Helper()
+	deadline := time.Now().Add(time.Minute)
+	for {
+		if v, ok := f(); ok {
+			return v
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no %s within a minute", what)
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }

@@ -1,6 +1,7 @@
 package experiments
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -20,6 +21,7 @@ import (
 	"github.com/nezha-harness/nezha/nezha"
 	"github.com/nezha-harness/nezha/systems"
 	"github.com/nezha-harness/nezha/systems/cluster"
+	"github.com/nezha-harness/nezha/systems/vfs"
 	"github.com/nezha-harness/nezha/workloads"
 )
 
@@ -65,6 +67,14 @@ type RunRequest struct {
 	// of every local cluster (1..cluster.MaxNodes); recorded with the
 	// profile in config.json.
 	Nodes int
+	// Backend is where the nodes of every cluster run (default local);
+	// every measurement goes through the nodes' agents, and the results
+	// say which fell back there (Measurement).
+	Backend cluster.BackendOptions
+	// FsyncDelay, if set, adds this much to every fsync of every node
+	// (nodes with -diskFaults, the slow-disk fault): a slow-fsync disk on
+	// any machine (0 or up to vfs.MaxLatency).
+	FsyncDelay time.Duration
 	// Args are the arguments after `nezha experiment run`, recorded in
 	// config.json after that prefix.
 	Args []string
@@ -107,6 +117,24 @@ func (r RunRequest) Validate(reg *systems.Registry) error {
 	}
 	if r.Nodes != 0 && len(r.Servers) > 0 {
 		errs = append(errs, systems.Usagef("-nodes is for local clusters; -servers names a running one"))
+	}
+	if len(r.Servers) > 0 && r.Backend.Name != "" && r.Backend.Name != cluster.BackendLocal {
+		errs = append(errs, systems.Usagef("-backend is for the clusters the experiments start; -servers names a running one"))
+	}
+	nodes := r.Nodes
+	if nodes == 0 {
+		if p, err := ProfileByName(r.Profile); err == nil {
+			nodes = p.Nodes
+		}
+	}
+	if err := r.Backend.Validate(nodes); err != nil {
+		errs = append(errs, err)
+	}
+	if r.FsyncDelay < 0 || r.FsyncDelay > vfs.MaxLatency {
+		errs = append(errs, systems.Usagef("-fsyncDelay %v is outside 0..%v", r.FsyncDelay, vfs.MaxLatency))
+	}
+	if r.FsyncDelay > 0 && len(r.Servers) > 0 {
+		errs = append(errs, systems.Usagef("-fsyncDelay is for the clusters the experiments start; -servers names a running one"))
 	}
 	if len(r.Servers) > 0 && len(r.Systems) != 1 {
 		errs = append(errs, systems.Usagef("-servers is one cluster: name its one system with -systems"))
@@ -172,13 +200,16 @@ func RunAndReport(ctx context.Context, reg *systems.Registry, r RunRequest) erro
 		return err
 	}
 	seed := int64(1)
-	cfg := map[string]any{"profile": profile, "systems": syss, "optional_systems": optional, "experiments": names, "servers": srv, "binary": binary}
+	backend := cmp.Or(r.Backend.Name, cluster.BackendLocal)
+	cfg := map[string]any{"profile": profile, "systems": syss, "optional_systems": optional, "experiments": names, "servers": srv, "binary": binary,
+		"backend": backendConfig(r.Backend), "fsync_delay_ns": r.FsyncDelay}
 	info := workloads.NewRunInfo("experiment", append([]string{"nezha", "experiment", "run"}, args...), &seed, cfg)
 	info.SetDataDir(dir)
 	if err := writeJSON(filepath.Join(dir, "config.json"), info); err != nil {
 		return err
 	}
-	fmt.Fprintf(stdout, "%s\nsystems: %s%s\nexperiments: %s\nresults: %s\n", profile.String(), strings.Join(syss, ", "), optionalText(optional), expNames(exps), dir)
+	fmt.Fprintf(stdout, "%s\nsystems: %s%s\nexperiments: %s\nbackend: %s%s\nresults: %s\n", profile.String(), strings.Join(syss, ", "), optionalText(optional), expNames(exps),
+		backend, fsyncDelayText(r.FsyncDelay), dir)
 	start := time.Now()
 	var mapped []string
 	for _, s := range withOptional(syss, optional) {
@@ -187,7 +218,7 @@ func RunAndReport(ctx context.Context, reg *systems.Registry, r RunRequest) erro
 		}
 	}
 	results, err := Execute(ctx, RunOptions{Experiments: exps, Profile: profile, Systems: syss, OptionalSystems: optional, OutDir: dir,
-		Binary: binary, Servers: srv, Out: stdout, Info: info, MapsDataFiles: mapped})
+		Binary: binary, Servers: srv, Backend: r.Backend, FsyncDelay: r.FsyncDelay, Out: stdout, Info: info, MapsDataFiles: mapped})
 	if err != nil {
 		return err
 	}
@@ -198,7 +229,8 @@ func RunAndReport(ctx context.Context, reg *systems.Registry, r RunRequest) erro
 		"took":         time.Since(start).Round(time.Second).String(),
 		"git commit":   info.GitCommit + map[bool]string{true: "+dirty"}[info.GitDirty] + " (" + info.GitCommitSource + ")",
 		"build":        info.Build.String(),
-		"machine":      fmt.Sprintf("%s, %d CPUs (%s), kernel %s, %s; data on %s, readahead %d KiB", info.Hostname, info.CPUs, info.CPUModel, info.Kernel, info.GoVersion, info.DataDevice, info.ReadAheadKB),
+		"machine":      fmt.Sprintf("%s, %d CPUs (%s), kernel %s, %s; results on %s, readahead %d KiB (the controller; the node hosts are under Measurements)", info.Hostname, info.CPUs, info.CPUModel, info.Kernel, info.GoVersion, info.DataDevice, info.ReadAheadKB),
+		"backend":      backend + fsyncDelayText(r.FsyncDelay),
 	}
 	if err := writeJSON(filepath.Join(dir, "report-info.json"), rinfo); err != nil {
 		return err
@@ -229,6 +261,26 @@ func RunAndReport(ctx context.Context, reg *systems.Registry, r RunRequest) erro
 		return fmt.Errorf("%d experiment(s) reported failures; see %s", failed, path)
 	}
 	return nil
+}
+
+// backendConfig is the backend's record in config.json.
+func backendConfig(o cluster.BackendOptions) map[string]any {
+	m := map[string]any{"name": cmp.Or(o.Name, cluster.BackendLocal)}
+	if o.Name == cluster.BackendDocker {
+		m["image"], m["privileged"] = o.Docker.Image, o.Docker.Privileged
+	}
+	if len(o.Hosts) > 0 {
+		m["hosts"] = o.Hosts
+	}
+	return m
+}
+
+// fsyncDelayText says the added fsync latency, "" for none.
+func fsyncDelayText(d time.Duration) string {
+	if d <= 0 {
+		return ""
+	}
+	return fmt.Sprintf("; every node's fsyncs slowed by %v (-fsyncDelay)", d)
 }
 
 // Report rewrites DIR/report.md from the results saved in dir and

@@ -167,6 +167,9 @@ func CompareDirs(w io.Writer, r CompareRequest) error {
 	if err := WriteComparison(w, dirs[0], dirs[1], cs, *threshold); err != nil {
 		return err
 	}
+	if err := WriteBoundComparison(w, sides[0], sides[1]); err != nil {
+		return err
+	}
 	var worse, missing []string
 	gated := 0
 	for _, c := range cs {
@@ -361,6 +364,50 @@ func WriteComparison(w io.Writer, dirA, dirB string, cs []Comparison, thresholdP
 			change(c), c.Spread, map[Direction]string{HigherIsBetter: "higher", LowerIsBetter: "lower", Unranked: "-"}[c.Direction], verdict)
 	}
 	_, err := io.WriteString(w, b.String())
+	return err
+}
+
+// WriteBoundComparison prints, beside each side's headline PUT ratio over
+// original, what bounded each headline system on each side (put-scale's
+// Bounds): two ratios compare only when the same resources bounded them.
+// It prints nothing when neither side has bounds.
+func WriteBoundComparison(w io.Writer, a, b map[string]*Result) error {
+	ra, rb := a["put-scale"], b["put-scale"]
+	var systems []string
+	for _, r := range []*Result{ra, rb} {
+		if r == nil {
+			continue
+		}
+		for _, bd := range r.Bounds {
+			if !slices.Contains(systems, bd.System) {
+				systems = append(systems, bd.System)
+			}
+		}
+	}
+	if len(systems) == 0 {
+		return nil
+	}
+	side := func(r *Result, sys string) (ratio, bound string) {
+		ratio, bound = "-", "-"
+		if r == nil {
+			return
+		}
+		if v, ok := r.Metrics["put_headline/"+sys]; ok && r.Metrics["put_headline/"+sysOriginal] > 0 && sys != sysOriginal {
+			ratio = fmt.Sprintf("%.2fx", v/r.Metrics["put_headline/"+sysOriginal])
+		}
+		if i := slices.IndexFunc(r.Bounds, func(bd Bound) bool { return bd.System == sys }); i >= 0 {
+			bound = fmt.Sprintf("%s (%s)", r.Bounds[i].Bound, r.Bounds[i].Backend)
+		}
+		return ratio, bound
+	}
+	var sb strings.Builder
+	fmt.Fprintf(&sb, "\n## What bounded the headline PUT (put-scale)\n\nTwo runs' ratios compare when the same resources bounded each system in both (`experiment run`'s report gives each bound's numbers).\n\n| system | A: / original | A: bound | B: / original | B: bound |\n|---|---|---|---|---|\n")
+	for _, sys := range systems {
+		ar, ab := side(ra, sys)
+		br, bb := side(rb, sys)
+		fmt.Fprintf(&sb, "| %s | %s | %s | %s | %s |\n", sys, ar, ab, br, bb)
+	}
+	_, err := io.WriteString(w, sb.String())
 	return err
 }
 

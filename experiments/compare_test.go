@@ -142,3 +142,28 @@ func TestCompareSpread(t *testing.T) {
 		t.Fatalf("got %+v", cs)
 	}
 }
+
+// TestCompareBounds: beside each side's headline ratio, what bounded each
+// headline system there; nothing when neither side has bounds.
+func TestCompareBounds(t *testing.T) {
+	side := func(backend string, nezha float64, bounds ...string) map[string]*Result {
+		r := &Result{Name: "put-scale", Backend: backend, Metrics: map[string]float64{"put_headline/nezha": nezha, "put_headline/original": 20}}
+		for i, sys := range []string{"nezha", "original"} {
+			r.Bounds = append(r.Bounds, Bound{System: sys, Backend: backend, Bound: bounds[i]})
+		}
+		return map[string]*Result{"put-scale": r}
+	}
+	var out bytes.Buffer
+	if err := WriteBoundComparison(&out, side("local", 80, BoundCPU, BoundCompactionDebt), side("docker", 100, BoundFsyncLatency, BoundNone)); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"| nezha | 4.00x | CPU (local) | 5.00x | fsync latency (docker) |", "| original | - | compaction debt (local) | - | none reached (docker) |"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("no %q in\n%s", want, out.String())
+		}
+	}
+	out.Reset()
+	if err := WriteBoundComparison(&out, map[string]*Result{}, map[string]*Result{"scan": {Name: "scan"}}); err != nil || out.Len() != 0 {
+		t.Fatalf("without bounds: %q, %v", out.String(), err)
+	}
+}

@@ -7,7 +7,6 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
-	"regexp"
 	"slices"
 	"strings"
 	"time"
@@ -18,11 +17,12 @@ import (
 )
 
 // CPU profiles of the nodes during a measured run: where the shared path
-// and each system spend their CPU, measured rather than guessed. The nodes
-// serve Go's profiler (-pprofAddress 127.0.0.1:0, the address is in each
-// node's log); the harness fetches /debug/pprof/profile from all of them
-// at once while the workload runs, keeps the files beside the results
-// (open them with `go tool pprof bin/nezha FILE`) and summarizes them.
+// and each system spend their CPU, measured rather than guessed. Every
+// node serves Go's profiler at the address cluster.json records
+// (Node.PprofAddress: a free port on loopback, the container's address on
+// docker); the harness fetches /debug/pprof/profile from all of them at
+// once while the workload runs, keeps the files beside the results (open
+// them with `go tool pprof bin/nezha FILE`) and summarizes them.
 //
 // Go's profiler samples the threads it did not start (RocksDB's
 // background compactions and flushes, threads "rocksdb:low" and
@@ -30,43 +30,15 @@ import (
 // stacks: they appear as runtime._ExternalCode. procfs gives the same
 // split exactly (windowStats.NodeCPUByThread); the report shows both.
 
-// pprofArgs make a node serve Go's profiler on a free loopback port.
-func pprofArgs() []string { return []string{"-pprofAddress", "127.0.0.1:0"} }
-
-// pprofAddressPattern finds the address a node logs when it serves the
-// profiler (serve's "pprof_address" attribute, in -logFormat text or json).
-var pprofAddressPattern = regexp.MustCompile(`pprof_address(?:=|":")([^\s"]+)`)
-
-// pprofAddress reads node n's profiler address from its log, waiting up to
-// 5 s for the line. A node restarted into the same log (the read beds of
-// systems that map their files) logs a new address: the last one counts.
-func pprofAddress(ctx context.Context, n cluster.Node) (string, error) {
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		b, err := os.ReadFile(n.Log)
-		if err == nil {
-			if ms := pprofAddressPattern.FindAllSubmatch(b, -1); len(ms) > 0 {
-				return string(ms[len(ms)-1][1]), nil
-			}
-		}
-		if time.Now().After(deadline) {
-			return "", fmt.Errorf("node %d: no pprof_address in %s (started without -pprofAddress?)", n.ID, n.Log)
-		}
-		select {
-		case <-ctx.Done():
-			return "", ctx.Err()
-		case <-time.After(50 * time.Millisecond):
-		}
-	}
-}
-
 // profileNodes takes a CPU profile of every node of spec for d (whole
 // seconds, at least 1), all at once, and writes them to
 // dir/<prefix>-node<ID>.pprof. It returns the files written.
-func profileNodes(ctx context.Context, spec *cluster.Spec, d time.Duration, dir, prefix string) ([]string, error) {
+func (x *Run) profileNodes(ctx context.Context, spec *cluster.Spec, d time.Duration, dir, prefix string) ([]string, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, err
 	}
+	m := Measurement{What: measureProfiles, Backend: spec.BackendName(), Where: "from each node's profiler over the network",
+		How: "Go's /debug/pprof/profile at the address cluster.json records (pprof_address)"}
 	secs := max(int(d/time.Second), 1)
 	type result struct {
 		file string
@@ -75,13 +47,12 @@ func profileNodes(ctx context.Context, spec *cluster.Spec, d time.Duration, dir,
 	ch := make(chan result, len(spec.Nodes))
 	for _, n := range spec.Nodes {
 		go func() {
-			addr, err := pprofAddress(ctx, n)
-			if err != nil {
-				ch <- result{err: err}
+			if n.PprofAddress == "" {
+				ch <- result{err: fmt.Errorf("node %d serves no profiler (no pprof_address in %s)", n.ID, cluster.FileName)}
 				return
 			}
 			file := filepath.Join(dir, fmt.Sprintf("%s-node%d.pprof", prefix, n.ID))
-			ch <- result{file: file, err: fetchProfile(ctx, fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", addr, secs), file)}
+			ch <- result{file: file, err: fetchProfile(ctx, fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", n.PprofAddress, secs), file)}
 		}()
 	}
 	var files []string
@@ -96,8 +67,11 @@ func profileNodes(ctx context.Context, spec *cluster.Spec, d time.Duration, dir,
 	}
 	slices.Sort(files)
 	if len(errs) > 0 {
+		m.FellBackFrom, m.How, m.Why = m.How, "no profile of some nodes", strings.Join(errs, "; ")
+		x.measured(m)
 		return files, fmt.Errorf("cpu profile: %s", strings.Join(errs, "; "))
 	}
+	x.measured(m)
 	return files, nil
 }
 

@@ -2,8 +2,11 @@ package experiments
 
 import (
 	"context"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -90,23 +93,36 @@ func TestSummarizeProfiles(t *testing.T) {
 	}
 }
 
-func TestPprofAddressFromLog(t *testing.T) {
+// TestProfileNodes: profiles come from the address cluster.json records;
+// a node without one is an error and the measurement says it fell back.
+func TestProfileNodes(t *testing.T) {
 	dir := t.TempDir()
-	log := filepath.Join(dir, "node.log")
-	// The node was restarted into the same log: its second address counts.
-	if err := os.WriteFile(log, []byte("time=x level=INFO msg=\"serving the Go profiler\" pprof_address=127.0.0.1:39999\n"+
-		"time=y level=INFO msg=\"serving the Go profiler\" pprof_address=127.0.0.1:40123\n"), 0o644); err != nil {
-		t.Fatal(err)
+	body := filepath.Join(dir, "served.pprof")
+	writeCPUProfile(t, body, [][]string{{"main.f"}}, []int64{1e7})
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/debug/pprof/profile" || r.URL.Query().Get("seconds") != "1" {
+			http.Error(w, "unexpected "+r.URL.String(), http.StatusNotFound)
+			return
+		}
+		http.ServeFile(w, r, body)
+	}))
+	defer srv.Close()
+	addr := strings.TrimPrefix(srv.URL, "http://")
+	x := &Run{res: &Result{}}
+	spec := &cluster.Spec{Nodes: []cluster.Node{{ID: 1, PprofAddress: addr}}}
+	files, err := x.profileNodes(context.Background(), spec, time.Second, filepath.Join(dir, "out"), "p")
+	if err != nil || len(files) != 1 || filepath.Base(files[0]) != "p-node1.pprof" {
+		t.Fatalf("profileNodes = %v, %v", files, err)
 	}
-	got, err := pprofAddress(context.Background(), cluster.Node{ID: 1, Log: log})
-	if err != nil || got != "127.0.0.1:40123" {
-		t.Fatalf("pprofAddress = %q, %v", got, err)
+	if ms := x.res.Measurements; len(ms) != 1 || ms[0].What != measureProfiles || ms[0].FellBackFrom != "" || ms[0].Backend != cluster.BackendLocal {
+		t.Fatalf("measurements %+v, want one of %s without fallback", ms, measureProfiles)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
-	defer cancel()
-	empty := filepath.Join(dir, "empty.log")
-	os.WriteFile(empty, nil, 0o644)
-	if _, err := pprofAddress(ctx, cluster.Node{ID: 2, Log: empty}); err == nil {
-		t.Fatal("an address found in an empty log")
+	spec.Nodes = append(spec.Nodes, cluster.Node{ID: 2})
+	files, err = x.profileNodes(context.Background(), spec, time.Second, filepath.Join(dir, "out"), "q")
+	if err == nil || !strings.Contains(err.Error(), "node 2 serves no profiler") || len(files) != 1 {
+		t.Fatalf("with a node without an address: %v, %v", files, err)
+	}
+	if ms := x.res.Measurements; len(ms) != 2 || ms[1].FellBackFrom == "" || !strings.Contains(ms[1].Why, "node 2") {
+		t.Fatalf("measurements %+v, want a fallback naming node 2", ms)
 	}
 }

@@ -63,8 +63,8 @@ type crashWrites struct {
 func crashExperiment() Experiment {
 	return Experiment{
 		Name: "crash", Title: "Crash campaign",
-		Shows:      "that no acknowledged write is lost across many SIGKILLs (half during GC or compaction) and how long a cluster takes to recover from each",
-		NeedsLocal: true, SmallDisk: true, Campaign: true,
+		Shows:            "that no acknowledged write is lost across many SIGKILLs (half during GC or compaction) and how long a cluster takes to recover from each",
+		NeedsOwnClusters: true, SmallDisk: true, Campaign: true,
 		run: func(ctx context.Context, x *Run) error {
 			p := x.Profile
 			x.param("kills", p.CrashKills)

@@ -9,6 +9,7 @@ import (
 
 	"github.com/nezha-harness/nezha/nezha/embedded/enginebench"
 	"github.com/nezha-harness/nezha/plots"
+	"github.com/nezha-harness/nezha/systems/cluster"
 )
 
 // embeddedExperiment: Nezha's storage as an embedded store
@@ -18,8 +19,8 @@ import (
 func embeddedExperiment() Experiment {
 	return Experiment{
 		Name: "embedded", Title: "Embedded engines: nezha vs Badger vs Pebble",
-		Shows:      "Nezha's value log, index and GC as an embedded store (no Raft, no network) against Badger (WiscKey in Go) and Pebble (an LSM): PUT with fsync, GET and SCAN at 100 B, 4 KiB and 256 KiB",
-		NeedsLocal: true, SmallDisk: true,
+		Shows:            "Nezha's value log, index and GC as an embedded store (no Raft, no network) against Badger (WiscKey in Go) and Pebble (an LSM): PUT with fsync, GET and SCAN at 100 B, 4 KiB and 256 KiB",
+		NeedsOwnClusters: true, SmallDisk: true,
 		// About 60-70 s in quick on a busy 2-vCPU machine; run it by name.
 		OutsideQuickAll: true,
 		run: func(ctx context.Context, x *Run) error {
@@ -30,6 +31,9 @@ func embeddedExperiment() Experiment {
 			o.GetDuration, o.ScanDuration = p.EmbeddedReadDuration, p.EmbeddedReadDuration
 			o.Writers, o.Readers = p.EmbeddedWriters, p.EmbeddedReaders
 			o.Logf = x.logf
+			if b := x.Backend.Name; b != "" && b != cluster.BackendLocal {
+				x.note("The engines run in this process on the controller's machine, under the results directory: -backend %s does not apply to this experiment.", b)
+			}
 			x.param("engines", o.Engines)
 			x.param("value_sizes_bytes", o.ValueSizesBytes)
 			x.param("sync", o.Engine.Sync)

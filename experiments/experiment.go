@@ -7,6 +7,7 @@
 package experiments
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -20,11 +21,13 @@ import (
 	"sync"
 	"time"
 
+	"github.com/nezha-harness/nezha/faults"
 	"github.com/nezha-harness/nezha/plots"
 	"github.com/nezha-harness/nezha/systems"
 	"github.com/nezha-harness/nezha/systems/buildinfo"
 	"github.com/nezha-harness/nezha/systems/client"
 	"github.com/nezha-harness/nezha/systems/cluster"
+	"github.com/nezha-harness/nezha/systems/vfs"
 	"github.com/nezha-harness/nezha/workloads"
 )
 
@@ -36,9 +39,9 @@ type Experiment struct {
 	Title string
 	// Shows says in one sentence what it shows.
 	Shows string
-	// NeedsLocal: the experiment reads node processes' I/O counters or
-	// kills nodes, so it cannot run against -servers.
-	NeedsLocal bool
+	// NeedsOwnClusters: the experiment reads the nodes' counters through
+	// their agents or kills nodes, so it cannot run against -servers.
+	NeedsOwnClusters bool
 	// SmallDisk: the experiment writes little (at most a few GiB), so the
 	// profile's MinFreeDiskBytes is not required when only such
 	// experiments run.
@@ -147,6 +150,17 @@ type Result struct {
 	// Build is what the binary that ran the experiment was built from
 	// (module version, VCS revision, Go version; package buildinfo).
 	Build *buildinfo.Info `json:"build,omitempty"`
+	// Backend is where the experiment's nodes ran (cluster.Backends).
+	Backend string `json:"backend,omitempty"`
+	// Hosts are the machines its nodes ran on, as their agents described
+	// them (each once).
+	Hosts []HostInfo `json:"hosts,omitempty"`
+	// Measurements say where each kind of measurement was taken and what
+	// fell back, and why.
+	Measurements []Measurement `json:"measurements,omitempty"`
+	// Bounds name what limited each headline system in its measured
+	// windows (put-scale), with the numbers that decided it.
+	Bounds []Bound `json:"bounds,omitempty"`
 }
 
 // Table is a table of the report.
@@ -180,6 +194,11 @@ type Run struct {
 	// Servers, if set, is a running cluster of Systems[0] to use instead
 	// of local clusters.
 	Servers []string
+	// Backend is where every cluster the experiment starts runs.
+	Backend cluster.BackendOptions
+	// FsyncDelay, if set, is added to every fsync of every node
+	// (RunOptions.FsyncDelay).
+	FsyncDelay time.Duration
 	// Out receives progress lines.
 	Out io.Writer
 	// Prior holds the results of the experiments that ran before this one
@@ -196,6 +215,8 @@ type Run struct {
 	beds *bedPool
 	// mapsDataFiles are RunOptions.MapsDataFiles.
 	mapsDataFiles []string
+	// hosts is what the run knows of its node hosts (the probes).
+	hosts *hostPool
 	// stopped is closed when the run is stopped (Execute's ctx ends).
 	stopped <-chan struct{}
 }
@@ -268,9 +289,12 @@ func (x *Run) fail(system, step string, err error, spec *cluster.Spec) {
 	f := Failure{System: system, Step: step, Error: err.Error()}
 	if spec != nil {
 		f.LogTails = map[string]string{}
-		for _, n := range spec.Nodes {
-			f.LogTails[fmt.Sprintf("node%d", n.ID)] = cluster.Tail(n.Log, 15)
+		for i := range spec.Nodes {
+			n := &spec.Nodes[i]
+			f.LogTails[fmt.Sprintf("node%d", n.ID)] = spec.NodeTail(n, 15)
 		}
+		x.measured(Measurement{What: measureNodeLogs, Backend: spec.BackendName(), Where: "from each node's agent",
+			How: "the end of the node's log (Logs)"})
 	}
 	x.mu.Lock()
 	x.res.Failures = append(x.res.Failures, f)
@@ -361,6 +385,8 @@ type testbed struct {
 	system string
 	spec   *cluster.Spec // nil with -servers
 	c      *client.Client
+	// hosts are where its nodes run (nil with -servers).
+	hosts []nodeHost
 }
 
 // start brings up a fresh cluster of system (or connects to -servers) in
@@ -379,11 +405,22 @@ func (x *Run) startIn(ctx context.Context, dir, system string, extra ...string) 
 		c.Discover(ctx)
 		return &testbed{system: system, c: c}, nil
 	}
+	return x.up(ctx, dir, system, x.Profile.Nodes, extra...)
+}
+
+// up starts a cluster of nodes nodes of system on the run's backend in
+// dir, learns its node hosts and, with FsyncDelay, slows every node's
+// fsyncs.
+func (x *Run) up(ctx context.Context, dir, system string, nodes int, extra ...string) (*testbed, error) {
 	if err := os.RemoveAll(dir); err != nil {
 		return nil, err
 	}
-	spec, _, err := cluster.Up(ctx, cluster.UpOptions{Dir: dir, System: system, Nodes: x.Profile.Nodes,
-		Binary: x.Binary, ExtraArgs: x.systemArgs(system, extra...)})
+	args := x.systemArgs(system, extra...)
+	if x.FsyncDelay > 0 {
+		args = append(args, faults.DiskNodeArgs()...)
+	}
+	spec, _, err := cluster.Up(ctx, cluster.UpOptions{Dir: dir, System: system, Nodes: nodes,
+		Binary: x.Binary, ExtraArgs: args, Backend: x.Backend})
 	if err != nil {
 		return nil, err
 	}
@@ -392,10 +429,38 @@ func (x *Run) startIn(ctx context.Context, dir, system string, extra ...string) 
 		spec.Down(true)
 		return nil, err
 	}
+	tb := &testbed{system: system, spec: spec, c: c}
+	if tb.hosts, err = learnHosts(ctx, spec); err != nil {
+		tb.stop(false)
+		return nil, err
+	}
+	x.noteHosts(tb)
+	if err := x.slowFsyncs(ctx, tb); err != nil {
+		tb.stop(false)
+		return nil, err
+	}
 	dctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	c.Discover(dctx)
 	cancel()
-	return &testbed{system: system, spec: spec, c: c}, nil
+	return tb, nil
+}
+
+// slowFsyncs adds FsyncDelay to every fsync of every node of tb (the
+// nodes' file layer: the DiskFaults RPC's slow-disk fault). A restarted
+// node starts without it: call again after a restart.
+func (x *Run) slowFsyncs(ctx context.Context, tb *testbed) error {
+	if x.FsyncDelay <= 0 {
+		return nil
+	}
+	f := vfs.Fault{Kind: vfs.FaultSlowDisk, Latency: x.FsyncDelay}
+	for _, n := range tb.spec.Nodes {
+		if _, err := faults.SetDiskFaults(ctx, n.Address, f); err != nil {
+			return fmt.Errorf("node %d: %s: %w", n.ID, f, err)
+		}
+	}
+	x.measured(Measurement{What: measureFsyncDelay, Backend: tb.spec.BackendName(), Where: "in every node process (its file layer)",
+		How: fmt.Sprintf("%s on every node (-fsyncDelay: the DiskFaults RPC of nodes started with -diskFaults), on top of the disk's own", f)})
+	return nil
 }
 
 // stop tears the cluster down and deletes its data (node logs are kept
@@ -405,7 +470,9 @@ func (t *testbed) stop(keepLogs bool) {
 	if t.spec == nil {
 		return
 	}
-	if keepLogs {
+	if keepLogs && t.spec.BackendName() == cluster.BackendLocal {
+		// Elsewhere the logs' tails are in the failure already: the
+		// containers, volumes and remote directories go.
 		t.spec.Down(false)
 		for _, n := range t.spec.Nodes {
 			os.RemoveAll(n.Data)
@@ -426,7 +493,13 @@ type RunOptions struct {
 	OutDir          string
 	Binary          string
 	Servers         []string
-	Out             io.Writer
+	// Backend is where every cluster of every experiment runs.
+	Backend cluster.BackendOptions
+	// FsyncDelay, if set, is added to every fsync of every node of every
+	// cluster the experiments start (serve -diskFaults and the slow-disk
+	// fault): a slow-fsync disk on any machine, for the bounds' check.
+	FsyncDelay time.Duration
+	Out        io.Writer
 	// Info is the run record written to config.json.
 	Info any
 	// MapsDataFiles are the systems whose engines read through mmap
@@ -451,6 +524,7 @@ func Execute(ctx context.Context, o RunOptions) ([]*Result, error) {
 		}
 	}
 	defer beds.close()
+	hosts := &hostPool{dir: o.OutDir}
 	for i, e := range o.Experiments {
 		if ctx.Err() != nil {
 			break
@@ -465,12 +539,15 @@ func Execute(ctx context.Context, o RunOptions) ([]*Result, error) {
 		if e.WithOptional {
 			syss = withOptional(syss, o.OptionalSystems)
 		}
-		x := &Run{Profile: o.Profile, Systems: syss, Dir: dir, Binary: o.Binary, Servers: o.Servers,
-			Out: o.Out, Prior: prior, res: res, beds: beds, mapsDataFiles: o.MapsDataFiles, stopped: ctx.Done()}
+		if len(o.Servers) == 0 {
+			res.Backend = cmp.Or(o.Backend.Name, cluster.BackendLocal)
+		}
+		x := &Run{Profile: o.Profile, Systems: syss, Dir: dir, Binary: o.Binary, Servers: o.Servers, Backend: o.Backend, FsyncDelay: o.FsyncDelay,
+			Out: o.Out, Prior: prior, res: res, beds: beds, mapsDataFiles: o.MapsDataFiles, hosts: hosts, stopped: ctx.Done()}
 		fmt.Fprintf(o.Out, "\n=== [%d/%d] %s: %s\n", i+1, len(o.Experiments), e.Name, e.Shows)
 		var err error
-		if e.NeedsLocal && len(o.Servers) > 0 {
-			err = fmt.Errorf("needs local clusters (it reads node processes' counters); skipped with -servers")
+		if e.NeedsOwnClusters && len(o.Servers) > 0 {
+			err = fmt.Errorf("needs clusters of its own (it reads the nodes' counters through their agents); skipped with -servers")
 		} else {
 			err = e.run(ctx, x)
 		}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/nezha-harness/nezha/plots"
 	"github.com/nezha-harness/nezha/systems"
+	"github.com/nezha-harness/nezha/systems/cluster"
 )
 
 func TestLookup(t *testing.T) {
@@ -88,7 +89,14 @@ func TestHeadlinesAndReport(t *testing.T) {
 				"put_headline/nezha": 90, "put_headline/original": 30, "put_headline_value_bytes": 256 << 10, "put_headline_data_bytes": 512 << 20,
 				"put_headline_write_amp/nezha": 1.01, "put_headline_write_amp/original": 6.2, "put_headline_deepest_level/original": 4,
 				"put_condition_ratio/ours/nezha": 3.1, "put_condition_ratio/no-fsync/nezha": 1.5,
-			}},
+			},
+			Backend: "docker",
+			Bounds: []Bound{{System: "nezha", Backend: "docker", Bound: BoundCPU, Evidence: "machine 93 % busy"},
+				{System: "original", Backend: "docker", Bound: BoundCompactionDebt, Evidence: "RocksDB stalled writes 30 %"}},
+			Measurements: []Measurement{{What: measureHostCPU, Backend: "docker", Where: "in the nodes' containers", How: "/proc/stat"},
+				{What: measurePageCache, Backend: "docker", Where: "in the nodes' containers", How: "page cache (warm)", FellBackFrom: "cgroup", Why: "read-only file system"}},
+			Hosts: []HostInfo{{Host: "this machine (local Docker daemon)", Backend: "docker", Hostname: "node1", InContainer: true, CPUs: 2,
+				Capabilities: map[string]Capability{"memory_cgroup": {Why: "read-only file system"}}}}},
 		{Name: "scan", Title: "SCAN", Shows: "scans", Metrics: map[string]float64{"scan_ops_per_sec/nezha": 20, "scan_ops_per_sec/original": 10,
 			"scan_ops_per_sec_disk_read_kb_per_op/nezha": 100, "scan_ops_per_sec_disk_read_kb_per_op/original": 700,
 			"scan_ops_per_sec/dwisckey": 8, "scan_ops_per_sec_disk_read_kb_per_op/dwisckey": 300},
@@ -129,7 +137,8 @@ func TestHeadlinesAndReport(t *testing.T) {
 		}
 	}
 	if put == nil || !put.Have || put.Ratio != 3 || !strings.Contains(put.Basis, "256 KiB") || !strings.Contains(put.Basis, "512 MiB per node") ||
-		!strings.Contains(put.Regime, "write amp in window 1.01 (original 6.20)") || !strings.Contains(put.Regime, "L4") {
+		!strings.Contains(put.Regime, "write amp in window 1.01 (original 6.20)") || !strings.Contains(put.Regime, "L4") ||
+		put.Bound != "nezha: CPU; original: compaction debt" || !strings.Contains(put.Basis, "backend docker") {
 		t.Fatalf("PUT headline %+v: want 3x at 256 KiB and 512 MiB per node, with its regime", put)
 	}
 	if scanH == nil || scanH.Ratio != 2 || scanH.Paper < 1.72 || scanH.Paper > 1.73 || !strings.Contains(scanH.Regime, "disk (cgroup)") ||
@@ -153,7 +162,8 @@ func TestHeadlinesAndReport(t *testing.T) {
 	if !strings.Contains(table, "3.00x (+200.0 %)") || !strings.Contains(table, "+460.2 %") ||
 		strings.Index(table, "the paper's conditions") < strings.LastIndex(table, "| SCAN |") ||
 		!strings.Contains(table, "| PUT, no-fsync | nezha | 1.50x") ||
-		!strings.Contains(table, "| SCAN | nezha **over dwisckey** | 2.50x (+150.0 %) | 3.089x (+208.9 %) over Dwisckey |") {
+		!strings.Contains(table, "| SCAN | nezha **over dwisckey** | 2.50x (+150.0 %) | 3.089x (+208.9 %) over Dwisckey |") ||
+		!strings.Contains(table, "| nezha: CPU; original: compaction debt |") {
 		t.Fatalf("headline table: want ours first, then the paper's conditions:\n%s", table)
 	}
 	path, err := WriteReport(dir, map[string]any{"profile_text": "profile quick", "git commit": "abc"})
@@ -162,7 +172,9 @@ func TestHeadlinesAndReport(t *testing.T) {
 	}
 	report, _ := os.ReadFile(path)
 	for _, want := range []string{"profile quick", "git commit", "![PUT goodput](put-vsize/put-mbps.png)", "**pasv failed** at load", "last line", "n = 3", "| 1 | 2 |",
-		"reads from disk (cgroup), 4096 keys x 16 KiB (64 MiB per node), 1 client, 100 keys per scan."} {
+		"reads from disk (cgroup), 4096 keys x 16 KiB (64 MiB per node), 1 client, 100 keys per scan.",
+		"## Measurements", "| host CPU | docker | in the nodes' containers | /proc/stat | - | put-scale |", "**cgroup** (read-only file system)",
+		"| this machine (local Docker daemon) | docker | node1 (in a container, says its agent)", "nezha (backend docker) was bounded by **CPU** in its headline runs: machine 93 % busy."} {
 		if !strings.Contains(string(report), want) {
 			t.Fatalf("report lacks %q:\n%s", want, report)
 		}
@@ -226,6 +238,16 @@ func TestRunAndReportUsageErrors(t *testing.T) {
 		"too many nodes":     req([]string{"scan"}, func(r *RunRequest) { r.Nodes = 100 }),
 		"negative nodes":     req([]string{"scan"}, func(r *RunRequest) { r.Nodes = -1 }),
 		"nodes with servers": req([]string{"scan"}, func(r *RunRequest) { r.Nodes, r.Servers, r.Systems = 5, []string{"127.0.0.1:1"}, []string{"nezha"} }),
+		"unknown backend":    req([]string{"scan"}, func(r *RunRequest) { r.Backend.Name = "cloud" }),
+		"ssh without hosts":  req([]string{"scan"}, func(r *RunRequest) { r.Backend.Name = cluster.BackendSSH }),
+		"backend with servers": req([]string{"scan"}, func(r *RunRequest) {
+			r.Backend.Name, r.Servers, r.Systems = cluster.BackendDocker, []string{"127.0.0.1:1"}, []string{"nezha"}
+		}),
+		"negative fsync delay": req([]string{"scan"}, func(r *RunRequest) { r.FsyncDelay = -time.Millisecond }),
+		"fsync delay too long": req([]string{"scan"}, func(r *RunRequest) { r.FsyncDelay = time.Minute }),
+		"fsync delay, servers": req([]string{"scan"}, func(r *RunRequest) {
+			r.FsyncDelay, r.Servers, r.Systems = time.Millisecond, []string{"127.0.0.1:1"}, []string{"nezha"}
+		}),
 	} {
 		err := RunAndReport(context.Background(), reg, r)
 		var ue *systems.UsageError

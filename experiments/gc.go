@@ -11,7 +11,6 @@ import (
 
 	"github.com/nezha-harness/nezha/nezha"
 	"github.com/nezha-harness/nezha/plots"
-	"github.com/nezha-harness/nezha/systems/cluster"
 	"github.com/nezha-harness/nezha/systems/kvpb"
 	"github.com/nezha-harness/nezha/workloads"
 )
@@ -56,8 +55,8 @@ func gcConfigs(systems, strategies []string) []gcConfig {
 func gcExperiment() Experiment {
 	return Experiment{
 		Name: "gc", Title: "Raft-aware GC: strategies under an overwrite-heavy load",
-		Shows:      "what each GC strategy costs while it runs and what it gives back: space, and sequential SCANs over sorted runs",
-		NeedsLocal: true,
+		Shows:            "what each GC strategy costs while it runs and what it gives back: space, and sequential SCANs over sorted runs",
+		NeedsOwnClusters: true,
 		run: func(ctx context.Context, x *Run) error {
 			p := x.Profile
 			// Twice the live data: rounds spaced by a few seconds, so that
@@ -248,10 +247,10 @@ func (x *Run) gcRun(ctx context.Context, c gcConfig, threshold int64) (gcOutcome
 	}
 	keyBytes := float64(len(workloads.Key("g", 0)))
 	live := float64(p.GCKeys) * (keyBytes + float64(p.GCValueBytes))
-	if err := settle(ctx, tb.spec); err != nil {
+	if err := settle(ctx, tb); err != nil {
 		return fail("settle", err)
 	}
-	du, err := meanDiskUsage(tb.spec)
+	du, err := x.meanDiskUsage(ctx, tb)
 	if err != nil {
 		return fail("disk usage", err)
 	}
@@ -267,10 +266,10 @@ func (x *Run) gcRun(ctx context.Context, c gcConfig, threshold int64) (gcOutcome
 			return fail("GC after the phase", err)
 		}
 	}
-	if err := settle(ctx, tb.spec); err != nil {
+	if err := settle(ctx, tb); err != nil {
 		return fail("settle", err)
 	}
-	if du, err = meanDiskUsage(tb.spec); err != nil {
+	if du, err = x.meanDiskUsage(ctx, tb); err != nil {
 		return fail("disk usage", err)
 	}
 	out.spaceAfter = du / live
@@ -322,14 +321,14 @@ func (x *Run) gcRun(ctx context.Context, c gcConfig, threshold int64) (gcOutcome
 	// SCAN after GC: the median of ReadRuns runs (one run of a few hundred
 	// scans moved by +-20 % between runs), reading from the disk as the
 	// read experiments do.
-	rc := x.arrangeReads([]*cluster.Spec{tb.spec})
+	rc := x.arrangeReads(ctx, []*testbed{tb})
 	defer rc.release()
 	x.mu.Lock()
 	x.res.Params["read_cache"] = rc.Short
 	x.mu.Unlock()
 	var scans []float64
 	for run := 0; run < p.ReadRuns; run++ {
-		if err := rc.beforeRun(); err != nil {
+		if err := rc.beforeRun(ctx); err != nil {
 			return fail("scan", err)
 		}
 		so := workloads.ScanOptions{Common: x.benchCommon("g", p.ScanClients, p.gcScanOps(), int64(3+run), nil), Keys: p.GCKeys, ScanSize: min(p.ScanSize, int(p.GCKeys))}
@@ -338,7 +337,7 @@ func (x *Run) gcRun(ctx context.Context, c gcConfig, threshold int64) (gcOutcome
 			err = ssum.Failures()
 		}
 		if err == nil {
-			err = rc.oomKilled(tb.spec)
+			err = rc.oomKilled(ctx, tb.system)
 		}
 		if err != nil {
 			return fail("scan", err)

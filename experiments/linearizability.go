@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/nezha-harness/nezha/linearizability"
+	"github.com/nezha-harness/nezha/systems/cluster"
 )
 
 // nezhaGCFlags make nezha's GC run back to back, unpaced, during a check
@@ -26,9 +27,14 @@ func nezhaGCFlags() []string {
 func linearizabilityExperiment() Experiment {
 	return Experiment{
 		Name: "linearizability", Title: "Linearizability under faults",
-		Shows:      "that every system stays linearizable under partitions and crashes, and that the checker catches stale reads",
-		NeedsLocal: true, SmallDisk: true,
+		Shows:            "that every system stays linearizable under partitions and crashes, and that the checker catches stale reads",
+		NeedsOwnClusters: true, SmallDisk: true,
 		run: func(ctx context.Context, x *Run) error {
+			if b := x.Backend.Name; b != "" && b != cluster.BackendLocal {
+				// linearizability.Run starts its clusters itself; it takes
+				// no backend yet.
+				return fmt.Errorf("the checks run their own clusters, on the local backend only until linearizability.Options takes a backend (not %s)", b)
+			}
 			p := x.Profile
 			x.param("nemeses", p.LinNemeses)
 			x.param("duration", p.LinDuration.String())

@@ -29,13 +29,13 @@ const toyName = "toy"
 
 // TestMain lets the test binary double as the agent and node binary:
 // cluster.Up (run by the experiments' Run.start) launches `<binary> agent
-// ...`, whose agent launches `<binary> serve -system toy ...`,
+// ...` per node, whose agent starts `<binary> serve -system toy ...`,
 // which serves the toy system from a registry built here. No file outside
 // this one knows the toy system.
 func TestMain(m *testing.M) {
 	agenttest.MaybeServe() // the local backend's agents are this binary too
-	if os.Getenv(growHeapEnv) != "" {
-		growHeap()
+	if f := os.Getenv(growHeapEnv); f != "" {
+		growHeap(f)
 	}
 	if len(os.Args) > 1 && os.Args[1] == "serve" {
 		cfg, err := toyServeConfig(os.Args[2:])
@@ -65,7 +65,8 @@ func toyServeConfig(args []string) (node.Config, error) {
 	fs.StringVar(&cfg.MetricsAddress, "metricsAddress", "", "")
 	fs.StringVar(&cfg.JSONRPCAddress, "jsonrpcAddress", "", "")
 	fs.StringVar(&cfg.EtcdAddress, "etcdAddress", "", "")
-	pprof := fs.String("pprofAddress", "", "") // not served by the toy node
+	fs.String("pprofAddress", "", "") // the toy's nodes serve no profiler
+	fs.BoolVar(&cfg.DiskFaults, "diskFaults", false, "")
 	fs.StringVar(&cfg.DataDir, "data", "", "")
 	fs.StringVar(&cfg.ClusterID, "clusterID", "", "")
 	voters := fs.String("bootstrapVoters", "", "")
@@ -78,7 +79,6 @@ func toyServeConfig(args []string) (node.Config, error) {
 	if err := fs.Parse(args); err != nil {
 		return cfg, err
 	}
-	_ = *pprof
 	if *system != toyName {
 		return cfg, fmt.Errorf("-system %q: this test binary serves only %s", *system, toyName)
 	}

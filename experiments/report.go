@@ -1,6 +1,7 @@
 package experiments
 
 import (
+	"cmp"
 	"fmt"
 	"io"
 	"os"
@@ -42,6 +43,10 @@ type Headline struct {
 	// Against is the denominator of Ratio and Paper when it is not
 	// original (the paper's Nezha-vs-Dwisckey SCAN row: "dwisckey").
 	Against string
+	// Bound says what bounded the system and its denominator in their
+	// measured windows (put-scale's Bounds), e.g. "nezha: CPU;
+	// original: compaction debt"; empty where none was classified.
+	Bound string
 }
 
 // headlineSystems are the systems the headline compares with original.
@@ -75,8 +80,17 @@ func Headlines(results []*Result) []Headline {
 	if _, ok := m["put_headline/original"]; ok {
 		basis := fmt.Sprintf("put-scale: %s values, %s per node, median MB/s of interleaved runs; %s geometry",
 			sizeText(m["put_headline_value_bytes"]), bytesText(int64(m["put_headline_data_bytes"])), paramText(params["put-scale"]["geometry"]))
+		var bounds []Bound
+		for _, r := range results {
+			if r.Name == "put-scale" {
+				bounds = r.Bounds
+				if r.Backend != "" {
+					basis += "; backend " + r.Backend
+				}
+			}
+		}
 		for _, sys := range headlineSystems() {
-			h := Headline{Workload: "PUT", System: sys, Paper: 1 + paperPutGain, Basis: basis}
+			h := Headline{Workload: "PUT", System: sys, Paper: 1 + paperPutGain, Basis: basis, Bound: boundsText(bounds, sys, sysOriginal)}
 			h.Ratio, h.Have = ratio("put_headline", sys)
 			h.Regime = fmt.Sprintf("fsync on; write amp in window %.2f (original %.2f); original's LSM down to L%.0f; copying GC rounds/node in window %.1f; machine busy %.0f %% (original %.0f %%)",
 				m["put_headline_write_amp/"+sys], m["put_headline_write_amp/original"], m["put_headline_deepest_level/original"],
@@ -164,8 +178,8 @@ func AnyMeasured(hs []Headline) bool {
 // WriteHeadlines prints the headline table as Markdown: our conditions
 // first, then the paper's conditions as labelled rows.
 func WriteHeadlines(w io.Writer, hs []Headline) {
-	fmt.Fprintln(w, "| workload | system | ours: system / original | paper: Nezha / Raft+RocksDB | basis | regime |")
-	fmt.Fprintln(w, "|---|---|---|---|---|---|")
+	fmt.Fprintln(w, "| workload | system | ours: system / original | paper: Nezha / Raft+RocksDB | basis | regime | bound |")
+	fmt.Fprintln(w, "|---|---|---|---|---|---|---|")
 	printed := false
 	for _, pass := range []bool{false, true} {
 		for _, h := range hs {
@@ -173,7 +187,7 @@ func WriteHeadlines(w io.Writer, hs []Headline) {
 				continue
 			}
 			if pass && !printed {
-				fmt.Fprintln(w, "| **the paper's conditions** | | | | | |")
+				fmt.Fprintln(w, "| **the paper's conditions** | | | | | | |")
 				printed = true
 			}
 			ours := "not measured"
@@ -197,7 +211,7 @@ func WriteHeadlines(w io.Writer, hs []Headline) {
 			if regime == "" {
 				regime = "-"
 			}
-			fmt.Fprintf(w, "| %s | %s | %s | %s | %s | %s |\n", workload, system, ours, paper, h.Basis, regime)
+			fmt.Fprintf(w, "| %s | %s | %s | %s | %s | %s | %s |\n", workload, system, ours, paper, h.Basis, regime, cmp.Or(h.Bound, "-"))
 		}
 	}
 }
@@ -232,6 +246,7 @@ func WriteReport(dir string, info map[string]any) (string, error) {
 		WriteHeadlines(&b, hs)
 		writeDifferences(&b, results, hs)
 	}
+	writeMeasurements(&b, results)
 	for _, r := range results {
 		fmt.Fprintf(&b, "\n## %s (`%s`)\n\n%s.\n\n", r.Title, r.Name, capitalize(r.Shows))
 		if r.Interrupted {
@@ -290,6 +305,23 @@ func WriteReport(dir string, info map[string]any) (string, error) {
 	return path, os.WriteFile(path, []byte(b.String()), 0o644)
 }
 
+// writeMeasurements writes the report's Measurements section: where each
+// kind of measurement was taken, on which backend, and what fell back and
+// why; and the node hosts as their agents described them.
+func writeMeasurements(b *strings.Builder, results []*Result) {
+	ms, hosts := MeasurementsText(results), hostsText(results)
+	if ms == "" && hosts == "" {
+		return
+	}
+	fmt.Fprintf(b, "\n## Measurements\n\nWhere each kind of measurement was taken and how; a measurement the node hosts did not allow (their agents' Info says why) fell back, and the table says from what.\n\n")
+	if ms != "" {
+		fmt.Fprintf(b, "%s\n", ms)
+	}
+	if hosts != "" {
+		fmt.Fprintf(b, "**Node hosts** (each node's agent's Info; the controller is `machine` above)\n\n%s\n", hosts)
+	}
+}
+
 func writeTable(b *strings.Builder, t Table) {
 	if t.Title != "" {
 		fmt.Fprintf(b, "**%s**\n\n", t.Title)
@@ -344,6 +376,12 @@ func writeDifferences(b *strings.Builder, results []*Result, hs []Headline) {
 	}
 	var lines []string
 	add := func(f string, a ...any) { lines = append(lines, fmt.Sprintf(f, a...)) }
+	var bounds []Bound
+	for _, r := range results {
+		if r.Name == "put-scale" {
+			bounds = r.Bounds
+		}
+	}
 	if nogc, ok := find("PUT", sysNezhaNoGC, ""); ok {
 		nz, _ := find("PUT", sysNezha, "")
 		add("**PUT.** Ours: nezha-nogc %.2fx and nezha %.2fx over original (paper: Nezha %.2fx), with fsync on, incompressible values and %s geometry at %s per node.",
@@ -359,11 +397,8 @@ func writeDifferences(b *strings.Builder, results []*Result, hs []Headline) {
 		if sw, ok := m["put_headline_settled_write_amp/nezha"]; ok && sw > 0 {
 			add("- nezha's GC left its work to the idle time after the window (the default strategy copies nothing while writes flow unless there is garbage): once its idle round had sorted the log, nezha had written %.2f bytes per user byte.", sw)
 		}
-		busy, disk := m["put_headline_machine_busy/nezha-nogc"], m["put_headline_disk_fraction/nezha-nogc"]
-		switch {
-		case busy >= 0.9:
-			add("- nezha-nogc is bounded by the CPUs here, not the disk: the machine was %.0f %% busy during its runs (the three nodes and the clients share two cores) while the disk wrote %.0f %% of its limit. A faster shared path raises this ratio.", 100*busy, 100*disk)
-		case disk > 0:
+		if len(bounds) == 0 {
+			busy, disk := m["put_headline_machine_busy/nezha-nogc"], m["put_headline_disk_fraction/nezha-nogc"]
 			add("- During nezha-nogc's runs the machine was %.0f %% busy and the disk wrote %.0f %% of its limit.", 100*busy, 100*disk)
 		}
 		add("- Original spent %.1f node-CPU seconds per GB written against nezha-nogc's %.1f.", m["put_headline_node_cpu_s_per_gb/original"], m["put_headline_node_cpu_s_per_gb/nezha-nogc"])
@@ -383,6 +418,10 @@ func writeDifferences(b *strings.Builder, results []*Result, hs []Headline) {
 			add("- The paper's conditions, each measured alone at %s per node (ours there: nezha-nogc %.2fx, nezha %.2fx): %s.",
 				bytesText(int64(paramFloat(params["put-scale"]["condition_data_bytes_per_node"]))), m["put_condition_ratio/ours/nezha-nogc"], m["put_condition_ratio/ours/nezha"], strings.Join(conds, "; "))
 		}
+	}
+	// What bounded each headline system, after the PUT paragraph.
+	for _, bd := range bounds {
+		add("- %s (backend %s) was bounded by **%s** in its headline runs: %s.", bd.System, bd.Backend, bd.Bound, bd.Evidence)
 	}
 	for _, rd := range []struct{ workload, exp string }{{"GET", "get-zipf"}, {"SCAN", "scan"}} {
 		h, ok := find(rd.workload, sysNezha, "")

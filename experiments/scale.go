@@ -206,9 +206,11 @@ type putRun struct {
 	CPUProfile *cpuProfileSummary `json:"cpu_profile,omitempty"`
 	// MetricsCSV is the file, relative to the experiment's directory, of
 	// the nodes' metrics scraped every second during the load (headline
-	// runs on local clusters; scrape.go).
-	MetricsCSV string `json:"metrics_csv,omitempty"`
-	Error      string `json:"error,omitempty"`
+	// runs; scrape.go), and Log what it says of the Raft log's fsyncs and
+	// RocksDB's compaction debt over the run.
+	MetricsCSV string    `json:"metrics_csv,omitempty"`
+	Log        *logStats `json:"log,omitempty"`
+	Error      string    `json:"error,omitempty"`
 }
 
 // putScale: PUT goodput and in-window write amplification vs data per
@@ -219,7 +221,7 @@ func putScale() Experiment {
 		Name: "put-scale", Title: "PUT vs data per node: the paper's regime",
 		Shows: "how much faster a value persisted once (nezha) is than values applied into RocksDB as the data per node grows " +
 			"and RocksDB's compaction deepens; the headline PUT ratio, and the paper's conditions each on its own",
-		NeedsLocal: true,
+		NeedsOwnClusters: true,
 		run: func(ctx context.Context, x *Run) error {
 			p := x.Profile
 			vbytes := p.ScaleValueBytes
@@ -246,6 +248,16 @@ func putScale() Experiment {
 			}
 			x.note("Write amplification is measured in each run's window: bytes each node caused to be written (/proc/PID/io write_bytes minus cancelled_write_bytes, mean over the nodes) over the user bytes the clients wrote; RocksDB's compaction debt left at the end of the window is not in it. " +
 				"Node CPU is user+system time of the three node processes per GB of user data; machine busy is the share of both CPUs' time not idle (clients included); disk is the data device's write rate (/proc/diskstats).")
+			// The probe of the node hosts' disks (disk-limit's, or taken now)
+			// is what the bounds judge the disk's bandwidth and fsync
+			// latency against.
+			pr, err := x.diskProbe(ctx)
+			if err != nil {
+				x.note("No disk probe (%v): the bounds judge neither the disk's bandwidth nor its fsync latency against one.", err)
+				pr = nil
+			} else if x.Prior["disk-limit"] == nil {
+				x.note("disk-limit did not run: the disk was probed (%s) before the first run, for the bounds.", pr.Where)
+			}
 			limit, haveLimit := x.diskLimitOf()
 			var all []putRun
 			ops := func(data int64) int64 { return max(data/int64(vbytes), 1) }
@@ -309,7 +321,7 @@ func putScale() Experiment {
 			if err := writeJSON(filepath.Join(x.Dir, "runs.json"), all); err != nil {
 				return err
 			}
-			x.putScaleReport(all, top, limit, haveLimit, raws)
+			x.putScaleReport(all, top, limit, haveLimit, raws, pr)
 			return nil
 		},
 	}
@@ -327,9 +339,6 @@ func (x *Run) putScaleRun(ctx context.Context, phase, sys, cond string, data, ge
 	if len(x.Servers) > 0 {
 		profile = 0
 	}
-	if profile > 0 {
-		args = append(args, pprofArgs()...)
-	}
 	tb, err := x.start(ctx, sys, label, args...)
 	if err != nil {
 		x.fail(sys, "cluster up "+label, err, nil)
@@ -346,7 +355,7 @@ func (x *Run) putScaleRun(ctx context.Context, phase, sys, cond string, data, ge
 		what += ", " + cond
 	}
 	x.logf("%s: PUT %d x %d KiB (%s)", sys, ops, p.ScaleValueBytes/kib, what)
-	before, err := x.sample(tb.spec)
+	before, err := x.sample(ctx, tb)
 	if err != nil {
 		x.fail(sys, "sample "+label, err, tb.spec)
 		tb.stop(true)
@@ -357,7 +366,7 @@ func (x *Run) putScaleRun(ctx context.Context, phase, sys, cond string, data, ge
 	if profile > 0 {
 		profDone = make(chan []string, 1)
 		go func() {
-			files, err := profileNodes(ctx, tb.spec, profile, filepath.Join(x.Dir, "cpu-profiles"), fmt.Sprintf("%s-%s", sys, label))
+			files, err := x.profileNodes(ctx, tb.spec, profile, filepath.Join(x.Dir, "cpu-profiles"), fmt.Sprintf("%s-%s", sys, label))
 			if err != nil {
 				x.logf("%s: %v", sys, err)
 			}
@@ -370,13 +379,17 @@ func (x *Run) putScaleRun(ctx context.Context, phase, sys, cond string, data, ge
 	}
 	sum, err := workloads.RunPut(ctx, tb.c, o)
 	if scr != nil {
-		r.MetricsCSV = x.keepScrape(sys, label, scr.stop())
+		res := scr.stop()
+		r.MetricsCSV = x.keepScrape(sys, label, res)
+		if ls, ok := logStatsOf(res.samples); ok {
+			r.Log = &ls
+		}
 	}
 	if err == nil {
 		err = sum.Failures()
 	}
 	if err == nil {
-		r.Window, err = x.since(ctx, tb.spec, before)
+		r.Window, err = x.since(ctx, tb, before)
 	}
 	if profDone != nil {
 		if files := <-profDone; len(files) > 0 {
@@ -410,10 +423,10 @@ func (x *Run) putScaleRun(ctx context.Context, phase, sys, cond string, data, ge
 			err = x.waitIdleGC(ctx, tb, time.Now())
 		}
 		if err == nil {
-			err = settle(ctx, tb.spec)
+			err = settle(ctx, tb)
 		}
 		if err == nil {
-			if w, err := x.since(ctx, tb.spec, before); err == nil && user > 0 {
+			if w, err := x.since(ctx, tb, before); err == nil && user > 0 {
 				r.Settled, r.SettledWriteAmp = w.Shape, w.WriteBytesPerNode/user
 				x.logf("%s: after compaction settled: write amp %.2f, shape (node 1) %s", sys, r.SettledWriteAmp, shapeText(r.Settled))
 			}
@@ -485,7 +498,7 @@ func valuesOf(rs []putRun, f func(putRun) float64) []float64 {
 }
 
 // putScaleReport turns the runs into tables, figures and metrics.
-func (x *Run) putScaleReport(all []putRun, top int64, limit float64, haveLimit bool, raws map[string]*bytes.Buffer) {
+func (x *Run) putScaleReport(all []putRun, top int64, limit float64, haveLimit bool, raws map[string]*bytes.Buffer, pr *runProbe) {
 	p := x.Profile
 	gbPerRun := func(r putRun) float64 { return float64(r.DataBytes) / 1e9 }
 	diskCol := func(r putRun) string {
@@ -570,7 +583,9 @@ func (x *Run) putScaleReport(all []putRun, top int64, limit float64, haveLimit b
 	// 2. The headline: median and range at the largest point.
 	size := p.ScaleValueBytes / kib
 	head := Table{Title: fmt.Sprintf("Headline PUT: %d KiB values, %s per node, interleaved runs: at least %d per headline system and %.0f s of measured time", size, bytesText(top), p.HeadlineRuns, p.HeadlineMinSeconds.Seconds()),
-		Columns: []string{"system", "median MB/s", "min", "max", "runs", "median / original's", "write amp (median)", "node CPU s/GB (median)", "machine busy", "GC rounds/node", "deepest LSM level"}}
+		Columns: []string{"system", "median MB/s", "min", "max", "runs", "median / original's", "write amp (median)", "node CPU s/GB (median)", "machine busy", "GC rounds/node", "deepest LSM level", "bound (" + x.res.Backend + ")"}}
+	bounds := Table{Title: fmt.Sprintf("What bounded each headline system (backend %s): medians over its headline runs, each bound against its threshold", x.res.Backend),
+		Columns: []string{"system", "bound", "runs", "evidence"}}
 	fig := plots.Figure{Name: "put-headline", Title: fmt.Sprintf("PUT goodput, %d KiB values, %s per node (median of interleaved runs, range as error bars)", size, bytesText(top)),
 		Kind: plots.Bars, XLabel: "value size", YLabel: "goodput (MB/s)", Categories: []string{fmt.Sprintf("%d KiB", size)}}
 	if haveLimit {
@@ -609,7 +624,15 @@ func (x *Run) putScaleReport(all []putRun, top int64, limit float64, haveLimit b
 		if deep >= 0 {
 			levels = fmt.Sprintf("L%d", deep)
 		}
-		head.Rows = append(head.Rows, []string{sys, f1(med), f1(lo), f1(hi), fmt.Sprint(len(rs)), ratio, f2(wa), f1(cpu), fmt.Sprintf("%.0f %%", 100*busy), f1(gcr), levels})
+		bound := "-"
+		if slices.Contains(p.HeadlineSystems, sys) {
+			b := x.headlineBound(sys, rs, pr, top)
+			x.res.Bounds = append(x.res.Bounds, b)
+			bounds.Rows = append(bounds.Rows, []string{sys, b.Bound, fmt.Sprint(b.Runs), b.Evidence})
+			bound = b.Bound
+			x.logf("%s: bound %s (%s)", sys, b.Bound, b.Evidence)
+		}
+		head.Rows = append(head.Rows, []string{sys, f1(med), f1(lo), f1(hi), fmt.Sprint(len(rs)), ratio, f2(wa), f1(cpu), fmt.Sprintf("%.0f %%", 100*busy), f1(gcr), levels, bound})
 		fig.Series = append(fig.Series, plots.Series{Name: sys, Values: []float64{med}, Errors: []float64{med - lo}, ErrorsUp: []float64{hi - med}})
 		x.metric("put_headline/"+sys, med)
 		x.samples("put_headline/"+sys, mb)
@@ -631,6 +654,11 @@ func (x *Run) putScaleReport(all []putRun, top int64, limit float64, haveLimit b
 	x.metric("put_headline_data_bytes", float64(top))
 	x.metric("put_headline_value_bytes", float64(p.ScaleValueBytes))
 	x.table(head)
+	if len(bounds.Rows) > 0 {
+		x.table(bounds)
+		x.note("Bounds (bound.go): CPU when the node hosts' CPUs were busy >= %.0f %% of the window, at least half of it the run's own processes (nodes, and the clients where they share the host; else CPU (outside the run's processes)); disk bandwidth when each data device wrote >= %.0f %% of the probed limit; fsync latency when each node's Raft log was in fsync >= %.0f %% of the window (fsyncs/s x their mean, from the scraped histogram), its p99 shown against the probe's 4 KiB fsyncs; compaction debt when RocksDB stalled writes >= %.0f %% of the window or its pending compaction bytes reached the soft limit. More than one reached: mixed; none: none reached.",
+			100*cpuBusyBound, 100*diskShareBound, 100*fsyncBusyBound, 100*stallShareBound)
+	}
 	x.figure(fig)
 	x.figure(ratioFig)
 	x.figure(mbpsFig)

@@ -51,6 +51,8 @@ const (
 	seriesCompactionWritten = "nezha_rocksdb_compaction_written_bytes_total"
 	seriesGCWritten         = "nezha_gc_written_bytes_total"
 	seriesFsync             = "nezha_raftlog_fsync_duration_seconds"
+	seriesRocksStall        = "nezha_rocksdb_write_stall_seconds_total"
+	seriesRocksPending      = "nezha_rocksdb_pending_compaction_bytes"
 )
 
 // scrapeSample is one series of one node at one scrape.
@@ -472,6 +474,75 @@ func fsyncTotals(samples []scrapeSample) (perNodePerSec, p50, p99 float64, ok bo
 		}
 	}
 	return n / float64(len(nodes)) / span, s50.Y[0], s99.Y[0], true
+}
+
+// logStats is what a run's scrape says, over the whole run, of the Raft
+// log's fsyncs and of RocksDB's compaction debt: the evidence of the fsync
+// and compaction bounds (bound.go).
+type logStats struct {
+	// Seconds is the span of the scrape.
+	Seconds float64 `json:"seconds"`
+	// FsyncsPerSecPerNode, FsyncMeanMs, FsyncP50Ms, FsyncP99Ms: the Raft
+	// log's fsyncs, all nodes' histograms merged (fsyncTotals).
+	FsyncsPerSecPerNode float64 `json:"fsyncs_per_sec_per_node"`
+	FsyncMeanMs         float64 `json:"fsync_mean_ms"`
+	FsyncP50Ms          float64 `json:"fsync_p50_ms"`
+	FsyncP99Ms          float64 `json:"fsync_p99_ms"`
+	// FsyncBusy is the share of the run a node's Raft log spent in fsync:
+	// the fsyncs' summed duration per node over the span (fsyncs/s x mean
+	// fsync time).
+	FsyncBusy float64 `json:"fsync_busy"`
+	// HaveRocksDB: the nodes report RocksDB's write stalls (the
+	// baselines); StallSecondsPerNode is the time RocksDB stalled or
+	// slowed writes in the run, mean per node, and
+	// PendingCompactionBytesMax the largest compaction debt a node
+	// reported at a scrape.
+	HaveRocksDB               bool    `json:"have_rocksdb"`
+	StallSecondsPerNode       float64 `json:"stall_seconds_per_node"`
+	PendingCompactionBytesMax float64 `json:"pending_compaction_bytes_max"`
+}
+
+// logStatsOf computes a run's logStats from its scrape; ok is false
+// without fsyncs in it.
+func logStatsOf(samples []scrapeSample) (logStats, bool) {
+	var ls logStats
+	rate, p50, p99, ok := fsyncTotals(samples)
+	if !ok {
+		return ls, false
+	}
+	ls.FsyncsPerSecPerNode, ls.FsyncP50Ms, ls.FsyncP99Ms = rate, p50, p99
+	total := func(series string) (sum float64, nodes int) {
+		for _, pts := range scrapePoints(samples, series) {
+			nodes++
+			increases(pts, func(_, d, _ float64) { sum += d })
+		}
+		return sum, nodes
+	}
+	sec, nodes := total(seriesFsync + "_sum")
+	count, _ := total(seriesFsync + "_count")
+	var lo, hi float64
+	for i, s := range samples {
+		if i == 0 || s.Seconds < lo {
+			lo = s.Seconds
+		}
+		hi = max(hi, s.Seconds)
+	}
+	ls.Seconds = hi - lo
+	if count > 0 {
+		ls.FsyncMeanMs = 1000 * sec / count
+	}
+	if nodes > 0 && ls.Seconds > 0 {
+		ls.FsyncBusy = sec / float64(nodes) / ls.Seconds
+	}
+	if stall, n := total(seriesRocksStall); n > 0 {
+		ls.HaveRocksDB, ls.StallSecondsPerNode = true, stall/float64(n)
+	}
+	for _, pts := range scrapePoints(samples, seriesRocksPending) {
+		for _, pt := range pts {
+			ls.PendingCompactionBytesMax = max(ls.PendingCompactionBytesMax, pt[1])
+		}
+	}
+	return ls, true
 }
 
 // keepScrape writes a run's scrape to metrics/<sys>-<label>.csv in the

@@ -1,9 +1,9 @@
 package experiments
 
 import (
+	"cmp"
 	"context"
 	"fmt"
-	"os"
 	"strings"
 	"time"
 
@@ -11,6 +11,7 @@ import (
 
 	"github.com/nezha-harness/nezha/systems"
 	"github.com/nezha-harness/nezha/systems/agent"
+	"github.com/nezha-harness/nezha/systems/agent/agentpb"
 	"github.com/nezha-harness/nezha/systems/cluster"
 	"github.com/nezha-harness/nezha/systems/kvpb"
 )
@@ -22,22 +23,35 @@ import (
 // the CPUs or the disk were the limit, how many GC rounds ran, and the LSM
 // shape at the end.
 
-// windowSample is one reading of the counters.
+// windowSample is one reading of the counters, each through an agent.
 type windowSample struct {
 	at    time.Time
 	nodes map[uint64]nodeSample
-	// busyTicks and totalTicks are the machine's CPU time (/proc/stat):
-	// non-idle and all, in seconds summed over the CPUs.
-	busySec, totalSec float64
-	// diskWrite/ReadBytes are the data device's bytes (/proc/diskstats);
-	// haveDisk is false if the device was not found.
-	diskWriteBytes, diskReadBytes int64
-	haveDisk                      bool
+	// hosts are the node hosts' CPU time (/proc/stat), by host key;
+	// disks the data devices' bytes (/proc/diskstats), by host key and
+	// device, of those whose agent found the device.
+	hosts map[string]hostCPUSample
+	disks map[string]diskSample
+	// noDisk says why a device's counters were missing ("" if none was).
+	noDisk string
+	// controllerCPUSec is this process's CPU time (the clients'), when it
+	// runs on the nodes' host (controllerOnNodeHost); else 0.
+	controllerCPUSec float64
 }
 
+// hostCPUSample is a host's cumulative CPU time in seconds summed over its
+// CPUs: not idle (busy) and in all.
+type hostCPUSample struct{ busySec, totalSec float64 }
+
+// diskSample is a data device's cumulative bytes.
+type diskSample struct{ writeBytes, readBytes int64 }
+
 type nodeSample struct {
-	io     cluster.IOStats
-	cpuSec float64
+	// writeBytes is write_bytes minus cancelled_write_bytes and readBytes
+	// read_bytes (/proc/PID/io): the bytes the node caused to be written
+	// to and read from the device.
+	writeBytes, readBytes int64
+	cpuSec                float64
 	// threadCPUSec is the CPU time of the node's live threads by thread
 	// name (/proc/PID/task/TID/stat), keyed as agent.ThreadGroup names them.
 	threadCPUSec map[string]float64
@@ -69,12 +83,23 @@ type windowStats struct {
 	// "rocksdb:low" (compactions), "rocksdb:high" (flushes) and "exited"
 	// (threads gone before the window's end).
 	NodeCPUByThread map[string]float64 `json:"node_cpu_seconds_by_thread,omitempty"`
-	// MachineBusy: fraction of the machine's CPU time that was not idle.
+	// MachineBusy: fraction of the node hosts' CPU time that was not idle
+	// (each host counted once; clients included where they share one).
 	MachineBusy float64 `json:"machine_busy"`
-	// DiskWriteMBps and DiskReadMBps: the data device's throughput (10^6
-	// bytes per second, /proc/diskstats); 0 when the device is unknown.
+	// RunCPUShare: the share of the node hosts' CPU time the run's own
+	// processes used: the nodes, and the harness's process (the clients)
+	// where it runs on the nodes' host. Machine busy less this is other
+	// work on the host.
+	RunCPUShare float64 `json:"run_cpu_share"`
+	// DiskWriteMBps and DiskReadMBps: the data devices' throughput (10^6
+	// bytes per second, /proc/diskstats), summed over DiskDevices devices
+	// (each host's and device's once). DiskFromNodes: a device's counters
+	// were missing, and these are the node processes' own bytes
+	// (/proc/PID/io) instead.
 	DiskWriteMBps float64 `json:"disk_write_mb_per_sec"`
 	DiskReadMBps  float64 `json:"disk_read_mb_per_sec"`
+	DiskDevices   int     `json:"disk_devices,omitempty"`
+	DiskFromNodes bool    `json:"disk_from_node_counters,omitempty"`
 	// GCRounds and GCBytesWritten: nezha's GC rounds that started in the
 	// window, finished, and copied values (not checkpoint rounds), and
 	// the bytes they wrote, mean per node.
@@ -85,33 +110,62 @@ type windowStats struct {
 	Shape *systems.StorageShape `json:"shape,omitempty"`
 }
 
-// sample reads every counter of the window's cluster.
-func (x *Run) sample(spec *cluster.Spec) (windowSample, error) {
-	w := windowSample{at: time.Now(), nodes: map[uint64]nodeSample{}}
-	fs, err := procfs.NewDefaultFS()
+// nodeStats asks node id's agent of tb for its counters (with threads, the
+// CPU by thread group; with diskUsage, the data directory's size).
+func (tb *testbed) nodeStats(ctx context.Context, id uint64, threads, diskUsage bool) (*agentpb.StatsResponse, error) {
+	a, err := tb.agentOf(id)
 	if err != nil {
-		return w, err
+		return nil, err
 	}
-	for _, n := range spec.Nodes {
-		io, err := cluster.ReadIOStats(n.PID)
-		if err != nil {
-			return w, fmt.Errorf("node %d: %w", n.ID, err)
-		}
-		p, err := fs.Proc(n.PID)
-		if err != nil {
-			return w, fmt.Errorf("node %d: %w", n.ID, err)
-		}
-		st, err := p.Stat()
-		if err != nil {
-			return w, fmt.Errorf("node %d: %w", n.ID, err)
-		}
-		w.nodes[n.ID] = nodeSample{io: io, cpuSec: st.CPUTime(), threadCPUSec: agent.ThreadCPU(n.PID)}
+	// A walk of a large data directory takes a while.
+	cctx, cancel := context.WithTimeout(ctx, map[bool]time.Duration{false: agentCallTimeout, true: time.Minute}[diskUsage])
+	defer cancel()
+	st, err := a.Stats(cctx, &agentpb.StatsRequest{Threads: threads, DiskUsage: diskUsage})
+	if err != nil {
+		return nil, fmt.Errorf("node %d's agent: %w", id, err)
 	}
-	if busy, total, err := agent.HostCPU(); err == nil {
-		w.busySec, w.totalSec = busy, total
+	if st.Pid == 0 {
+		return nil, fmt.Errorf("node %d is not running (its agent has no process to read)", id)
 	}
-	if wb, rb, ok := agent.DiskBytes(x.Dir); ok {
-		w.diskWriteBytes, w.diskReadBytes, w.haveDisk = wb, rb, true
+	return st, nil
+}
+
+// sample reads every counter of the window's cluster: each node's from
+// its agent, each host's and data device's from one agent there.
+func (x *Run) sample(ctx context.Context, tb *testbed) (windowSample, error) {
+	w := windowSample{at: time.Now(), nodes: map[uint64]nodeSample{}, hosts: map[string]hostCPUSample{}, disks: map[string]diskSample{}}
+	disk := map[uint64]bool{}
+	for _, h := range byDevice(tb.hosts) {
+		disk[h.id] = true
+	}
+	host := map[uint64]bool{}
+	for _, h := range byHost(tb.hosts) {
+		host[h.id] = true
+	}
+	if controllerOnNodeHost(tb.spec) {
+		if p, err := procfs.Self(); err == nil {
+			if st, err := p.Stat(); err == nil {
+				w.controllerCPUSec = st.CPUTime()
+			}
+		}
+	}
+	for _, h := range tb.hosts {
+		st, err := tb.nodeStats(ctx, h.id, true, false)
+		if err != nil {
+			return w, err
+		}
+		w.nodes[h.id] = nodeSample{writeBytes: st.WriteBytes - st.CancelledWriteBytes, readBytes: st.ReadBytes,
+			cpuSec: st.CpuSeconds, threadCPUSec: st.ThreadCpuSeconds}
+		if host[h.id] {
+			w.hosts[h.host] = hostCPUSample{busySec: st.HostCpuBusySeconds, totalSec: st.HostCpuTotalSeconds}
+		}
+		switch {
+		case !disk[h.id]:
+		case st.HaveDisk:
+			w.disks[h.host+" "+h.device] = diskSample{writeBytes: st.DiskWriteBytes, readBytes: st.DiskReadBytes}
+		default:
+			w.noDisk = fmt.Sprintf("the agent on %s found no block device in /proc/diskstats for its data directory (device %q)", h.host, h.device)
+		}
 	}
 	return w, nil
 }
@@ -119,43 +173,15 @@ func (x *Run) sample(spec *cluster.Spec) (windowSample, error) {
 // since computes the window from an earlier sample to a new one, with the
 // GC rounds and storage shape read from the nodes' Status. The new sample
 // is taken once every node holds what the run wrote (awaitReplicated).
-func (x *Run) since(ctx context.Context, spec *cluster.Spec, from windowSample) (windowStats, error) {
+func (x *Run) since(ctx context.Context, tb *testbed, from windowSample) (windowStats, error) {
+	spec := tb.spec
 	awaitReplicated(ctx, spec, replicatedWait)
-	to, err := x.sample(spec)
+	to, err := x.sample(ctx, tb)
 	if err != nil {
 		return windowStats{}, err
 	}
-	ws := windowStats{Seconds: to.at.Sub(from.at).Seconds()}
-	n := float64(len(to.nodes))
-	for id, a := range to.nodes {
-		b := from.nodes[id]
-		ws.WriteBytesPerNode += float64((a.io.WriteBytes - a.io.CancelledWriteBytes) - (b.io.WriteBytes - b.io.CancelledWriteBytes))
-		ws.ReadBytesPerNode += float64(a.io.ReadBytes - b.io.ReadBytes)
-		ws.NodeCPUSeconds += a.cpuSec - b.cpuSec
-		if ws.NodeCPUByThread == nil {
-			ws.NodeCPUByThread = map[string]float64{}
-		}
-		live := 0.0
-		for g, sec := range a.threadCPUSec {
-			d := max(sec-b.threadCPUSec[g], 0) // a thread that exited takes its past time with it
-			ws.NodeCPUByThread[g] += d
-			live += d
-		}
-		if e := (a.cpuSec - b.cpuSec) - live; e > 0.005 {
-			ws.NodeCPUByThread[threadExited] += e
-		}
-	}
-	if n > 0 {
-		ws.WriteBytesPerNode /= n
-		ws.ReadBytesPerNode /= n
-	}
-	if d := to.totalSec - from.totalSec; d > 0 {
-		ws.MachineBusy = (to.busySec - from.busySec) / d
-	}
-	if to.haveDisk && from.haveDisk && ws.Seconds > 0 {
-		ws.DiskWriteMBps = float64(to.diskWriteBytes-from.diskWriteBytes) / ws.Seconds / 1e6
-		ws.DiskReadMBps = float64(to.diskReadBytes-from.diskReadBytes) / ws.Seconds / 1e6
-	}
+	ws := windowBetween(from, to, len(byDevice(tb.hosts)))
+	x.measureWindow(tb, cmp.Or(from.noDisk, to.noDisk))
 	sts, err := spec.Status(ctx)
 	if err != nil {
 		return ws, err
@@ -180,11 +206,67 @@ func (x *Run) since(ctx context.Context, spec *cluster.Spec, from windowSample) 
 			}
 		}
 	}
-	if n > 0 {
+	if n := float64(len(to.nodes)); n > 0 {
 		ws.GCRounds /= n
 		ws.GCBytesWritten /= n
 	}
 	return ws, nil
+}
+
+// windowBetween computes the counters' part of a window between two
+// samples of the same nodes: the nodes' I/O and CPU, the hosts' CPU (each
+// host once) and the data devices' bytes (each once), or, when a device's
+// counters were missing, the nodes' own I/O over the devices instead.
+func windowBetween(from, to windowSample, devices int) windowStats {
+	ws := windowStats{Seconds: to.at.Sub(from.at).Seconds()}
+	n := float64(len(to.nodes))
+	var nodeWrite, nodeRead float64
+	for id, a := range to.nodes {
+		b := from.nodes[id]
+		nodeWrite += float64(a.writeBytes - b.writeBytes)
+		nodeRead += float64(a.readBytes - b.readBytes)
+		ws.NodeCPUSeconds += a.cpuSec - b.cpuSec
+		if ws.NodeCPUByThread == nil {
+			ws.NodeCPUByThread = map[string]float64{}
+		}
+		live := 0.0
+		for g, sec := range a.threadCPUSec {
+			d := max(sec-b.threadCPUSec[g], 0) // a thread that exited takes its past time with it
+			ws.NodeCPUByThread[g] += d
+			live += d
+		}
+		if e := (a.cpuSec - b.cpuSec) - live; e > 0.005 {
+			ws.NodeCPUByThread[threadExited] += e
+		}
+	}
+	if n > 0 {
+		ws.WriteBytesPerNode = nodeWrite / n
+		ws.ReadBytesPerNode = nodeRead / n
+	}
+	var busy, total float64
+	for h, a := range to.hosts {
+		b := from.hosts[h]
+		busy, total = busy+a.busySec-b.busySec, total+a.totalSec-b.totalSec
+	}
+	if total > 0 {
+		ws.MachineBusy = busy / total
+		ws.RunCPUShare = (ws.NodeCPUSeconds + to.controllerCPUSec - from.controllerCPUSec) / total
+	}
+	noDisk := cmp.Or(from.noDisk, to.noDisk)
+	if ws.Seconds > 0 {
+		if noDisk == "" {
+			for d, a := range to.disks {
+				b := from.disks[d]
+				ws.DiskWriteMBps += float64(a.writeBytes-b.writeBytes) / ws.Seconds / 1e6
+				ws.DiskReadMBps += float64(a.readBytes-b.readBytes) / ws.Seconds / 1e6
+			}
+			ws.DiskDevices = len(to.disks)
+		} else {
+			ws.DiskWriteMBps, ws.DiskReadMBps = nodeWrite/ws.Seconds/1e6, nodeRead/ws.Seconds/1e6
+			ws.DiskDevices, ws.DiskFromNodes = devices, true
+		}
+	}
+	return ws
 }
 
 // shapeOf returns the storage shape of the first node of tb that reports
@@ -257,10 +339,6 @@ func bytesText(b int64) string {
 	}
 	return fmt.Sprintf("%.1f MiB", float64(b)/mib)
 }
-
-// isRoot reports whether the harness may use root-only knobs (cgroups,
-// drop_caches).
-func isRoot() bool { return os.Geteuid() == 0 }
 
 // replicatedWait bounds awaitReplicated.
 const replicatedWait = 10 * time.Second

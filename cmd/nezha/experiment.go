@@ -10,11 +10,13 @@ import (
 
 	"github.com/nezha-harness/nezha/experiments"
 	"github.com/nezha-harness/nezha/systems"
+	"github.com/nezha-harness/nezha/systems/cluster"
 )
 
 const experimentUsage = `usage: nezha experiment SUBCOMMAND
   list                                      the experiments and what each shows
   run NAME...|all [-profile quick|standard|paper] [-systems S,...] [-out DIR] [-force] [-servers A,B,C]
+                [-backend local|docker|ssh [-image I] [-privileged] [-hosts FILE]] [-fsyncDelay D]
                                             run experiments, write results, figures and report.md
   report DIR                                rewrite DIR/report.md from saved results
   compare DIR_A DIR_B [-metric REGEX] [-threshold PCT]
@@ -68,9 +70,15 @@ func (c *cli) experimentRun() *ffcli.Command {
 	force := fs.Bool("force", false, "reuse a non-empty -out directory (its content is deleted)")
 	nodes := fs.Int("nodes", 0, "replicas (nodes) of every local cluster, 1..99 (0: the profile's, 3)")
 	servers := fs.String("servers", "", "use this running cluster (one system, named by -systems; comma-separated host:port) instead of local clusters")
+	var backend cluster.BackendOptions
+	hosts := registerBackend(fs, &backend)
+	fsyncDelay := fs.Duration("fsyncDelay", 0, "add this much to every fsync of every node (serve -diskFaults, the slow-disk fault): a slow-fsync disk, e.g. 5ms; 0: none")
 	return c.command("run", experimentUsage, fs, func(ctx context.Context, args []string) error {
 		names, err := c.parseInterleaved(fs, args)
 		if err != nil {
+			return err
+		}
+		if err := hosts.load(&backend); err != nil {
 			return err
 		}
 		ctx, stdout, stop := stopContext(ctx, c.stdout)
@@ -82,7 +90,7 @@ func (c *cli) experimentRun() *ffcli.Command {
 		}
 		return experiments.RunAndReport(ctx, c.reg, experiments.RunRequest{
 			Names: names, Profile: *profile, Systems: systems.SplitList(*syss), OptionalSystems: optional, Servers: systems.SplitList(*servers),
-			OutDir: *out, Force: *force, Nodes: *nodes, Out: stdout,
+			OutDir: *out, Force: *force, Nodes: *nodes, Out: stdout, Backend: backend, FsyncDelay: *fsyncDelay,
 			Args: raw,
 		})
 	})

@@ -92,17 +92,6 @@ func SetMemoryGroupLimit(dir string, limitBytes int64) error {
 	return nil
 }
 
-// LimitMemory creates cgroup name with a memory limit of limitBytes and
-// moves pid (every thread) into it. It returns the group's directory once
-// created (to remove later), and any error.
-func LimitMemory(name string, pid int, limitBytes int64) (string, error) {
-	dir, err := NewMemoryGroup(name, limitBytes)
-	if err != nil {
-		return dir, err
-	}
-	return dir, joinGroup(dir, pid)
-}
-
 // joinGroup moves pid (every thread) into the group in dir.
 func joinGroup(dir string, pid int) error {
 	if err := os.WriteFile(filepath.Join(dir, "cgroup.procs"), []byte(strconv.Itoa(pid)), 0o644); err != nil {

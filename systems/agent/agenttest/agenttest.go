@@ -18,8 +18,16 @@ import (
 
 // MaybeServe serves an agent and exits if the test binary was started as
 // `BINARY agent FLAGS` (the flags of `nezha agent` that the backends
-// pass); otherwise it returns at once.
+// pass), and execs a node in its memory cgroup if it was started as the
+// agent's CgroupExecCommand; otherwise it returns at once.
 func MaybeServe() {
+	if len(os.Args) > 1 && os.Args[1] == agent.CgroupExecCommand {
+		// A node the agent starts inside a memory cgroup: exec'd there.
+		if err := agent.ExecInCgroup(os.Args[2:]); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+	}
 	if len(os.Args) < 2 || os.Args[1] != "agent" {
 		return
 	}
