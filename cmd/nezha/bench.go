@@ -12,8 +12,10 @@ import (
 
 	"github.com/peterbourgon/ff/v3/ffcli"
 
+	"github.com/nezha-harness/nezha/faults"
 	"github.com/nezha-harness/nezha/systems"
 	"github.com/nezha-harness/nezha/systems/cluster"
+	"github.com/nezha-harness/nezha/systems/vfs"
 	"github.com/nezha-harness/nezha/workloads"
 )
 
@@ -48,6 +50,7 @@ type benchFlags struct {
 	benchfmt       bool
 	cpuProfile     string
 	rate           string
+	fsyncDelay     time.Duration
 }
 
 func (c *cli) benchSub(sub string) *ffcli.Command {
@@ -88,6 +91,7 @@ func (c *cli) benchSub(sub string) *ffcli.Command {
 	fs.DurationVar(&b.connectTimeout, "connectTimeout", 5*time.Second, "how long to wait for a server to answer before starting (a duration)")
 	fs.BoolVar(&b.benchfmt, "benchfmt", false, "also print the result as a Go benchmark line (benchstat compares runs), with the nodes' CPU time when they run on this machine")
 	fs.StringVar(&b.cpuProfile, "cpuprofile", "", "write a CPU profile of this client process during the run to `FILE` (go tool pprof)")
+	fs.DurationVar(&b.fsyncDelay, "fsyncDelay", 0, "for the run, add this to every fsync of every server (the slow-disk fault through their DiskFaults RPC: start them with -diskFaults), cleared at its end; a duration, at most 10s; 0: leave the servers' disks alone")
 	return c.command(sub, benchUsage, fs, func(ctx context.Context, args []string) error {
 		if err := noArgs("bench "+sub, args); err != nil {
 			return err
@@ -124,6 +128,9 @@ func (c *cli) bench(ctx context.Context, stdout io.Writer, b *benchFlags) error 
 			v.Keys = workloads.MaxKeys
 		}
 		verr = v.Validate()
+	}
+	if b.fsyncDelay < 0 || b.fsyncDelay > vfs.MaxLatency {
+		verr = errors.Join(verr, systems.Usagef("-fsyncDelay %v is outside [0, %v]", b.fsyncDelay, vfs.MaxLatency))
 	}
 	if verr = errors.Join(rerr, verr); verr != nil {
 		return systems.OneLine("bench "+sub, verr)
@@ -177,7 +184,8 @@ func (c *cli) bench(ctx context.Context, stdout io.Writer, b *benchFlags) error 
 		config = *scan
 	}
 	seed := com.Seed
-	info := workloads.NewRunInfo("bench "+sub, os.Args, &seed, map[string]any{"options": config, "consistency": b.consistency, "servers": addrs})
+	info := workloads.NewRunInfo("bench "+sub, os.Args, &seed, map[string]any{"options": config, "consistency": b.consistency, "servers": addrs,
+		"fsync_delay_ns": b.fsyncDelay.Nanoseconds()})
 	info.System = system
 	info.SetServers(sts)
 	raw, closeRaw, err := b.outs.Open(info)
@@ -199,6 +207,14 @@ func (c *cli) bench(ctx context.Context, stdout io.Writer, b *benchFlags) error 
 			return err
 		}
 		defer stop()
+	}
+	if b.fsyncDelay > 0 {
+		heal, err := slowDisks(ctx, addrs, b.fsyncDelay, c.stderr)
+		if err != nil {
+			return fmt.Errorf("bench %s: -fsyncDelay: %w", sub, err)
+		}
+		defer heal()
+		fmt.Fprintf(stdout, "every fsync of %d servers takes %v longer (slow-disk)\n", len(addrs), b.fsyncDelay)
 	}
 	nodeCPU := workloads.NewNodeCPU(sts)
 	cpu0, cpuOK := nodeCPU.Seconds()
@@ -234,6 +250,9 @@ func (c *cli) bench(ctx context.Context, stdout io.Writer, b *benchFlags) error 
 			parts = append(parts, fmt.Sprintf("scansize=%d", scan.ScanSize))
 		}
 		parts = append(parts, fmt.Sprintf("cnums=%d", com.Clients))
+		if b.fsyncDelay > 0 {
+			parts = append(parts, "fsyncdelay="+b.fsyncDelay.String())
+		}
 		workloads.WriteBenchfmt(stdout, workloads.BenchName(sub, system, parts...), s, cpu)
 	}
 	if err := b.outs.Save(workloads.Result{Summary: s, Run: info}, s, "nezha bench "+sub); err != nil {
@@ -243,6 +262,28 @@ func (c *cli) bench(ctx context.Context, stdout io.Writer, b *benchFlags) error 
 		return fmt.Errorf("bench %s: %w (the table and the result files hold the %d operations done)", sub, stop, s.Ops+s.Errors+s.Ambiguous)
 	}
 	return s.Failures()
+}
+
+// slowDisks sets the slow-disk fault of delay on every server of addrs
+// (their DiskFaults RPC); heal clears it on each. A server that refuses
+// leaves none set.
+func slowDisks(ctx context.Context, addrs []string, delay time.Duration, stderr io.Writer) (heal func(), err error) {
+	var set []string
+	heal = func() {
+		for _, a := range set {
+			if _, err := faults.SetDiskFaults(context.WithoutCancel(ctx), a); err != nil {
+				fmt.Fprintf(stderr, "bench: clearing the slow disk of %s: %v\n", a, err)
+			}
+		}
+	}
+	for _, a := range addrs {
+		if _, err := faults.SetDiskFaults(ctx, a, vfs.Fault{Kind: vfs.FaultSlowDisk, Latency: delay}); err != nil {
+			heal()
+			return nil, fmt.Errorf("server %s: %w", a, err)
+		}
+		set = append(set, a)
+	}
+	return heal, nil
 }
 
 // startCPUProfile starts Go's CPU profiler writing to path; stop ends it

@@ -86,9 +86,29 @@ type Config struct {
 	ClusterID string
 	// DataDir holds the node's files (the Raft log under System.LogDir).
 	DataDir string
-	// Sync: fdatasync the Raft log once per Ready. Default true. false is for
-	// comparison only and is labelled in every output.
+	// Sync: fdatasync the Raft log before anything it holds is
+	// acknowledged (logwrite.go). Default true. false is for comparison
+	// only and is labelled in every output.
 	Sync bool
+	// LogGroupCommitBytes bounds a group commit of the Raft log
+	// (logwrite.go): one write takes at most this many bytes of the
+	// appends pending (at least one append), and the log writer waits
+	// while this much is written and not yet flushed, so that one
+	// fdatasync covers about this much. Default 4 MiB
+	// (DefaultLogGroupCommitBytes).
+	LogGroupCommitBytes int64
+	// LogGroupCommitDelay is how long the flusher waits, once appends are
+	// written and the previous fdatasync has returned, for more appends to
+	// join the flush, unless LogGroupCommitBytes are already written. 0:
+	// flush at once; the group is then what was written while the
+	// previous flush ran. Default 0 (DefaultLogGroupCommitDelay).
+	LogGroupCommitDelay time.Duration
+	// FsyncDelay, if positive, is added to every fsync of the node's
+	// files from the start: the slow-disk fault (vfs.FaultSlowDisk) set at
+	// start, for measurements that need a fixed flush latency (the
+	// DiskFaults RPC, if served, replaces it). At most vfs.MaxLatency.
+	// Default 0: none.
+	FsyncDelay time.Duration
 	// SegmentSizeBytes of Raft log segments. Default 64 MiB.
 	SegmentSizeBytes int64
 	// EntryCacheBytes bounds the payload bytes of the newest Raft entries
@@ -178,19 +198,21 @@ type Config struct {
 // Default returns a Config holding every documented default.
 func Default() Config {
 	return Config{
-		Sync:              true,
-		SegmentSizeBytes:  raftlog.DefaultSegmentSizeBytes,
-		EntryCacheBytes:   raftlog.DefaultEntryCacheBytes,
-		LogPageCacheBytes: raftlog.DefaultPageCacheBytes,
-		LogDirectIO:       true,
-		MaxValueBytes:     systems.DefaultMaxValueBytes,
-		TickInterval:      100 * time.Millisecond,
-		ElectionTicks:     10,
-		HeartbeatTicks:    1,
-		RequestTimeout:    5 * time.Second,
-		ScanMaxBytes:      16 << 20,
-		MinFreeDiskBytes:  256 << 20,
-		DiskBallastBytes:  16 << 20,
+		Sync:                true,
+		SegmentSizeBytes:    raftlog.DefaultSegmentSizeBytes,
+		EntryCacheBytes:     raftlog.DefaultEntryCacheBytes,
+		LogPageCacheBytes:   raftlog.DefaultPageCacheBytes,
+		LogDirectIO:         true,
+		MaxValueBytes:       systems.DefaultMaxValueBytes,
+		LogGroupCommitBytes: DefaultLogGroupCommitBytes,
+		LogGroupCommitDelay: DefaultLogGroupCommitDelay,
+		TickInterval:        100 * time.Millisecond,
+		ElectionTicks:       10,
+		HeartbeatTicks:      1,
+		RequestTimeout:      5 * time.Second,
+		ScanMaxBytes:        16 << 20,
+		MinFreeDiskBytes:    256 << 20,
+		DiskBallastBytes:    16 << 20,
 
 		JSONRPCMaxLineBytes: 4 << 20,
 	}
@@ -361,6 +383,15 @@ func (c *Config) Validate() error {
 	}
 	if c.EntryCacheBytes < 0 {
 		bad("entry cache size %d bytes must not be negative", c.EntryCacheBytes)
+	}
+	if c.LogGroupCommitBytes < MinLogGroupCommitBytes || c.LogGroupCommitBytes > MaxLogGroupCommitBytes {
+		bad("-logGroupCommitBytes %d is outside [%d, %d] bytes", c.LogGroupCommitBytes, MinLogGroupCommitBytes, MaxLogGroupCommitBytes)
+	}
+	if c.LogGroupCommitDelay < 0 || c.LogGroupCommitDelay > MaxLogGroupCommitDelay {
+		bad("-logGroupCommitDelay %v is outside [0, %v]", c.LogGroupCommitDelay, MaxLogGroupCommitDelay)
+	}
+	if c.FsyncDelay < 0 || c.FsyncDelay > vfs.MaxLatency {
+		bad("-fsyncDelay %v is outside [0, %v]", c.FsyncDelay, vfs.MaxLatency)
 	}
 	if c.MaxValueBytes <= 0 || c.MaxValueBytes > 1<<30 {
 		bad("max value size %d bytes is outside (0, 1 GiB]", c.MaxValueBytes)

@@ -11,7 +11,6 @@ import (
 	"syscall"
 	"time"
 
-	"go.etcd.io/raft/v3"
 	"golang.org/x/sys/unix"
 
 	"github.com/nezha-harness/nezha/systems"
@@ -217,17 +216,12 @@ func (n *Node) watchDisk() {
 	}
 }
 
-// persist appends a Ready's entries and HardState to the log. ENOSPC is
-// not fatal: the log cut the partial write and changed nothing, so the
-// node releases its ballast, refuses client writes and retries the same
-// append until it succeeds (the Ready loop waits meanwhile).
-func (n *Node) persist(rd raft.Ready) error {
-	return n.retryFullDisk(func() error { return n.log.Append(rd.HardState, rd.Entries, rd.MustSync) })
-}
-
 // retryFullDisk runs op until it returns anything but ENOSPC, waiting 10 ms
 // doubling to 1 s between tries; it returns errStopping if the node stops
-// meanwhile. op must change nothing when it fails with ENOSPC.
+// meanwhile. op must change nothing when it fails with ENOSPC. ENOSPC is
+// not fatal: the log writer (logwrite.go) retries its append this way (the
+// log cut the partial write), while the node releases its ballast and
+// refuses client writes; the apply goroutine its Apply.
 func (n *Node) retryFullDisk(op func() error) error {
 	for wait := 10 * time.Millisecond; ; wait = min(2*wait, time.Second) {
 		err := op()

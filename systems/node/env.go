@@ -24,6 +24,10 @@ type env struct {
 	// transport builds the node's Raft transport. When set, the node
 	// listens on nothing: no client API, no peer server, no metrics.
 	transport func(*Node) raftTransport
+	// logWritesByTest: the node starts no log writer nor flusher; the
+	// tests run their stages on the Ready loop (logWriter.writeStep,
+	// flushStep) when their schedule says.
+	logWritesByTest bool
 }
 
 // fileSystem returns the node's file system.
@@ -62,6 +66,10 @@ type raftTransport interface {
 	conn(id uint64) *grpc.ClientConn
 	context() context.Context
 }
+
+// manualLogWrites reports whether the tests run the log writer's stages
+// (env.logWritesByTest).
+func (e *env) manualLogWrites() bool { return e != nil && e.logWritesByTest }
 
 // inMemoryNetwork reports whether the node's Raft transport is the tests'
 // (the node then listens on nothing).

@@ -59,6 +59,10 @@ type metrics struct {
 	diskTransfers *prometheus.CounterVec
 	// appendSeconds and fsyncSeconds go to raftlog.Options.
 	appendSeconds, fsyncSeconds prometheus.Histogram
+	// flushBytes and flushAppends observe each flush of the log writer
+	// (logwrite.go): the entry bytes and the Readies' appends it made
+	// durable, the size of a group commit.
+	flushBytes, flushAppends prometheus.Histogram
 	// grpc counts the RPCs of the node's gRPC servers (client API, peer
 	// transport, etcd API): grpc_server_started_total and
 	// grpc_server_handled_total by service, method and code,
@@ -109,7 +113,11 @@ func newMetrics(process bool) *metrics {
 			Help: "Searches of this leader, its disk refusing writes, for a voter to hand the leadership to, by result: transferred, not_taken (the voter did not take it within an election timeout), no_voter_with_space (it kept the leadership)."},
 			[]string{"result"}),
 		appendSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "nezha_raftlog_append_duration_seconds",
-			Help: "Duration of one Raft log append (write and fdatasync) that wrote something.", Buckets: logLatencyBuckets()}),
+			Help: "Duration of one Raft log write of a group of appends (its fdatasync is the flush's, counted in nezha_raftlog_fsync_duration_seconds).", Buckets: logLatencyBuckets()}),
+		flushBytes: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "nezha_raftlog_flush_bytes",
+			Help: "Entry bytes one flush (fdatasync) of the Raft log made durable: the size of a group commit.", Buckets: prometheus.ExponentialBuckets(4096, 2, 17)}),
+		flushAppends: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "nezha_raftlog_flush_appends",
+			Help: "Appends (one per Raft Ready that had something to persist) one flush of the Raft log made durable.", Buckets: prometheus.ExponentialBuckets(1, 2, 12)}),
 		fsyncSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "nezha_raftlog_fsync_duration_seconds",
 			Help: "Duration of one fdatasync of a Raft log segment.", Buckets: logLatencyBuckets()}),
 	}
@@ -130,7 +138,7 @@ func newMetrics(process bool) *metrics {
 	m.reg.MustRegister(m.leaderChanges, m.proposals, m.proposalsDropped, m.readRounds, m.readWaiters, m.snapshotSends, m.snapshotInstalls,
 		m.spanSends, m.spanSentBytes,
 		m.writeStalls, m.writeStallSeconds, m.diskRefusing, m.diskTransfers,
-		m.appendSeconds, m.fsyncSeconds, m.grpc)
+		m.appendSeconds, m.fsyncSeconds, m.flushBytes, m.flushAppends, m.grpc)
 	if process {
 		m.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	}

@@ -90,7 +90,9 @@ type Node struct {
 	logger *slog.Logger
 
 	log *raftlog.Log
-	sm  systems.StateMachine
+	// logw writes and flushes the log (logwrite.go).
+	logw *logWriter
+	sm   systems.StateMachine
 	// dataUnlock releases the data directory's flock (lockDataDir) in
 	// closeStorage.
 	dataUnlock func()
@@ -214,6 +216,10 @@ type Node struct {
 	raftApplied    uint64
 	leaderSince    uint64
 	lastConfIndex  uint64
+	// raftLast is raft's last log index as of the last Ready, written or
+	// not (loop-owned); sendBuf holds a Ready's messages to peers.
+	raftLast uint64
+	sendBuf  []raftpb.Message
 
 	// fs is the file layer of the log and the state machine (injected
 	// disk faults; a failed fsync stops the node, ENOSPC makes disk
@@ -309,6 +315,14 @@ func Start(cfg Config) (*Node, error) {
 	n.dataUnlock = lock
 	n.fs = vfs.NewOn(fsys)
 	n.fsys = fsys
+	if cfg.FsyncDelay > 0 {
+		if err := n.fs.SetFaults(vfs.Fault{Kind: vfs.FaultSlowDisk, Latency: cfg.FsyncDelay}); err != nil {
+			lis.close()
+			n.closeStorage()
+			return nil, err
+		}
+		n.logger.Warn("-fsyncDelay: every fsync of this node takes longer, for measurements", "fsync_delay", cfg.FsyncDelay)
+	}
 	n.disk = newDiskGuard(cfg.DataDir, cfg.MinFreeDiskBytes, n.fs, cfg.DiskBallastBytes, n.logger)
 	n.minFollowerMatch.Store(math.MaxUint64)
 	var nonce [4]byte
@@ -330,6 +344,7 @@ func Start(cfg Config) (*Node, error) {
 	n.disk.start()
 	go n.watchDisk()
 	go n.watchDiskSpace()
+	n.logw.start()
 	go n.runLoop()
 	go n.runApply()
 	if n.spans != nil {
@@ -414,6 +429,7 @@ func (n *Node) open() error {
 		MaxInflightBytes:          32 << 20,
 		CheckQuorum:               true,
 		PreVote:                   true,
+		AsyncStorageWrites:        true,
 		Logger:                    &raftLogger{l: n.logger},
 	}
 	rn, err := raft.NewRawNode(rc)
@@ -421,7 +437,9 @@ func (n *Node) open() error {
 		return fmt.Errorf("raft: %w", err)
 	}
 	n.rn = rn
+	n.logw = newLogWriter(n)
 	n.raftApplied = applied
+	n.raftLast, _ = l.LastIndex()
 	if err := n.openMembership(applied); err != nil {
 		return err
 	}
@@ -602,14 +620,20 @@ func (n *Node) Stop() {
 		}
 		close(n.stopc)
 		<-n.loopDone
+		<-n.logw.done
 		<-n.applyDone
 		n.spans.stopped()
 		n.sessCkptWG.Wait()
 		n.metrics.stop()
 		n.transport.stop()
 		n.proposals.failAll(errStopping)
+		// What the log writer wrote and did not flush is flushed now; if
+		// that fails, it is cut (raftlog.Log.DiscardUnflushed).
 		if err := n.log.Sync(); err != nil {
 			n.logger.Warn("final log sync", "err", err)
+			if err := n.log.DiscardUnflushed(); err != nil {
+				n.logger.Warn("discard unflushed log records", "err", err)
+			}
 		}
 		n.closeStorage()
 		n.logger.Info("node stopped")
@@ -661,8 +685,9 @@ func (n *Node) campaign() {
 	}
 }
 
-// runLoop is the Ready loop: the only goroutine that touches n.rn and
-// appends to n.log.
+// runLoop is the Ready loop: the only goroutine that touches n.rn. It
+// hands the log's appends to the log writer (logwrite.go) and steps the
+// responses the flusher delivers back.
 func (n *Node) runLoop() {
 	defer close(n.loopDone)
 	ticks := n.cfg.env.tickSource()
@@ -680,6 +705,12 @@ func (n *Node) runLoop() {
 		n.campaign()
 	}
 	for {
+		// While the log writer is behind, proposals wait (in propc, then
+		// in their proposers) as they did for each Ready's write.
+		propc := n.propc
+		if n.logw.backlogged() {
+			propc = nil
+		}
 		select {
 		case <-ticks:
 			n.tick()
@@ -692,7 +723,9 @@ func (n *Node) runLoop() {
 			for more := len(n.recvc); more > 0; more-- {
 				n.step(<-n.recvc)
 			}
-		case p := <-n.propc:
+		case <-n.logw.localc:
+			// The flusher delivered responses: processReadies steps them.
+		case p := <-propc:
 			n.propose(p)
 			for more := len(n.propc); more > 0; more-- {
 				n.propose(<-n.propc)
@@ -712,15 +745,43 @@ func (n *Node) runLoop() {
 			n.failReads(errStopping)
 			return
 		}
+		if err := n.processReadies(); err != nil {
+			if !errors.Is(err, errStopping) {
+				n.fail(err)
+			}
+			n.failReads(errStopping)
+			return
+		}
+	}
+}
+
+// processReadies handles raft's Readies and steps the responses the
+// flusher delivered, until raft has no Ready and nothing is left to step
+// (the deterministic tests rely on it: the loop is idle in its select only
+// once nothing it can do is left).
+func (n *Node) processReadies() error {
+	for {
 		for n.rn.HasReady() {
 			if err := n.handleReady(n.rn.Ready()); err != nil {
-				if !errors.Is(err, errStopping) {
-					n.fail(err)
-				}
-				n.failReads(errStopping)
-				return
+				return err
 			}
 		}
+		local := n.logw.takeLocal()
+		if len(local) == 0 {
+			return nil
+		}
+		for _, m := range local {
+			n.stepLocal(m)
+		}
+	}
+}
+
+// stepLocal steps a response of the node's own storage work: the log's
+// (MsgStorageAppendResp, the leader's own MsgAppResp or vote) or the apply
+// hand-off's (MsgStorageApplyResp). Ready loop only.
+func (n *Node) stepLocal(m raftpb.Message) {
+	if err := n.rn.Step(m); err != nil {
+		n.logger.Debug("step local response", "err", err, "type", m.Type)
 	}
 }
 
@@ -827,9 +888,13 @@ func proposalChunks(batch []proposal, maxBytes int) [][]proposal {
 	return chunks
 }
 
-// handleReady persists, sends and dispatches one Ready (raft's doc.go: write
-// entries and HardState, send messages, apply committed entries, Advance).
-// The leader sends before it persists (Raft thesis 10.2.1).
+// handleReady sends, persists and dispatches one Ready (raft's doc.go, with
+// AsyncStorageWrites): it sends the messages to peers at once, hands the
+// MsgStorageAppend to the log writer (logwrite.go), whose flusher delivers
+// the messages that must wait for the disk, and hands the committed entries
+// (MsgStorageApply) to the apply goroutine. A leader's MsgApp thus leaves
+// before its own append (Raft thesis 10.2.1), as every node's heartbeats
+// and read index answers do.
 func (n *Node) handleReady(rd raft.Ready) error {
 	changed := false
 	if rd.SoftState != nil {
@@ -847,11 +912,11 @@ func (n *Node) handleReady(rd raft.Ready) error {
 			n.spans.setLeader(rd.SoftState.RaftState == raft.StateLeader)
 		}
 	}
-	isLeader := raft.StateType(n.raftState.Load()) == raft.StateLeader
 	if !raft.IsEmptyHardState(rd.HardState) {
 		// Publish the commit index before any message carries it: a
 		// follower may apply an entry and answer its client before this
-		// Ready is persisted, and a lease read here must not miss it.
+		// node's append of it is flushed, and a lease read here must not
+		// miss it.
 		if old := n.term.Swap(rd.HardState.Term); old != rd.HardState.Term {
 			changed = true
 		}
@@ -865,26 +930,41 @@ func (n *Node) handleReady(rd raft.Ready) error {
 		n.propEpoch++
 		n.proposals.failProposedBefore(n.propEpoch, errLeaderChanged)
 	}
-	if isLeader {
-		n.transport.send(rd.Messages)
-	}
-	if !raft.IsEmptySnap(rd.Snapshot) {
-		if err := n.installSnapshot(rd.Snapshot); err != nil {
-			return err
+	var storeAppend, storeApply *raftpb.Message
+	peers := n.sendBuf[:0]
+	for i := range rd.Messages {
+		switch m := &rd.Messages[i]; m.To {
+		case raft.LocalAppendThread:
+			storeAppend = m
+		case raft.LocalApplyThread:
+			storeApply = m
+		default:
+			peers = append(peers, *m)
 		}
-		n.metrics.snapshotInstalls.Inc()
 	}
-	if err := n.persist(rd); err != nil {
-		return err
+	n.transport.send(peers)
+	clear(peers)
+	n.sendBuf = peers[:0]
+	if storeAppend != nil {
+		if snap := storeAppend.Snapshot; snap != nil {
+			// The snapshot replaces the log: the appends before it are
+			// written and flushed first.
+			if err := n.logw.drain(); err != nil {
+				return err
+			}
+			if err := n.installSnapshot(*snap); err != nil {
+				return err
+			}
+			n.metrics.snapshotInstalls.Inc()
+			n.raftLast = snap.Metadata.Index
+			storeAppend.Snapshot = nil // durable; its response carries it to raft
+		}
+		if k := len(storeAppend.Entries); k > 0 {
+			n.raftLast = storeAppend.Entries[k-1].Index
+		}
+		n.logw.enqueue(*storeAppend)
 	}
-	first, _ := n.log.FirstIndex()
-	last, _ := n.log.LastIndex()
-	n.firstIndex.Store(first)
-	n.lastIndex.Store(last)
-	if !isLeader {
-		n.transport.send(rd.Messages)
-	}
-	n.noteEntries(rd, last)
+	n.noteEntries(rd, n.raftLast)
 	defer n.issueReads() // the rounds that ended make room for the reads queued meanwhile
 	for _, rs := range rd.ReadStates {
 		seq, ok := n.readSeqOf(rs.RequestCtx)
@@ -901,22 +981,25 @@ func (n *Node) handleReady(rd raft.Ready) error {
 			}
 		}
 	}
-	if len(rd.CommittedEntries) > 0 {
-		for _, e := range rd.CommittedEntries {
+	if storeApply != nil {
+		// Committed entries come only once this node's log holds them
+		// durably (raft with AsyncStorageWrites).
+		for _, e := range storeApply.Entries {
 			n.applyConfChange(e)
 		}
 		select {
-		case n.applyc <- applyBatch{entries: rd.CommittedEntries}:
+		case n.applyc <- applyBatch{entries: storeApply.Entries}:
 		case <-n.stopc:
-			// Not nil: this Ready was not advanced, and runLoop must not
-			// ask raft for another (raft panics: "two accepted Ready
-			// structs without call to Advance").
 			return errStopping
 		case <-n.failed:
 			return errStopping
 		}
+		// Raft's applied index is what the apply goroutine was handed
+		// (it applies in order; a snapshot waits for it at a barrier).
+		for _, m := range storeApply.Responses {
+			n.stepLocal(m)
+		}
 	}
-	n.rn.Advance(rd)
 	return nil
 }
 

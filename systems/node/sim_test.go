@@ -66,6 +66,11 @@ type simOptions struct {
 	steps int
 	// traceAll: the trace has every delivered message too.
 	traceAll bool
+	// logSteps: the nodes' logs are written and flushed by steps of the
+	// schedule (stepLog), so that a crash can meet appends written and
+	// not flushed; otherwise each step ends with everything flushed
+	// (simNode.autoFlush).
+	logSteps bool
 }
 
 // sim is a cluster under the test's control. See the top of this file.
@@ -97,6 +102,9 @@ type sim struct {
 type simStats struct {
 	ops, writes, reads, crashes, stops, snapshots, snapshotsSent, dedups int
 	diskStops, confChanges                                               int
+	// unflushedCrashes: crashes of a node that had appends written and
+	// not flushed (or not written).
+	unflushedCrashes int
 }
 
 func (a *simStats) add(b simStats) {
@@ -110,12 +118,13 @@ func (a *simStats) add(b simStats) {
 	a.dedups += b.dedups
 	a.diskStops += b.diskStops
 	a.confChanges += b.confChanges
+	a.unflushedCrashes += b.unflushedCrashes
 }
 
 func (a simStats) String() string {
-	return fmt.Sprintf("%d operations done (%d writes, %d reads), %d crashes (%d after a failed fsync), %d clean restarts, "+
-		"%d log compactions, %d snapshots sent, %d membership changes applied, %d writes answered by their session's dedup",
-		a.ops, a.writes, a.reads, a.crashes, a.diskStops, a.stops, a.snapshots, a.snapshotsSent, a.confChanges, a.dedups)
+	return fmt.Sprintf("%d operations done (%d writes, %d reads), %d crashes (%d after a failed fsync, %d with log appends not flushed), "+
+		"%d clean restarts, %d log compactions, %d snapshots sent, %d membership changes applied, %d writes answered by their session's dedup",
+		a.ops, a.writes, a.reads, a.crashes, a.diskStops, a.unflushedCrashes, a.stops, a.snapshots, a.snapshotsSent, a.confChanges, a.dedups)
 }
 
 func newSim(seed uint64, opts simOptions) (*sim, error) {
@@ -170,7 +179,7 @@ func (s *sim) newNode(id uint64, peers []string, bootstrap []uint64) *simNode {
 	cfg.MinFreeDiskBytes, cfg.DiskBallastBytes = 0, 0
 	cfg.Logger = s.logger
 	cfg.sessionCheckpointEntries = 16
-	return &simNode{id: id, cfg: cfg, disk: vfs.NewMem(), tickc: make(chan time.Time)}
+	return &simNode{id: id, cfg: cfg, disk: vfs.NewMem(), tickc: make(chan time.Time), autoFlush: !s.opts.logSteps}
 }
 
 // tracef records a step (printed with a failure, or at once with -sim.v).
@@ -270,6 +279,9 @@ func (s *sim) nodeAt(addr string) *simNode {
 func (s *sim) crash(sn *simNode, torn int) {
 	s.tracef("crash %d (torn tails %d%%)", sn.id, torn)
 	s.stats.crashes++
+	if queued, written := sn.n.logw.pending(); queued || written {
+		s.stats.unflushedCrashes++
+	}
 	sn.crash(torn, s.rng)
 	sn.faulty = false // a new process, a new file layer
 }
@@ -593,12 +605,14 @@ const (
 	stepSnapshot
 	stepFsyncFault
 	stepMembership
+	stepLog
 )
 
 // simStepWeights are the weights of the random steps, per mille.
 var simStepWeights = [...]int{
 	stepDeliver: 560, stepTick: 170, stepTickAll: 50, stepClient: 110, stepLose: 15, stepDuplicate: 5,
 	stepCrash: 6, stepRestart: 30, stepStop: 3, stepPartition: 8, stepSnapshot: 15, stepFsyncFault: 2, stepMembership: 8,
+	stepLog: 300,
 }
 
 // pickStep draws a kind of step.
@@ -632,6 +646,12 @@ func (s *sim) step() error {
 		}
 	}
 	inFlight := s.net.len()
+	var logging []*simNode // nodes with appends to write or flush
+	for _, sn := range up {
+		if queued, written := sn.n.logw.pending(); queued || written {
+			logging = append(logging, sn)
+		}
+	}
 	k := s.pickStep()
 	switch {
 	case len(up) == 0:
@@ -639,7 +659,8 @@ func (s *sim) step() error {
 	case (k == stepDeliver || k == stepLose || k == stepDuplicate) && inFlight == 0,
 		(k == stepCrash || k == stepFsyncFault) && down >= (len(s.live())-1)/2,
 		k == stepRestart && down == 0,
-		k == stepClient && !slices.ContainsFunc(s.clients, func(c *simClient) bool { return c.op == nil }):
+		k == stepClient && !slices.ContainsFunc(s.clients, func(c *simClient) bool { return c.op == nil }),
+		k == stepLog && len(logging) == 0:
 		k = stepTick
 	}
 	switch k {
@@ -714,6 +735,23 @@ func (s *sim) step() error {
 		if err := s.changeMembership(); err != nil {
 			return err
 		}
+	case stepLog:
+		// Each node with appends pending writes them without flushing,
+		// flushes what was written, or both: a crash between the two
+		// keeps only what the flush covered.
+		for _, sn := range logging {
+			write, flush := false, false
+			switch s.rng.IntN(4) {
+			case 0:
+				write = true
+			case 1:
+				flush = true
+			default:
+				write, flush = true, true
+			}
+			s.tracef("node %d: log write=%v flush=%v", sn.id, write, flush)
+			sn.writeLog(write, flush)
+		}
 	}
 	if err := s.pollAll(); err != nil {
 		return err
@@ -773,15 +811,20 @@ func (s *sim) settleCluster(what string) error {
 	return s.runUntil(what, func() bool { return s.net.len() == 0 && !s.pending() && s.converged() })
 }
 
-// runUntil runs the cluster, each message delivered in order and every
-// node up ticked once nothing is in flight, until done, for at most
-// simSettleSteps steps.
+// runUntil runs the cluster, each node's log written and flushed, each
+// message delivered in order and every node up ticked once nothing is in
+// flight, until done, for at most simSettleSteps steps.
 func (s *sim) runUntil(what string, done func() bool) error {
 	for i := 0; i < simSettleSteps; i++ {
 		if done() {
 			return nil
 		}
 		s.now++
+		for _, sn := range s.upNodes() {
+			if queued, written := sn.n.logw.pending(); queued || written {
+				sn.writeLog(true, true)
+			}
+		}
 		if s.net.len() > 0 {
 			s.deliverAt(0)
 		} else {
@@ -1202,7 +1245,7 @@ func TestSimDeterministic(t *testing.T) {
 
 // simPropertyOptions is TestSimProperty's cluster: three nodes, two
 // clients, four keys, 250 random steps.
-var simPropertyOptions = simOptions{nodes: 3, clients: 2, keys: 4, steps: 250}
+var simPropertyOptions = simOptions{nodes: 3, clients: 2, keys: 4, steps: 300, logSteps: true}
 
 // TestSimProperty runs -sim.seeds seeded scenarios of random steps (see
 // sim.step): client writes and reads with sessions, lost, duplicated and

@@ -23,9 +23,11 @@ import (
 
 // The deterministic tier's plumbing: an in-memory network whose messages
 // move only when the test says, and a handle on a node that runs on a
-// vfs.MemFS and on ticks the test sends, and that the test drives in lock
-// step (simNode.run, settle): every goroutine of the node is idle between
-// two steps, so a seeded schedule of steps replays exactly (see sim_test.go).
+// vfs.MemFS and on ticks the test sends, whose Raft log is written and
+// flushed when the test says (simNode.writeLog), and that the test drives
+// in lock step (simNode.run, settle): every goroutine of the node is idle
+// between two steps, so a seeded schedule of steps replays exactly (see
+// sim_test.go).
 
 // simNet is the network of a sim: messages wait, in the order they were
 // sent, until the test delivers, drops or duplicates them. Safe for
@@ -154,12 +156,17 @@ type simNode struct {
 	// faulty: the sim made this process's disk fail; its failure is
 	// expected. retired: no longer a member, stopped for good.
 	faulty, retired bool
+	// autoFlush: settle also writes and flushes the node's log until
+	// nothing is pending (the scenarios); otherwise only the schedule's
+	// steps do (writeLog).
+	autoFlush bool
 }
 
 // start starts the node on its disk, ticks and the network.
 func (sn *simNode) start(net *simNet) error {
 	cfg := sn.cfg
-	cfg.env = &env{fs: sn.disk, ticks: sn.tickc, transport: func(n *Node) raftTransport { return newSimTransport(net, n) }}
+	cfg.env = &env{fs: sn.disk, ticks: sn.tickc, transport: func(n *Node) raftTransport { return newSimTransport(net, n) },
+		logWritesByTest: true}
 	n, err := Start(cfg)
 	if err != nil {
 		return err
@@ -191,12 +198,44 @@ func (sn *simNode) run(f func()) {
 	}
 }
 
-// settle returns once every goroutine of the node is idle: the Ready loop
-// back in its select (done with what it was handed and with every Ready
-// that made), the apply goroutine done with every entry handed to it, the
-// background writers of session checkpoints and log sidecars done, and,
-// after a failed fsync, the node stopped.
+// settle returns once every goroutine of the node is idle (settleOnce);
+// with autoFlush, once its log holds nothing unwritten or unflushed too.
 func (sn *simNode) settle() {
+	sn.settleOnce()
+	for sn.autoFlush && sn.up() {
+		if queued, written := sn.n.logw.pending(); !queued && !written {
+			return
+		}
+		sn.writeLog(true, true)
+	}
+}
+
+// writeLog runs the node's log writer (logwrite.go) on its Ready loop:
+// write, every append queued is written (without fdatasync); flush, what is
+// written is flushed and its responses delivered (the loop steps its own).
+// Then it settles the node.
+func (sn *simNode) writeLog(write, flush bool) {
+	w := sn.n.logw
+	if !sn.ctl(func() {
+		for queued, _ := w.pending(); write && queued && sn.n.Err() == nil; queued, _ = w.pending() {
+			w.writeStep()
+		}
+		if flush && sn.n.Err() == nil {
+			w.flushStep()
+		}
+	}) {
+		return
+	}
+	sn.settleOnce()
+}
+
+// settleOnce returns once every goroutine of the node is idle: the Ready
+// loop back in its select (done with what it was handed, with every Ready
+// that made and every response of its log writer), the apply goroutine
+// done with every entry handed to it, the background writers of session
+// checkpoints and log sidecars done, and, after a failed fsync, the node
+// stopped.
+func (sn *simNode) settleOnce() {
 	n := sn.n
 	// The loop takes this no-op only after it handled what it was handed
 	// before (a tick, a function: run) and every Ready that made.

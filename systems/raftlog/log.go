@@ -11,10 +11,12 @@
 // is persisted once, in its entry's record, and the state machine keeps only
 // its systems.Location (ReadCommand reads it back).
 //
-// Durability: Append writes the records of one Ready (entries and HardState)
-// with one vectored write (large payloads are not copied into a buffer) and at
-// most one fdatasync (group commit). Options.Sync=false skips every fsync; it
-// exists for comparison only.
+// Durability: Append writes the records of a group of appends (entries and
+// HardState) with one vectored write (large payloads are not copied into a
+// buffer) and, if asked, one fdatasync. The node's pipelined write path
+// appends without the fdatasync and calls Flush from another goroutine, so
+// that the next group is written while the previous one is flushed.
+// Options.Sync=false skips every fsync; it exists for comparison only.
 //
 // Recovery: Open scans every segment and checks every CRC. A bad or short
 // record at the end of the last segment is a torn write and is truncated with
@@ -172,16 +174,29 @@ type Stats struct {
 	PageCacheDroppedBytes int64
 }
 
-// Log is a segmented Raft log. Append, ApplySnapshot and Compact must be
-// called from one goroutine (the node's Ready loop); the raft.Storage methods
-// are called from that goroutine too; ReadCommand, Location and Stats may be
-// called from any goroutine.
+// Log is a segmented Raft log. Its writers (Append, Roll, Compact,
+// ApplySnapshot) take turns (writeMu): the node's log writer appends while
+// its Ready loop compacts. Flush may run beside them, from one goroutine at
+// a time. Every other method may be called from any goroutine.
 type Log struct {
 	opts   Options
 	logger *slog.Logger
 	// base is the file system of opts.FS, for the operations it does not
 	// fault (listing, removing, the sidecars).
 	base vfs.FileSystem
+
+	// writeMu is held by the writer methods: "the writer goroutine" below
+	// is whichever goroutine holds it.
+	writeMu sync.Mutex
+	// dropMu serializes dropSynced (after Flush, and after a writer's own
+	// fdatasync) and guards the segments' dropped and settled, and
+	// durable: how far the last fdatasync of the active segment covered
+	// (DiscardUnflushed).
+	dropMu  sync.Mutex
+	durable struct {
+		seg  *segment
+		size int64
+	}
 
 	mu        sync.RWMutex
 	segs      []*segment // ascending id; the last one is active
@@ -259,6 +274,10 @@ func Open(opts Options) (*Log, error) {
 		l.closeFiles()
 		return nil, err
 	}
+	// What recovery found is the log (DiscardUnflushed cuts only what
+	// this process wrote and could not flush).
+	l.durable.seg = l.active()
+	l.durable.size = l.active().size.Load()
 	return l, nil
 }
 
@@ -799,9 +818,13 @@ func decodeRecordAt(seg *segment, rec []byte, loc systems.Location) (systems.Com
 
 // Append persists a HardState (if not empty and changed) and entries (which
 // replace any entries at or above their first index), with one write and,
-// if mustSync and Options.Sync, one fdatasync. It rolls the active segment
-// once it reaches SegmentSizeBytes.
+// if mustSync and Options.Sync, one fdatasync; without it, the records are
+// durable once a Flush that began after Append returned has returned. The
+// entries are readable (Entries, Location) on return. It rolls the active
+// segment once it reaches SegmentSizeBytes.
 func (l *Log) Append(hs raftpb.HardState, ents []raftpb.Entry, mustSync bool) error {
+	l.writeMu.Lock()
+	defer l.writeMu.Unlock()
 	l.mu.RLock()
 	last, first, prevHS := l.lastIndex(), l.first, l.hs
 	l.mu.RUnlock()
@@ -889,7 +912,7 @@ func (l *Log) Append(hs raftpb.HardState, ents []raftpb.Entry, mustSync bool) er
 		l.opts.AppendSeconds.Observe(time.Since(start).Seconds())
 	}
 	if seg.size.Load() >= l.opts.SegmentSizeBytes {
-		if err := l.Roll(); err != nil {
+		if err := l.roll(); err != nil {
 			if !errors.Is(err, syscall.ENOSPC) {
 				return err
 			}
@@ -942,27 +965,95 @@ func (l *Log) writev(seg *segment, bufs [][]byte, size int64, mustSync bool) err
 		if err := l.datasync(seg); err != nil {
 			return fmt.Errorf("raftlog: fdatasync %s: %w", seg.path, err)
 		}
-		l.dropSynced()
+		// Only this goroutine writes: seg is synced up to its size.
+		l.synced(seg, seg.size.Load())
+	}
+	return nil
+}
+
+// Flush makes durable every record Append wrote before Flush was called:
+// one fdatasync of the active segment (a segment sealed since was synced
+// when it was rolled). It may run while Append writes the next records,
+// which it may or may not cover; the caller knows which appends had
+// returned when it called. A failed fdatasync fails the log's FS for good
+// (vfs.FS.Err): nothing is written after it. No-op without Options.Sync.
+func (l *Log) Flush() error {
+	if !l.opts.Sync {
+		return nil
+	}
+	seg := l.active()
+	size := seg.size.Load()
+	if err := l.datasync(seg); err != nil {
+		return fmt.Errorf("raftlog: fdatasync %s: %w", seg.path, err)
+	}
+	l.synced(seg, size)
+	return nil
+}
+
+// synced notes that an fdatasync covered seg up to size, and drops what
+// is synced from the page cache (dropSynced).
+func (l *Log) synced(seg *segment, size int64) {
+	l.dropMu.Lock()
+	if d := &l.durable; d.seg != seg || size > d.size {
+		d.seg, d.size = seg, size
+	}
+	l.dropMu.Unlock()
+	l.dropSynced(seg, size)
+}
+
+// DiscardUnflushed cuts the active segment back to what its last
+// successful fdatasync covered, after a flush failed (the node's Stop):
+// what was written after it is not durable, and the kernel may even have
+// dropped its pages (PostgreSQL's "fsyncgate"), so a restart without a
+// reboot must not take it for a durable part of the log, which its
+// entries' acknowledgements would rest on. Nothing was acknowledged past a
+// failed flush; the leader resends what is cut. The log is closed next.
+func (l *Log) DiscardUnflushed() error {
+	l.writeMu.Lock()
+	defer l.writeMu.Unlock()
+	l.dropMu.Lock()
+	d := l.durable
+	l.dropMu.Unlock()
+	seg := l.active()
+	if d.seg != seg || d.size >= seg.size.Load() {
+		return nil // a sealed segment was synced whole by Roll
+	}
+	l.logger.Warn("raftlog: a flush failed; cutting the records written after the last good one",
+		"file", seg.path, "offset", d.size, "bytes_dropped", seg.size.Load()-d.size)
+	seg.size.Store(d.size)
+	if err := seg.f.Truncate(d.size); err != nil {
+		return fmt.Errorf("raftlog: cut %s to %d: %w", seg.path, d.size, err)
 	}
 	return nil
 }
 
 // dropSynced drops from the page cache the log's synced data older than
-// its newest Options.PageCacheBytes (every segment is synced up to its
-// size once the active one is: sealed segments were synced when they were
-// rolled), except sealed segments whose sidecar index is still being
-// built. Writer goroutine only; a failed hint is logged, not returned.
-func (l *Log) dropSynced() {
+// its newest Options.PageCacheBytes, except sealed segments whose sidecar
+// index is still being built. synced is how much of segment active an
+// fdatasync just covered; the segments before it were synced when they
+// were rolled, and a segment after it (rolled meanwhile) is left alone. A
+// failed hint is logged, not returned.
+func (l *Log) dropSynced(active *segment, synced int64) {
 	keep := l.opts.PageCacheBytes
 	if keep < 0 {
 		return
 	}
+	l.dropMu.Lock()
+	defer l.dropMu.Unlock()
 	l.mu.RLock()
 	segs := l.segs
 	l.mu.RUnlock()
+	after := true // segs[i] is newer than active
 	for i := len(segs) - 1; i >= 0; i-- {
 		seg := segs[i]
 		size := seg.size.Load()
+		if seg == active {
+			after, size = false, min(size, synced)
+		}
+		if after {
+			keep = max(0, keep-size)
+			continue
+		}
 		if keep >= size {
 			keep -= size
 			continue
@@ -1006,8 +1097,15 @@ func (l *Log) dropSynced() {
 // Roll seals the active segment and starts the next one, whose first records
 // restate the HardState and the compaction point so that older segments can
 // be removed. If the next segment cannot be started (ENOSPC, say), it is
-// removed again and the active segment stays active. Writer goroutine only.
+// removed again and the active segment stays active.
 func (l *Log) Roll() error {
+	l.writeMu.Lock()
+	defer l.writeMu.Unlock()
+	return l.roll()
+}
+
+// roll is Roll; writeMu held.
+func (l *Log) roll() error {
 	old := l.active()
 	if err := l.closeDirect(old); err != nil {
 		return err
@@ -1066,7 +1164,9 @@ func (l *Log) Roll() error {
 func (l *Log) indexSealed(seg *segment) {
 	size := seg.size.Load()
 	seg.indexed.Store(false)
+	l.dropMu.Lock()
 	seg.settled = false
+	l.dropMu.Unlock()
 	// A direct-written segment's records were noted as they were written
 	// (noteRecords): no need to read them back from the disk.
 	known := seg.recs
@@ -1097,6 +1197,8 @@ func (l *Log) WaitIndexed() { l.indexing.Wait() }
 // ApplySnapshot records a snapshot received from the leader: every entry is
 // discarded and the log continues after snap's index. Durable on return.
 func (l *Log) ApplySnapshot(md raftpb.SnapshotMetadata) error {
+	l.writeMu.Lock()
+	defer l.writeMu.Unlock()
 	b, err := md.Marshal()
 	if err != nil {
 		return err
@@ -1116,8 +1218,9 @@ func (l *Log) ApplySnapshot(md raftpb.SnapshotMetadata) error {
 // follower that needs them. The compaction marker is durable on return.
 // It returns raft.ErrCompacted if index is at or below the current
 // compaction point, and an error if index is above the last index.
-// Writer goroutine only.
 func (l *Log) Compact(index uint64, cs raftpb.ConfState) error {
+	l.writeMu.Lock()
+	defer l.writeMu.Unlock()
 	l.mu.RLock()
 	switch {
 	case index <= l.snap.Index:
@@ -1197,18 +1300,8 @@ func (l *Log) Stats() Stats {
 		CacheHits: l.cacheHits.Load(), CacheMisses: l.cacheMisses.Load(), PageCacheDroppedBytes: l.droppedBytes.Load()}
 }
 
-// Sync forces an fdatasync of the active segment (used on clean shutdown
-// when Options.Sync is false is a no-op).
-func (l *Log) Sync() error {
-	if !l.opts.Sync {
-		return nil
-	}
-	seg := l.active()
-	if err := l.datasync(seg); err != nil {
-		return fmt.Errorf("raftlog: fdatasync %s: %w", seg.path, err)
-	}
-	return nil
-}
+// Sync is Flush (clean shutdown; a no-op when Options.Sync is false).
+func (l *Log) Sync() error { return l.Flush() }
 
 // datasync fdatasyncs seg, counts it and observes its duration
 // (Options.FsyncSeconds).
@@ -1265,11 +1358,11 @@ type segment struct {
 	// Written only by the writer goroutine under Log.mu.
 	firstIndex, lastIndex uint64
 	// dropped: bytes from the start dropped from the page cache
-	// (dropSynced; writer goroutine only). indexed: its sidecar index is
+	// (dropSynced; under Log.dropMu). indexed: its sidecar index is
 	// written, or will not be (indexSealed is done with its pages).
 	dropped int64
 	indexed atomic.Bool
-	// settled (writer goroutine only): dropSynced has seen indexed.
+	// settled (under Log.dropMu): dropSynced has seen indexed.
 	settled bool
 	// With direct I/O (direct.go; writer goroutine only): dw writes the
 	// active segment with O_DIRECT, tail holds its bytes from the last
