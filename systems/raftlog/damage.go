@@ -118,6 +118,13 @@ func TearFile(path, mode string, pick uint64) (string, error) {
 	switch mode {
 	case TearCut:
 		k := 1 + int64(pick%uint64(n-1))
+		// Bytes cut off that are all zero are no cut over zero padding:
+		// the record would read whole. Cut before its last nonzero byte.
+		last := n - 1
+		for last > 1 && rec[last] == 0 {
+			last--
+		}
+		k = min(k, last)
 		rec = rec[:k]
 		what = fmt.Sprintf("wrote the first %d of %d bytes of a record after the last record of %s (at offset %d of %d bytes)", k, n, path, end, size)
 	case TearCorrupt:
