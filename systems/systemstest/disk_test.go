@@ -252,9 +252,13 @@ func TestDiskFaults(t *testing.T) {
 			h.putWhenSpaceReturns("resumed", "yes")
 			acked["resumed"] = "yes"
 
-			// A follower's full disk does not fail a write: it is not
-			// proposed there (Aborted, naming the leader), and the client
-			// retries it on the other members.
+			// A follower's full disk does not fail a write: once the
+			// follower knows its disk is full (its next append, the
+			// leader's replication of the next write, meets ENOSPC) a
+			// write sent to it is not proposed there (Aborted, naming the
+			// leader), and the client retries it on the other members.
+			// Until then it forwards writes to the leader, which commits
+			// them without it.
 			lead := h.leader()
 			var fid uint64
 			for _, n := range h.spec.Nodes {
@@ -269,9 +273,16 @@ func TestDiskFaults(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			ctx, cancel := ctxFor(10 * time.Second)
-			_, err = kvpb.NewKVClient(conn).Put(ctx, &kvpb.PutRequest{Key: []byte("on-full-follower"), Value: []byte("x")})
-			cancel()
+			for i := 0; ; i++ {
+				k := fmt.Sprintf("on-full-follower-%d", i)
+				ctx, cancel := ctxFor(10 * time.Second)
+				_, err = kvpb.NewKVClient(conn).Put(ctx, &kvpb.PutRequest{Key: []byte(k), Value: []byte("x")})
+				cancel()
+				if err != nil || i == 20 {
+					break
+				}
+				acked[k] = "x" // forwarded before the follower knew
+			}
 			conn.Close()
 			if status.Code(err) != codes.Aborted || !strings.Contains(err.Error(), fmt.Sprintf("send the write to the leader (node %d)", lead)) {
 				t.Fatalf("put to follower %d with a full disk: %v; want Aborted naming leader %d", fid, err, lead)
@@ -288,7 +299,7 @@ func TestDiskFaults(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			ctx, cancel = ctxFor(20 * time.Second)
+			ctx, cancel := ctxFor(20 * time.Second)
 			_, err = viaFollower.Put(ctx, []byte("via-full-follower"), []byte("y"))
 			cancel()
 			viaFollower.Close()
