@@ -58,17 +58,20 @@ const (
 	// three nodes writing at once seldom get more out of the device.
 	diskShareBound = 0.8
 	// fsyncBusyBound: each node's Raft log was in fsync at least this
-	// share of the window (fsyncs per second x their mean duration). An
-	// append waits for the fsync before it, so a log that spends a large
-	// share of its time in fsync holds its writes back whatever the CPUs
-	// and the bandwidth allow; the fsyncs' p99 against the probe's says
-	// whether the disk (or a fault) made them slow or they were long
-	// because they were large. On a fast disk (4 KiB fsync p50 0.14-0.18
-	// ms) nezha's logs were in fsync 16-21 % of its quick headline
-	// windows (original's 6-8 %); with 5 ms added to every fsync 51-53 %
-	// (goodput about -17 %, the machine 54 % busy), with 20 ms 63-73 %
-	// (-66 %). Twice the fast disk's share is the threshold.
-	fsyncBusyBound = 0.4
+	// share of the window (fsyncs per second x their mean duration). The
+	// log writer appends the next group while an fsync runs
+	// (systems/node/logwrite.go), so a log in fsync part of the time has
+	// room to spare; one in fsync nearly all the time has its flusher
+	// always busy, and every acknowledgement waits in its queue. The
+	// fsyncs' p99 against the probe's says whether the disk (or a fault)
+	// made them slow or they were long because the groups were large. On
+	// a fast disk (4 KiB fsync p50 0.15-0.21 ms) nezha's and
+	// nezha-nogc's logs were in fsync 49-53 % of the quick headline
+	// windows on local and 37-38 % in containers, with the machine
+	// 74-84 % busy; with 5 ms added to every fsync 79-81 %, the machine
+	// 64-69 % busy, goodput 7-11 % lower (2026-12-05, commit 1e7c154's
+	// writer). The threshold lies between the two.
+	fsyncBusyBound = 0.7
 	// stallShareBound: RocksDB stalled or slowed writes (its write stall
 	// counter) at least this share of the window, per node; or its
 	// pending compaction bytes reached the soft limit, where it starts
