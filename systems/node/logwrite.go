@@ -42,8 +42,11 @@ import (
 // loop when their schedule says, and crash nodes between them.
 
 // Defaults and bounds of Config.LogGroupCommitBytes and
-// Config.LogGroupCommitDelay. The defaults are argued from measurements
-// in docs/operating.md ("The Raft log's write path").
+// Config.LogGroupCommitDelay. In the quick put-scale headline (256 KiB
+// values, 50 clients, 2 cores) with 5 ms added to every fsync, a node's
+// log made 91 fdatasyncs a second at about 150 MB/s: 1.6 MB per group,
+// under the 4 MiB default, which so bounds only bursts; no delay is needed
+// while the flush itself takes milliseconds. The bounds are not yet swept.
 const (
 	DefaultLogGroupCommitBytes = 4 << 20
 	MinLogGroupCommitBytes     = 4 << 10
