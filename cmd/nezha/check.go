@@ -56,7 +56,7 @@ func (c *cli) checkCommand() *ffcli.Command {
 	fs.IntVar(&o.ValueBytes, "value-size", o.ValueBytes, "pad written values to this many bytes (0: short unique ids)")
 	fs.DurationVar(&o.ThinkTime, "think", o.ThinkTime, "mean pause of a client between operations, a duration")
 	fs.DurationVar(&o.CheckTimeout, "check-timeout", o.CheckTimeout, "time limit of Porcupine, a duration (running out counts as failure)")
-	fs.BoolVar(&o.KeepData, "keep-data", false, "keep the nodes' data directories of a passing run (docker, ssh: keep the cluster; `nezha cluster down -cluster OUT/cluster -purge` removes it)")
+	fs.BoolVar(&o.KeepData, "keep-data", false, "keep the nodes' data directories of a passing run (docker, ssh: keep the cluster, which nezha cluster down -cluster OUT/cluster -purge removes)")
 	hosts := registerBackend(fs, &o.Backend)
 	return c.command("check", checkUsage+faults.Describe(), fs, func(ctx context.Context, args []string) error {
 		// Flags after "--" go to every node, as with `cluster up`; the

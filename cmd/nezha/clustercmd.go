@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"regexp"
 	"text/tabwriter"
 	"time"
@@ -88,6 +89,8 @@ func runCluster(args []string, known []string, stdout, stderr io.Writer, checkSe
 		}
 		_, statErr := os.Stat(o.Dir)
 		created := os.IsNotExist(statErr)
+		lockFile := filepath.Join(o.Dir, cluster.LockFile)
+		_, lockErr := os.Stat(lockFile)
 		unlock, err := cluster.Lock(o.Dir)
 		if err != nil {
 			return err
@@ -95,10 +98,14 @@ func runCluster(args []string, known []string, stdout, stderr io.Writer, checkSe
 		s, leader, err := cluster.Up(ctx, o)
 		unlock()
 		if err != nil {
-			// A refused up (a bad flag) leaves no directory behind
-			// that it made itself and put nothing but the lock in.
-			if des, rerr := os.ReadDir(o.Dir); created && rerr == nil && len(des) == 1 && des[0].Name() == ".lock" {
-				_ = os.RemoveAll(o.Dir)
+			// A failed up leaves no lock file it added (in a directory of
+			// the user's, or one a retry should find as it was), and no
+			// directory it made itself that is empty without it.
+			if os.IsNotExist(lockErr) {
+				_ = os.Remove(lockFile)
+			}
+			if created {
+				_ = os.Remove(o.Dir) // only if empty
 			}
 			return systems.OneLine("cluster up", err)
 		}

@@ -66,3 +66,33 @@ func TestClusterUpRefusesBadServeFlag(t *testing.T) {
 		t.Fatalf("nezha's own flags refused: %v", err)
 	}
 }
+
+// A failed `cluster up` leaves nothing it made: no lock file in a
+// directory of the user's that it refused, and nothing in a new directory
+// when the backend could not start (here: no Docker daemon answers, or the
+// image is missing), so that the same command runs again as the first
+// time; before, the token and the lock stayed and the retry was refused
+// as a foreign directory.
+func TestClusterUpFailureLeavesNothing(t *testing.T) {
+	mine := t.TempDir()
+	if err := os.WriteFile(filepath.Join(mine, "notes.txt"), []byte("mine"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	wantUsage(t, "is not empty and holds no cluster.json", "cluster", "up", "-system", "nezha", "-cluster", mine)
+	if des, err := os.ReadDir(mine); err != nil || len(des) != 1 || des[0].Name() != "notes.txt" {
+		t.Fatalf("the user's directory after a refused up: %v, %v", des, err)
+	}
+
+	t.Setenv("DOCKER_HOST", "unix://"+filepath.Join(t.TempDir(), "no-daemon.sock"))
+	dir := filepath.Join(t.TempDir(), "c")
+	for try := 1; try <= 2; try++ {
+		code, _, stderr := runNezha(t, "cluster", "up", "-system", "nezha", "-cluster", dir, "-backend", "docker", "-image", "nezha:does-not-exist")
+		if code != 2 || strings.Contains(stderr, "not empty") {
+			t.Fatalf("try %d: cluster up -backend docker without a daemon: exit %d, %q", try, code, stderr)
+		}
+		if _, err := os.Stat(dir); !os.IsNotExist(err) {
+			des, _ := os.ReadDir(dir)
+			t.Fatalf("try %d: a failed up left %s (%v): %v", try, dir, err, des)
+		}
+	}
+}

@@ -63,7 +63,10 @@ func (o BackendOptions) Validate(nodes int) error {
 			errs = append(errs, systems.Usagef("-hosts names %d hosts for %d nodes (one node per host)", len(o.Hosts), nodes))
 		}
 	case BackendSSH:
-		if len(o.Hosts) < nodes {
+		switch {
+		case len(o.Hosts) == 0:
+			errs = append(errs, systems.Usagef("-backend ssh needs -hosts FILE, one host per node (docs/multi-machine.md)"))
+		case len(o.Hosts) < nodes:
 			errs = append(errs, systems.Usagef("-backend ssh needs a host per node: -hosts names %d for %d nodes", len(o.Hosts), nodes))
 		}
 	default:

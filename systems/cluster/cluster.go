@@ -344,10 +344,6 @@ func Up(ctx context.Context, o UpOptions) (*Spec, uint64, error) {
 	if !External(o.System) {
 		s.ClusterID = newClusterID()
 	}
-	b, err := s.prepareBackend(ctx, o.Backend)
-	if err != nil {
-		return nil, 0, err
-	}
 	fail := func(err error) (*Spec, uint64, error) {
 		// A local cluster keeps its node logs for a look; a failed start
 		// elsewhere, or one the nodes' flags refused (the error names
@@ -355,6 +351,14 @@ func Up(ctx context.Context, o UpOptions) (*Spec, uint64, error) {
 		// remote directory or file of the cluster's.
 		var ue *systems.UsageError
 		s.Down(s.BackendName() != BackendLocal || errors.As(err, &ue))
+		return nil, 0, err
+	}
+	b, err := s.prepareBackend(ctx, o.Backend)
+	if err != nil {
+		// No node was placed: take back the token (and what the backend
+		// made), so that the same command may be run again in the same
+		// directory.
+		s.Down(true)
 		return nil, 0, err
 	}
 	for i := 0; i < o.Nodes; i++ {
@@ -769,6 +773,9 @@ func (s *Spec) waitServing(n *Node, timeout time.Duration) error {
 	}
 }
 
+// LockFile is the file in a cluster directory that Lock locks.
+const LockFile = ".lock"
+
 // Lock takes an exclusive lock on the cluster directory (creating it), so
 // that two commands do not start, restart or stop the same cluster at once.
 // Call the returned function to release it.
@@ -776,7 +783,7 @@ func Lock(dir string) (func(), error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, systems.Usagef("cluster directory %s: %v", dir, err)
 	}
-	unlock, err := systems.LockFile(filepath.Join(dir, ".lock"))
+	unlock, err := systems.LockFile(filepath.Join(dir, LockFile))
 	if errors.Is(err, systems.ErrLocked) {
 		return nil, systems.Usagef("another nezha command is using the cluster in %s", dir)
 	}

@@ -280,6 +280,9 @@ func (d *DockerSpec) run(ctx context.Context, s *Spec, n *Node) error {
 	}
 	args = append(args, d.Image, "agent", "-listen", listen, "-dir", n.Dir, "-packetFilter")
 	if _, err := dockerEnvRun(ctx, h, []string{agentTokenEnv + "=" + token}, args...); err != nil {
+		if d.Privileged && strings.Contains(err.Error(), "apply caps") {
+			return systems.Usagef("node %d: the Docker daemon refused a privileged container (leave out -privileged: the measurements that need it then fall back, and results say so): %v", n.ID, err)
+		}
 		return fmt.Errorf("node %d: %w", n.ID, err)
 	}
 	return s.awaitAgent(ctx, n, func() string {

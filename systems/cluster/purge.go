@@ -16,7 +16,7 @@ import (
 
 // clusterFiles are made in DIR itself: the description, its temporary
 // copy while it is saved, the lock (Lock) and the agents' token.
-func clusterFiles() []string { return []string{FileName, FileName + ".tmp", ".lock", TokenFile} }
+func clusterFiles() []string { return []string{FileName, FileName + ".tmp", LockFile, TokenFile} }
 
 // nodeFiles are made in DIR/nodeN (a local cluster's node directory, its
 // agent's -dir): the node's -data, its log, the agent's log, the agent's
@@ -57,7 +57,7 @@ func checkForeign(dir string) error {
 		if de.Name() == FileName {
 			return nil
 		}
-		if de.Name() != ".lock" {
+		if de.Name() != LockFile {
 			foreign = append(foreign, de.Name())
 		}
 	}
