@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The main job: set-up, build, then every experiment on all five systems
-# with the quick profile (local 3-node clusters; at most 15 minutes on a
+# with the quick profile (local 3-node clusters; about 20 minutes on a
 # 2-core machine). It ends with the headline table and the report's path.
 #
 #   scripts/quickstart.sh                 # results/<time>-quick
