@@ -453,10 +453,9 @@ func (x *Run) slowFsyncs(ctx context.Context, tb *testbed) error {
 		return nil
 	}
 	f := vfs.Fault{Kind: vfs.FaultSlowDisk, Latency: x.FsyncDelay}
-	for _, n := range tb.spec.Nodes {
-		if _, err := faults.SetDiskFaults(ctx, n.Address, f); err != nil {
-			return fmt.Errorf("node %d: %s: %w", n.ID, f, err)
-		}
+	// The cluster goes with its testbed: no heal.
+	if _, err := faults.SlowDisks(ctx, tb.spec.Addresses(), x.FsyncDelay); err != nil {
+		return fmt.Errorf("%s: %w", f, err)
 	}
 	x.measured(Measurement{What: measureFsyncDelay, Backend: tb.spec.BackendName(), Where: "in every node process (its file layer)",
 		How: fmt.Sprintf("%s on every node (-fsyncDelay: the DiskFaults RPC of nodes started with -diskFaults), on top of the disk's own", f)})

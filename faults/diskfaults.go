@@ -62,6 +62,31 @@ func SetDiskFaults(ctx context.Context, address string, faults ...vfs.Fault) (*k
 	return resp, err
 }
 
+// SlowDisks gives every node of addrs the slow-disk fault of delay (each
+// fsync takes delay longer) through its DiskFaults RPC. heal clears it on
+// every node it was set on and reports the nodes it could not clear; after
+// an error none is left set.
+func SlowDisks(ctx context.Context, addrs []string, delay time.Duration) (heal func() error, err error) {
+	var set []string
+	heal = func() error {
+		var errs []error
+		for _, a := range set {
+			if _, err := SetDiskFaults(context.WithoutCancel(ctx), a); err != nil {
+				errs = append(errs, fmt.Errorf("clearing the slow disk of %s: %w", a, err))
+			}
+		}
+		return errors.Join(errs...)
+	}
+	for _, a := range addrs {
+		if _, err := SetDiskFaults(ctx, a, vfs.Fault{Kind: vfs.FaultSlowDisk, Latency: delay}); err != nil {
+			heal()
+			return nil, fmt.Errorf("node %s: %w", a, err)
+		}
+		set = append(set, a)
+	}
+	return heal, nil
+}
+
 func (e *Env) needDisk() error {
 	if !e.DiskFaults {
 		return errors.New("the nodes were not started with -diskFaults")

@@ -209,11 +209,15 @@ func (c *cli) bench(ctx context.Context, stdout io.Writer, b *benchFlags) error 
 		defer stop()
 	}
 	if b.fsyncDelay > 0 {
-		heal, err := slowDisks(ctx, addrs, b.fsyncDelay, c.stderr)
+		heal, err := faults.SlowDisks(ctx, addrs, b.fsyncDelay)
 		if err != nil {
 			return fmt.Errorf("bench %s: -fsyncDelay: %w", sub, err)
 		}
-		defer heal()
+		defer func() {
+			if err := heal(); err != nil {
+				fmt.Fprintf(c.stderr, "bench: %v\n", err)
+			}
+		}()
 		fmt.Fprintf(stdout, "every fsync of %d servers takes %v longer (slow-disk)\n", len(addrs), b.fsyncDelay)
 	}
 	nodeCPU := workloads.NewNodeCPU(sts)
@@ -262,28 +266,6 @@ func (c *cli) bench(ctx context.Context, stdout io.Writer, b *benchFlags) error 
 		return fmt.Errorf("bench %s: %w (the table and the result files hold the %d operations done)", sub, stop, s.Ops+s.Errors+s.Ambiguous)
 	}
 	return s.Failures()
-}
-
-// slowDisks sets the slow-disk fault of delay on every server of addrs
-// (their DiskFaults RPC); heal clears it on each. A server that refuses
-// leaves none set.
-func slowDisks(ctx context.Context, addrs []string, delay time.Duration, stderr io.Writer) (heal func(), err error) {
-	var set []string
-	heal = func() {
-		for _, a := range set {
-			if _, err := faults.SetDiskFaults(context.WithoutCancel(ctx), a); err != nil {
-				fmt.Fprintf(stderr, "bench: clearing the slow disk of %s: %v\n", a, err)
-			}
-		}
-	}
-	for _, a := range addrs {
-		if _, err := faults.SetDiskFaults(ctx, a, vfs.Fault{Kind: vfs.FaultSlowDisk, Latency: delay}); err != nil {
-			heal()
-			return nil, fmt.Errorf("server %s: %w", a, err)
-		}
-		set = append(set, a)
-	}
-	return heal, nil
 }
 
 // startCPUProfile starts Go's CPU profiler writing to path; stop ends it
