@@ -89,13 +89,9 @@ func conditionText(c string) string {
 	return c
 }
 
-func isBaseline(sys string) bool {
-	switch baseline.Mode(sys) {
-	case baseline.ModeOriginal, baseline.ModePASV, baseline.ModeBlobDB:
-		return true
-	}
-	return false
-}
+// isBaseline reports whether sys is one of package baseline's RocksDB
+// systems (baseline.Modes), whose geometry baseline.Config scales.
+func isBaseline(sys string) bool { return slices.Contains(baseline.Modes(), baseline.Mode(sys)) }
 
 // geometryArgs are the node flags that give sys the profile's geometry
 // for a store of dataPerNode bytes per node (none for native geometry).
@@ -242,6 +238,8 @@ func putScale() Experiment {
 			x.param("clients", p.Clients)
 			x.param("geometry", p.Geometry)
 			x.param("headline_runs", p.HeadlineRuns)
+			x.param("headline_systems", intersect(x.Systems, p.HeadlineSystems))
+			x.param("condition_systems", intersect(x.Systems, p.ConditionSystems))
 			x.param("headline_min_seconds", p.HeadlineMinSeconds.Seconds())
 			x.param("conditions", p.Conditions)
 			x.param("condition_data_bytes_per_node", p.ConditionDataBytes)
@@ -313,7 +311,7 @@ func putScale() Experiment {
 			// The paper's conditions, with our own as the reference row.
 			// Each condition in interleaved rounds: every system once,
 			// then those short of ConditionMinSeconds of measured time.
-			condSystems := intersect(x.Systems, p.HeadlineSystems)
+			condSystems := intersect(x.Systems, p.ConditionSystems)
 			if len(p.Conditions) > 0 && len(condSystems) > 0 {
 				conds := append([]string{""}, p.Conditions...)
 				for ci, cond := range conds {
@@ -750,7 +748,7 @@ func (x *Run) putScaleReport(all []putRun, top int64, limit float64, haveLimit b
 		}
 		cf.Categories = append(cf.Categories, name)
 	}
-	for _, sys := range intersect(x.Systems, p.HeadlineSystems) {
+	for _, sys := range intersect(x.Systems, p.ConditionSystems) {
 		s := plots.Series{Name: sys}
 		for ci, c := range conds {
 			runsUnder := func(sys, c string) []putRun {

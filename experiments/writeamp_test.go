@@ -1,7 +1,10 @@
 package experiments
 
 import (
+	"bytes"
 	"io"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -130,7 +133,7 @@ func roleWindow(user float64, leader, followers map[string]float64) windowStats 
 func TestPutScaleReportRoles(t *testing.T) {
 	p := Quick()
 	p.ScaleDataBytes, p.Conditions = []int64{128 * mib, 512 * mib}, nil
-	x := &Run{Profile: p, Systems: []string{sysNezha, sysOriginal, "lsm-raft"}, Out: io.Discard,
+	x := &Run{Profile: p, Systems: []string{sysNezha, sysOriginal, sysLSMRaft}, Out: io.Discard,
 		res: &Result{Name: "put-scale", Params: map[string]any{}, Metrics: map[string]float64{}}}
 	original := map[string]float64{"raft_log": 1, "rocksdb_wal": 1, "rocksdb_flush": 1, "rocksdb_compaction": 1.5}
 	lsmLeader := map[string]float64{"raft_log": 1, "rocksdb_wal": 1, "rocksdb_flush": 1, "rocksdb_compaction": 1, "span_files": 1}
@@ -145,8 +148,8 @@ func TestPutScaleReportRoles(t *testing.T) {
 		all = append(all, r)
 	}
 	for _, sys := range x.Systems {
-		l, f := map[string]map[string]float64{sysNezha: nezhaNode, sysOriginal: original, "lsm-raft": lsmLeader}[sys],
-			map[string]map[string]float64{sysNezha: nezhaNode, sysOriginal: original, "lsm-raft": lsmFollower}[sys]
+		l, f := map[string]map[string]float64{sysNezha: nezhaNode, sysOriginal: original, sysLSMRaft: lsmLeader}[sys],
+			map[string]map[string]float64{sysNezha: nezhaNode, sysOriginal: original, sysLSMRaft: lsmFollower}[sys]
 		run("point", sys, 128*mib, 0, 30, l, f)
 		for rep, mbps := range []float64{20, 24, 22} {
 			run("headline", sys, 512*mib, rep, mbps, l, f)
@@ -189,7 +192,7 @@ func TestPutScaleReportRoles(t *testing.T) {
 		return row[i]
 	}
 	for _, row := range points.Rows {
-		if row[0] == "lsm-raft" && cell(points, row, "write amp leader / followers") != "5.00 / 2.50" {
+		if row[0] == sysLSMRaft && cell(points, row, "write amp leader / followers") != "5.00 / 2.50" {
 			t.Errorf("point row %v", row)
 		}
 	}
@@ -205,12 +208,98 @@ func TestPutScaleReportRoles(t *testing.T) {
 	}
 	found := false
 	for _, row := range causes.Rows {
-		if row[0] == "lsm-raft" && row[2] == "followers (mean)" {
+		if row[0] == sysLSMRaft && row[2] == "followers (mean)" {
 			found = cell(causes, row, "write amp") == "2.50" && cell(causes, row, "spans ingested") == "1.00" && cell(causes, row, "WAL") == "0.00" &&
 				cell(causes, row, "other") == "0.00"
 		}
 	}
 	if !found {
 		t.Fatalf("lsm-raft's followers by cause: %v", causes.Rows)
+	}
+}
+
+// TestHeadlineOverLSMRaft: with lsm-raft among put-scale's headline
+// systems, the headline table has "nezha over lsm-raft" after "nezha over
+// original", each with the node CPU per GiB of both systems; the report
+// says lsm-raft's figures against the LSM-Raft paper's; experiment
+// compare shows the rows of both sides.
+func TestHeadlineOverLSMRaft(t *testing.T) {
+	res := []*Result{{Name: "put-scale", Title: "PUT scale", Shows: "scale",
+		Params: map[string]any{"geometry": "scaled", "headline_systems": []string{sysNezha, sysNezhaNoGC, sysOriginal, sysLSMRaft}},
+		Metrics: map[string]float64{
+			"put_headline/nezha": 90, "put_headline/original": 30, "put_headline/lsm-raft": 36, "put_headline/nezha-nogc": 95,
+			"put_headline_value_bytes": 256 << 10, "put_headline_data_bytes": 512 << 20,
+			"put_headline_node_cpu_s_per_gb/nezha": 10, "put_headline_node_cpu_s_per_gb/original": 40, "put_headline_node_cpu_s_per_gb/lsm-raft": 30,
+			"put_headline_write_amp/nezha": 1.01, "put_headline_write_amp/original": 4.5, "put_headline_write_amp/lsm-raft": 3.33,
+			"put_headline_leader_write_amp/lsm-raft": 5, "put_headline_follower_write_amp/lsm-raft": 2.5,
+			"put_headline_leader_write_amp/original": 4.5, "put_headline_follower_write_amp/original": 4.5,
+			"put_headline_leader_write_amp/nezha": 1.01, "put_headline_follower_write_amp/nezha": 1.01,
+		}}}
+	hs := Headlines(res)
+	var rows []string
+	var over *Headline
+	for i, h := range hs {
+		if h.Workload == "PUT" {
+			rows = append(rows, h.System+" over "+h.against())
+		}
+		if h.Against == sysLSMRaft {
+			over = &hs[i]
+		}
+	}
+	if !slices.Equal(rows, []string{"nezha over original", "nezha over lsm-raft", "nezha-nogc over original"}) {
+		t.Fatalf("PUT rows %v", rows)
+	}
+	if over == nil || over.Ratio != 2.5 || over.Paper != 0 || over.System != sysNezha ||
+		!strings.Contains(over.Regime, "write amp in window 1.01 (lsm-raft 3.33: leader 5.00, followers 2.50 (original's followers 4.50))") ||
+		!strings.Contains(over.Regime, "node CPU per GiB: nezha 10.7 s, lsm-raft 32.2 s") {
+		t.Fatalf("nezha over lsm-raft: %+v", over)
+	}
+	if !strings.Contains(hs[0].Regime, "node CPU per GiB: nezha 10.7 s, original 42.9 s") {
+		t.Fatalf("nezha over original: %+v", hs[0])
+	}
+	var b bytes.Buffer
+	WriteHeadlines(&b, hs)
+	table := b.String()
+	if !strings.Contains(table, "| PUT | nezha **over lsm-raft** | 2.50x (+150.0 %) | - |") ||
+		strings.Index(table, "**over lsm-raft**") < strings.Index(table, "| PUT | nezha | 3.00x") {
+		t.Fatalf("headline table:\n%s", table)
+	}
+	// Through result.json (the parameter comes back as []any) into the
+	// report.
+	dir := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(dir, "put-scale"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := writeJSON(filepath.Join(dir, "put-scale", "result.json"), res[0]); err != nil {
+		t.Fatal(err)
+	}
+	path, err := WriteReport(dir, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	report, _ := os.ReadFile(path)
+	for _, want := range []string{"| PUT | nezha **over lsm-raft** | 2.50x",
+		"**PUT, nezha over lsm-raft.** Ours: nezha 2.50x lsm-raft's goodput, and lsm-raft 1.20x original's.",
+		"leader and followers: lsm-raft 5.00 and 2.50, original 4.50 and 4.50, nezha 1.01 and 1.01",
+		"here lsm-raft has +20 % goodput and -25 % node CPU per GiB against original."} {
+		if !strings.Contains(string(report), want) {
+			t.Errorf("report lacks %q:\n%s", want, report)
+		}
+	}
+	b.Reset()
+	slower := *res[0]
+	slower.Metrics = map[string]float64{"put_headline/nezha": 80, "put_headline/original": 40}
+	if err := WriteHeadlineComparison(&b, map[string]*Result{"put-scale": res[0]}, map[string]*Result{"put-scale": &slower}); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"| nezha over original | 3.00x | node CPU per GiB: nezha 10.7 s, original 42.9 s | 2.00x | - |",
+		"| nezha over lsm-raft | 2.50x | node CPU per GiB: nezha 10.7 s, lsm-raft 32.2 s | - | - |"} {
+		if !strings.Contains(b.String(), want) {
+			t.Errorf("compare lacks %q:\n%s", want, b.String())
+		}
+	}
+	b.Reset()
+	if err := WriteHeadlineComparison(&b, map[string]*Result{}, map[string]*Result{"scan": {Name: "scan"}}); err != nil || b.Len() != 0 {
+		t.Fatalf("without headlines: %q, %v", b.String(), err)
 	}
 }
