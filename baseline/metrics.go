@@ -20,6 +20,8 @@ var (
 		"Bytes RocksDB wrote by compactions, flushes excluded (rocksdb.cfstats \"Cumulative compaction\" write minus flush, 10 MB resolution).", nil, nil)
 	rocksCompactionReadDesc = prometheus.NewDesc("nezha_rocksdb_compaction_read_bytes_total",
 		"Bytes RocksDB read by compactions (rocksdb.cfstats \"Cumulative compaction\" read, 10 MB resolution).", nil, nil)
+	rocksWALWrittenDesc = prometheus.NewDesc("nezha_rocksdb_wal_written_bytes_total",
+		"Bytes RocksDB wrote to its write-ahead log (rocksdb.dbstats \"Cumulative WAL\" written, 10 MB resolution; every column family).", nil, nil)
 	rocksStallDesc = prometheus.NewDesc("nezha_rocksdb_write_stall_seconds_total",
 		"Time RocksDB stalled or slowed writes (rocksdb.dbstats \"Cumulative stall\").", nil, nil)
 	rocksPendingCompactionDesc = prometheus.NewDesc("nezha_rocksdb_pending_compaction_bytes",
@@ -57,12 +59,13 @@ var (
 	flushGBRe      = regexp.MustCompile(`Flush\(GB\): cumulative ([0-9.]+)`)
 	compactionGBRe = regexp.MustCompile(`Cumulative compaction: ([0-9.]+) GB write, [0-9.]+ MB/s write, ([0-9.]+) GB read`)
 	stallRe        = regexp.MustCompile(`Cumulative stall: ([0-9]+):([0-9]+):([0-9.]+) H:M:S`)
+	walGBRe        = regexp.MustCompile(`Cumulative WAL: \S+ writes, \S+ syncs, [0-9.]+ writes per sync, written: ([0-9.]+) GB`)
 )
 
 // Describe implements prometheus.Collector.
 func (s *Store) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{rocksFlushWrittenDesc, rocksCompactionWrittenDesc, rocksCompactionReadDesc,
-		rocksStallDesc, rocksPendingCompactionDesc, rocksMemtableDesc} {
+		rocksWALWrittenDesc, rocksStallDesc, rocksPendingCompactionDesc, rocksMemtableDesc} {
 		ch <- d
 	}
 	if s.lr != nil {
@@ -130,7 +133,13 @@ func (s *Store) Collect(ch chan<- prometheus.Metric) {
 			ch <- prometheus.MustNewConstMetric(rocksCompactionReadDesc, prometheus.CounterValue, r*gb)
 		}
 	}
-	if m := stallRe.FindStringSubmatch(s.db.GetProperty("rocksdb.dbstats")); m != nil {
+	dbStats := s.db.GetProperty("rocksdb.dbstats")
+	if m := walGBRe.FindStringSubmatch(dbStats); m != nil {
+		if v, err := strconv.ParseFloat(m[1], 64); err == nil {
+			ch <- prometheus.MustNewConstMetric(rocksWALWrittenDesc, prometheus.CounterValue, v*gb)
+		}
+	}
+	if m := stallRe.FindStringSubmatch(dbStats); m != nil {
 		h, err1 := strconv.ParseFloat(m[1], 64)
 		mi, err2 := strconv.ParseFloat(m[2], 64)
 		sec, err3 := strconv.ParseFloat(m[3], 64)

@@ -27,12 +27,14 @@ import (
 
 // The systems whose measurements the experiments single out and the
 // report's prose names (the paper's Nezha, Nezha-NoGC and its Raft+RocksDB
-// baseline), from their packages. System lists come from the registry.
+// baseline; Dwisckey and LSM-Raft, which the paper also compares),
+// from their packages. System lists come from the registry.
 const (
 	sysNezha     = nezha.Name
 	sysNezhaNoGC = nezha.NameNoGC
 	sysOriginal  = string(baseline.ModeOriginal)
 	sysDwisckey  = dwisckey.Name
+	sysLSMRaft   = string(baseline.ModeLSMRaft)
 )
 
 // DefaultSystems are compared when -systems is not given: the studied

@@ -1,10 +1,12 @@
 package experiments
 
 import (
+	"cmp"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"math"
 	"os"
 	"path/filepath"
@@ -165,6 +167,9 @@ func CompareDirs(w io.Writer, r CompareRequest) error {
 	}
 	cs := Compare(sides[0], sides[1], CompareOptions{Metric: re, ThresholdPct: *threshold, Systems: r.Systems})
 	if err := WriteComparison(w, dirs[0], dirs[1], cs, *threshold); err != nil {
+		return err
+	}
+	if err := WriteHeadlineComparison(w, sides[0], sides[1]); err != nil {
 		return err
 	}
 	if err := WriteBoundComparison(w, sides[0], sides[1]); err != nil {
@@ -400,15 +405,61 @@ func WriteBoundComparison(w io.Writer, a, b map[string]*Result) error {
 		}
 		return ratio, bound
 	}
+	return writeSides(w, "What bounded the headline PUT (put-scale)",
+		"Two runs' ratios compare when the same resources bounded each system in both (`experiment run`'s report gives each bound's numbers).",
+		[5]string{"system", "A: / original", "A: bound", "B: / original", "B: bound"}, systems,
+		func(a bool, sys string) (string, string) { return side(map[bool]*Result{true: ra, false: rb}[a], sys) })
+}
+
+// writeSides writes a Markdown section: heading, text, and a table of one
+// row per name, with two cells of side A then two of side B (cells).
+func writeSides(w io.Writer, heading, text string, columns [5]string, names []string, cells func(a bool, name string) (string, string)) error {
 	var sb strings.Builder
-	fmt.Fprintf(&sb, "\n## What bounded the headline PUT (put-scale)\n\nTwo runs' ratios compare when the same resources bounded each system in both (`experiment run`'s report gives each bound's numbers).\n\n| system | A: / original | A: bound | B: / original | B: bound |\n|---|---|---|---|---|\n")
-	for _, sys := range systems {
-		ar, ab := side(ra, sys)
-		br, bb := side(rb, sys)
-		fmt.Fprintf(&sb, "| %s | %s | %s | %s | %s |\n", sys, ar, ab, br, bb)
+	fmt.Fprintf(&sb, "\n## %s\n\n%s\n\n| %s |\n|---|---|---|---|---|\n", heading, text, strings.Join(columns[:], " | "))
+	for _, n := range names {
+		a1, a2 := cells(true, n)
+		b1, b2 := cells(false, n)
+		fmt.Fprintf(&sb, "| %s | %s | %s | %s | %s |\n", n, a1, a2, b1, b2)
 	}
 	_, err := io.WriteString(w, sb.String())
 	return err
+}
+
+// WriteHeadlineComparison prints each side's headline PUT rows under our
+// conditions (Headlines): nezha and nezha-nogc over original, nezha over
+// each other baseline that ran as a headline system (lsm-raft), each with
+// the node CPU per GiB of both systems. It prints nothing when neither
+// side has them.
+func WriteHeadlineComparison(w io.Writer, a, b map[string]*Result) error {
+	// The rows in Headlines' order, A's first.
+	var names []string
+	rows := func(side map[string]*Result) map[string]Headline {
+		out := map[string]Headline{}
+		for _, h := range Headlines(slices.Collect(maps.Values(side))) {
+			if h.Workload == "PUT" && h.Condition == "" && h.Have {
+				n := h.System + " over " + h.against()
+				out[n] = h
+				if !slices.Contains(names, n) {
+					names = append(names, n)
+				}
+			}
+		}
+		return out
+	}
+	ra, rb := rows(a), rows(b)
+	if len(names) == 0 {
+		return nil
+	}
+	return writeSides(w, "Headline PUT (put-scale)",
+		"Medians of each side's interleaved headline runs, with the nodes' CPU seconds per GiB written of both systems of each row.",
+		[5]string{"row", "A", "A: node CPU", "B", "B: node CPU"}, names,
+		func(a bool, n string) (string, string) {
+			h, ok := map[bool]map[string]Headline{true: ra, false: rb}[a][n]
+			if !ok {
+				return "-", "-"
+			}
+			return fmt.Sprintf("%.2fx", h.Ratio), cmp.Or(h.cpuText(), "-")
+		})
 }
 
 func value(v float64, ok bool) string {

@@ -298,6 +298,11 @@ func TestGeometry(t *testing.T) {
 	if !strings.Contains(args, "-rocksdb.writeBufferBytes 720575") || !strings.Contains(args, "-rocksdb.maxBytesForLevelBase 2882303") {
 		t.Fatalf("original scaled to 1 GiB: %s", args)
 	}
+	// lsm-raft, a RocksDB system of package baseline, gets original's
+	// geometry (its spans follow the write buffer).
+	if got := strings.Join(x.geometryArgs("lsm-raft", 1<<30), " "); got != args {
+		t.Fatalf("lsm-raft scaled to 1 GiB: %s, want original's %s", got, args)
+	}
 	// The index cache as RocksDB's block cache: 262,144 keys x 2^30 / 10^11.
 	if got := strings.Join(x.geometryArgs("nezha", 1<<30), " "); got != "-gcThresholdBytes 429496729 -indexCacheEntries 2814" {
 		t.Fatalf("nezha scaled to 1 GiB: %s", got)

@@ -96,7 +96,7 @@ func toyServeConfig(args []string) (node.Config, error) {
 
 // registryWith is the binary's registry (cmd/nezha/main.go) plus extra.
 func registryWith(extra ...systems.System) (*systems.Registry, error) {
-	return systems.NewRegistry(append([]systems.System{nezha.Nezha(), nezha.NezhaNoGC(), baseline.Original(), baseline.PASV(), baseline.BlobDB()}, extra...)...)
+	return systems.NewRegistry(append([]systems.System{nezha.Nezha(), nezha.NezhaNoGC(), baseline.Original(), baseline.PASV(), baseline.BlobDB(), baseline.LSMRaft()}, extra...)...)
 }
 
 func testRegistry(t *testing.T, extra ...systems.System) *systems.Registry {
@@ -184,7 +184,7 @@ func toySystem() systems.System {
 // systems and baselines in registration order (today's list unchanged),
 // a registered system joins it with no other edit, and -systems accepts it.
 func TestRegistryRoles(t *testing.T) {
-	want := []string{nezha.Name, nezha.NameNoGC, string(baseline.ModeOriginal), string(baseline.ModePASV), string(baseline.ModeBlobDB)}
+	want := []string{nezha.Name, nezha.NameNoGC, string(baseline.ModeOriginal), string(baseline.ModePASV), string(baseline.ModeBlobDB), string(baseline.ModeLSMRaft)}
 	if got := DefaultSystems(testRegistry(t)); !slices.Equal(got, want) {
 		t.Fatalf("DefaultSystems = %v, want %v", got, want)
 	}

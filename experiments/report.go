@@ -6,6 +6,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -22,6 +23,14 @@ const (
 	// paperScanGainDwisckey is the paper's SCAN gain of Nezha over
 	// Dwisckey (WiscKey under the same Raft layer; issue 18).
 	paperScanGainDwisckey = 2.089 // +208.9 %
+)
+
+// The LSM-Raft paper's (Zhang et al., Proc. ACM Manag. Data 3(6), 2025)
+// figures for LSM-Raft over the unmodified store: 3-10 % more throughput,
+// about 30 % less CPU.
+const (
+	lsmRaftPaperGainLow, lsmRaftPaperGainHigh = 0.03, 0.10
+	lsmRaftPaperCPUChange                     = -0.30
 )
 
 // Headline is one row of the headline table: a system's throughput over
@@ -47,6 +56,25 @@ type Headline struct {
 	// measured windows (put-scale's Bounds), e.g. "nezha: CPU;
 	// original: compaction debt"; empty where none was classified.
 	Bound string
+	// NodeCPUSecPerGiB and AgainstNodeCPUSecPerGiB (PUT rows): the nodes'
+	// CPU seconds per GiB of user data per node of System and of its
+	// denominator (original, or Against); 0 where not measured.
+	NodeCPUSecPerGiB, AgainstNodeCPUSecPerGiB float64
+}
+
+// gbPerGiB converts a figure per GB (10^9 bytes) to one per GiB.
+const gbPerGiB = float64(gib) / 1e9
+
+// against is the denominator of h: Against, or original.
+func (h Headline) against() string { return cmp.Or(h.Against, sysOriginal) }
+
+// cpuText says the node CPU per GiB of h's system and its denominator,
+// "" where not measured.
+func (h Headline) cpuText() string {
+	if h.NodeCPUSecPerGiB <= 0 || h.AgainstNodeCPUSecPerGiB <= 0 {
+		return ""
+	}
+	return fmt.Sprintf("node CPU per GiB: %s %.1f s, %s %.1f s", h.System, h.NodeCPUSecPerGiB, h.against(), h.AgainstNodeCPUSecPerGiB)
 }
 
 // headlineSystems are the systems the headline compares with original.
@@ -89,13 +117,39 @@ func Headlines(results []*Result) []Headline {
 				}
 			}
 		}
+		cpu := func(sys string) float64 { return m["put_headline_node_cpu_s_per_gb/"+sys] * gbPerGiB }
 		for _, sys := range headlineSystems() {
-			h := Headline{Workload: "PUT", System: sys, Paper: 1 + paperPutGain, Basis: basis, Bound: boundsText(bounds, sys, sysOriginal)}
+			h := Headline{Workload: "PUT", System: sys, Paper: 1 + paperPutGain, Basis: basis, Bound: boundsText(bounds, sys, sysOriginal),
+				NodeCPUSecPerGiB: cpu(sys), AgainstNodeCPUSecPerGiB: cpu(sysOriginal)}
 			h.Ratio, h.Have = ratio("put_headline", sys)
 			h.Regime = fmt.Sprintf("fsync on; write amp in window %.2f (original %.2f); original's LSM down to L%.0f; copying GC rounds/node in window %.1f; machine busy %.0f %% (original %.0f %%)",
 				m["put_headline_write_amp/"+sys], m["put_headline_write_amp/original"], m["put_headline_deepest_level/original"],
 				m["put_headline_gc_rounds/"+sys], 100*m["put_headline_machine_busy/"+sys], 100*m["put_headline_machine_busy/original"])
+			if c := h.cpuText(); c != "" {
+				h.Regime += "; " + c
+			}
 			out = append(out, h)
+			if sys != sysNezha {
+				continue
+			}
+			// nezha over each other baseline that ran as a headline
+			// system (lsm-raft): its median against theirs.
+			for _, other := range paramStrings(params["put-scale"]["headline_systems"]) {
+				v, ok := m["put_headline/"+sys]
+				base, ok2 := m["put_headline/"+other]
+				if slices.Contains(headlineSystems(), other) || other == sysOriginal || !ok || !ok2 || base <= 0 {
+					continue
+				}
+				h := Headline{Workload: "PUT", System: sys, Against: other, Ratio: v / base, Have: true, Basis: basis, Bound: boundsText(bounds, sys, other),
+					NodeCPUSecPerGiB: cpu(sys), AgainstNodeCPUSecPerGiB: cpu(other)}
+				h.Regime = fmt.Sprintf("fsync on; write amp in window %.2f (%s %.2f%s); machine busy %.0f %% (%s %.0f %%)",
+					m["put_headline_write_amp/"+sys], other, m["put_headline_write_amp/"+other], followersText(m, other),
+					100*m["put_headline_machine_busy/"+sys], other, 100*m["put_headline_machine_busy/"+other])
+				if c := h.cpuText(); c != "" {
+					h.Regime += "; " + c
+				}
+				out = append(out, h)
+			}
 		}
 	}
 	for _, rd := range []struct{ workload, metric, exp string }{
@@ -143,6 +197,39 @@ func Headlines(results []*Result) []Headline {
 		}
 	}
 	return out
+}
+
+// followersText is ": leader 4.1, followers 1.9 (original's 4.0)" from
+// put-scale's headline metrics of sys, "" without them.
+func followersText(m map[string]float64, sys string) string {
+	l, ok := m["put_headline_leader_write_amp/"+sys]
+	f, ok2 := m["put_headline_follower_write_amp/"+sys]
+	if !ok || !ok2 {
+		return ""
+	}
+	t := fmt.Sprintf(": leader %.2f, followers %.2f", l, f)
+	if of, ok := m["put_headline_follower_write_amp/"+sysOriginal]; ok {
+		t += fmt.Sprintf(" (original's followers %.2f)", of)
+	}
+	return t
+}
+
+// paramStrings reads a list parameter, as put in a Result ([]string) or
+// read back from JSON ([]any).
+func paramStrings(v any) []string {
+	switch t := v.(type) {
+	case []string:
+		return t
+	case []any:
+		var out []string
+		for _, e := range t {
+			if s, ok := e.(string); ok {
+				out = append(out, s)
+			}
+		}
+		return out
+	}
+	return nil
 }
 
 func sizeText(b float64) string {
@@ -195,13 +282,15 @@ func WriteHeadlines(w io.Writer, hs []Headline) {
 				ours = fmt.Sprintf("%.2fx (%+.1f %%)", h.Ratio, 100*(h.Ratio-1))
 			}
 			paper := "-"
-			if h.System == sysNezha {
+			if h.System == sysNezha && h.Paper > 0 {
 				paper = fmt.Sprintf("%.3fx (%+.1f %%)", h.Paper, 100*(h.Paper-1))
+				if h.Against != "" {
+					paper += " over " + capitalize(h.Against)
+				}
 			}
 			system := h.System
 			if h.Against != "" {
 				system = fmt.Sprintf("%s **over %s**", h.System, h.Against)
-				paper += " over Dwisckey"
 			}
 			workload := h.Workload
 			if h.Condition != "" {
@@ -422,6 +511,34 @@ func writeDifferences(b *strings.Builder, results []*Result, hs []Headline) {
 	// What bounded each headline system, after the PUT paragraph.
 	for _, bd := range bounds {
 		add("- %s (backend %s) was bounded by **%s** in its headline runs: %s.", bd.System, bd.Backend, bd.Bound, bd.Evidence)
+	}
+	// nezha over each other headline baseline, and that baseline over
+	// original where the LSM-Raft paper has a figure.
+	for _, h := range hs {
+		if h.Workload != "PUT" || h.Against == "" || h.Condition != "" || !h.Have {
+			continue
+		}
+		o, base := h.Against, m["put_headline/"+sysOriginal]
+		line := fmt.Sprintf("**PUT, nezha over %s.** Ours: nezha %.2fx %s's goodput", o, h.Ratio, o)
+		if base > 0 {
+			line += fmt.Sprintf(", and %s %.2fx original's", o, m["put_headline/"+o]/base)
+		}
+		add("%s.", line)
+		roles := func(sys string) string {
+			l, ok := m["put_headline_leader_write_amp/"+sys]
+			f, ok2 := m["put_headline_follower_write_amp/"+sys]
+			if !ok || !ok2 {
+				return sys + " -"
+			}
+			return fmt.Sprintf("%s %.2f and %.2f", sys, l, f)
+		}
+		add("- Write amplification in the window, leader and followers: %s, %s, %s (the bytes by cause are in put-scale's table).", roles(o), roles(sysOriginal), roles(sysNezha))
+		cpu := func(sys string) float64 { return m["put_headline_node_cpu_s_per_gb/"+sys] * gbPerGiB }
+		add("- Node CPU per GiB written: nezha %.1f s, %s %.1f s, original %.1f s.", cpu(sysNezha), o, cpu(o), cpu(sysOriginal))
+		if o == sysLSMRaft && base > 0 && cpu(sysOriginal) > 0 {
+			add("- The LSM-Raft paper reports %.0f-%.0f %% more throughput and about %.0f %% less CPU than the unmodified store; here lsm-raft has %+.0f %% goodput and %+.0f %% node CPU per GiB against original.",
+				100*lsmRaftPaperGainLow, 100*lsmRaftPaperGainHigh, -100*lsmRaftPaperCPUChange, 100*(m["put_headline/"+o]/base-1), 100*(cpu(o)/cpu(sysOriginal)-1))
+		}
 	}
 	for _, rd := range []struct{ workload, exp string }{{"GET", "get-zipf"}, {"SCAN", "scan"}} {
 		h, ok := find(rd.workload, sysNezha, "")

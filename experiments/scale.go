@@ -89,13 +89,9 @@ func conditionText(c string) string {
 	return c
 }
 
-func isBaseline(sys string) bool {
-	switch baseline.Mode(sys) {
-	case baseline.ModeOriginal, baseline.ModePASV, baseline.ModeBlobDB:
-		return true
-	}
-	return false
-}
+// isBaseline reports whether sys is one of package baseline's RocksDB
+// systems (baseline.Modes), whose geometry baseline.Config scales.
+func isBaseline(sys string) bool { return slices.Contains(baseline.Modes(), baseline.Mode(sys)) }
 
 // geometryArgs are the node flags that give sys the profile's geometry
 // for a store of dataPerNode bytes per node (none for native geometry).
@@ -180,13 +176,15 @@ func conditionValueKind(cond string) string {
 type putRun struct {
 	// Phase is "point" (a data-size point), "headline" (a repetition at
 	// the largest point) or "condition" (a paper's condition row).
-	Phase     string      `json:"phase"`
-	System    string      `json:"system"`
-	Condition string      `json:"condition,omitempty"`
-	DataBytes int64       `json:"data_bytes_per_node"`
-	Geometry  string      `json:"geometry"`
-	GeomBytes int64       `json:"geometry_data_bytes"`
-	Rep       int         `json:"rep"`
+	Phase     string `json:"phase"`
+	System    string `json:"system"`
+	Condition string `json:"condition,omitempty"`
+	DataBytes int64  `json:"data_bytes_per_node"`
+	Geometry  string `json:"geometry"`
+	GeomBytes int64  `json:"geometry_data_bytes"`
+	Rep       int    `json:"rep"`
+	// UserBytes are the keys and values the clients wrote.
+	UserBytes float64     `json:"user_bytes"`
 	MBPerSec  float64     `json:"mb_per_sec"`
 	OpsPerSec float64     `json:"ops_per_sec"`
 	P50Ms     float64     `json:"p50_ms"`
@@ -195,12 +193,21 @@ type putRun struct {
 	// WriteAmp is the window's write amplification per node: bytes the
 	// node wrote / user bytes (keys and values) written.
 	WriteAmp float64 `json:"write_amp"`
+	// LeaderWriteAmp and FollowerWriteAmp split it by role: the bytes the
+	// node that led at the window's end wrote / user bytes, and the
+	// followers' mean (0 where the nodes' /metrics did not say who led;
+	// Window.Nodes has each node's bytes, by cause).
+	LeaderWriteAmp   float64 `json:"leader_write_amp,omitempty"`
+	FollowerWriteAmp float64 `json:"follower_write_amp,omitempty"`
 	// Settled is the on-disk shape once the nodes stopped writing after
 	// the window (RocksDB's compaction debt paid, nezha's idle sort done),
 	// for the first headline run of the baselines and nezha only;
-	// SettledWriteAmp counts those bytes too.
-	Settled         *systems.StorageShape `json:"settled_shape,omitempty"`
-	SettledWriteAmp float64               `json:"settled_write_amp,omitempty"`
+	// SettledWriteAmp counts those bytes too, and its leader's and
+	// followers' parts.
+	Settled                 *systems.StorageShape `json:"settled_shape,omitempty"`
+	SettledWriteAmp         float64               `json:"settled_write_amp,omitempty"`
+	SettledLeaderWriteAmp   float64               `json:"settled_leader_write_amp,omitempty"`
+	SettledFollowerWriteAmp float64               `json:"settled_follower_write_amp,omitempty"`
 	// CPUProfile summarizes the nodes' CPU profiles taken during the run
 	// (the second headline run of each headline system).
 	CPUProfile *cpuProfileSummary `json:"cpu_profile,omitempty"`
@@ -231,6 +238,8 @@ func putScale() Experiment {
 			x.param("clients", p.Clients)
 			x.param("geometry", p.Geometry)
 			x.param("headline_runs", p.HeadlineRuns)
+			x.param("headline_systems", intersect(x.Systems, p.HeadlineSystems))
+			x.param("condition_systems", intersect(x.Systems, p.ConditionSystems))
 			x.param("headline_min_seconds", p.HeadlineMinSeconds.Seconds())
 			x.param("conditions", p.Conditions)
 			x.param("condition_data_bytes_per_node", p.ConditionDataBytes)
@@ -247,6 +256,7 @@ func putScale() Experiment {
 				x.note("This profile runs %s at the smaller points only, not at %s (the headline point's runs are for the headline systems' ratios).", strings.Join(others, " and "), bytesText(top))
 			}
 			x.note("Write amplification is measured in each run's window: bytes each node caused to be written (/proc/PID/io write_bytes minus cancelled_write_bytes, mean over the nodes) over the user bytes the clients wrote; RocksDB's compaction debt left at the end of the window is not in it. " +
+				"Leader / followers splits it: the node that led at the end of the window, and the followers' mean; the bytes by cause come from each node's /metrics at both ends of the window (docs/measurements.md). " +
 				"Node CPU is user+system time of the three node processes per GB of user data; machine busy is the share of both CPUs' time not idle (clients included); disk is the data device's write rate (/proc/diskstats).")
 			// The probe of the node hosts' disks (disk-limit's, or taken now)
 			// is what the bounds judge the disk's bandwidth and fsync
@@ -301,7 +311,7 @@ func putScale() Experiment {
 			// The paper's conditions, with our own as the reference row.
 			// Each condition in interleaved rounds: every system once,
 			// then those short of ConditionMinSeconds of measured time.
-			condSystems := intersect(x.Systems, p.HeadlineSystems)
+			condSystems := intersect(x.Systems, p.ConditionSystems)
 			if len(p.Conditions) > 0 && len(condSystems) > 0 {
 				conds := append([]string{""}, p.Conditions...)
 				for ci, cond := range conds {
@@ -407,13 +417,20 @@ func (x *Run) putScaleRun(ctx context.Context, phase, sys, cond string, data, ge
 		return r
 	}
 	user := float64(sum.Ops) * float64(int64(p.ScaleValueBytes)+int64(len(workloads.Key("p", 0))))
+	r.UserBytes = user
 	r.MBPerSec, r.OpsPerSec = sum.MBPerSec, sum.OpsPerSec
 	r.P50Ms, r.P99Ms = float64(sum.P50Us)/1000, float64(sum.P99Us)/1000
 	if user > 0 {
 		r.WriteAmp = r.Window.WriteBytesPerNode / user
+		if l, f, ok := r.Window.roleWriteBytes(); ok {
+			r.LeaderWriteAmp, r.FollowerWriteAmp = l/user, f/user
+		}
 	}
-	x.logf("%s: %.1f MB/s, write amp %.2f, node CPU %.1f s, machine busy %.0f %%, GC rounds/node %.1f, shape (node 1) %s",
-		sys, r.MBPerSec, r.WriteAmp, r.Window.NodeCPUSeconds, 100*r.Window.MachineBusy, r.Window.GCRounds, shapeText(r.Window.Shape))
+	x.logf("%s: %.1f MB/s, write amp %.2f (%s), node CPU %.1f s, machine busy %.0f %%, GC rounds/node %.1f, shape (node 1) %s",
+		sys, r.MBPerSec, r.WriteAmp, roleWriteAmpText(r.LeaderWriteAmp, r.FollowerWriteAmp, r.Window.LeaderChanged), r.Window.NodeCPUSeconds, 100*r.Window.MachineBusy, r.Window.GCRounds, shapeText(r.Window.Shape))
+	if t := nodeWriteAmpText(r.Window, user); t != "" {
+		x.logf("%s: write amp per node: %s", sys, t)
+	}
 	if phase == "headline" && rep == 0 && (isBaseline(sys) || sys == sysNezha) && slices.Contains(x.Profile.HeadlineSystems, sys) {
 		// What the window left to do (RocksDB's compaction debt, nezha's
 		// idle sort): let it finish, then look again. Only for the
@@ -428,7 +445,14 @@ func (x *Run) putScaleRun(ctx context.Context, phase, sys, cond string, data, ge
 		if err == nil {
 			if w, err := x.since(ctx, tb, before); err == nil && user > 0 {
 				r.Settled, r.SettledWriteAmp = w.Shape, w.WriteBytesPerNode/user
-				x.logf("%s: after compaction settled: write amp %.2f, shape (node 1) %s", sys, r.SettledWriteAmp, shapeText(r.Settled))
+				if l, f, ok := w.roleWriteBytes(); ok {
+					r.SettledLeaderWriteAmp, r.SettledFollowerWriteAmp = l/user, f/user
+				}
+				x.logf("%s: after compaction settled: write amp %.2f (%s), shape (node 1) %s", sys, r.SettledWriteAmp,
+					roleWriteAmpText(r.SettledLeaderWriteAmp, r.SettledFollowerWriteAmp, w.LeaderChanged), shapeText(r.Settled))
+				if t := nodeWriteAmpText(w, user); t != "" {
+					x.logf("%s: after compaction settled, write amp per node: %s", sys, t)
+				}
 			}
 		}
 	}
@@ -512,10 +536,10 @@ func (x *Run) putScaleReport(all []putRun, top int64, limit float64, haveLimit b
 		if base > 0 {
 			ratio = f2(r.MBPerSec/base) + "x"
 		}
-		return []string{r.System, bytesText(r.DataBytes), f1(r.MBPerSec), ratio, f2(r.WriteAmp), f1(r.Window.NodeCPUSeconds / gbPerRun(r)),
-			fmt.Sprintf("%.0f %%", 100*r.Window.MachineBusy), diskCol(r), f1(r.Window.GCRounds), shapeText(r.Window.Shape)}
+		return []string{r.System, bytesText(r.DataBytes), f1(r.MBPerSec), ratio, f2(r.WriteAmp), roleCell(r.LeaderWriteAmp, r.FollowerWriteAmp, r.Window.LeaderChanged),
+			f1(r.Window.NodeCPUSeconds / gbPerRun(r)), fmt.Sprintf("%.0f %%", 100*r.Window.MachineBusy), diskCol(r), f1(r.Window.GCRounds), shapeText(r.Window.Shape)}
 	}
-	cols := []string{"system", "data/node", "MB/s", "/ original", "write amp", "node CPU s/GB", "machine busy", "disk MB/s (of limit)", "GC rounds/node", "on-disk shape at end (node 1)"}
+	cols := []string{"system", "data/node", "MB/s", "/ original", "write amp", "write amp leader / followers", "node CPU s/GB", "machine busy", "disk MB/s (of limit)", "GC rounds/node", "on-disk shape at end (node 1)"}
 
 	// 1. Data-size points (the headline point: its median run).
 	tbl := Table{Title: "PUT vs data per node (the largest point: the run closest to the median of its repetitions)", Columns: cols}
@@ -539,6 +563,8 @@ func (x *Run) putScaleReport(all []putRun, top int64, limit float64, haveLimit b
 		best, _ := closestToMedian(rs)
 		return best, true
 	}
+	byCause := causeTable{title: "Bytes written per node by cause, per user byte: the leader (at the end of the window) and the followers' mean (the run closest to the median at each point; from the nodes' /metrics at both ends of the window, " +
+		"RocksDB's at 1-10 MB resolution; other: what no counter names, the nodes' /proc/PID/io bytes less the causes)"}
 	series := map[string]*[3]plots.Series{}
 	for _, sys := range x.Systems {
 		series[sys] = &[3]plots.Series{{Name: sys}, {Name: sys}, {Name: sys}}
@@ -566,6 +592,11 @@ func (x *Run) putScaleReport(all []putRun, top int64, limit float64, haveLimit b
 			}
 			x.metric(fmt.Sprintf("put_scale_mb_per_sec/%s/%d", sys, data), med)
 			x.metric(fmt.Sprintf("put_scale_write_amp/%s/%d", sys, data), medianOf(rs, func(r putRun) float64 { return r.WriteAmp }))
+			if l, f, ok := roleMedians(rs); ok {
+				x.metric(fmt.Sprintf("put_scale_leader_write_amp/%s/%d", sys, data), l)
+				x.metric(fmt.Sprintf("put_scale_follower_write_amp/%s/%d", sys, data), f)
+			}
+			byCause.add(r)
 		}
 	}
 	for _, sys := range x.Systems {
@@ -579,11 +610,14 @@ func (x *Run) putScaleReport(all []putRun, top int64, limit float64, haveLimit b
 		}
 	}
 	x.table(tbl)
+	if t, ok := byCause.table(); ok {
+		x.table(t)
+	}
 
 	// 2. The headline: median and range at the largest point.
 	size := p.ScaleValueBytes / kib
 	head := Table{Title: fmt.Sprintf("Headline PUT: %d KiB values, %s per node, interleaved runs: at least %d per headline system and %.0f s of measured time", size, bytesText(top), p.HeadlineRuns, p.HeadlineMinSeconds.Seconds()),
-		Columns: []string{"system", "median MB/s", "min", "max", "runs", "median / original's", "write amp (median)", "node CPU s/GB (median)", "machine busy", "GC rounds/node", "deepest LSM level", "bound (" + x.res.Backend + ")"}}
+		Columns: []string{"system", "median MB/s", "min", "max", "runs", "median / original's", "write amp (median)", "write amp leader / followers (medians)", "node CPU s/GB (median)", "machine busy", "GC rounds/node", "deepest LSM level", "bound (" + x.res.Backend + ")"}}
 	bounds := Table{Title: fmt.Sprintf("What bounded each headline system (backend %s): medians over its headline runs, each bound against its threshold", x.res.Backend),
 		Columns: []string{"system", "bound", "runs", "evidence"}}
 	fig := plots.Figure{Name: "put-headline", Title: fmt.Sprintf("PUT goodput, %d KiB values, %s per node (median of interleaved runs, range as error bars)", size, bytesText(top)),
@@ -632,7 +666,14 @@ func (x *Run) putScaleReport(all []putRun, top int64, limit float64, haveLimit b
 			bound = b.Bound
 			x.logf("%s: bound %s (%s)", sys, b.Bound, b.Evidence)
 		}
-		head.Rows = append(head.Rows, []string{sys, f1(med), f1(lo), f1(hi), fmt.Sprint(len(rs)), ratio, f2(wa), f1(cpu), fmt.Sprintf("%.0f %%", 100*busy), f1(gcr), levels, bound})
+		roles := "-"
+		if l, f, ok := roleMedians(rs); ok {
+			roles = roleCell(l, f, slices.ContainsFunc(rs, func(r putRun) bool { return r.Window.LeaderChanged }))
+			x.metric("put_headline_leader_write_amp/"+sys, l)
+			x.metric("put_headline_follower_write_amp/"+sys, f)
+			x.samples("put_headline_follower_write_amp/"+sys, valuesOf(withRoles(rs), func(r putRun) float64 { return r.FollowerWriteAmp }))
+		}
+		head.Rows = append(head.Rows, []string{sys, f1(med), f1(lo), f1(hi), fmt.Sprint(len(rs)), ratio, f2(wa), roles, f1(cpu), fmt.Sprintf("%.0f %%", 100*busy), f1(gcr), levels, bound})
 		fig.Series = append(fig.Series, plots.Series{Name: sys, Values: []float64{med}, Errors: []float64{med - lo}, ErrorsUp: []float64{hi - med}})
 		x.metric("put_headline/"+sys, med)
 		x.samples("put_headline/"+sys, mb)
@@ -677,6 +718,10 @@ func (x *Run) putScaleReport(all []putRun, top int64, limit float64, haveLimit b
 
 	for _, r := range runsOf(all, func(r putRun) bool { return r.Phase == "headline" && r.Rep == 0 && r.Settled != nil }) {
 		x.metric("put_headline_settled_write_amp/"+r.System, r.SettledWriteAmp)
+		if r.SettledLeaderWriteAmp > 0 {
+			x.metric("put_headline_settled_leader_write_amp/"+r.System, r.SettledLeaderWriteAmp)
+			x.metric("put_headline_settled_follower_write_amp/"+r.System, r.SettledFollowerWriteAmp)
+		}
 	}
 	// 3. The LSM shape: expected from the geometry vs measured.
 	for _, r := range runsOf(all, func(r putRun) bool { return r.System == sysOriginal && r.Phase == "headline" && r.Rep == 0 }) {
@@ -703,7 +748,7 @@ func (x *Run) putScaleReport(all []putRun, top int64, limit float64, haveLimit b
 		}
 		cf.Categories = append(cf.Categories, name)
 	}
-	for _, sys := range intersect(x.Systems, p.HeadlineSystems) {
+	for _, sys := range intersect(x.Systems, p.ConditionSystems) {
 		s := plots.Series{Name: sys}
 		for ci, c := range conds {
 			runsUnder := func(sys, c string) []putRun {

@@ -46,13 +46,17 @@ const (
 // Series of the CSV that the figures use: the causes of disk writes, and
 // the Raft log's fsync histogram.
 const (
-	seriesLogWritten        = "nezha_raftlog_written_bytes_total"
-	seriesFlushWritten      = "nezha_rocksdb_flush_written_bytes_total"
-	seriesCompactionWritten = "nezha_rocksdb_compaction_written_bytes_total"
-	seriesGCWritten         = "nezha_gc_written_bytes_total"
-	seriesFsync             = "nezha_raftlog_fsync_duration_seconds"
-	seriesRocksStall        = "nezha_rocksdb_write_stall_seconds_total"
-	seriesRocksPending      = "nezha_rocksdb_pending_compaction_bytes"
+	seriesLogWritten         = "nezha_raftlog_written_bytes_total"
+	seriesWALWritten         = "nezha_rocksdb_wal_written_bytes_total"
+	seriesFlushWritten       = "nezha_rocksdb_flush_written_bytes_total"
+	seriesCompactionWritten  = "nezha_rocksdb_compaction_written_bytes_total"
+	seriesGCWritten          = "nezha_gc_written_bytes_total"
+	seriesSpanCutBytes       = "nezha_lsmraft_span_cut_bytes_total"
+	seriesSpansIngestedBytes = "nezha_lsmraft_ingested_bytes_total"
+	seriesIsLeader           = "nezha_raft_is_leader"
+	seriesFsync              = "nezha_raftlog_fsync_duration_seconds"
+	seriesRocksStall         = "nezha_rocksdb_write_stall_seconds_total"
+	seriesRocksPending       = "nezha_rocksdb_pending_compaction_bytes"
 )
 
 // scrapeSample is one series of one node at one scrape.
@@ -333,12 +337,31 @@ func increases(pts [][2]float64, fn func(t, d, dt float64)) {
 	}
 }
 
-// diskWriteCauses are the counters of bytes a node writes, by cause.
-var diskWriteCauses = []struct{ series, name string }{
-	{seriesLogWritten, "Raft log (append)"},
-	{seriesFlushWritten, "RocksDB flush"},
-	{seriesCompactionWritten, "RocksDB compaction"},
-	{seriesGCWritten, "GC (sorted runs)"},
+// writeCause is a counter of the bytes a node writes for one cause, as
+// its /metrics names it.
+type writeCause struct {
+	// Key names the cause in results (windowStats' nodes), Short in log
+	// lines and table columns, Name in figures.
+	Key, Short, Name string
+	Series           string
+}
+
+// writeCauses are the counters of the bytes a node writes, by cause: each
+// a part of what the node writes (/proc/PID/io), none counted twice (a
+// follower's replays and a leader's own applies go through RocksDB's WAL,
+// memtable and flushes and are counted there). What they leave out
+// (RocksDB's MANIFEST, nezha's index, session checkpoints, the counters'
+// 1-10 MB resolution) is the "other" of a node's bytes.
+func writeCauses() []writeCause {
+	return []writeCause{
+		{"raft_log", "log", "Raft log (append)", seriesLogWritten},
+		{"rocksdb_wal", "WAL", "RocksDB WAL", seriesWALWritten},
+		{"rocksdb_flush", "flush", "RocksDB flush", seriesFlushWritten},
+		{"rocksdb_compaction", "compaction", "RocksDB compaction", seriesCompactionWritten},
+		{"gc", "GC", "GC (sorted runs)", seriesGCWritten},
+		{"span_files", "span files", "span files cut (lsm-raft leader)", seriesSpanCutBytes},
+		{"spans_ingested", "spans ingested", "span files received and ingested (lsm-raft follower)", seriesSpansIngestedBytes},
+	}
 }
 
 // diskWriteFigure is the figure of sys's disk bytes written per second by
@@ -349,10 +372,10 @@ func diskWriteFigure(sys, run string, samples []scrapeSample) (plots.Figure, boo
 		Title:  fmt.Sprintf("Disk bytes written per second by cause, %s (%s; mean per node)", sys, run),
 		XLabel: "time (s)", YLabel: "written (MB/s per node)",
 		Caption: "From the nodes' /metrics, scraped every second (put-scale/metrics/*.csv): the Raft log's appended record bytes, " +
-			"RocksDB's flush and compaction bytes of the data column family (parsed from rocksdb.cfstats at 1-10 MB resolution, so they come in steps), " +
-			"and the bytes nezha's GC wrote into sorted runs; causes that wrote nothing are left out."}
-	for _, c := range diskWriteCauses {
-		s, ok := rateSeries(samples, c.series, c.name, 1e6)
+			"RocksDB's WAL bytes and the flush and compaction bytes of its data column family (parsed from rocksdb.dbstats and rocksdb.cfstats at 1-10 MB resolution, so they come in steps), " +
+			"the bytes nezha's GC wrote into sorted runs, and lsm-raft's span files (cut by the leader, received and ingested by the followers); causes that wrote nothing are left out."}
+	for _, c := range writeCauses() {
+		s, ok := rateSeries(samples, c.Series, c.Name, 1e6)
 		if ok && slices.ContainsFunc(s.Y, func(v float64) bool { return v > 0 }) {
 			f.Series = append(f.Series, s)
 		}

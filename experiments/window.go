@@ -4,6 +4,9 @@ import (
 	"cmp"
 	"context"
 	"fmt"
+	"maps"
+	"net/http"
+	"slices"
 	"strings"
 	"time"
 
@@ -55,6 +58,12 @@ type nodeSample struct {
 	// threadCPUSec is the CPU time of the node's live threads by thread
 	// name (/proc/PID/task/TID/stat), keyed as agent.ThreadGroup names them.
 	threadCPUSec map[string]float64
+	// written are the node's cumulative bytes written by cause
+	// (writeCause.Key) and leader whether it was the Raft leader, from its
+	// /metrics; scraped reports whether that scrape succeeded.
+	written map[string]float64
+	leader  bool
+	scraped bool
 }
 
 // Thread groups of windowStats.NodeCPUByThread besides RocksDB's pools.
@@ -108,6 +117,80 @@ type windowStats struct {
 	// Shape is the on-disk shape of the first node that reports one, at
 	// the end of the window.
 	Shape *systems.StorageShape `json:"shape,omitempty"`
+	// Nodes are each node's part of the window, by Raft id.
+	Nodes []nodeWindow `json:"nodes,omitempty"`
+	// LeaderChanged: the node that led at the window's end did not lead at
+	// its start (or no node did), so that its bytes are not a leader's
+	// alone.
+	LeaderChanged bool `json:"leader_changed,omitempty"`
+}
+
+// nodeWindow is one node's part of a window.
+type nodeWindow struct {
+	ID uint64 `json:"id"`
+	// Leader: the node was the Raft leader at the window's end
+	// (windowStats.LeaderChanged says whether it was at its start).
+	// Unknown when its /metrics could not be read (Scraped false).
+	Leader  bool `json:"leader"`
+	Scraped bool `json:"scraped"`
+	// WriteBytes is write_bytes minus cancelled_write_bytes (/proc/PID/io)
+	// and CPUSeconds user+system time, in the window.
+	WriteBytes float64 `json:"write_bytes"`
+	CPUSeconds float64 `json:"cpu_seconds"`
+	// WrittenBytesByCause splits what the node's /metrics counted it
+	// write, by cause (writeCause.Key; causes that wrote nothing left
+	// out). WriteBytes less their sum is what no counter names.
+	WrittenBytesByCause map[string]float64 `json:"written_bytes_by_cause,omitempty"`
+}
+
+// roles returns the node that led at the window's end and the others;
+// ok is false unless exactly one node led and at least one followed, as
+// every node's /metrics said.
+func (w windowStats) roles() (leader nodeWindow, followers []nodeWindow, ok bool) {
+	leaders := 0
+	for _, n := range w.Nodes {
+		if !n.Scraped {
+			return nodeWindow{}, nil, false
+		}
+		if n.Leader {
+			leader = n
+			leaders++
+		} else {
+			followers = append(followers, n)
+		}
+	}
+	return leader, followers, leaders == 1 && len(followers) > 0
+}
+
+// roleWriteBytes returns the bytes the leader wrote in the window and the
+// followers' mean (roles).
+func (w windowStats) roleWriteBytes() (leader, followers float64, ok bool) {
+	l, fs, ok := w.roles()
+	if !ok {
+		return 0, 0, false
+	}
+	for _, f := range fs {
+		followers += f.WriteBytes
+	}
+	return l.WriteBytes, followers / float64(len(fs)), true
+}
+
+// roleCauseBytes is roleWriteBytes by cause (writeCause.Key).
+func (w windowStats) roleCauseBytes() (leader, followers map[string]float64, ok bool) {
+	l, fs, ok := w.roles()
+	if !ok {
+		return nil, nil, false
+	}
+	leader, followers = map[string]float64{}, map[string]float64{}
+	for k, v := range l.WrittenBytesByCause {
+		leader[k] = v
+	}
+	for _, f := range fs {
+		for k, v := range f.WrittenBytesByCause {
+			followers[k] += v / float64(len(fs))
+		}
+	}
+	return leader, followers, true
 }
 
 // nodeStats asks node id's agent of tb for its counters (with threads, the
@@ -154,8 +237,10 @@ func (x *Run) sample(ctx context.Context, tb *testbed) (windowSample, error) {
 		if err != nil {
 			return w, err
 		}
-		w.nodes[h.id] = nodeSample{writeBytes: st.WriteBytes - st.CancelledWriteBytes, readBytes: st.ReadBytes,
+		ns := nodeSample{writeBytes: st.WriteBytes - st.CancelledWriteBytes, readBytes: st.ReadBytes,
 			cpuSec: st.CpuSeconds, threadCPUSec: st.ThreadCpuSeconds}
+		ns.written, ns.leader, ns.scraped = scrapeWrites(ctx, tb, h.id)
+		w.nodes[h.id] = ns
 		if host[h.id] {
 			w.hosts[h.host] = hostCPUSample{busySec: st.HostCpuBusySeconds, totalSec: st.HostCpuTotalSeconds}
 		}
@@ -168,6 +253,42 @@ func (x *Run) sample(ctx context.Context, tb *testbed) (windowSample, error) {
 		}
 	}
 	return w, nil
+}
+
+// scrapeWrites reads node id's /metrics: its cumulative bytes written by
+// cause (writeCauses) and whether it leads; ok is false when the node has
+// no metrics address or did not answer (the window then has no causes nor
+// roles for it, and says nothing wrong).
+func scrapeWrites(ctx context.Context, tb *testbed, id uint64) (written map[string]float64, leader, ok bool) {
+	if tb.spec == nil {
+		return nil, false, false
+	}
+	n, err := tb.spec.Node(id)
+	if err != nil || n.MetricsAddress == "" {
+		return nil, false, false
+	}
+	samples, err := scrapeNode(ctx, &http.Client{Timeout: agentCallTimeout}, *n, 0)
+	if err != nil {
+		return nil, false, false
+	}
+	return writesOf(samples)
+}
+
+// writesOf picks the bytes written by cause and the leader flag out of
+// one node's scrape; ok is false without the leader flag.
+func writesOf(samples []scrapeSample) (written map[string]float64, leader, ok bool) {
+	written = map[string]float64{}
+	for _, s := range samples {
+		if s.Series == seriesIsLeader {
+			leader, ok = s.Value == 1, true
+		}
+		for _, c := range writeCauses() {
+			if s.Series == c.Series {
+				written[c.Key] = s.Value
+			}
+		}
+	}
+	return written, leader, ok
 }
 
 // since computes the window from an earlier sample to a new one, with the
@@ -221,11 +342,35 @@ func windowBetween(from, to windowSample, devices int) windowStats {
 	ws := windowStats{Seconds: to.at.Sub(from.at).Seconds()}
 	n := float64(len(to.nodes))
 	var nodeWrite, nodeRead float64
-	for id, a := range to.nodes {
-		b := from.nodes[id]
+	ledAtStart := map[uint64]bool{}
+	for id, b := range from.nodes {
+		ledAtStart[id] = b.scraped && b.leader
+	}
+	for _, id := range slices.Sorted(maps.Keys(to.nodes)) {
+		a, b := to.nodes[id], from.nodes[id]
 		nodeWrite += float64(a.writeBytes - b.writeBytes)
 		nodeRead += float64(a.readBytes - b.readBytes)
 		ws.NodeCPUSeconds += a.cpuSec - b.cpuSec
+		nw := nodeWindow{ID: id, Leader: a.scraped && a.leader, Scraped: a.scraped && b.scraped,
+			WriteBytes: float64(a.writeBytes - b.writeBytes), CPUSeconds: a.cpuSec - b.cpuSec}
+		if nw.Scraped {
+			for k, v := range a.written {
+				d := v - b.written[k]
+				if d < 0 {
+					d = v // the counter restarted (a Raft snapshot restore swapped RocksDB)
+				}
+				if d > 0 {
+					if nw.WrittenBytesByCause == nil {
+						nw.WrittenBytesByCause = map[string]float64{}
+					}
+					nw.WrittenBytesByCause[k] = d
+				}
+			}
+			if nw.Leader && !ledAtStart[id] {
+				ws.LeaderChanged = true
+			}
+		}
+		ws.Nodes = append(ws.Nodes, nw)
 		if ws.NodeCPUByThread == nil {
 			ws.NodeCPUByThread = map[string]float64{}
 		}

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The main job: set-up, build, then every experiment on all five systems
+# The main job: set-up, build, then every experiment on all six default systems
 # with the quick profile (local 3-node clusters; about 20 minutes on a
 # 2-core machine). It ends with the headline table and the report's path.
 #

@@ -113,13 +113,14 @@ func TestMetrics(t *testing.T) {
 		// The nezha nodes log JSON (checked at the end).
 		{"nezha", append(gcArgs("tiered"), "-logFormat", "json"), []string{"nezha_gc_rounds_total", "nezha_storage_value_log_bytes", "nezha_storage_sorted_run_bytes"}},
 		{"original", nil, []string{"nezha_rocksdb_flush_written_bytes_total", "nezha_rocksdb_compaction_written_bytes_total",
-			"nezha_rocksdb_write_stall_seconds_total", "nezha_rocksdb_memtable_bytes", "nezha_gc_rounds_total"}},
+			"nezha_rocksdb_wal_written_bytes_total", "nezha_rocksdb_write_stall_seconds_total", "nezha_rocksdb_memtable_bytes", "nezha_gc_rounds_total"}},
 		{"nezha-nogc", nil, []string{"nezha_storage_value_log_bytes"}},
 		{"pasv", nil, []string{"nezha_rocksdb_flush_written_bytes_total", "nezha_rocksdb_memtable_bytes"}},
 		{"blobdb", nil, []string{"nezha_rocksdb_flush_written_bytes_total", "nezha_rocksdb_memtable_bytes"}},
 		{"dwisckey", nil, nil}, // Badger's own metrics are not exported
-		{"lsm-raft", lsmRaftSpanArgs, []string{"nezha_lsmraft_spans_cut_total", "nezha_lsmraft_spans_ingested_total",
-			"nezha_lsmraft_ingested_bytes_total", "nezha_lsmraft_replays_total", "nezha_raft_span_sends_total", "nezha_raft_span_sent_bytes_total"}},
+		{"lsm-raft", lsmRaftSpanArgs, []string{"nezha_lsmraft_spans_cut_total", "nezha_lsmraft_span_cut_bytes_total", "nezha_lsmraft_spans_ingested_total",
+			"nezha_lsmraft_ingested_bytes_total", "nezha_lsmraft_replays_total", "nezha_lsmraft_replayed_bytes_total",
+			"nezha_raft_span_sends_total", "nezha_raft_span_sent_bytes_total", "nezha_rocksdb_wal_written_bytes_total"}},
 	} {
 		t.Run(c.system, func(t *testing.T) {
 			h := start(t, Options{System: c.system, Binary: binary, ExtraArgs: c.args, Seed: int64(i + 1)})
