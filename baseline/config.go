@@ -64,9 +64,19 @@ const (
 	// DefaultRetainSpans is the default of -lsmraft.retainSpans: the spans
 	// an lsm-raft leader keeps for followers that fall behind.
 	DefaultRetainSpans = 4
-	// heldSpans is how many spans' bytes an lsm-raft follower holds, by
-	// default, before it replays them itself (-lsmraft.maxHeldBytes 0).
-	heldSpans = 4
+	// heldSpans and minHeldBytes give the default bound of what an
+	// lsm-raft follower holds before it replays it itself
+	// (-lsmraft.maxHeldBytes 0): four spans, and at least 64 MiB. A
+	// follower holds what it applied while the span covering it is cut,
+	// written, sent and ingested: goodput times that pipeline's latency.
+	// Under the scaled geometry a span is a few hundred KiB, so four spans
+	// were less than one Apply batch of 256 KiB values, and followers
+	// replayed nearly everything they held (quick put-scale at 512 MiB
+	// per node: 61 and 91 bound replays, one span ingested per follower),
+	// which made lsm-raft original's path plus the leader's span files.
+	// 64 MiB is one native memtable.
+	heldSpans    = 4
+	minHeldBytes = 64 << 20
 	// minWriteBufferBytes is the smallest write_buffer_size RocksDB accepts
 	// without silently raising it (64 KiB).
 	minWriteBufferBytes = 64 << 10
@@ -249,7 +259,8 @@ type Config struct {
 	SpanIdle time.Duration
 	// MaxHeldBytes: a follower that holds entries of more than this many
 	// bytes (keys and values) that no span covers yet writes them into
-	// RocksDB itself (-lsmraft.maxHeldBytes). 0 (default): four spans.
+	// RocksDB itself (-lsmraft.maxHeldBytes). 0 (default): four spans,
+	// and at least 64 MiB.
 	MaxHeldBytes int64
 	// RetainSpans is how many spans the leader keeps for followers that
 	// fall behind (-lsmraft.retainSpans). Default 4; at least 1.
@@ -353,7 +364,7 @@ func (c *Config) maxHeldBytes() int64 {
 	if c.MaxHeldBytes > 0 {
 		return c.MaxHeldBytes
 	}
-	return heldSpans * c.spanBytes()
+	return max(heldSpans*c.spanBytes(), minHeldBytes)
 }
 
 // maxTotalWALBytes is the max_total_wal_size in effect.
@@ -401,7 +412,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 		fs.DurationVar(&c.SpanIdle, "lsmraft.spanIdle", c.SpanIdle,
 			"the leader cuts a span once it applied nothing for this long")
 		fs.Int64Var(&c.MaxHeldBytes, "lsmraft.maxHeldBytes", c.MaxHeldBytes,
-			"a follower writes the entries it holds (no span covers them yet) into RocksDB itself once they hold more than this many bytes; 0: four spans")
+			"a follower writes the entries it holds (no span covers them yet) into RocksDB itself once they hold more than this many bytes; 0: four spans, at least 64 MiB")
 		fs.IntVar(&c.RetainSpans, "lsmraft.retainSpans", c.RetainSpans,
 			"spans the leader keeps for followers that fall behind (at least 1)")
 		fs.StringVar(&c.CrashPoint, "lsmraft.crashPoint", c.CrashPoint,

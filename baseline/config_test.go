@@ -111,6 +111,14 @@ func TestLSMRaftFlags(t *testing.T) {
 	if d := c.Describe(); d["lsmraft_span_bytes"] != int64(DefaultWriteBufferBytes) || d["ingest_external_file.move_files"] != true {
 		t.Fatalf("Describe %v", d)
 	}
+	// A scaled write buffer makes small spans; the held bound keeps its
+	// floor, so that followers do not replay what a span is on its way to
+	// cover.
+	small := NewConfig(ModeLSMRaft)
+	small.WriteBufferBytes = 360 << 10
+	if small.spanBytes() != 360<<10 || small.maxHeldBytes() != minHeldBytes {
+		t.Fatalf("scaled: span %d, held %d, want held %d", small.spanBytes(), small.maxHeldBytes(), minHeldBytes)
+	}
 	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
 	c.RegisterFlags(fs)
