@@ -4,7 +4,7 @@
 // It is the replicated store's engine, not a copy of it. A DB owns one
 // value log (systems/raftlog: CRC-checked records, torn-tail recovery) and
 // one nezha.Store (the index of key -> location and GC into key-sorted
-// runs; ARCHITECTURE.md sections 3 and 4). Where a node appends entries
+// runs; docs/architecture.md sections 3 and 4). Where a node appends entries
 // that Raft committed, the DB's committer assigns the next log indexes
 // itself, appends the waiting writes with one vectored write and one
 // fdatasync (group commit: concurrent writers share it), and hands the
