@@ -19,6 +19,9 @@ const experimentUsage = `usage: nezha experiment SUBCOMMAND
                 [-backend local|docker|ssh [-image I] [-privileged] [-hosts FILE]] [-fsyncDelay D]
                                             run experiments, write results, figures and report.md
   report DIR                                rewrite DIR/report.md from saved results
+  record DIR [-docs docs/results] [-name N] [-readme README.md]
+                                            keep DIR as docs/results/<date>-<name>.md (command, commit, machine,
+                                            report); -readme also rewrites that README's headline block
   compare DIR_A DIR_B [-metric REGEX] [-threshold PCT]
                                             per experiment and system each metric's change (Markdown);
                                             exit 1 if a selected metric regressed beyond PCT (default 10)`
@@ -29,11 +32,12 @@ const compareUsage = `usage: nezha experiment compare DIR_A DIR_B [-metric REGEX
   in B by more than the threshold, 2 on bad arguments`
 
 // experimentCommand is `nezha experiment list | run NAME...|all | report
-// DIR | compare DIR_A DIR_B`, on the binary's registry of systems.
+// DIR | record DIR | compare DIR_A DIR_B`, on the binary's registry of
+// systems.
 func (c *cli) experimentCommand() *ffcli.Command {
-	return c.group("experiment", experimentUsage, "experiment: want list, run NAME...|all, report DIR, or compare DIR_A DIR_B",
+	return c.group("experiment", experimentUsage, "experiment: want list, run NAME...|all, report DIR, record DIR, or compare DIR_A DIR_B",
 		func(sub string) error {
-			return systems.Usagef("experiment: unknown subcommand %q (want list, run, report, compare)", sub)
+			return systems.Usagef("experiment: unknown subcommand %q (want list, run, report, record, compare)", sub)
 		},
 		c.command("list", experimentUsage, c.flagSet("experiment list"), func(_ context.Context, args []string) error {
 			if err := noArgs("experiment list", args); err != nil {
@@ -57,7 +61,7 @@ func (c *cli) experimentCommand() *ffcli.Command {
 			fmt.Fprintln(c.stdout, path)
 			return nil
 		}),
-		c.experimentRun(), c.experimentCompare())
+		c.experimentRun(), c.experimentRecord(), c.experimentCompare())
 }
 
 // experimentRun is `nezha experiment run NAME...|all [flags]`; flags may
