@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strings"
 	"text/tabwriter"
+	"time"
 
 	"github.com/peterbourgon/ff/v3/ffcli"
 
@@ -14,7 +15,7 @@ import (
 )
 
 const experimentUsage = `usage: nezha experiment SUBCOMMAND
-  list                                      the experiments and what each shows
+  list                                      the experiments, what each shows, and how long each took in quick
   run NAME...|all [-profile quick|standard|paper] [-systems S,...] [-out DIR] [-force] [-servers A,B,C]
                 [-backend local|docker|ssh [-image I] [-privileged] [-hosts FILE]] [-fsyncDelay D]
                                             run experiments, write results, figures and report.md
@@ -44,9 +45,9 @@ func (c *cli) experimentCommand() *ffcli.Command {
 				return err
 			}
 			tw := tabwriter.NewWriter(c.stdout, 0, 4, 2, ' ', 0)
-			fmt.Fprintln(tw, "NAME\tSHOWS")
+			fmt.Fprintln(tw, "NAME\tQUICK\tSHOWS")
 			for _, e := range experiments.All() {
-				fmt.Fprintf(tw, "%s\t%s\n", e.Name, e.Shows)
+				fmt.Fprintf(tw, "%s\t%s\t%s\n", e.Name, quickText(e.QuickDuration), e.Shows)
 			}
 			return tw.Flush()
 		}),
@@ -115,4 +116,17 @@ func (c *cli) experimentCompare() *ffcli.Command {
 		return experiments.CompareDirs(c.stdout, experiments.CompareRequest{
 			Dirs: dirs, Metric: *metric, ThresholdPct: *threshold, Systems: c.reg.Names()})
 	})
+}
+
+// quickText is an experiment's duration in the quick profile as `experiment
+// list` shows it: seconds under two minutes, else minutes; "-" if not
+// measured.
+func quickText(d time.Duration) string {
+	switch {
+	case d <= 0:
+		return "-"
+	case d < 2*time.Minute:
+		return fmt.Sprintf("%.0f s", d.Seconds())
+	}
+	return fmt.Sprintf("%.0f min", d.Minutes())
 }

@@ -6,6 +6,9 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/nezha-harness/nezha/experiments"
 )
 
 // fakeRun writes a results directory as `experiment run put-scale` leaves
@@ -111,5 +114,33 @@ func TestExperimentRecord(t *testing.T) {
 	wantUsage(t, "no headline block", "experiment", "record", run, "-docs", docs, "-name", "other", "-readme", plain)
 	if _, err := os.Stat(filepath.Join(docs, "other.md")); !os.IsNotExist(err) {
 		t.Errorf("a refused record was written: %v", err)
+	}
+}
+
+// TestExperimentListQuick: `experiment list` gives every experiment's
+// duration in the quick profile, which the README shows (a new experiment
+// needs its QuickDuration).
+func TestExperimentListQuick(t *testing.T) {
+	code, stdout, stderr := runNezha(t, "experiment", "list")
+	if code != 0 {
+		t.Fatalf("experiment list: exit %d, stderr %q", code, stderr)
+	}
+	lines := strings.Split(strings.TrimSpace(stdout), "\n")
+	if len(lines) < 2 || strings.Join(strings.Fields(lines[0]), " ") != "NAME QUICK SHOWS" {
+		t.Fatalf("experiment list's header: %q", lines[0])
+	}
+	for _, e := range experiments.All() {
+		if e.QuickDuration <= 0 {
+			t.Errorf("experiment %s has no QuickDuration", e.Name)
+			continue
+		}
+		if !strings.Contains(stdout, e.Name) || !strings.Contains(stdout, quickText(e.QuickDuration)) {
+			t.Errorf("experiment list does not show %s with %s:\n%s", e.Name, quickText(e.QuickDuration), stdout)
+		}
+	}
+	for d, want := range map[time.Duration]string{0: "-", 3 * time.Second: "3 s", 90 * time.Second: "90 s", 11 * time.Minute: "11 min"} {
+		if got := quickText(d); got != want {
+			t.Errorf("quickText(%v) = %q, want %q", d, got, want)
+		}
 	}
 }
