@@ -1,5 +1,5 @@
 // Package embedded is Nezha's storage engine as an embedded key-value store
-// in the caller's process: no Raft, no gRPC, no node processes (issue 18).
+// in the caller's process: no Raft, no gRPC, no node processes.
 //
 // It is the replicated store's engine, not a copy of it. A DB owns one
 // value log (systems/raftlog: CRC-checked records, torn-tail recovery) and
