@@ -3,7 +3,7 @@
 // local clusters of every system (or uses -servers), runs its workloads,
 // tears the clusters down, and writes one results directory with its
 // configuration, raw results, figure specifications (drawn by package
-// plots) and a Markdown report (ARCHITECTURE.md section 6.6).
+// plots) and a Markdown report (docs/architecture.md section 6.6).
 package experiments
 
 import (
