@@ -62,8 +62,13 @@ if [ -n "$file" ] && [ ! -f "$file" ]; then
   exit 1
 fi
 
-# The command as one shell-quoted line.
-cmdline=$(printf '%q ' "$@"); cmdline=${cmdline% }
+# The command as one line a shell reads back: words of plain characters
+# as they are, others in single quotes.
+cmdline=""
+for w in "$@"; do
+  if [[ $w =~ ^[A-Za-z0-9_./=:,+@%-]+$ ]]; then q=$w; else q="'${w//\'/\'\\\'\'}'"; fi
+  cmdline+="${cmdline:+ }$q"
+done
 mkdir -p "$dir"
 {
   echo "# $name"
