@@ -107,7 +107,7 @@ const (
 )
 
 // PaperDataBytes is the data each node of the paper's cluster holds
-// (100 GB; ARCHITECTURE.md section 8): the reference point of ScaleGeometry.
+// (100 GB; docs/architecture.md section 8): the reference point of ScaleGeometry.
 const PaperDataBytes = 100e9
 
 // compressionType maps a -rocksdb.compression value to RocksDB's type.

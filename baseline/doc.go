@@ -2,7 +2,7 @@
 // each one applies committed values into RocksDB (through grocksdb, linked
 // against the system librocksdb, 7.8.3 on Debian 12), so that every value is
 // stored twice on a node: once in the Raft log and once in RocksDB
-// (ARCHITECTURE.md section 1).
+// (docs/architecture.md section 1).
 //
 // Four systems share one implementation, Store, and differ in one mode:
 //

@@ -8,8 +8,8 @@ import (
 	"github.com/nezha-harness/nezha/systems"
 )
 
-// BenchmarkStoreGet: the state machine's cost of one GET on `original`
-// (issue 13), in the shape of the peer table's GET phases: the default
+// BenchmarkStoreGet: the state machine's cost of one GET on `original`,
+// in the shape of the peer table's GET phases: the default
 // configuration (64 MiB memtable), 150,000 keys of 100 B applied in
 // batches of 100 as the Raft layer applies them, then GETs of keys drawn
 // uniformly from the first 60,000 (seeded, drawn before the timer). Either

@@ -44,7 +44,7 @@ var ErrClosed = errors.New("baseline: store is closed")
 // Durability: writes use sync=false. In original and blobdb mode the
 // RocksDB WAL is written but not fsynced, in pasv mode it is not written at
 // all: the Raft log, fsynced by the node, is the durable copy, and on a
-// restart the node replays it from AppliedIndex (ARCHITECTURE.md section 5).
+// restart the node replays it from AppliedIndex (docs/architecture.md section 5).
 //
 // The applied index on disk is never ahead of the user data on disk, so
 // that a restart never skips an entry whose write was lost. In original

@@ -59,7 +59,7 @@ type crashWrites struct {
 // crashExperiment: a campaign of SIGKILLs of random nodes under a mixed
 // write load, half of them aimed at GC or compaction, each followed by a
 // restart; every acknowledged write is read back at the end and the state
-// hashes are compared (issue 14, item 4).
+// hashes are compared.
 func crashExperiment() Experiment {
 	return Experiment{
 		Name: "crash", Title: "Crash campaign",

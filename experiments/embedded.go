@@ -14,8 +14,7 @@ import (
 
 // embeddedExperiment: Nezha's storage as an embedded store
 // (nezha/embedded) against Badger and Pebble in the same process and run,
-// same fsync setting (issue 18). It starts no cluster: x.Systems do not
-// apply.
+// same fsync setting. It starts no cluster: x.Systems do not apply.
 func embeddedExperiment() Experiment {
 	return Experiment{
 		Name: "embedded", Title: "Embedded engines: nezha vs Badger vs Pebble",
@@ -65,8 +64,8 @@ func embeddedExperiment() Experiment {
 	}
 }
 
-// embeddedReport records the table, CSV, metrics, figures and the issue's
-// targets from the results.
+// embeddedReport records the table, CSV, metrics, figures and the
+// engine's targets from the results.
 func (x *Run) embeddedReport(o enginebench.Options, rs []enginebench.Result) {
 	by := map[string]enginebench.Result{}
 	id := func(engine, op string, size int) string { return fmt.Sprintf("%s/%s/%d", op, engine, size) }
@@ -94,7 +93,7 @@ func (x *Run) embeddedReport(o enginebench.Options, rs []enginebench.Result) {
 	if err := writeCSV(filepath.Join(x.Dir, "engines.csv"), rows); err != nil {
 		x.note("engines.csv not written: %v", err)
 	}
-	// Ratios of nezha over each other engine, and the issue's targets.
+	// Ratios of nezha over each other engine, and the engine's targets.
 	ratio := func(op, other string, size int) (float64, bool) {
 		a, ok1 := by[id(enginebench.EngineNezha, op, size)]
 		b, ok2 := by[id(other, op, size)]

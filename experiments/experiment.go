@@ -3,7 +3,7 @@
 // local clusters of every system (or uses -servers), runs its workloads,
 // tears the clusters down, and writes one results directory with its
 // configuration, raw results, figure specifications (drawn by package
-// plots) and a Markdown report (ARCHITECTURE.md section 6.6).
+// plots) and a Markdown report (docs/architecture.md section 6.6).
 package experiments
 
 import (
@@ -62,15 +62,30 @@ type Experiment struct {
 	// quick keeps its 15 minutes and standard its 60; naming it runs it
 	// with any profile.
 	Campaign bool
-	run      func(ctx context.Context, x *Run) error
+	// QuickDuration is about how long it took with -profile quick on the
+	// default systems, on a 2-core machine (0: not measured); `experiment
+	// list` shows it. The figures come from the runs recorded in
+	// docs/results/2026-12-05-quick-*.md, on a machine other work shared.
+	QuickDuration time.Duration
+	run           func(ctx context.Context, x *Run) error
 }
 
 // All returns every experiment in the order `run all` runs them.
 func All() []Experiment {
-	return []Experiment{
+	all := []Experiment{
 		diskLimit(), putVsize(), putScale(), getZipf(), scan(), ycsbExperiment(), amplification(), gcExperiment(), linearizabilityExperiment(), crashExperiment(),
 		embeddedExperiment(),
 	}
+	// Rounded from the recorded quick runs (see QuickDuration).
+	quick := map[string]time.Duration{
+		"disk-limit": 3 * time.Second, "put-vsize": 2 * time.Minute, "put-scale": 11 * time.Minute, "get-zipf": 5 * time.Minute,
+		"scan": 3 * time.Minute, "ycsb": 3 * time.Minute, "amplification": 3 * time.Minute, "gc": 3 * time.Minute,
+		"linearizability": 90 * time.Second, "crash": 8 * time.Minute, "embedded": 90 * time.Second,
+	}
+	for i := range all {
+		all[i].QuickDuration = quick[all[i].Name]
+	}
+	return all
 }
 
 // Lookup returns the named experiments ("all" expands to All), or a usage

@@ -278,7 +278,7 @@ func Standard() Profile {
 	return p
 }
 
-// Paper is the paper's setup (ARCHITECTURE.md section 8):
+// Paper is the paper's setup (docs/architecture.md section 8):
 // 3 nodes, 100 clients, 10-byte keys, values of 1 KB to 256 KB, 100 GB of
 // data, YCSB Load and A-F with 16 KB values and 1M operations. It needs a
 // real cluster (-servers) or a large machine: hours and ~1 TB of disk.

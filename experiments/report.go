@@ -14,14 +14,14 @@ import (
 	"github.com/nezha-harness/nezha/plots"
 )
 
-// The paper's average gains of Nezha over Raft+RocksDB (ARCHITECTURE.md
-// section 8).
+// The paper's average gains of Nezha over Raft+RocksDB
+// (docs/architecture.md section 8).
 const (
 	paperPutGain  = 4.602 // +460.2 %
 	paperGetGain  = 0.125 // +12.5 %
 	paperScanGain = 0.726 // +72.6 %
 	// paperScanGainDwisckey is the paper's SCAN gain of Nezha over
-	// Dwisckey (WiscKey under the same Raft layer; issue 18).
+	// Dwisckey (WiscKey under the same Raft layer).
 	paperScanGainDwisckey = 2.089 // +208.9 %
 )
 

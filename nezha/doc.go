@@ -1,11 +1,11 @@
 // Package nezha is the KVS-Raft state machine of the Nezha paper (ICDE 2026,
 // "Nezha: A Key-Value Separated Distributed Store with Optimized Raft
-// Integration"; ARCHITECTURE.md sections 1, 3 and 4): a value is persisted
+// Integration"; docs/architecture.md sections 1, 3 and 4): a value is persisted
 // once, in its Raft entry's record of the shared Raft log, and the state
 // machine keeps only key -> systems.Location in an index. GC later moves
 // live values into key-sorted runs.
 //
-// Layout of one node (ARCHITECTURE.md section 4), under the -data directory:
+// Layout of one node (docs/architecture.md section 4), under the -data directory:
 //
 //	<data>/valuelog/   the Raft log (systems/raftlog); it IS the value log
 //	<data>/index/      key -> Location, LevelDB (-index leveldb, the default;
@@ -15,7 +15,7 @@
 //	<data>/sorted/     the key-sorted runs written by GC (run.go) and their
 //	                   MANIFEST (manifest.go)
 //
-// Apply (store.go; ARCHITECTURE.md section 3) writes, per batch of committed
+// Apply (store.go; docs/architecture.md section 3) writes, per batch of committed
 // entries, one index batch holding every key -> Location change and the new
 // applied index. Get looks the key up and reads its value back with one
 // positioned read, of a log record (Log.ReadCommand, checking the record's

@@ -11,7 +11,7 @@ import (
 )
 
 // BenchmarkRandomAccessFloor: the memory floors under BenchmarkMemoryIndex's
-// GET on this machine (issue 18), in one goroutine. An array of 64-byte
+// GET on this machine, in one goroutine. An array of 64-byte
 // slots of the memory index's table size at 1M keys (256 shards x 8192
 // slots = 128 MiB at a load of 1/2: slots=2M) and of 1M slots (64 MiB), in
 // 4 KiB pages or in transparent huge pages (madvise MADV_HUGEPAGE on an

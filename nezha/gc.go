@@ -17,7 +17,7 @@ import (
 )
 
 // Raft-aware GC (the paper's "Raft-Aware Garbage Collection" and
-// "Three-Phase Request Processing"; ARCHITECTURE.md section 4.4).
+// "Three-Phase Request Processing"; docs/architecture.md section 4.4).
 //
 // Storage modules. Active Storage is the Raft log segment being appended.
 // A GC round first freezes it (Roll): the segments sealed at or below the

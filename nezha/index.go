@@ -27,7 +27,7 @@ func IndexKinds() []string { return []string{IndexLevelDB, IndexMemory} }
 
 // Index maps user keys to the Location of their latest value in the value
 // log, and stores the applied index in the same atomic batches
-// (ARCHITECTURE.md section 4.2). Write is called by one goroutine (the apply
+// (docs/architecture.md section 4.2). Write is called by one goroutine (the apply
 // goroutine); Get, View and AppliedIndex by any number of goroutines
 // concurrently with it.
 type Index interface {

@@ -22,7 +22,7 @@ import (
 // node replays the committed entries above that applied index from the Raft
 // log (Apply is idempotent). Losing recent index writes costs replay time,
 // never data. The same argument is the paper's PASV/Nezha one
-// (ARCHITECTURE.md sections 3 and 4.2).
+// (docs/architecture.md sections 3 and 4.2).
 type LevelDBIndex struct {
 	db      *leveldb.DB
 	dir     string

@@ -16,7 +16,7 @@ import (
 	"github.com/nezha-harness/nezha/systems"
 )
 
-// MemoryIndex is the IndexMemory index (issue 18). Nothing is persisted:
+// MemoryIndex is the IndexMemory index. Nothing is persisted:
 // AppliedIndex is 0 after NewMemoryIndex (or the GC checkpoint's, see
 // checkpoint.go), and the node replays the Raft log above it on start.
 //
@@ -186,49 +186,15 @@ func (x *MemoryIndex) get(key string) (loc systems.Location, found bool) {
 // location words of its slot (zero for an absent key) and its expiry time.
 //
 // A GET at 1M keys waits for one DRAM miss (its slot), and its speed is
-// how many GETs the CPU works on while their misses are outstanding
-// (BenchmarkRandomAccessFloor): the fewer instructions a GET has, and the
-// fewer of its branches the CPU mispredicts, the more of them overlap. So
-// the location's words travel in registers and a Location is built only in
-// the caller (systems.Location has five fields, so the compiler keeps it in
-// memory, and one returned through every call was stored and copied on the
-// stack each time), and a key of at most memoryInlineKeyBytes first gets
-// one straight-line attempt at its home slot, where about three keys in
-// four are at a load of 1/2: no loop, and a first branch on the slot's
-// contents that the CPU predicts right whenever the key is at home. A key
-// elsewhere, or with an expiry time, or read while its shard changed,
-// costs a mispredicted branch and the full probe (slowLookup). Measured
-// in one goroutine at 1M keys, where about a quarter of the keys are
-// displaced: keys all at home took about 70 ns against 100-120 ns for all
-// keys; the attempt with the slot's bounds checked (slot) gained nothing
-// over the plain probe, and without them (slotUnchecked) about 25 %; the
-// checks folded into one condition were about 10 % slower than these
-// separate branches. Reading a second candidate slot in the same attempt,
-// chosen without a branch (a second home by another part of the hash, as
-// in two-choice hashing, or the other slot of the home's aligned pair),
-// leaves fewer keys to the full probe (one in seven with two homes) but
-// was slower at 1M keys: 130-205 ns against 100-165 ns in the same runs,
-// and 115-124 ns for keys at one of their two homes against about 70 ns
-// for keys at their one home; the reads whose address depends on the
-// first slot's contents seem to stall the GETs behind them. A load
-// of at most 3/8 (twice the memory) puts seven keys in eight at home and
-// gained 5-15 %, within this machine's noise; growing past 3/8 and
-// rebuilding to at most 1/4 (also twice the memory) was faster in 8 of 12
-// interleaved rounds, median 112 ns against 128 ns (85-97 ns in a quiet
-// minute), and is not the default for that price.
-//
-// Also tried and dropped (30 interleaved rounds of this benchmark, in sets
-// of 4 to 12: p > 0.1 in each, and the sign changed between sets):
-// 32-byte slots two to a cache line, with keys of up to 16 bytes inline and
-// the location packed into two words (a list for locations that do not
-// fit), and the first attempt reading both slots of the line without a
-// branch. It puts about nine keys in ten in their home line at a load of
-// 1/2, halves the table's memory, and in a stand-alone copy of both
-// layouts (one table, no shards) was 10-27 % faster in 17 of 18 rounds;
-// in the index it was not. Keeping the shard's slots and mask beside its
-// seqlock, one load less than through the table (but one check more, so
-// that a torn pair is never used), was slower in 7 of 8 rounds. Packing the
-// key of 8 to 16 bytes inline instead of calling packKey: no change.
+// how many GETs the CPU works on while their misses are outstanding: the
+// fewer instructions and mispredicted branches a GET has, the more of them
+// overlap. So the location's words travel in registers (a Location is
+// built only in the caller), and a key of at most memoryInlineKeyBytes
+// first gets one straight-line attempt at its home slot, where about three
+// keys in four are at a load of 1/2; a key elsewhere, or with an expiry
+// time, or read while its shard changed, takes the full probe
+// (slowLookup). The layouts measured and dropped are in
+// docs/design/2026-12-05-memory-index.md.
 func (x *MemoryIndex) lookupWords(key string) (seg, off, idx, w uint64, expires int64, found bool) {
 	if len(key) > memoryInlineKeyBytes {
 		return x.slowLookup(key)
@@ -250,8 +216,8 @@ func (x *MemoryIndex) lookupWords(key string) (seg, off, idx, w uint64, expires 
 
 // memoryMultiGetGroup is how many keys MultiGet hashes and touches ahead
 // of their lookups (two slots each: 128 cache lines, 8 KiB, in the L1
-// cache). Measured at 1M keys in one goroutine, calls of 64 keys: groups
-// of 8, 16, 32 and 64 took about 105, 90, 82 and 75 ns per key.
+// cache); of the sizes measured, the largest was the fastest
+// (docs/design/2026-12-05-memory-index.md).
 const memoryMultiGetGroup = 64
 
 // MultiGet looks up many keys in one call, as RocksDB's MultiGet: locs[i]
@@ -269,9 +235,8 @@ const memoryMultiGetGroup = 64
 // prefetch does for puts, and as hash joins prefetch a group of probes:
 // Chen, Ailamaki, Gibbons, Mowry, "Improving Hash Join Performance through
 // Prefetching", ICDE 2004); then it looks each key up in full, in cache.
-// Touching the home slot alone left the displaced keys' probes to miss:
-// 101-104 ns per key against 87-91 ns with both slots (groups of 16).
-// BenchmarkMemoryIndex's op=MultiGet measures it.
+// It touches the slot after the home too, because that is where most
+// displaced keys are. BenchmarkMemoryIndex's op=MultiGet measures it.
 func (x *MemoryIndex) MultiGet(keys [][]byte, locs []systems.Location, found []bool) error {
 	if len(locs) != len(keys) || len(found) != len(keys) {
 		return fmt.Errorf("nezha: memory index: MultiGet of %d keys into %d locations and %d found flags",

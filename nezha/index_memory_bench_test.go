@@ -11,7 +11,7 @@ import (
 	"github.com/nezha-harness/nezha/systems"
 )
 
-// The memory index benchmarks (issue 18): GET, PUT (Write of batches of
+// The memory index benchmarks: GET, PUT (Write of batches of
 // overwrites) and Load (Write of batches of new keys into an empty index)
 // on 1k, 1M and 10M keys, for MemoryIndex ("sharded") and the skiplist index
 // it replaced ("skiplist"), in one run. Keys are the paper's 10-byte keys

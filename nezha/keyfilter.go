@@ -5,11 +5,11 @@ import "github.com/bits-and-blooms/bloom/v3"
 // GC's live-byte accounting (liveAccount.set) needs the location a put
 // replaces, one index lookup per put: on a LevelDB index, a second walk of
 // the memtable's skiplist besides the write's own, about a third of a
-// follower's CPU under small-value PUTs (profile in the issue-13 note). A
-// put of a new key replaces nothing, so a Bloom filter of the keys the
-// index may hold lets the accounting skip the lookup for keys it has
-// certainly never seen, as the unique-key loads of the paper's PUT
-// benchmark and of YCSB's load phase are.
+// follower's CPU under small-value PUTs (in a profile of the peer table's
+// 100 B PUT load). A put of a new key replaces nothing, so a Bloom filter
+// of the keys the index may hold lets the accounting skip the lookup for
+// keys it has certainly never seen, as the unique-key loads of the paper's
+// PUT benchmark and of YCSB's load phase are.
 //
 // The filter is built from the index scan at open (collector.rebuildLive
 // already reads every key), and every applied put adds its key. Deletes do

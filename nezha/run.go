@@ -22,7 +22,7 @@ import (
 	"github.com/nezha-harness/nezha/systems/vfs"
 )
 
-// Sorted runs: the Final Compacted Storage of the paper (ARCHITECTURE.md
+// Sorted runs: the Final Compacted Storage of the paper (docs/architecture.md
 // section 4.3). GC writes the live values it relocates into a run, in key order, so
 // that a SCAN reads them sequentially. File sorted/NNNNNN.run:
 //

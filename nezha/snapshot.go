@@ -15,7 +15,7 @@ import (
 // rebuilds its index to point into that run (CommitRestore). The snapshot
 // is the node's storage (log and sorted runs) plus the index, carried as
 // the pairs they describe, so that it does not depend on the leader's file
-// layout (ARCHITECTURE.md section 4.5).
+// layout (docs/architecture.md section 4.5).
 
 // WriteSnapshot implements systems.Snapshotter: every live key and value in
 // key order. It reads the index in chunks, each under the gate, so neither

@@ -80,7 +80,7 @@ func (s *Store) IndexKind() string { return s.index.Kind() }
 // applied entry stored in the index.
 func (s *Store) AppliedIndex() uint64 { return s.index.AppliedIndex() }
 
-// Apply implements systems.StateMachine (ARCHITECTURE.md section 3). It writes one
+// Apply implements systems.StateMachine (docs/architecture.md section 3). It writes one
 // index batch holding, for every entry, key -> entry.Location for OpPut
 // (never the value), a tombstone for OpDelete and nothing for OpNone,
 // together with the new applied index. Entries at or below the applied

@@ -23,7 +23,7 @@ const (
 	Name = "nezha"
 )
 
-// Directory names under the node's -data directory (ARCHITECTURE.md section 4).
+// Directory names under the node's -data directory (docs/architecture.md section 4).
 const (
 	// ValueLogDir holds the Raft log, which is the value log.
 	ValueLogDir = "valuelog"
@@ -35,7 +35,7 @@ const (
 
 // NezhaNoGC returns the "nezha-nogc" system: values persisted once in the
 // Raft log, key -> Location in the index, no GC (the paper's Nezha-NoGC;
-// ARCHITECTURE.md section 1).
+// docs/architecture.md section 1).
 func NezhaNoGC() systems.System {
 	return systems.System{
 		Name:      NameNoGC,
@@ -51,7 +51,7 @@ func NezhaNoGC() systems.System {
 }
 
 // Nezha returns the "nezha" system: KVS-Raft with Raft-aware GC into
-// key-sorted runs (ARCHITECTURE.md sections 1 and 4.4; see gc.go).
+// key-sorted runs (docs/architecture.md sections 1 and 4.4; see gc.go).
 func Nezha() systems.System {
 	return systems.System{
 		Name:      Name,

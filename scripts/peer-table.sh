@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# The shared-path measurements of the README's "Benchmarks" section, in one
-# run on this machine (3 local nodes per system, fsync on, one cluster up at
-# a time), ROUNDS rounds interleaved so that the machine's drift hits every
-# system alike:
+# The shared-path measurements of docs/benchmarks.md ("The shared path
+# against etcd"), in one run on this machine (3 local nodes per system,
+# fsync on, one cluster up at a time), ROUNDS rounds interleaved so that
+# the machine's drift hits every system alike:
 #
 #   - the disk limit (experiment disk-limit: fsynced 1 MiB writes);
 #   - node CPU seconds per GiB of 256 KiB PUT goodput on nezha-nogc, from

@@ -6,5 +6,5 @@
 // All systems run on one replication layer (package systems/node over the
 // segmented Raft log of package systems/raftlog), so that comparing two
 // systems changes one variable only: what the state machine does with a value
-// (ARCHITECTURE.md section 1).
+// (docs/architecture.md section 1).
 package systems

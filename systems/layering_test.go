@@ -7,7 +7,7 @@ import (
 	"testing"
 )
 
-// TestLayering enforces ARCHITECTURE.md section 2: systems depends on no concrete
+// TestLayering enforces docs/architecture.md section 2: systems depends on no concrete
 // system and no tool; nezha, baseline and dwisckey never import each other; the
 // traffic, fault and validation packages never import a concrete system;
 // plots draw from saved results only.
@@ -31,7 +31,7 @@ func TestLayering(t *testing.T) {
 		{"linearizability", []string{"nezha", "baseline", "dwisckey", "experiments"}},
 		{"plots", []string{"nezha", "baseline", "dwisckey", "systems/node", "systems/cluster", "systems/client", "experiments"}},
 	}
-	// The command line lives in cmd/nezha (ARCHITECTURE.md section 6.1):
+	// The command line lives in cmd/nezha (docs/architecture.md section 6.1):
 	// these packages parse no flags. (systems keeps
 	// SystemConfig.RegisterFlags, through which `serve -system S` gets a
 	// system's own flags; a test-support package, named ...test, may parse
@@ -63,7 +63,7 @@ func TestLayering(t *testing.T) {
 				imp = strings.TrimPrefix(imp, mod)
 				for _, f := range r.forbidden {
 					if imp == f || strings.HasPrefix(imp, f+"/") {
-						t.Errorf("%s imports %s (ARCHITECTURE.md section 2 forbids it)", pkg, imp)
+						t.Errorf("%s imports %s (docs/architecture.md section 2 forbids it)", pkg, imp)
 					}
 				}
 			}

@@ -15,7 +15,7 @@ import (
 // Location is where a committed entry's record sits in the Raft log: the
 // segment file number, the byte offset of the record header in that file, the
 // record length in bytes (header and payload), and the entry's Raft index.
-// Nezha's index maps key -> Location (ARCHITECTURE.md sections 3 and 4.2).
+// Nezha's index maps key -> Location (docs/architecture.md sections 3 and 4.2).
 type Location struct {
 	Segment uint64
 	Offset  int64
@@ -150,7 +150,7 @@ type SystemConfig interface {
 	Open(env Env) (StateMachine, error)
 }
 
-// Role is what a system is in the comparison (ARCHITECTURE.md section 1).
+// Role is what a system is in the comparison (docs/architecture.md section 1).
 // Experiments and the conformance suite take their system lists from the
 // Registry by role instead of naming systems.
 type Role string

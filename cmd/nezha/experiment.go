@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strings"
 	"text/tabwriter"
+	"time"
 
 	"github.com/peterbourgon/ff/v3/ffcli"
 
@@ -14,11 +15,14 @@ import (
 )
 
 const experimentUsage = `usage: nezha experiment SUBCOMMAND
-  list                                      the experiments and what each shows
+  list                                      the experiments, what each shows, and how long each took in quick
   run NAME...|all [-profile quick|standard|paper] [-systems S,...] [-out DIR] [-force] [-servers A,B,C]
                 [-backend local|docker|ssh [-image I] [-privileged] [-hosts FILE]] [-fsyncDelay D]
                                             run experiments, write results, figures and report.md
   report DIR                                rewrite DIR/report.md from saved results
+  record DIR [-docs docs/results] [-name N] [-readme README.md]
+                                            keep DIR as docs/results/<date>-<name>.md (command, commit, machine,
+                                            report); -readme also rewrites that README's headline block
   compare DIR_A DIR_B [-metric REGEX] [-threshold PCT]
                                             per experiment and system each metric's change (Markdown);
                                             exit 1 if a selected metric regressed beyond PCT (default 10)`
@@ -29,20 +33,21 @@ const compareUsage = `usage: nezha experiment compare DIR_A DIR_B [-metric REGEX
   in B by more than the threshold, 2 on bad arguments`
 
 // experimentCommand is `nezha experiment list | run NAME...|all | report
-// DIR | compare DIR_A DIR_B`, on the binary's registry of systems.
+// DIR | record DIR | compare DIR_A DIR_B`, on the binary's registry of
+// systems.
 func (c *cli) experimentCommand() *ffcli.Command {
-	return c.group("experiment", experimentUsage, "experiment: want list, run NAME...|all, report DIR, or compare DIR_A DIR_B",
+	return c.group("experiment", experimentUsage, "experiment: want list, run NAME...|all, report DIR, record DIR, or compare DIR_A DIR_B",
 		func(sub string) error {
-			return systems.Usagef("experiment: unknown subcommand %q (want list, run, report, compare)", sub)
+			return systems.Usagef("experiment: unknown subcommand %q (want list, run, report, record, compare)", sub)
 		},
 		c.command("list", experimentUsage, c.flagSet("experiment list"), func(_ context.Context, args []string) error {
 			if err := noArgs("experiment list", args); err != nil {
 				return err
 			}
 			tw := tabwriter.NewWriter(c.stdout, 0, 4, 2, ' ', 0)
-			fmt.Fprintln(tw, "NAME\tSHOWS")
+			fmt.Fprintln(tw, "NAME\tQUICK\tSHOWS")
 			for _, e := range experiments.All() {
-				fmt.Fprintf(tw, "%s\t%s\n", e.Name, e.Shows)
+				fmt.Fprintf(tw, "%s\t%s\t%s\n", e.Name, quickText(e.QuickDuration), e.Shows)
 			}
 			return tw.Flush()
 		}),
@@ -57,7 +62,7 @@ func (c *cli) experimentCommand() *ffcli.Command {
 			fmt.Fprintln(c.stdout, path)
 			return nil
 		}),
-		c.experimentRun(), c.experimentCompare())
+		c.experimentRun(), c.experimentRecord(), c.experimentCompare())
 }
 
 // experimentRun is `nezha experiment run NAME...|all [flags]`; flags may
@@ -111,4 +116,17 @@ func (c *cli) experimentCompare() *ffcli.Command {
 		return experiments.CompareDirs(c.stdout, experiments.CompareRequest{
 			Dirs: dirs, Metric: *metric, ThresholdPct: *threshold, Systems: c.reg.Names()})
 	})
+}
+
+// quickText is an experiment's duration in the quick profile as `experiment
+// list` shows it: seconds under two minutes, else minutes; "-" if not
+// measured.
+func quickText(d time.Duration) string {
+	switch {
+	case d <= 0:
+		return "-"
+	case d < 2*time.Minute:
+		return fmt.Sprintf("%.0f s", d.Seconds())
+	}
+	return fmt.Sprintf("%.0f min", d.Minutes())
 }

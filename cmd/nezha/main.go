@@ -1,6 +1,6 @@
 // Command nezha is the one binary of the harness: it runs nodes, local
 // clusters, clients, workloads, checks, experiments and plots. See
-// `nezha help` and ARCHITECTURE.md section 6.1. The command line is one
+// `nezha help` and docs/architecture.md section 6.1. The command line is one
 // ffcli tree (root.go); the library packages it calls take Options or
 // Config structs.
 package main

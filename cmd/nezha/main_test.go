@@ -55,6 +55,7 @@ func TestEveryCommandHelpAndBadFlag(t *testing.T) {
 		{[]string{"experiment"}, []string{"compare DIR_A DIR_B"}},
 		{[]string{"experiment", "list"}, nil},
 		{[]string{"experiment", "report"}, nil},
+		{[]string{"experiment", "record"}, []string{"-docs", "-name", "-readme"}},
 		{[]string{"experiment", "run"}, []string{"-profile", "-systems", "-out", "-force", "-servers", "-nodes"}},
 		{[]string{"experiment", "compare"}, []string{"-metric", "-threshold"}},
 		{[]string{"plot"}, []string{"RESULTS_DIR"}},

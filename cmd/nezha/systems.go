@@ -9,7 +9,7 @@ import (
 )
 
 // systemsCommand is `nezha systems [-json]`: the registered systems in
-// registration order, with their role (ARCHITECTURE.md section 1); -json
+// registration order, with their role (docs/architecture.md section 1); -json
 // prints a JSON array of systems.SystemInfo (the conformance suite reads
 // its configurations from it).
 func (c *cli) systemsCommand() *ffcli.Command {

@@ -1,10 +1,10 @@
 // Package embedded is Nezha's storage engine as an embedded key-value store
-// in the caller's process: no Raft, no gRPC, no node processes (issue 18).
+// in the caller's process: no Raft, no gRPC, no node processes.
 //
 // It is the replicated store's engine, not a copy of it. A DB owns one
 // value log (systems/raftlog: CRC-checked records, torn-tail recovery) and
 // one nezha.Store (the index of key -> location and GC into key-sorted
-// runs; ARCHITECTURE.md sections 3 and 4). Where a node appends entries
+// runs; docs/architecture.md sections 3 and 4). Where a node appends entries
 // that Raft committed, the DB's committer assigns the next log indexes
 // itself, appends the waiting writes with one vectored write and one
 // fdatasync (group commit: concurrent writers share it), and hands the

@@ -9,7 +9,7 @@ import (
 )
 
 // MachineSpeed is a calibration of this machine's CPU at one moment of a
-// run: what the shared path of every system spends its CPU on (ARCHITECTURE.md
+// run: what the shared path of every system spends its CPU on (docs/architecture.md
 // section 3): kernel work for loopback TCP, and copies.
 // On a shared VM both drift by tens of percent between runs; a CPU-bound
 // system's goodput drifts with them while a disk- or compaction-bound one's

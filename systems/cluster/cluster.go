@@ -73,13 +73,13 @@ type Node struct {
 	// for external systems.
 	MetricsAddress string `json:"metrics_address,omitempty"`
 	// JSONRPCAddress serves the node's JSON-RPC 2.0 cluster API
-	// (-jsonrpcAddress; README "JSON-RPC cluster API"); empty for clusters
+	// (-jsonrpcAddress; docs/apis.md); empty for clusters
 	// started before it existed and for external systems.
 	JSONRPCAddress string `json:"jsonrpc_address,omitempty"`
-	// EtcdAddress serves etcd's KV API (-etcdAddress; README "etcd's API
-	// on every node"), PprofAddress Go's profiler (-pprofAddress); empty
-	// for external systems, for clusters started before they were given
-	// one, and when the cluster's own flags name them.
+	// EtcdAddress serves etcd's KV API (-etcdAddress; docs/apis.md),
+	// PprofAddress Go's profiler (-pprofAddress); empty for external
+	// systems, for clusters started before they were given one, and when
+	// the cluster's own flags name them.
 	EtcdAddress  string `json:"etcd_address,omitempty"`
 	PprofAddress string `json:"pprof_address,omitempty"`
 	// ExtraArgs are this node's own serve flags, after the cluster's.

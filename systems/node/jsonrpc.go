@@ -29,7 +29,7 @@ import (
 // jsonrpcMaxInflight); each response echoes its request's id. A
 // notification (no id) gets no response. Batches (JSON arrays) are refused.
 //
-// Methods (README "JSON-RPC cluster API"):
+// Methods (docs/apis.md, "JSON-RPC cluster API"):
 //
 //	CreateCluster {}                  the cluster exists: answers GetServerState's result with "created": false
 //	AddServer {"addr": CLIENT_ADDR}   asks the running, not yet member node at its client (-address) address

@@ -11,7 +11,7 @@ import (
 )
 
 // The Raft log's write path is pipelined with etcd raft's asynchronous
-// storage writes (raft.Config.AsyncStorageWrites; ARCHITECTURE.md section
+// storage writes (raft.Config.AsyncStorageWrites; docs/architecture.md section
 // 3). The Ready loop sends a Ready's messages at once (a leader's MsgApp
 // before its own append: Raft thesis 10.2.1), hands its MsgStorageAppend
 // (entries, HardState, and the messages that may only leave once those are

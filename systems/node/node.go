@@ -171,10 +171,11 @@ type Node struct {
 	applyDeltas   []sessionDelta
 	compactMu     sync.Mutex
 	sessLogFolded atomic.Uint64
-	// Session checkpoints (session.go, checkpointSessions): the bytes and
-	// entries applied since the last one (apply goroutine), whether one is
-	// being written, its writers (Stop waits), and sessCkpt, the newest
-	// table on disk above the compaction point (under sessMu; nil if none).
+	// Session checkpoints (session.go: maybeCheckpointSessions,
+	// writeSessionCheckpoint): the bytes and entries applied since the last
+	// one (apply goroutine), whether one is being written, its writers
+	// (Stop waits), and sessCkpt, the newest table on disk above the
+	// compaction point (under sessMu; nil if none).
 	sessCkptBytes   int64
 	sessCkptEntries int
 	sessCkptBusy    atomic.Bool

@@ -8,7 +8,7 @@ import (
 	"github.com/nezha-harness/nezha/systems"
 )
 
-// Record format (ARCHITECTURE.md section 4.1), little endian:
+// Record format (docs/architecture.md section 4.1), little endian:
 //
 //	crc32c (4) | payload length (4) | kind (1) | term (8) | index (8) | payload
 //

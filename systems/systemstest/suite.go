@@ -187,7 +187,7 @@ func (h *harness) killRole(leader bool) uint64 {
 }
 
 // Suite timing: a 50 ms tick (election timeout 0.5-1 s) keeps the suite
-// short; the node defaults are exercised by the CLI checks in the README.
+// short; the node defaults run in the README's tour and in the experiments.
 var suiteArgs = []string{"-tick", "50ms", "-minFreeDiskBytes", "0"}
 
 // externalSuiteArgs are the suite's flags for an external system (etcd
@@ -262,7 +262,7 @@ func ctxFor(d time.Duration) (context.Context, context.CancelFunc) {
 // suite writes each key from one goroutine, so a resent put of the same
 // value leaves the same state whether or not the first one was applied.
 // The harness's own systems must never return an ambiguous outcome to
-// these puts (their client resends under its session, issue 14).
+// these puts (their client resends under its session).
 func (h *harness) put(k, v string) {
 	h.t.Helper()
 	ctx, cancel := ctxFor(20 * time.Second)
@@ -554,7 +554,7 @@ func testFailover(t *testing.T, o Options) {
 	killed := time.Now()
 	// A write issued at once with a 10 s deadline succeeds within 3 s: the
 	// nodes fail what they forwarded to the dead leader once a new one is
-	// elected, and the client resends it under its session (issue 14).
+	// elected, and the client resends it under its session.
 	// An external system (etcd) has neither: its outcome is logged, not
 	// asserted.
 	ctx, cancel := ctxFor(10 * time.Second)

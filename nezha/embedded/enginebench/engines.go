@@ -2,8 +2,8 @@
 // against the best-known embedded key-value-separated store, Badger
 // (github.com/dgraph-io/badger/v4: WiscKey in Go), and an LSM, Pebble
 // (github.com/cockroachdb/pebble/v2), in one run with the same fsync
-// setting: PUT, GET and SCAN at the value sizes of issue 18 (100 B, 4 KiB,
-// 256 KiB). Run does the measurement; the `embedded` experiment
+// setting: PUT, GET and SCAN at small, medium and large values (100 B,
+// 4 KiB, 256 KiB). Run does the measurement; the `embedded` experiment
 // (experiments/embedded.go) and the package's Go benchmarks call it.
 package enginebench
 

@@ -35,7 +35,7 @@ type Options struct {
 	Dir string
 	// Engines to measure, in order (default all of Engines()).
 	Engines []string
-	// ValueSizesBytes (default 100, 4096, 262144: issue 18's sizes).
+	// ValueSizesBytes (default 100, 4096, 262144).
 	ValueSizesBytes []int
 	// Engine is how every engine is opened (default: Sync on, nezha with
 	// the memory index and a 1s idle GC, Badger's value threshold 1 KiB).
