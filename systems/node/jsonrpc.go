@@ -472,7 +472,7 @@ func (s *jsonrpcServer) addServer(params json.RawMessage) (any, error) {
 	st, err := c.Status(ctx, addr, false)
 	cancel()
 	if err != nil {
-		e := rpcErrorf(jsonrpcUnavailable, "AddServer: the new node at %s does not answer (start it first, as README's Membership change says): %s",
+		e := rpcErrorf(jsonrpcUnavailable, "AddServer: the new node at %s does not answer (start it first, as docs/operating.md's Membership change says): %s",
 			addr, status.Convert(err).Message())
 		return nil, e
 	}

@@ -813,7 +813,7 @@ func (n *Node) step(m raftpb.Message) {
 		if last, _ := n.log.LastIndex(); m.Commit > last {
 			n.fail(fmt.Errorf("leader %d says this node acknowledged entries up to %d, but its log ends at %d: "+
 				"acknowledged entries were lost (data directory deleted or truncated?); refusing to continue: "+
-				"replace this member with a fresh one (nezha cluster replace -cluster DIR -node %d; README, Membership)", m.From, m.Commit, last, n.id))
+				"replace this member with a fresh one (nezha cluster replace -cluster DIR -node %d; docs/operating.md, Membership change)", m.From, m.Commit, last, n.id))
 			return
 		}
 	}
