@@ -23,7 +23,7 @@ func goodBars() Figure {
 		Name: "bars", Title: "Bars title", Kind: Bars, XLabel: "value size (KiB)", YLabel: "throughput (MB/s)",
 		Categories: []string{"1", "4"},
 		Series: []Series{
-			{Name: "a", Values: []float64{1, 2}, Errors: []float64{0.1, 0.2}},
+			{Name: "a", Values: []float64{1, 2}, Errors: []float64{0.1, 0.2}, N: []int{3, 3}},
 			{Name: "b", Values: []float64{3, 0}, Missing: []int{1}},
 		},
 		HLines: []Mark{{At: 2.5, Label: "limit"}},
@@ -119,6 +119,29 @@ func TestValidateCatchesEachProblem(t *testing.T) {
 		{"hline no label", goodBars, func(f *Figure) { f.HLines[0].Label = "" }, "hline at 2.5 has no label"},
 		{"hline log y", goodLines, func(f *Figure) { f.LogY = true; f.HLines = []Mark{{At: -1, Label: "h"}} }, `hline "h" at -1 on a log y axis`},
 		{"hline NaN", goodBars, func(f *Figure) { f.HLines[0].At = math.NaN() }, `hline "limit" at NaN`},
+		{"windows on bars", goodBars, func(f *Figure) { f.Windows = []Window{{Kind: WindowGC, Start: 0, End: 1}} }, "windows on a bars figure"},
+		{"windows on cdf", goodCDF, func(f *Figure) { f.Windows = []Window{{Kind: WindowGC, Start: 1, End: 2}} }, "windows on a cdf figure"},
+		{"windows log x", goodLines, func(f *Figure) {
+			f.LogX, f.Marks = true, nil
+			f.Series[0].X = []float64{1, 2, 3}
+			f.Windows = []Window{{Kind: WindowGC, Start: 1, End: 2}}
+		}, "windows on a log x axis"},
+		{"window unknown kind", goodLines, func(f *Figure) { f.Windows = []Window{{Kind: "flush", Start: 0, End: 1}} }, `window 0 has unknown kind "flush"`},
+		{"window empty kind", goodLines, func(f *Figure) { f.Windows = []Window{{Start: 0, End: 1}} }, `window 0 has unknown kind ""`},
+		{"window backwards", goodLines, func(f *Figure) { f.Windows = []Window{{Kind: WindowFault, Start: 2, End: 1}} }, "window 0 (fault) ends at 1 before it starts at 2"},
+		{"window NaN", goodLines, func(f *Figure) { f.Windows = []Window{{Kind: WindowCompaction, Start: math.NaN(), End: 1}} }, "window 0 (compaction) from NaN"},
+		{"error bars without n", goodBars, func(f *Figure) { f.Series[0].N = nil }, "error bars without n"},
+		{"upper error bars without n", goodBars, func(f *Figure) { f.Series[1].ErrorsUp = []float64{1, 1} }, `series "b": error bars without n`},
+		{"lines error bars without n", goodLines, func(f *Figure) { f.Series[0].Errors = []float64{1, 1, 1} }, "error bars without n"},
+		{"multi-run value without spread", goodBars, func(f *Figure) { f.Series[1].N = []int{1, 4} }, "value 1 comes from 4 runs but shows no spread"},
+		{"multi-run point without spread", goodLines, func(f *Figure) { f.Series[0].N = []int{3, 3, 3} }, "value 0 comes from 3 runs"},
+		{"n count", goodBars, func(f *Figure) { f.Series[0].N = []int{3} }, "1 n for 2 values"},
+		{"n zero", goodBars, func(f *Figure) { f.Series[0].N = []int{0, 3} }, "n[0] = 0"},
+		{"n on cdf", goodCDF, func(f *Figure) { f.Series[0].N = []int{1, 1, 1} }, "n on a cdf"},
+		{"bars span decades", goodBars, func(f *Figure) { f.Series[1].Values[0] = 3000 }, "y values span 3.5 decades"},
+		{"lines x span decades", goodLines, func(f *Figure) { f.Marks = nil; f.Series[0].X = []float64{1, 100, 10000} }, "x values span 4.0 decades (10th..90th percentile 1..10000) on a linear axis; set log_x"},
+		{"lines y span decades", goodLines, func(f *Figure) { f.Series[0].Y = []float64{0.5, 60, 900} }, "set log_y"},
+		{"cdf x span decades", goodCDF, func(f *Figure) { f.LogX = false; f.Series[0].X[0] = 1 }, "set log_x"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -132,6 +155,46 @@ func TestValidateCatchesEachProblem(t *testing.T) {
 				t.Fatalf("error %q does not contain %q", err, c.want)
 			}
 		})
+	}
+}
+
+// TestValidateLinearSpanUsesPercentiles: a time series that dips to
+// nearly nothing for a few seconds (a stall) stays valid on a linear
+// axis; one whose bulk spans decades does not.
+func TestValidateLinearSpanUsesPercentiles(t *testing.T) {
+	f := goodLines()
+	s := &f.Series[0]
+	s.X, s.Y = nil, nil
+	for i := range 100 {
+		y := 5000.0
+		if i >= 40 && i < 45 { // 5 % of the seconds
+			y = 3
+		}
+		s.X, s.Y = append(s.X, float64(i)), append(s.Y, y)
+	}
+	if err := f.Validate(); err != nil {
+		t.Fatalf("a stall of 5 %% of the seconds: %v", err)
+	}
+	for i := 40; i < 60; i++ { // 20 %
+		s.Y[i] = 3
+	}
+	if err := f.Validate(); err == nil || !strings.Contains(err.Error(), "set log_y") {
+		t.Fatalf("20 %% of the points 3 decades down: got %v, want a log_y error", err)
+	}
+	f.LogY = true
+	if err := f.Validate(); err != nil {
+		t.Fatalf("on a log axis: %v", err)
+	}
+}
+
+func TestValidateAcceptsWindows(t *testing.T) {
+	f := goodLines()
+	for _, k := range WindowKinds() {
+		f.Windows = append(f.Windows, Window{Kind: k, Label: string(k), Start: 0.5, End: 1.5, Node: 2})
+	}
+	f.Windows = append(f.Windows, Window{Kind: WindowLeaderChange, Start: 1, End: 1}) // zero length
+	if err := f.Validate(); err != nil {
+		t.Fatal(err)
 	}
 }
 
@@ -278,6 +341,7 @@ func TestRenderEachKind(t *testing.T) {
 	linesErr := goodLines()
 	linesErr.Name = "lines-errors"
 	linesErr.Series[0].Errors = []float64{0.5, 0.5, 0.5}
+	linesErr.Series[0].N = []int{5, 5, 4}
 	linesErr.HLines = []Mark{{At: 5.5, Label: "target"}}
 	logLines := goodLines()
 	logLines.Name, logLines.LogY = "lines-logy", true

@@ -30,6 +30,7 @@ func sampleBars() Figure {
 			v := 110 * base[i] * (0.25 + 0.75*float64(k)/4)
 			s.Values = append(s.Values, math.Round(v*10)/10)
 			s.Errors = append(s.Errors, v*0.06)
+			s.N = append(s.N, 5)
 		}
 		if name == "pasv" {
 			s.Missing = []int{4}
