@@ -14,8 +14,11 @@ import (
 	"strings"
 	"testing"
 
+	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/vg"
 	"gonum.org/v1/plot/vg/draw"
+	"gonum.org/v1/plot/vg/recorder"
+	"gonum.org/v1/plot/vg/vgimg"
 )
 
 func goodBars() Figure {
@@ -289,7 +292,8 @@ func TestLoadCorrupt(t *testing.T) {
 }
 
 // checkDrawn checks dir/<name>.png decodes to 900 x 600 pixels with ink on
-// it and dir/<name>.svg holds the title.
+// it, dir/<name>.svg holds the title, and dir/<name>.pdf is a PDF of one
+// column's width.
 func checkDrawn(t *testing.T, dir string, f Figure) {
 	t.Helper()
 	pf, err := os.Open(filepath.Join(dir, f.Name+".png"))
@@ -331,6 +335,16 @@ func checkDrawn(t *testing.T, dir string, f Figure) {
 		if label != "" && !bytes.Contains(svg, []byte(label)) {
 			t.Errorf("%s.svg lacks the axis label %q", f.Name, label)
 		}
+	}
+	pdf, err := os.ReadFile(filepath.Join(dir, f.Name+".pdf"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.HasPrefix(pdf, []byte("%PDF-")) {
+		t.Errorf("%s.pdf is not a PDF", f.Name)
+	}
+	if want := "/MediaBox [0 0 237.60 172.80]"; !bytes.Contains(pdf, []byte(want)) {
+		t.Errorf("%s.pdf lacks %q (3.3 x 2.4 in)", f.Name, want)
 	}
 }
 
@@ -380,14 +394,14 @@ func TestRenderRejectsInvalid(t *testing.T) {
 
 func TestRenderIsDeterministic(t *testing.T) {
 	a, b := t.TempDir(), t.TempDir()
-	for _, f := range []Figure{sampleBars()} {
+	for _, f := range []Figure{sampleBars(), sampleLines()} {
 		if err := Render(a, f); err != nil {
 			t.Fatal(err)
 		}
 		if err := Render(b, f); err != nil {
 			t.Fatal(err)
 		}
-		for _, ext := range []string{".png", ".svg"} {
+		for _, ext := range []string{".png", ".svg", ".pdf"} {
 			x, _ := os.ReadFile(filepath.Join(a, f.Name+ext))
 			y, _ := os.ReadFile(filepath.Join(b, f.Name+ext))
 			if !bytes.Equal(x, y) {
@@ -512,6 +526,171 @@ func TestLogTicksLabelNarrowRanges(t *testing.T) {
 	}
 }
 
+// TestTicksLabelEveryAxis: every axis range gets at least two labelled
+// ticks inside it, on log axes inside one decade too.
+func TestTicksLabelEveryAxis(t *testing.T) {
+	ranges := [][2]float64{{120, 180}, {1.1, 1.9}, {0.5, 0.9}, {150, 900}, {3, 7000}, {1e3, 1e9}, {99, 101}, {0.002, 0.0031}}
+	for _, c := range []struct {
+		name string
+		tk   plot.Ticker
+	}{{"log", logTicks{}}, {"linear", linearTicks{}}} {
+		for _, r := range append(ranges, [2]float64{0, 1}, [2]float64{-5, 5}) {
+			if c.name == "log" && r[0] <= 0 {
+				continue
+			}
+			var labels []string
+			for _, tk := range c.tk.Ticks(r[0], r[1]) {
+				if tk.Label != "" && tk.Value >= r[0] && tk.Value <= r[1] {
+					labels = append(labels, tk.Label)
+				}
+			}
+			if len(labels) < minTickLabels {
+				t.Errorf("%s ticks of %v..%v label %v; want at least %d", c.name, r[0], r[1], labels, minTickLabels)
+			}
+		}
+	}
+}
+
+// TestPaperLayoutFonts: every text of every test figure, drawn in the
+// paper layout, prints at paperMinFontPt or more, and the page is one
+// column wide.
+func TestPaperLayoutFonts(t *testing.T) {
+	l := paperLayout()
+	if got := l.width * vg.Length(l.scale); math.Abs(float64(got-paperWidth)) > 1e-9 {
+		t.Fatalf("paper width %v, want %v", got, paperWidth)
+	}
+	withRuns := goodLines()
+	withRuns.Series[0].Errors, withRuns.Series[0].N = []float64{1, 1, 1}, []int{2, 3, 3}
+	for _, f := range []Figure{goodBars(), goodLines(), goodCDF(), withRuns, sampleBars(), sampleCDF(), sampleLines()} {
+		rec := &recorder.Canvas{}
+		if err := drawFigure(onCanvas(rec, l), f, l); err != nil {
+			t.Fatal(err)
+		}
+		texts := 0
+		for _, a := range rec.Actions {
+			fs, ok := a.(*recorder.FillString)
+			if !ok {
+				continue
+			}
+			texts++
+			if fs.Size < vg.Points(paperMinFontPt)-1e-9 {
+				t.Errorf("%s: %q printed at %.2f pt, below %d pt", f.Name, fs.String, fs.Size.Points(), paperMinFontPt)
+			}
+			if fs.String == f.Title {
+				t.Errorf("%s: the paper layout drew the title", f.Name)
+			}
+		}
+		if texts == 0 {
+			t.Errorf("%s: no text drawn", f.Name)
+		}
+	}
+}
+
+// TestWindowsAreShaded: a GC window shades the data area where it lies
+// (grey pixels, not white) and adds one legend entry per kind.
+func TestWindowsAreShaded(t *testing.T) {
+	plain := goodLines()
+	plain.Marks = nil
+	plain.Series[0].X, plain.Series[0].Y = []float64{0, 10}, []float64{1, 1} // a line at the bottom
+	shaded := plain
+	shaded.Windows = []Window{
+		{Kind: WindowGC, Label: "GC 1", Start: 2, End: 6, Node: 1},
+		{Kind: WindowGC, Label: "GC 1", Start: 3, End: 7, Node: 2},
+		{Kind: WindowFault, Label: "kill node 3", Start: 8, End: 9, Node: 3},
+		{Kind: WindowLeaderChange, Start: 100, End: 101}, // beyond the axis: not drawn, not widening it
+	}
+	grey := func(f Figure) (inside, outside int) {
+		l := screenLayout()
+		img := vgimg.NewWith(vgimg.UseWH(l.width, l.height), vgimg.UseDPI(int(l.dpi)))
+		if err := drawFigure(onCanvas(img, l), f, l); err != nil {
+			t.Fatal(err)
+		}
+		im := img.Image()
+		b := im.Bounds()
+		// Sample a row in the upper half of the data area, x at 4 s and
+		// at 7.5 s (between the windows): the data area spans roughly the
+		// middle 85 % of the width.
+		y := b.Dy() * 45 / 100
+		for x := b.Min.X; x < b.Max.X; x++ {
+			r, g, bl, _ := im.At(x, y).RGBA()
+			if r != g || g != bl || r > 0xf000 {
+				continue
+			}
+			frac := float64(x) / float64(b.Dx())
+			switch {
+			case frac > 0.35 && frac < 0.45:
+				inside++
+			case frac > 0.05 && frac < 0.2:
+				outside++
+			}
+		}
+		return inside, outside
+	}
+	in0, _ := grey(plain)
+	in1, out1 := grey(shaded)
+	if in0 > 2 {
+		t.Fatalf("without windows %d grey pixels where the window would be", in0)
+	}
+	if in1 < 40 {
+		t.Errorf("with a GC window only %d grey pixels in it", in1)
+	}
+	if out1 > 2 {
+		t.Errorf("%d grey pixels outside the windows", out1)
+	}
+	dir := t.TempDir()
+	if err := Render(dir, shaded); err != nil {
+		t.Fatal(err)
+	}
+	svg, err := os.ReadFile(filepath.Join(dir, shaded.Name+".svg"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for kind, want := range map[WindowKind]int{WindowGC: 1, WindowFault: 1, WindowCompaction: 0, WindowLeaderChange: 1} {
+		if got := bytes.Count(svg, []byte(">"+kind.Legend()+"<")); got != want {
+			t.Errorf("legend entries %q: %d, want %d", kind.Legend(), got, want)
+		}
+	}
+}
+
+// TestRunsAreShown: a series whose values share one n names it in the
+// legend; one whose n differ labels each error bar.
+func TestRunsAreShown(t *testing.T) {
+	same := goodBars()
+	varying := goodLines()
+	varying.Name = "lines-runs"
+	varying.Series[0].Errors, varying.Series[0].N = []float64{0.5, 0.5, 0.5}, []int{5, 5, 4}
+	bars := goodBars()
+	bars.Name = "bars-runs"
+	bars.Series[0].N = []int{3, 7}
+	dir := t.TempDir()
+	for _, c := range []struct {
+		f         Figure
+		want, not []string
+	}{
+		{same, []string{">a (n = 3)<"}, []string{">n=3<"}},
+		{varying, []string{">n=5<", ">n=4<", ">a<"}, []string{"(n = "}},
+		{bars, []string{">n=3<", ">n=7<"}, []string{"(n = "}},
+	} {
+		if err := Render(dir, c.f); err != nil {
+			t.Fatal(err)
+		}
+		svg, err := os.ReadFile(filepath.Join(dir, c.f.Name+".svg"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, w := range c.want {
+			if !bytes.Contains(svg, []byte(w)) {
+				t.Errorf("%s.svg lacks %q", c.f.Name, w)
+			}
+		}
+		for _, n := range c.not {
+			if bytes.Contains(svg, []byte(n)) {
+				t.Errorf("%s.svg has %q", c.f.Name, n)
+			}
+		}
+	}
+}
+
 func TestMarkerIndexes(t *testing.T) {
 	if got := markerIndexes(5, 0, 3); !reflect.DeepEqual(got, []int{0, 1, 2, 3, 4}) {
 		t.Errorf("short series: %v", got)
@@ -574,7 +753,7 @@ func TestHLineLabelPlacement(t *testing.T) {
 	area := vg.Rectangle{Max: vg.Point{X: 400, Y: 300}}
 	c := draw.Canvas{Rectangle: area}
 	const y = 150
-	sty := textStyle(noteSize, 30)
+	sty := textStyle(screenLayout().noteSize, 30)
 	bar := func(x0, x1, top vg.Length) vg.Rectangle {
 		return vg.Rectangle{Min: vg.Point{X: x0}, Max: vg.Point{X: x1, Y: top}}
 	}

@@ -1,7 +1,8 @@
 // Package plots draws the harness's figures with gonum/plot from saved
 // figure specifications only: an experiment computes its numbers, saves
 // them as Figures in DIR/figures.json, and Render (or `nezha plot DIR`)
-// draws DIR/<name>.png and DIR/<name>.svg from that file, so a figure can
+// draws DIR/<name>.png, DIR/<name>.svg and, one column of a paper wide,
+// DIR/<name>.pdf from that file, so a figure can
 // be redrawn, restyled or re-rendered without rerunning anything.
 //
 // Figures are meant to be printed: they stay readable in black and white
