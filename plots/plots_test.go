@@ -797,3 +797,10 @@ func TestHLineLabelPlacement(t *testing.T) {
 		})
 	}
 }
+
+func TestUnionSpans(t *testing.T) {
+	got := unionSpans([][2]vg.Length{{5, 6}, {1, 3}, {2, 4}, {4, 4.5}, {7, 8}})
+	if want := [][2]vg.Length{{1, 4.5}, {5, 6}, {7, 8}}; !reflect.DeepEqual(got, want) {
+		t.Fatalf("union %v, want %v", got, want)
+	}
+}
