@@ -35,7 +35,7 @@ func windowStyleOf(k WindowKind) windowStyle {
 	case WindowWriteStall:
 		return windowStyle{hatch: hatchHoriz, ink: grey(60, 110)}
 	case WindowFault:
-		return windowStyle{fill: grey(170, 50), hatch: hatchCross, ink: grey(0, 120)}
+		return windowStyle{fill: grey(170, 40), hatch: hatchCross, ink: grey(0, 90)}
 	default: // WindowLeaderChange: usually short; dark so it shows
 		return windowStyle{fill: grey(0, 130)}
 	}
