@@ -65,6 +65,10 @@ type Store struct {
 	trunc *truncator
 	// lr is the lsm-raft state (held entries, spans); nil in other modes.
 	lr *lsmRaft
+	// acts are RocksDB's compactions and write stalls (activity.go),
+	// polled by watch.
+	acts  systems.ActivityHistory
+	watch *activityWatch
 	// fs is the node's file layer. RocksDB writes its files itself (cgo),
 	// so disk faults are injected, and outcomes watched, at the calls into
 	// it (rocksIO, observe); nil in unit tests.
@@ -206,6 +210,7 @@ func (c *Config) OpenStore(env systems.Env) (*Store, error) {
 		s.trunc = newTruncator(s, env.Control, c)
 		s.trunc.start()
 	}
+	s.startActivityWatch()
 	return s, nil
 }
 
@@ -695,6 +700,7 @@ func (s *Store) Close() error {
 	if s.lr != nil {
 		s.lr.stop() // before mu, as the truncator
 	}
+	s.stopActivityWatch() // before mu: a poll may be waiting for it
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {

@@ -20,8 +20,11 @@ const (
 // buildLines makes a Lines or CDF figure: per series a plotter.Line (a
 // post-step line for CDF) and a plotter.Scatter of its markers, optional
 // y error bars (Lines), then the marks and hlines.
-func buildLines(f Figure) built {
-	p := newPlot(f)
+func buildLines(f Figure, l layout) built {
+	p := newPlot(f, l)
+	if len(f.Windows) > 0 {
+		p.Add(windowShades{f.Windows}) // behind the data
+	}
 	xr, yr := emptyRange(), emptyRange()
 	if f.Kind == CDF {
 		if f.LogY {
@@ -30,7 +33,7 @@ func buildLines(f Figure) built {
 			yr.add(0, 1)
 		}
 	}
-	ref := refLines{marks: f.Marks, hlines: f.HLines}
+	ref := refLines{marks: f.Marks, hlines: f.HLines, noteSize: l.noteSize}
 	var legend []legendEntry
 	for i, s := range f.Series {
 		st := lineStyleOf(i)
@@ -38,17 +41,14 @@ func buildLines(f Figure) built {
 		for k := range s.X {
 			xys[k] = plotter.XY{X: s.X[k], Y: s.Y[k]}
 			xr.add(s.X[k])
-			e := 0.0
-			if len(s.Errors) > 0 {
-				e = s.Errors[k]
-			}
-			if f.LogY { // Validate checked y > 0, not y - e
-				yr.add(s.Y[k], s.Y[k]+e)
-				if s.Y[k]-e > 0 {
-					yr.add(s.Y[k] - e)
+			down, up := s.errorExtents(k)
+			if f.LogY { // Validate checked y > 0, not y - down
+				yr.add(s.Y[k], s.Y[k]+up)
+				if s.Y[k]-down > 0 {
+					yr.add(s.Y[k] - down)
 				}
 			} else {
-				yr.add(s.Y[k]-e, s.Y[k]+e)
+				yr.add(s.Y[k]-down, s.Y[k]+up)
 			}
 		}
 		ref.polys = append(ref.polys, drawnPath(xys, f.Kind == CDF))
@@ -61,14 +61,22 @@ func buildLines(f Figure) built {
 			line.StepStyle = plotter.PostStep
 		}
 		p.Add(line)
-		if len(s.Errors) > 0 {
-			eb, err := plotter.NewYErrorBars(xyErrs{xys, s.Errors})
+		if len(s.Errors) > 0 || len(s.ErrorsUp) > 0 {
+			eb, err := plotter.NewYErrorBars(xyErrs{xys, s})
 			if err != nil {
 				panic(err)
 			}
 			eb.LineStyle = draw.LineStyle{Color: st.color(), Width: vg.Points(0.8)}
 			eb.CapWidth = vg.Points(5)
 			p.Add(eb)
+			if nVaries(s) {
+				tops := make([]float64, len(s.Y))
+				for k := range s.Y {
+					_, up := s.errorExtents(k)
+					tops[k] = s.Y[k] + up
+				}
+				p.Add(runLabels{x: s.X, y: tops, n: s.N, noteSize: l.noteSize})
+			}
 		}
 		marks := make(plotter.XYs, 0, markersPerSeries)
 		for _, k := range markerIndexes(len(xys), i, len(f.Series)) {
@@ -80,7 +88,7 @@ func buildLines(f Figure) built {
 		}
 		sc.GlyphStyle = st.glyphStyle()
 		p.Add(sc)
-		legend = append(legend, legendEntry{name: s.Name, width: vg.Points(32), thumb: func(c draw.Canvas, r vg.Rectangle) {
+		legend = append(legend, legendEntry{name: legendName(s), width: vg.Points(32), thumb: func(c draw.Canvas, r vg.Rectangle) {
 			y := (r.Min.Y + r.Max.Y) / 2
 			c.StrokeLine2(st.line(), r.Min.X, y, r.Max.X, y)
 			c.DrawGlyph(st.glyphStyle(), vg.Point{X: (r.Min.X + r.Max.X) / 2, Y: y})
@@ -120,9 +128,9 @@ func buildLines(f Figure) built {
 	}
 	// Marks and hlines go on top of the data.
 	p.Add(ref)
-	b := built{p: p, legend: legend}
+	b := built{p: p, legend: append(legend, windowLegend(f.Windows)...)}
 	if len(f.Marks) > 0 && f.Kind == Lines {
-		b.finish = func(data draw.Canvas) { markHeadroom(p, f, data) }
+		b.finish = func(data draw.Canvas) { markHeadroom(p, f, data, l.noteSize) }
 	}
 	return b
 }
@@ -144,7 +152,7 @@ func drawnPath(xys plotter.XYs, steps bool) []dataPt {
 // markHeadroom raises the top of the y axis so that the upright mark
 // labels, drawn at the top of the data area, sit above the data instead
 // of over it.
-func markHeadroom(p *plot.Plot, f Figure, data draw.Canvas) {
+func markHeadroom(p *plot.Plot, f Figure, data draw.Canvas, noteSize float64) {
 	sty := textStyle(noteSize, 0)
 	var l vg.Length
 	for _, m := range f.Marks {
@@ -183,14 +191,14 @@ func markerIndexes(points, i, n int) []int {
 	return idx
 }
 
-// xyErrs gives plotter.NewYErrorBars symmetric errors per point.
+// xyErrs gives plotter.NewYErrorBars a series' errors per point.
 type xyErrs struct {
 	plotter.XYs
-	errs []float64
+	s Series
 }
 
 // YError implements plotter.YErrorer.
-func (e xyErrs) YError(i int) (float64, float64) { return e.errs[i], e.errs[i] }
+func (e xyErrs) YError(i int) (float64, float64) { return e.s.errorExtents(i) }
 
 // fractionTicks labels a [0, 1] axis every 0.2 with minor ticks every 0.1.
 type fractionTicks struct{}

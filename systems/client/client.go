@@ -612,6 +612,26 @@ func (c *Client) Status(ctx context.Context, addr string, withStateHash bool) (*
 	return r, nil
 }
 
+// StatusWithActivities is Status (without the state hash) with the
+// node's activities from since on: its RocksDB compactions and write
+// stalls, and the leader changes it saw (StatusResponse.activities;
+// experiments draw them as windows). An etcd node reports none.
+func (c *Client) StatusWithActivities(ctx context.Context, addr string, since time.Time) (*kvpb.StatusResponse, error) {
+	if c.etcd != nil {
+		return c.etcd.status(ctx, addr, false)
+	}
+	s, err := c.add(addr)
+	if err != nil {
+		return nil, err
+	}
+	r, err := s.kv.Status(ctx, &kvpb.StatusRequest{ActivitiesSinceUnixNanos: max(since.UnixNano(), 1)})
+	if err != nil {
+		return nil, err
+	}
+	c.learn(s, r.Header)
+	return r, nil
+}
+
 // TakeSnapshot asks the node at addr to make its applied state durable
 // and compact its own Raft log up to it (kvpb.Admin's TakeSnapshot; one
 // attempt). Not asked of etcd through its client: etcd compacts its log by

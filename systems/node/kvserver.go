@@ -410,6 +410,21 @@ func (s *kvServer) Status(ctx context.Context, req *kvpb.StatusRequest) (*kvpb.S
 			})
 		}
 	}
+	if req.ActivitiesSinceUnixNanos != 0 {
+		since := time.Unix(0, req.ActivitiesSinceUnixNanos)
+		acts := n.activities.Since(since)
+		if ar, ok := n.sm.(systems.ActivityReporter); ok {
+			acts = append(acts, ar.Activities(since)...)
+			systems.SortActivities(acts)
+		}
+		for _, a := range acts {
+			pa := &kvpb.Activity{Kind: a.Kind, StartUnixNanos: a.Start.UnixNano(), Bytes: a.Bytes, Detail: a.Detail}
+			if !a.End.IsZero() {
+				pa.EndUnixNanos = a.End.UnixNano()
+			}
+			resp.Activities = append(resp.Activities, pa)
+		}
+	}
 	if sr, ok := n.sm.(systems.StorageReporter); ok {
 		sh := sr.StorageShape()
 		resp.Storage = &kvpb.StorageShape{ValueLogBytes: sh.ValueLogBytes, SortedRunBytes: sh.SortedRunBytes,
