@@ -69,6 +69,9 @@ type Store struct {
 	// so disk faults are injected, and outcomes watched, at the calls into
 	// it (rocksIO, observe); nil in unit tests.
 	fs *vfs.FS
+	// jobs follows RocksDB's info log for its flushes and compactions
+	// (BackgroundJobs).
+	jobs *rocksJobs
 
 	// mu guards closed and the lifetime of the RocksDB handles below: every
 	// method holds it shared while it uses them; Close and CommitRestore
@@ -118,7 +121,8 @@ func (c *Config) OpenStore(env systems.Env) (*Store, error) {
 	}
 	comp, _ := compressionType(c.Compression) // checked by Validate
 
-	s := &Store{mode: c.mode, dir: dir, root: env.Dir, logger: logger, ctl: env.Control, fs: env.FS}
+	s := &Store{mode: c.mode, dir: dir, root: env.Dir, logger: logger, ctl: env.Control, fs: env.FS,
+		jobs: newRocksJobs(filepath.Join(dir, "LOG"))}
 	s.bbto = grocksdb.NewDefaultBlockBasedTableOptions()
 	if c.BlockCacheBytes > 0 {
 		s.cache = grocksdb.NewLRUCache(uint64(c.BlockCacheBytes))
@@ -666,6 +670,12 @@ func (s *Store) StorageShape() systems.StorageShape {
 	return sh
 }
 
+// BackgroundJobs implements systems.BackgroundJobReporter: RocksDB's
+// recent flushes and compactions, of every column family, as its info log
+// records them (jobs.go): since the node started, the jobs a snapshot
+// restore cut short excepted.
+func (s *Store) BackgroundJobs() []systems.BackgroundJob { return s.jobs.jobs() }
+
 // IndexEntries implements systems.IndexEntriesReporter: RocksDB's
 // estimate of the keys in the data column family (rocksdb.estimate-num-keys:
 // exact in the memtables, while overwritten and deleted keys not yet
@@ -727,13 +737,14 @@ func truncate(b []byte) []byte {
 
 // Interface checks.
 var (
-	_ systems.StateMachine         = (*Store)(nil)
-	_ systems.StateHasher          = (*Store)(nil)
-	_ systems.Snapshotter          = (*Store)(nil)
-	_ systems.GCReporter           = (*Store)(nil)
-	_ systems.IndexEntriesReporter = (*Store)(nil)
-	_ systems.SystemConfig         = (*Config)(nil)
-	_ systems.StorageReporter      = (*Store)(nil)
+	_ systems.StateMachine          = (*Store)(nil)
+	_ systems.StateHasher           = (*Store)(nil)
+	_ systems.Snapshotter           = (*Store)(nil)
+	_ systems.GCReporter            = (*Store)(nil)
+	_ systems.IndexEntriesReporter  = (*Store)(nil)
+	_ systems.SystemConfig          = (*Config)(nil)
+	_ systems.StorageReporter       = (*Store)(nil)
+	_ systems.BackgroundJobReporter = (*Store)(nil)
 )
 
 // view creates a RocksDB iterator with newIter and, on an lsm-raft

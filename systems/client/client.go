@@ -597,14 +597,20 @@ func (c *Client) Scan(ctx context.Context, start, end []byte, limit int) ([]KeyV
 
 // Status asks the server at addr for its status (one attempt).
 func (c *Client) Status(ctx context.Context, addr string, withStateHash bool) (*kvpb.StatusResponse, error) {
+	return c.StatusOf(ctx, addr, &kvpb.StatusRequest{WithStateHash: withStateHash})
+}
+
+// StatusOf is Status with every option of the request (e.g.
+// with_background_jobs). etcd answers with_state_hash only.
+func (c *Client) StatusOf(ctx context.Context, addr string, req *kvpb.StatusRequest) (*kvpb.StatusResponse, error) {
 	if c.etcd != nil {
-		return c.etcd.status(ctx, addr, withStateHash)
+		return c.etcd.status(ctx, addr, req.WithStateHash)
 	}
 	s, err := c.add(addr)
 	if err != nil {
 		return nil, err
 	}
-	r, err := s.kv.Status(ctx, &kvpb.StatusRequest{WithStateHash: withStateHash})
+	r, err := s.kv.Status(ctx, req)
 	if err != nil {
 		return nil, err
 	}

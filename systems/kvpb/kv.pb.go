@@ -705,8 +705,11 @@ type StatusRequest struct {
 	// with_state_hash asks for state_hash; it reads every key, so it is off by
 	// default.
 	WithStateHash bool `protobuf:"varint,1,opt,name=with_state_hash,json=withStateHash,proto3" json:"with_state_hash,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	// with_background_jobs asks for background_jobs (up to a thousand
+	// records), so it is off by default.
+	WithBackgroundJobs bool `protobuf:"varint,2,opt,name=with_background_jobs,json=withBackgroundJobs,proto3" json:"with_background_jobs,omitempty"`
+	unknownFields      protoimpl.UnknownFields
+	sizeCache          protoimpl.SizeCache
 }
 
 func (x *StatusRequest) Reset() {
@@ -742,6 +745,13 @@ func (*StatusRequest) Descriptor() ([]byte, []int) {
 func (x *StatusRequest) GetWithStateHash() bool {
 	if x != nil {
 		return x.WithStateHash
+	}
+	return false
+}
+
+func (x *StatusRequest) GetWithBackgroundJobs() bool {
+	if x != nil {
+		return x.WithBackgroundJobs
 	}
 	return false
 }
@@ -849,9 +859,13 @@ type StatusResponse struct {
 	// while its disk accepts them. The node reports the same on the gRPC
 	// health service "nezha.disk" (DiskHealthService); a leader with a
 	// refusal hands its leadership to a voter whose disk accepts writes.
-	DiskRefusal   string `protobuf:"bytes,17,opt,name=disk_refusal,json=diskRefusal,proto3" json:"disk_refusal,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	DiskRefusal string `protobuf:"bytes,17,opt,name=disk_refusal,json=diskRefusal,proto3" json:"disk_refusal,omitempty"`
+	// background_jobs are the storage engine's recent flushes and
+	// compactions (systems.BackgroundJobReporter: the RocksDB systems), when
+	// the request asked for them.
+	BackgroundJobs []*BackgroundJob `protobuf:"bytes,18,rep,name=background_jobs,json=backgroundJobs,proto3" json:"background_jobs,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *StatusResponse) Reset() {
@@ -1003,6 +1017,122 @@ func (x *StatusResponse) GetDiskRefusal() string {
 	return ""
 }
 
+func (x *StatusResponse) GetBackgroundJobs() []*BackgroundJob {
+	if x != nil {
+		return x.BackgroundJobs
+	}
+	return nil
+}
+
+// BackgroundJob mirrors systems.BackgroundJob.
+type BackgroundJob struct {
+	state          protoimpl.MessageState `protogen:"open.v1"`
+	Kind           string                 `protobuf:"bytes,1,opt,name=kind,proto3" json:"kind,omitempty"`
+	Id             int64                  `protobuf:"varint,2,opt,name=id,proto3" json:"id,omitempty"`
+	ColumnFamily   string                 `protobuf:"bytes,3,opt,name=column_family,json=columnFamily,proto3" json:"column_family,omitempty"`
+	StartUnixNanos int64                  `protobuf:"varint,4,opt,name=start_unix_nanos,json=startUnixNanos,proto3" json:"start_unix_nanos,omitempty"`
+	EndUnixNanos   int64                  `protobuf:"varint,5,opt,name=end_unix_nanos,json=endUnixNanos,proto3" json:"end_unix_nanos,omitempty"` // 0 while the job runs
+	Reason         string                 `protobuf:"bytes,6,opt,name=reason,proto3" json:"reason,omitempty"`
+	InputBytes     int64                  `protobuf:"varint,7,opt,name=input_bytes,json=inputBytes,proto3" json:"input_bytes,omitempty"`
+	OutputBytes    int64                  `protobuf:"varint,8,opt,name=output_bytes,json=outputBytes,proto3" json:"output_bytes,omitempty"`
+	OutputLevel    int32                  `protobuf:"varint,9,opt,name=output_level,json=outputLevel,proto3" json:"output_level,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *BackgroundJob) Reset() {
+	*x = BackgroundJob{}
+	mi := &file_systems_kvpb_kv_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BackgroundJob) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BackgroundJob) ProtoMessage() {}
+
+func (x *BackgroundJob) ProtoReflect() protoreflect.Message {
+	mi := &file_systems_kvpb_kv_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BackgroundJob.ProtoReflect.Descriptor instead.
+func (*BackgroundJob) Descriptor() ([]byte, []int) {
+	return file_systems_kvpb_kv_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *BackgroundJob) GetKind() string {
+	if x != nil {
+		return x.Kind
+	}
+	return ""
+}
+
+func (x *BackgroundJob) GetId() int64 {
+	if x != nil {
+		return x.Id
+	}
+	return 0
+}
+
+func (x *BackgroundJob) GetColumnFamily() string {
+	if x != nil {
+		return x.ColumnFamily
+	}
+	return ""
+}
+
+func (x *BackgroundJob) GetStartUnixNanos() int64 {
+	if x != nil {
+		return x.StartUnixNanos
+	}
+	return 0
+}
+
+func (x *BackgroundJob) GetEndUnixNanos() int64 {
+	if x != nil {
+		return x.EndUnixNanos
+	}
+	return 0
+}
+
+func (x *BackgroundJob) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *BackgroundJob) GetInputBytes() int64 {
+	if x != nil {
+		return x.InputBytes
+	}
+	return 0
+}
+
+func (x *BackgroundJob) GetOutputBytes() int64 {
+	if x != nil {
+		return x.OutputBytes
+	}
+	return 0
+}
+
+func (x *BackgroundJob) GetOutputLevel() int32 {
+	if x != nil {
+		return x.OutputLevel
+	}
+	return 0
+}
+
 // StorageShape mirrors systems.StorageShape.
 type StorageShape struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1019,7 +1149,7 @@ type StorageShape struct {
 
 func (x *StorageShape) Reset() {
 	*x = StorageShape{}
-	mi := &file_systems_kvpb_kv_proto_msgTypes[13]
+	mi := &file_systems_kvpb_kv_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1031,7 +1161,7 @@ func (x *StorageShape) String() string {
 func (*StorageShape) ProtoMessage() {}
 
 func (x *StorageShape) ProtoReflect() protoreflect.Message {
-	mi := &file_systems_kvpb_kv_proto_msgTypes[13]
+	mi := &file_systems_kvpb_kv_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1044,7 +1174,7 @@ func (x *StorageShape) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StorageShape.ProtoReflect.Descriptor instead.
 func (*StorageShape) Descriptor() ([]byte, []int) {
-	return file_systems_kvpb_kv_proto_rawDescGZIP(), []int{13}
+	return file_systems_kvpb_kv_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *StorageShape) GetLevels() []*LevelShape {
@@ -1093,7 +1223,7 @@ type LevelShape struct {
 
 func (x *LevelShape) Reset() {
 	*x = LevelShape{}
-	mi := &file_systems_kvpb_kv_proto_msgTypes[14]
+	mi := &file_systems_kvpb_kv_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1105,7 +1235,7 @@ func (x *LevelShape) String() string {
 func (*LevelShape) ProtoMessage() {}
 
 func (x *LevelShape) ProtoReflect() protoreflect.Message {
-	mi := &file_systems_kvpb_kv_proto_msgTypes[14]
+	mi := &file_systems_kvpb_kv_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1118,7 +1248,7 @@ func (x *LevelShape) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LevelShape.ProtoReflect.Descriptor instead.
 func (*LevelShape) Descriptor() ([]byte, []int) {
-	return file_systems_kvpb_kv_proto_rawDescGZIP(), []int{14}
+	return file_systems_kvpb_kv_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *LevelShape) GetLevel() int32 {
@@ -1167,7 +1297,7 @@ type GCRound struct {
 
 func (x *GCRound) Reset() {
 	*x = GCRound{}
-	mi := &file_systems_kvpb_kv_proto_msgTypes[15]
+	mi := &file_systems_kvpb_kv_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1179,7 +1309,7 @@ func (x *GCRound) String() string {
 func (*GCRound) ProtoMessage() {}
 
 func (x *GCRound) ProtoReflect() protoreflect.Message {
-	mi := &file_systems_kvpb_kv_proto_msgTypes[15]
+	mi := &file_systems_kvpb_kv_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1192,7 +1322,7 @@ func (x *GCRound) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GCRound.ProtoReflect.Descriptor instead.
 func (*GCRound) Descriptor() ([]byte, []int) {
-	return file_systems_kvpb_kv_proto_rawDescGZIP(), []int{15}
+	return file_systems_kvpb_kv_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *GCRound) GetStrategy() string {
@@ -1306,7 +1436,7 @@ type SnapshotChunk struct {
 
 func (x *SnapshotChunk) Reset() {
 	*x = SnapshotChunk{}
-	mi := &file_systems_kvpb_kv_proto_msgTypes[16]
+	mi := &file_systems_kvpb_kv_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1318,7 +1448,7 @@ func (x *SnapshotChunk) String() string {
 func (*SnapshotChunk) ProtoMessage() {}
 
 func (x *SnapshotChunk) ProtoReflect() protoreflect.Message {
-	mi := &file_systems_kvpb_kv_proto_msgTypes[16]
+	mi := &file_systems_kvpb_kv_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1331,7 +1461,7 @@ func (x *SnapshotChunk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotChunk.ProtoReflect.Descriptor instead.
 func (*SnapshotChunk) Descriptor() ([]byte, []int) {
-	return file_systems_kvpb_kv_proto_rawDescGZIP(), []int{16}
+	return file_systems_kvpb_kv_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *SnapshotChunk) GetMessage() []byte {
@@ -1364,7 +1494,7 @@ type MessageBatch struct {
 
 func (x *MessageBatch) Reset() {
 	*x = MessageBatch{}
-	mi := &file_systems_kvpb_kv_proto_msgTypes[17]
+	mi := &file_systems_kvpb_kv_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1376,7 +1506,7 @@ func (x *MessageBatch) String() string {
 func (*MessageBatch) ProtoMessage() {}
 
 func (x *MessageBatch) ProtoReflect() protoreflect.Message {
-	mi := &file_systems_kvpb_kv_proto_msgTypes[17]
+	mi := &file_systems_kvpb_kv_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1389,7 +1519,7 @@ func (x *MessageBatch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MessageBatch.ProtoReflect.Descriptor instead.
 func (*MessageBatch) Descriptor() ([]byte, []int) {
-	return file_systems_kvpb_kv_proto_rawDescGZIP(), []int{17}
+	return file_systems_kvpb_kv_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *MessageBatch) GetMessages() [][]byte {
@@ -1407,7 +1537,7 @@ type StreamAck struct {
 
 func (x *StreamAck) Reset() {
 	*x = StreamAck{}
-	mi := &file_systems_kvpb_kv_proto_msgTypes[18]
+	mi := &file_systems_kvpb_kv_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1419,7 +1549,7 @@ func (x *StreamAck) String() string {
 func (*StreamAck) ProtoMessage() {}
 
 func (x *StreamAck) ProtoReflect() protoreflect.Message {
-	mi := &file_systems_kvpb_kv_proto_msgTypes[18]
+	mi := &file_systems_kvpb_kv_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1432,7 +1562,7 @@ func (x *StreamAck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StreamAck.ProtoReflect.Descriptor instead.
 func (*StreamAck) Descriptor() ([]byte, []int) {
-	return file_systems_kvpb_kv_proto_rawDescGZIP(), []int{18}
+	return file_systems_kvpb_kv_proto_rawDescGZIP(), []int{19}
 }
 
 // BatchRequest is one message of a Batch stream: operations the client
@@ -1447,7 +1577,7 @@ type BatchRequest struct {
 
 func (x *BatchRequest) Reset() {
 	*x = BatchRequest{}
-	mi := &file_systems_kvpb_kv_proto_msgTypes[19]
+	mi := &file_systems_kvpb_kv_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1459,7 +1589,7 @@ func (x *BatchRequest) String() string {
 func (*BatchRequest) ProtoMessage() {}
 
 func (x *BatchRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_systems_kvpb_kv_proto_msgTypes[19]
+	mi := &file_systems_kvpb_kv_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1472,7 +1602,7 @@ func (x *BatchRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BatchRequest.ProtoReflect.Descriptor instead.
 func (*BatchRequest) Descriptor() ([]byte, []int) {
-	return file_systems_kvpb_kv_proto_rawDescGZIP(), []int{19}
+	return file_systems_kvpb_kv_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *BatchRequest) GetOps() []*BatchOp {
@@ -1501,7 +1631,7 @@ type BatchOp struct {
 
 func (x *BatchOp) Reset() {
 	*x = BatchOp{}
-	mi := &file_systems_kvpb_kv_proto_msgTypes[20]
+	mi := &file_systems_kvpb_kv_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1513,7 +1643,7 @@ func (x *BatchOp) String() string {
 func (*BatchOp) ProtoMessage() {}
 
 func (x *BatchOp) ProtoReflect() protoreflect.Message {
-	mi := &file_systems_kvpb_kv_proto_msgTypes[20]
+	mi := &file_systems_kvpb_kv_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1526,7 +1656,7 @@ func (x *BatchOp) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BatchOp.ProtoReflect.Descriptor instead.
 func (*BatchOp) Descriptor() ([]byte, []int) {
-	return file_systems_kvpb_kv_proto_rawDescGZIP(), []int{20}
+	return file_systems_kvpb_kv_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *BatchOp) GetId() uint64 {
@@ -1629,7 +1759,7 @@ type BatchResponse struct {
 
 func (x *BatchResponse) Reset() {
 	*x = BatchResponse{}
-	mi := &file_systems_kvpb_kv_proto_msgTypes[21]
+	mi := &file_systems_kvpb_kv_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1641,7 +1771,7 @@ func (x *BatchResponse) String() string {
 func (*BatchResponse) ProtoMessage() {}
 
 func (x *BatchResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_systems_kvpb_kv_proto_msgTypes[21]
+	mi := &file_systems_kvpb_kv_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1654,7 +1784,7 @@ func (x *BatchResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BatchResponse.ProtoReflect.Descriptor instead.
 func (*BatchResponse) Descriptor() ([]byte, []int) {
-	return file_systems_kvpb_kv_proto_rawDescGZIP(), []int{21}
+	return file_systems_kvpb_kv_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *BatchResponse) GetResults() []*BatchResult {
@@ -1691,7 +1821,7 @@ type BatchResult struct {
 
 func (x *BatchResult) Reset() {
 	*x = BatchResult{}
-	mi := &file_systems_kvpb_kv_proto_msgTypes[22]
+	mi := &file_systems_kvpb_kv_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1703,7 +1833,7 @@ func (x *BatchResult) String() string {
 func (*BatchResult) ProtoMessage() {}
 
 func (x *BatchResult) ProtoReflect() protoreflect.Message {
-	mi := &file_systems_kvpb_kv_proto_msgTypes[22]
+	mi := &file_systems_kvpb_kv_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1716,7 +1846,7 @@ func (x *BatchResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BatchResult.ProtoReflect.Descriptor instead.
 func (*BatchResult) Descriptor() ([]byte, []int) {
-	return file_systems_kvpb_kv_proto_rawDescGZIP(), []int{22}
+	return file_systems_kvpb_kv_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *BatchResult) GetId() uint64 {
@@ -1858,16 +1988,17 @@ const file_systems_kvpb_kv_proto_rawDesc = "" +
 	"\fScanResponse\x120\n" +
 	"\x06header\x18\x01 \x01(\v2\x18.nezha.kv.ResponseHeaderR\x06header\x12$\n" +
 	"\x03kvs\x18\x02 \x03(\v2\x12.nezha.kv.KeyValueR\x03kvs\x12\x12\n" +
-	"\x04more\x18\x03 \x01(\bR\x04more\"7\n" +
+	"\x04more\x18\x03 \x01(\bR\x04more\"i\n" +
 	"\rStatusRequest\x12&\n" +
-	"\x0fwith_state_hash\x18\x01 \x01(\bR\rwithStateHash\"\x98\x01\n" +
+	"\x0fwith_state_hash\x18\x01 \x01(\bR\rwithStateHash\x120\n" +
+	"\x14with_background_jobs\x18\x02 \x01(\bR\x12withBackgroundJobs\"\x98\x01\n" +
 	"\x06Member\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\x12)\n" +
 	"\x10internal_address\x18\x02 \x01(\tR\x0finternalAddress\x12\x18\n" +
 	"\aaddress\x18\x03 \x01(\tR\aaddress\x12\x18\n" +
 	"\alearner\x18\x04 \x01(\bR\alearner\x12\x1f\n" +
 	"\vmatch_index\x18\x05 \x01(\x04R\n" +
-	"matchIndex\"\xef\x04\n" +
+	"matchIndex\"\xb1\x05\n" +
 	"\x0eStatusResponse\x120\n" +
 	"\x06header\x18\x01 \x01(\v2\x18.nezha.kv.ResponseHeaderR\x06header\x12\x1d\n" +
 	"\n" +
@@ -1890,7 +2021,19 @@ const file_systems_kvpb_kv_proto_rawDesc = "" +
 	"\x0fcompacted_index\x18\x0e \x01(\x04R\x0ecompactedIndex\x12\x1b\n" +
 	"\tlog_bytes\x18\x0f \x01(\x03R\blogBytes\x120\n" +
 	"\astorage\x18\x10 \x01(\v2\x16.nezha.kv.StorageShapeR\astorage\x12!\n" +
-	"\fdisk_refusal\x18\x11 \x01(\tR\vdiskRefusal\"\xd5\x01\n" +
+	"\fdisk_refusal\x18\x11 \x01(\tR\vdiskRefusal\x12@\n" +
+	"\x0fbackground_jobs\x18\x12 \x03(\v2\x17.nezha.kv.BackgroundJobR\x0ebackgroundJobs\"\xa7\x02\n" +
+	"\rBackgroundJob\x12\x12\n" +
+	"\x04kind\x18\x01 \x01(\tR\x04kind\x12\x0e\n" +
+	"\x02id\x18\x02 \x01(\x03R\x02id\x12#\n" +
+	"\rcolumn_family\x18\x03 \x01(\tR\fcolumnFamily\x12(\n" +
+	"\x10start_unix_nanos\x18\x04 \x01(\x03R\x0estartUnixNanos\x12$\n" +
+	"\x0eend_unix_nanos\x18\x05 \x01(\x03R\fendUnixNanos\x12\x16\n" +
+	"\x06reason\x18\x06 \x01(\tR\x06reason\x12\x1f\n" +
+	"\vinput_bytes\x18\a \x01(\x03R\n" +
+	"inputBytes\x12!\n" +
+	"\foutput_bytes\x18\b \x01(\x03R\voutputBytes\x12!\n" +
+	"\foutput_level\x18\t \x01(\x05R\voutputLevel\"\xd5\x01\n" +
 	"\fStorageShape\x12,\n" +
 	"\x06levels\x18\x01 \x03(\v2\x14.nezha.kv.LevelShapeR\x06levels\x12&\n" +
 	"\x0fvalue_log_bytes\x18\x02 \x01(\x03R\rvalueLogBytes\x12(\n" +
@@ -1979,7 +2122,7 @@ func file_systems_kvpb_kv_proto_rawDescGZIP() []byte {
 }
 
 var file_systems_kvpb_kv_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_systems_kvpb_kv_proto_msgTypes = make([]protoimpl.MessageInfo, 23)
+var file_systems_kvpb_kv_proto_msgTypes = make([]protoimpl.MessageInfo, 24)
 var file_systems_kvpb_kv_proto_goTypes = []any{
 	(ReadConsistency)(0),   // 0: nezha.kv.ReadConsistency
 	(*ResponseHeader)(nil), // 1: nezha.kv.ResponseHeader
@@ -1995,16 +2138,17 @@ var file_systems_kvpb_kv_proto_goTypes = []any{
 	(*StatusRequest)(nil),  // 11: nezha.kv.StatusRequest
 	(*Member)(nil),         // 12: nezha.kv.Member
 	(*StatusResponse)(nil), // 13: nezha.kv.StatusResponse
-	(*StorageShape)(nil),   // 14: nezha.kv.StorageShape
-	(*LevelShape)(nil),     // 15: nezha.kv.LevelShape
-	(*GCRound)(nil),        // 16: nezha.kv.GCRound
-	(*SnapshotChunk)(nil),  // 17: nezha.kv.SnapshotChunk
-	(*MessageBatch)(nil),   // 18: nezha.kv.MessageBatch
-	(*StreamAck)(nil),      // 19: nezha.kv.StreamAck
-	(*BatchRequest)(nil),   // 20: nezha.kv.BatchRequest
-	(*BatchOp)(nil),        // 21: nezha.kv.BatchOp
-	(*BatchResponse)(nil),  // 22: nezha.kv.BatchResponse
-	(*BatchResult)(nil),    // 23: nezha.kv.BatchResult
+	(*BackgroundJob)(nil),  // 14: nezha.kv.BackgroundJob
+	(*StorageShape)(nil),   // 15: nezha.kv.StorageShape
+	(*LevelShape)(nil),     // 16: nezha.kv.LevelShape
+	(*GCRound)(nil),        // 17: nezha.kv.GCRound
+	(*SnapshotChunk)(nil),  // 18: nezha.kv.SnapshotChunk
+	(*MessageBatch)(nil),   // 19: nezha.kv.MessageBatch
+	(*StreamAck)(nil),      // 20: nezha.kv.StreamAck
+	(*BatchRequest)(nil),   // 21: nezha.kv.BatchRequest
+	(*BatchOp)(nil),        // 22: nezha.kv.BatchOp
+	(*BatchResponse)(nil),  // 23: nezha.kv.BatchResponse
+	(*BatchResult)(nil),    // 24: nezha.kv.BatchResult
 }
 var file_systems_kvpb_kv_proto_depIdxs = []int32{
 	1,  // 0: nezha.kv.PutResponse.header:type_name -> nezha.kv.ResponseHeader
@@ -2016,41 +2160,42 @@ var file_systems_kvpb_kv_proto_depIdxs = []int32{
 	9,  // 6: nezha.kv.ScanResponse.kvs:type_name -> nezha.kv.KeyValue
 	1,  // 7: nezha.kv.StatusResponse.header:type_name -> nezha.kv.ResponseHeader
 	12, // 8: nezha.kv.StatusResponse.members:type_name -> nezha.kv.Member
-	16, // 9: nezha.kv.StatusResponse.gc_rounds:type_name -> nezha.kv.GCRound
-	14, // 10: nezha.kv.StatusResponse.storage:type_name -> nezha.kv.StorageShape
-	15, // 11: nezha.kv.StorageShape.levels:type_name -> nezha.kv.LevelShape
-	21, // 12: nezha.kv.BatchRequest.ops:type_name -> nezha.kv.BatchOp
-	2,  // 13: nezha.kv.BatchOp.put:type_name -> nezha.kv.PutRequest
-	4,  // 14: nezha.kv.BatchOp.get:type_name -> nezha.kv.GetRequest
-	6,  // 15: nezha.kv.BatchOp.delete:type_name -> nezha.kv.DeleteRequest
-	8,  // 16: nezha.kv.BatchOp.scan:type_name -> nezha.kv.ScanRequest
-	23, // 17: nezha.kv.BatchResponse.results:type_name -> nezha.kv.BatchResult
-	1,  // 18: nezha.kv.BatchResponse.header:type_name -> nezha.kv.ResponseHeader
-	3,  // 19: nezha.kv.BatchResult.put:type_name -> nezha.kv.PutResponse
-	5,  // 20: nezha.kv.BatchResult.get:type_name -> nezha.kv.GetResponse
-	7,  // 21: nezha.kv.BatchResult.delete:type_name -> nezha.kv.DeleteResponse
-	10, // 22: nezha.kv.BatchResult.scan:type_name -> nezha.kv.ScanResponse
-	2,  // 23: nezha.kv.KV.Put:input_type -> nezha.kv.PutRequest
-	4,  // 24: nezha.kv.KV.Get:input_type -> nezha.kv.GetRequest
-	6,  // 25: nezha.kv.KV.Delete:input_type -> nezha.kv.DeleteRequest
-	8,  // 26: nezha.kv.KV.Scan:input_type -> nezha.kv.ScanRequest
-	11, // 27: nezha.kv.KV.Status:input_type -> nezha.kv.StatusRequest
-	20, // 28: nezha.kv.KV.Batch:input_type -> nezha.kv.BatchRequest
-	18, // 29: nezha.kv.Raft.Stream:input_type -> nezha.kv.MessageBatch
-	17, // 30: nezha.kv.Raft.Snapshot:input_type -> nezha.kv.SnapshotChunk
-	3,  // 31: nezha.kv.KV.Put:output_type -> nezha.kv.PutResponse
-	5,  // 32: nezha.kv.KV.Get:output_type -> nezha.kv.GetResponse
-	7,  // 33: nezha.kv.KV.Delete:output_type -> nezha.kv.DeleteResponse
-	10, // 34: nezha.kv.KV.Scan:output_type -> nezha.kv.ScanResponse
-	13, // 35: nezha.kv.KV.Status:output_type -> nezha.kv.StatusResponse
-	22, // 36: nezha.kv.KV.Batch:output_type -> nezha.kv.BatchResponse
-	19, // 37: nezha.kv.Raft.Stream:output_type -> nezha.kv.StreamAck
-	19, // 38: nezha.kv.Raft.Snapshot:output_type -> nezha.kv.StreamAck
-	31, // [31:39] is the sub-list for method output_type
-	23, // [23:31] is the sub-list for method input_type
-	23, // [23:23] is the sub-list for extension type_name
-	23, // [23:23] is the sub-list for extension extendee
-	0,  // [0:23] is the sub-list for field type_name
+	17, // 9: nezha.kv.StatusResponse.gc_rounds:type_name -> nezha.kv.GCRound
+	15, // 10: nezha.kv.StatusResponse.storage:type_name -> nezha.kv.StorageShape
+	14, // 11: nezha.kv.StatusResponse.background_jobs:type_name -> nezha.kv.BackgroundJob
+	16, // 12: nezha.kv.StorageShape.levels:type_name -> nezha.kv.LevelShape
+	22, // 13: nezha.kv.BatchRequest.ops:type_name -> nezha.kv.BatchOp
+	2,  // 14: nezha.kv.BatchOp.put:type_name -> nezha.kv.PutRequest
+	4,  // 15: nezha.kv.BatchOp.get:type_name -> nezha.kv.GetRequest
+	6,  // 16: nezha.kv.BatchOp.delete:type_name -> nezha.kv.DeleteRequest
+	8,  // 17: nezha.kv.BatchOp.scan:type_name -> nezha.kv.ScanRequest
+	24, // 18: nezha.kv.BatchResponse.results:type_name -> nezha.kv.BatchResult
+	1,  // 19: nezha.kv.BatchResponse.header:type_name -> nezha.kv.ResponseHeader
+	3,  // 20: nezha.kv.BatchResult.put:type_name -> nezha.kv.PutResponse
+	5,  // 21: nezha.kv.BatchResult.get:type_name -> nezha.kv.GetResponse
+	7,  // 22: nezha.kv.BatchResult.delete:type_name -> nezha.kv.DeleteResponse
+	10, // 23: nezha.kv.BatchResult.scan:type_name -> nezha.kv.ScanResponse
+	2,  // 24: nezha.kv.KV.Put:input_type -> nezha.kv.PutRequest
+	4,  // 25: nezha.kv.KV.Get:input_type -> nezha.kv.GetRequest
+	6,  // 26: nezha.kv.KV.Delete:input_type -> nezha.kv.DeleteRequest
+	8,  // 27: nezha.kv.KV.Scan:input_type -> nezha.kv.ScanRequest
+	11, // 28: nezha.kv.KV.Status:input_type -> nezha.kv.StatusRequest
+	21, // 29: nezha.kv.KV.Batch:input_type -> nezha.kv.BatchRequest
+	19, // 30: nezha.kv.Raft.Stream:input_type -> nezha.kv.MessageBatch
+	18, // 31: nezha.kv.Raft.Snapshot:input_type -> nezha.kv.SnapshotChunk
+	3,  // 32: nezha.kv.KV.Put:output_type -> nezha.kv.PutResponse
+	5,  // 33: nezha.kv.KV.Get:output_type -> nezha.kv.GetResponse
+	7,  // 34: nezha.kv.KV.Delete:output_type -> nezha.kv.DeleteResponse
+	10, // 35: nezha.kv.KV.Scan:output_type -> nezha.kv.ScanResponse
+	13, // 36: nezha.kv.KV.Status:output_type -> nezha.kv.StatusResponse
+	23, // 37: nezha.kv.KV.Batch:output_type -> nezha.kv.BatchResponse
+	20, // 38: nezha.kv.Raft.Stream:output_type -> nezha.kv.StreamAck
+	20, // 39: nezha.kv.Raft.Snapshot:output_type -> nezha.kv.StreamAck
+	32, // [32:40] is the sub-list for method output_type
+	24, // [24:32] is the sub-list for method input_type
+	24, // [24:24] is the sub-list for extension type_name
+	24, // [24:24] is the sub-list for extension extendee
+	0,  // [0:24] is the sub-list for field type_name
 }
 
 func init() { file_systems_kvpb_kv_proto_init() }
@@ -2058,13 +2203,13 @@ func file_systems_kvpb_kv_proto_init() {
 	if File_systems_kvpb_kv_proto != nil {
 		return
 	}
-	file_systems_kvpb_kv_proto_msgTypes[20].OneofWrappers = []any{
+	file_systems_kvpb_kv_proto_msgTypes[21].OneofWrappers = []any{
 		(*BatchOp_Put)(nil),
 		(*BatchOp_Get)(nil),
 		(*BatchOp_Delete)(nil),
 		(*BatchOp_Scan)(nil),
 	}
-	file_systems_kvpb_kv_proto_msgTypes[22].OneofWrappers = []any{
+	file_systems_kvpb_kv_proto_msgTypes[23].OneofWrappers = []any{
 		(*BatchResult_Put)(nil),
 		(*BatchResult_Get)(nil),
 		(*BatchResult_Delete)(nil),
@@ -2076,7 +2221,7 @@ func file_systems_kvpb_kv_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_systems_kvpb_kv_proto_rawDesc), len(file_systems_kvpb_kv_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   23,
+			NumMessages:   24,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

@@ -418,6 +418,16 @@ func (s *kvServer) Status(ctx context.Context, req *kvpb.StatusRequest) (*kvpb.S
 			resp.Storage.Levels = append(resp.Storage.Levels, &kvpb.LevelShape{Level: int32(l.Level), Files: l.Files, Bytes: l.Bytes})
 		}
 	}
+	if b, ok := n.sm.(systems.BackgroundJobReporter); ok && req.WithBackgroundJobs {
+		for _, j := range b.BackgroundJobs() {
+			pj := &kvpb.BackgroundJob{Kind: j.Kind, Id: j.ID, ColumnFamily: j.ColumnFamily, StartUnixNanos: j.Start.UnixNano(),
+				Reason: j.Reason, InputBytes: j.InputBytes, OutputBytes: j.OutputBytes, OutputLevel: int32(j.OutputLevel)}
+			if !j.End.IsZero() {
+				pj.EndUnixNanos = j.End.UnixNano()
+			}
+			resp.BackgroundJobs = append(resp.BackgroundJobs, pj)
+		}
+	}
 	if h, ok := n.sm.(systems.StateHasher); ok && req.WithStateHash {
 		sum, applied, err := h.StateHash()
 		if err != nil {
