@@ -693,7 +693,7 @@ func (x *Run) readExperiment(ctx context.Context, op string) error {
 		}
 		tbl.Rows = append(tbl.Rows, []string{sys, f0(med), f0(lo), f0(hi), f1(first.MBPerSec * med / first.OpsPerSec),
 			ms(first.P50Us), ms(first.P99Us), ms(first.P999Us), fmt.Sprint(first.Errors), fmt.Sprint(first.Misses), readKB, cacheText(b.cache)})
-		bar.Series = append(bar.Series, plots.Series{Name: sys, Values: []float64{med}, Errors: []float64{med - lo}, ErrorsUp: []float64{hi - med}})
+		bar.Series = append(bar.Series, plots.Series{Name: sys, Values: []float64{med}, Errors: []float64{med - lo}, ErrorsUp: []float64{hi - med}, N: []int{len(rates)}})
 		if c, err := latencyCDF(sys, &b.raw); err == nil {
 			cdfs = append(cdfs, c)
 		}

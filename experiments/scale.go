@@ -633,7 +633,7 @@ func (x *Run) putScaleReport(all []putRun, top int64, limit float64, haveLimit b
 			x.logf("%s: bound %s (%s)", sys, b.Bound, b.Evidence)
 		}
 		head.Rows = append(head.Rows, []string{sys, f1(med), f1(lo), f1(hi), fmt.Sprint(len(rs)), ratio, f2(wa), f1(cpu), fmt.Sprintf("%.0f %%", 100*busy), f1(gcr), levels, bound})
-		fig.Series = append(fig.Series, plots.Series{Name: sys, Values: []float64{med}, Errors: []float64{med - lo}, ErrorsUp: []float64{hi - med}})
+		fig.Series = append(fig.Series, plots.Series{Name: sys, Values: []float64{med}, Errors: []float64{med - lo}, ErrorsUp: []float64{hi - med}, N: []int{len(rs)}})
 		x.metric("put_headline/"+sys, med)
 		x.samples("put_headline/"+sys, mb)
 		x.metric("put_headline_write_amp/"+sys, wa)

@@ -1,6 +1,7 @@
 package plots
 
 import (
+	"fmt"
 	"image/color"
 	"math"
 
@@ -18,8 +19,8 @@ const groupFraction = 0.8
 // drawn there), all of a series sharing its Offset; then one barOverlay per
 // series for hatching, "n/a" and error bars. Widths and offsets are in
 // canvas units, so they are set in finish once the data area is known.
-func buildBars(f Figure) built {
-	p := newPlot(f)
+func buildBars(f Figure, l layout) built {
+	p := newPlot(f, l)
 	n := len(f.Series)
 	var charts [][]*plotter.BarChart
 	var overlays []*barOverlay
@@ -27,7 +28,7 @@ func buildBars(f Figure) built {
 	if !f.LogY {
 		yr.add(0)
 	}
-	ref := refLines{hlines: f.HLines}
+	ref := refLines{hlines: f.HLines, noteSize: l.noteSize}
 	for i, s := range f.Series {
 		st := barStyleOf(i)
 		missing := make([]bool, len(s.Values))
@@ -66,7 +67,7 @@ func buildBars(f Figure) built {
 			ref.rects = append(ref.rects, dataRect{mid - half, mid + half, min(0, v-lo), max(0, v+up)})
 		}
 		charts = append(charts, cs)
-		overlays = append(overlays, &barOverlay{style: st, values: s.Values, missing: missing, series: s})
+		overlays = append(overlays, &barOverlay{style: st, values: s.Values, missing: missing, series: s, noteSize: l.noteSize})
 	}
 	for _, h := range f.HLines {
 		yr.add(h.At)
@@ -95,7 +96,7 @@ func buildBars(f Figure) built {
 		yr.set(&p.Y, false, 0, 0.1)
 	}
 	// Long category names are turned 30 degrees rather than overlapping.
-	approxCat := (figWidth - vg.Points(70)) / vg.Length(len(f.Categories))
+	approxCat := (l.width - vg.Points(70)) / vg.Length(len(f.Categories))
 	for _, name := range f.Categories {
 		if p.X.Tick.Label.Width(name) > 0.9*approxCat {
 			p.X.Tick.Label.Rotation = math.Pi / 6
@@ -107,7 +108,7 @@ func buildBars(f Figure) built {
 	var legend []legendEntry
 	for i, s := range f.Series {
 		st := barStyleOf(i)
-		legend = append(legend, legendEntry{name: s.Name, width: vg.Points(16), thumb: func(c draw.Canvas, r vg.Rectangle) {
+		legend = append(legend, legendEntry{name: legendName(s), width: vg.Points(16), thumb: func(c draw.Canvas, r vg.Rectangle) {
 			drawBar(c, st, r)
 		}})
 	}
@@ -138,10 +139,16 @@ func rectPoly(r vg.Rectangle) []vg.Point {
 // hatchSpacing is the distance between hatch lines.
 const hatchSpacing = vg.Length(4)
 
-// drawHatch draws st's hatch pattern inside r. Lines are anchored to the
-// canvas origin, so neighbouring bars' patterns line up.
+// drawHatch draws st's hatch pattern inside r.
 func drawHatch(c draw.Canvas, st barStyle, r vg.Rectangle) {
-	ls := draw.LineStyle{Color: st.ink(), Width: vg.Points(0.6)}
+	if lines := hatchLines(st.hatch, r); len(lines) > 0 {
+		c.StrokeLines(draw.LineStyle{Color: st.ink(), Width: vg.Points(0.6)}, lines...)
+	}
+}
+
+// hatchLines are the lines of pattern h inside r. They are anchored to
+// the canvas origin, so neighbouring bars' patterns line up.
+func hatchLines(h hatch, r vg.Rectangle) [][]vg.Point {
 	s := hatchSpacing
 	var lines [][]vg.Point
 	diag := func(sign vg.Length) { // lines y = sign*x + k
@@ -161,9 +168,7 @@ func drawHatch(c draw.Canvas, st barStyle, r vg.Rectangle) {
 			lines = append(lines, []vg.Point{{X: x0, Y: sign*x0 + k}, {X: x1, Y: sign*x1 + k}})
 		}
 	}
-	switch st.hatch {
-	case hatchNone:
-		return
+	switch h {
 	case hatchDiag:
 		diag(1)
 	case hatchBack:
@@ -180,7 +185,7 @@ func drawHatch(c draw.Canvas, st barStyle, r vg.Rectangle) {
 			lines = append(lines, []vg.Point{{X: x, Y: r.Min.Y}, {X: x, Y: r.Max.Y}})
 		}
 	}
-	c.StrokeLines(ls, lines...)
+	return lines
 }
 
 // barOverlay draws, over one series' BarCharts, the hatching of each bar,
@@ -192,6 +197,7 @@ type barOverlay struct {
 	missing       []bool
 	series        Series // for its error extents
 	width, offset vg.Length
+	noteSize      float64 // of "n/a", layout points
 }
 
 // Plot implements plot.Plotter.
@@ -199,7 +205,7 @@ func (o *barOverlay) Plot(c draw.Canvas, p *plot.Plot) {
 	trX, trY := p.Transforms(&c)
 	base := trY(0) // the axis minimum on a log axis (logScale)
 	base = max(c.Min.Y, min(c.Max.Y, base))
-	na := textStyle(noteSize, 40)
+	na := textStyle(o.noteSize, 40)
 	na.Rotation = math.Pi / 2
 	na.XAlign, na.YAlign = draw.XLeft, draw.YCenter
 	for i, v := range o.values {
@@ -235,6 +241,11 @@ func (o *barOverlay) Plot(c draw.Canvas, p *plot.Plot) {
 		}
 		c.StrokeLines(halo, c.ClipLinesY(lines...)...)
 		c.StrokeLines(ink, c.ClipLinesY(lines...)...)
+		if nVaries(o.series) && i < len(o.series.N) && c.ContainsY(hi) {
+			sty := textStyle(o.noteSize, 30)
+			sty.XAlign, sty.YAlign = draw.XCenter, draw.YBottom
+			c.FillText(sty, vg.Point{X: x, Y: hi + vg.Points(2)}, fmt.Sprintf("n=%d", o.series.N[i]))
+		}
 	}
 }
 

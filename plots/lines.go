@@ -20,8 +20,11 @@ const (
 // buildLines makes a Lines or CDF figure: per series a plotter.Line (a
 // post-step line for CDF) and a plotter.Scatter of its markers, optional
 // y error bars (Lines), then the marks and hlines.
-func buildLines(f Figure) built {
-	p := newPlot(f)
+func buildLines(f Figure, l layout) built {
+	p := newPlot(f, l)
+	if len(f.Windows) > 0 {
+		p.Add(windowShades{f.Windows}) // behind the data
+	}
 	xr, yr := emptyRange(), emptyRange()
 	if f.Kind == CDF {
 		if f.LogY {
@@ -30,7 +33,7 @@ func buildLines(f Figure) built {
 			yr.add(0, 1)
 		}
 	}
-	ref := refLines{marks: f.Marks, hlines: f.HLines}
+	ref := refLines{marks: f.Marks, hlines: f.HLines, noteSize: l.noteSize}
 	var legend []legendEntry
 	for i, s := range f.Series {
 		st := lineStyleOf(i)
@@ -69,6 +72,13 @@ func buildLines(f Figure) built {
 			eb.LineStyle = draw.LineStyle{Color: st.color(), Width: vg.Points(0.8)}
 			eb.CapWidth = vg.Points(5)
 			p.Add(eb)
+			if nVaries(s) {
+				tops := make([]float64, len(s.Y))
+				for k := range s.Y {
+					tops[k] = s.Y[k] + s.Errors[k]
+				}
+				p.Add(runLabels{x: s.X, y: tops, n: s.N, noteSize: l.noteSize})
+			}
 		}
 		marks := make(plotter.XYs, 0, markersPerSeries)
 		for _, k := range markerIndexes(len(xys), i, len(f.Series)) {
@@ -80,7 +90,7 @@ func buildLines(f Figure) built {
 		}
 		sc.GlyphStyle = st.glyphStyle()
 		p.Add(sc)
-		legend = append(legend, legendEntry{name: s.Name, width: vg.Points(32), thumb: func(c draw.Canvas, r vg.Rectangle) {
+		legend = append(legend, legendEntry{name: legendName(s), width: vg.Points(32), thumb: func(c draw.Canvas, r vg.Rectangle) {
 			y := (r.Min.Y + r.Max.Y) / 2
 			c.StrokeLine2(st.line(), r.Min.X, y, r.Max.X, y)
 			c.DrawGlyph(st.glyphStyle(), vg.Point{X: (r.Min.X + r.Max.X) / 2, Y: y})
@@ -120,9 +130,9 @@ func buildLines(f Figure) built {
 	}
 	// Marks and hlines go on top of the data.
 	p.Add(ref)
-	b := built{p: p, legend: legend}
+	b := built{p: p, legend: append(legend, windowLegend(f.Windows)...)}
 	if len(f.Marks) > 0 && f.Kind == Lines {
-		b.finish = func(data draw.Canvas) { markHeadroom(p, f, data) }
+		b.finish = func(data draw.Canvas) { markHeadroom(p, f, data, l.noteSize) }
 	}
 	return b
 }
@@ -144,7 +154,7 @@ func drawnPath(xys plotter.XYs, steps bool) []dataPt {
 // markHeadroom raises the top of the y axis so that the upright mark
 // labels, drawn at the top of the data area, sit above the data instead
 // of over it.
-func markHeadroom(p *plot.Plot, f Figure, data draw.Canvas) {
+func markHeadroom(p *plot.Plot, f Figure, data draw.Canvas, noteSize float64) {
 	sty := textStyle(noteSize, 0)
 	var l vg.Length
 	for _, m := range f.Marks {

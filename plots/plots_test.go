@@ -14,8 +14,11 @@ import (
 	"strings"
 	"testing"
 
+	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/vg"
 	"gonum.org/v1/plot/vg/draw"
+	"gonum.org/v1/plot/vg/recorder"
+	"gonum.org/v1/plot/vg/vgimg"
 )
 
 func goodBars() Figure {
@@ -23,7 +26,7 @@ func goodBars() Figure {
 		Name: "bars", Title: "Bars title", Kind: Bars, XLabel: "value size (KiB)", YLabel: "throughput (MB/s)",
 		Categories: []string{"1", "4"},
 		Series: []Series{
-			{Name: "a", Values: []float64{1, 2}, Errors: []float64{0.1, 0.2}},
+			{Name: "a", Values: []float64{1, 2}, Errors: []float64{0.1, 0.2}, N: []int{3, 3}},
 			{Name: "b", Values: []float64{3, 0}, Missing: []int{1}},
 		},
 		HLines: []Mark{{At: 2.5, Label: "limit"}},
@@ -119,6 +122,29 @@ func TestValidateCatchesEachProblem(t *testing.T) {
 		{"hline no label", goodBars, func(f *Figure) { f.HLines[0].Label = "" }, "hline at 2.5 has no label"},
 		{"hline log y", goodLines, func(f *Figure) { f.LogY = true; f.HLines = []Mark{{At: -1, Label: "h"}} }, `hline "h" at -1 on a log y axis`},
 		{"hline NaN", goodBars, func(f *Figure) { f.HLines[0].At = math.NaN() }, `hline "limit" at NaN`},
+		{"windows on bars", goodBars, func(f *Figure) { f.Windows = []Window{{Kind: WindowGC, Start: 0, End: 1}} }, "windows on a bars figure"},
+		{"windows on cdf", goodCDF, func(f *Figure) { f.Windows = []Window{{Kind: WindowGC, Start: 1, End: 2}} }, "windows on a cdf figure"},
+		{"windows log x", goodLines, func(f *Figure) {
+			f.LogX, f.Marks = true, nil
+			f.Series[0].X = []float64{1, 2, 3}
+			f.Windows = []Window{{Kind: WindowGC, Start: 1, End: 2}}
+		}, "windows on a log x axis"},
+		{"window unknown kind", goodLines, func(f *Figure) { f.Windows = []Window{{Kind: "flush", Start: 0, End: 1}} }, `window 0 has unknown kind "flush"`},
+		{"window empty kind", goodLines, func(f *Figure) { f.Windows = []Window{{Start: 0, End: 1}} }, `window 0 has unknown kind ""`},
+		{"window backwards", goodLines, func(f *Figure) { f.Windows = []Window{{Kind: WindowFault, Start: 2, End: 1}} }, "window 0 (fault) ends at 1 before it starts at 2"},
+		{"window NaN", goodLines, func(f *Figure) { f.Windows = []Window{{Kind: WindowCompaction, Start: math.NaN(), End: 1}} }, "window 0 (compaction) from NaN"},
+		{"error bars without n", goodBars, func(f *Figure) { f.Series[0].N = nil }, "error bars without n"},
+		{"upper error bars without n", goodBars, func(f *Figure) { f.Series[1].ErrorsUp = []float64{1, 1} }, `series "b": error bars without n`},
+		{"lines error bars without n", goodLines, func(f *Figure) { f.Series[0].Errors = []float64{1, 1, 1} }, "error bars without n"},
+		{"multi-run value without spread", goodBars, func(f *Figure) { f.Series[1].N = []int{1, 4} }, "value 1 comes from 4 runs but shows no spread"},
+		{"multi-run point without spread", goodLines, func(f *Figure) { f.Series[0].N = []int{3, 3, 3} }, "value 0 comes from 3 runs"},
+		{"n count", goodBars, func(f *Figure) { f.Series[0].N = []int{3} }, "1 n for 2 values"},
+		{"n zero", goodBars, func(f *Figure) { f.Series[0].N = []int{0, 3} }, "n[0] = 0"},
+		{"n on cdf", goodCDF, func(f *Figure) { f.Series[0].N = []int{1, 1, 1} }, "n on a cdf"},
+		{"bars span decades", goodBars, func(f *Figure) { f.Series[1].Values[0] = 3000 }, "y values span 3.5 decades"},
+		{"lines x span decades", goodLines, func(f *Figure) { f.Marks = nil; f.Series[0].X = []float64{1, 100, 10000} }, "x values span 4.0 decades (10th..90th percentile 1..10000) on a linear axis; set log_x"},
+		{"lines y span decades", goodLines, func(f *Figure) { f.Series[0].Y = []float64{0.5, 60, 900} }, "set log_y"},
+		{"cdf x span decades", goodCDF, func(f *Figure) { f.LogX = false; f.Series[0].X[0] = 1 }, "set log_x"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -132,6 +158,46 @@ func TestValidateCatchesEachProblem(t *testing.T) {
 				t.Fatalf("error %q does not contain %q", err, c.want)
 			}
 		})
+	}
+}
+
+// TestValidateLinearSpanUsesPercentiles: a time series that dips to
+// nearly nothing for a few seconds (a stall) stays valid on a linear
+// axis; one whose bulk spans decades does not.
+func TestValidateLinearSpanUsesPercentiles(t *testing.T) {
+	f := goodLines()
+	s := &f.Series[0]
+	s.X, s.Y = nil, nil
+	for i := range 100 {
+		y := 5000.0
+		if i >= 40 && i < 45 { // 5 % of the seconds
+			y = 3
+		}
+		s.X, s.Y = append(s.X, float64(i)), append(s.Y, y)
+	}
+	if err := f.Validate(); err != nil {
+		t.Fatalf("a stall of 5 %% of the seconds: %v", err)
+	}
+	for i := 40; i < 60; i++ { // 20 %
+		s.Y[i] = 3
+	}
+	if err := f.Validate(); err == nil || !strings.Contains(err.Error(), "set log_y") {
+		t.Fatalf("20 %% of the points 3 decades down: got %v, want a log_y error", err)
+	}
+	f.LogY = true
+	if err := f.Validate(); err != nil {
+		t.Fatalf("on a log axis: %v", err)
+	}
+}
+
+func TestValidateAcceptsWindows(t *testing.T) {
+	f := goodLines()
+	for _, k := range WindowKinds() {
+		f.Windows = append(f.Windows, Window{Kind: k, Label: string(k), Start: 0.5, End: 1.5, Node: 2})
+	}
+	f.Windows = append(f.Windows, Window{Kind: WindowLeaderChange, Start: 1, End: 1}) // zero length
+	if err := f.Validate(); err != nil {
+		t.Fatal(err)
 	}
 }
 
@@ -226,7 +292,8 @@ func TestLoadCorrupt(t *testing.T) {
 }
 
 // checkDrawn checks dir/<name>.png decodes to 900 x 600 pixels with ink on
-// it and dir/<name>.svg holds the title.
+// it, dir/<name>.svg holds the title, and dir/<name>.pdf is a PDF of one
+// column's width.
 func checkDrawn(t *testing.T, dir string, f Figure) {
 	t.Helper()
 	pf, err := os.Open(filepath.Join(dir, f.Name+".png"))
@@ -269,6 +336,16 @@ func checkDrawn(t *testing.T, dir string, f Figure) {
 			t.Errorf("%s.svg lacks the axis label %q", f.Name, label)
 		}
 	}
+	pdf, err := os.ReadFile(filepath.Join(dir, f.Name+".pdf"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.HasPrefix(pdf, []byte("%PDF-")) {
+		t.Errorf("%s.pdf is not a PDF", f.Name)
+	}
+	if want := "/MediaBox [0 0 237.60 172.80]"; !bytes.Contains(pdf, []byte(want)) {
+		t.Errorf("%s.pdf lacks %q (3.3 x 2.4 in)", f.Name, want)
+	}
 }
 
 func TestRenderEachKind(t *testing.T) {
@@ -278,6 +355,7 @@ func TestRenderEachKind(t *testing.T) {
 	linesErr := goodLines()
 	linesErr.Name = "lines-errors"
 	linesErr.Series[0].Errors = []float64{0.5, 0.5, 0.5}
+	linesErr.Series[0].N = []int{5, 5, 4}
 	linesErr.HLines = []Mark{{At: 5.5, Label: "target"}}
 	logLines := goodLines()
 	logLines.Name, logLines.LogY = "lines-logy", true
@@ -316,14 +394,14 @@ func TestRenderRejectsInvalid(t *testing.T) {
 
 func TestRenderIsDeterministic(t *testing.T) {
 	a, b := t.TempDir(), t.TempDir()
-	for _, f := range []Figure{sampleBars()} {
+	for _, f := range []Figure{sampleBars(), sampleLines()} {
 		if err := Render(a, f); err != nil {
 			t.Fatal(err)
 		}
 		if err := Render(b, f); err != nil {
 			t.Fatal(err)
 		}
-		for _, ext := range []string{".png", ".svg"} {
+		for _, ext := range []string{".png", ".svg", ".pdf"} {
 			x, _ := os.ReadFile(filepath.Join(a, f.Name+ext))
 			y, _ := os.ReadFile(filepath.Join(b, f.Name+ext))
 			if !bytes.Equal(x, y) {
@@ -448,6 +526,171 @@ func TestLogTicksLabelNarrowRanges(t *testing.T) {
 	}
 }
 
+// TestTicksLabelEveryAxis: every axis range gets at least two labelled
+// ticks inside it, on log axes inside one decade too.
+func TestTicksLabelEveryAxis(t *testing.T) {
+	ranges := [][2]float64{{120, 180}, {1.1, 1.9}, {0.5, 0.9}, {150, 900}, {3, 7000}, {1e3, 1e9}, {99, 101}, {0.002, 0.0031}}
+	for _, c := range []struct {
+		name string
+		tk   plot.Ticker
+	}{{"log", logTicks{}}, {"linear", linearTicks{}}} {
+		for _, r := range append(ranges, [2]float64{0, 1}, [2]float64{-5, 5}) {
+			if c.name == "log" && r[0] <= 0 {
+				continue
+			}
+			var labels []string
+			for _, tk := range c.tk.Ticks(r[0], r[1]) {
+				if tk.Label != "" && tk.Value >= r[0] && tk.Value <= r[1] {
+					labels = append(labels, tk.Label)
+				}
+			}
+			if len(labels) < minTickLabels {
+				t.Errorf("%s ticks of %v..%v label %v; want at least %d", c.name, r[0], r[1], labels, minTickLabels)
+			}
+		}
+	}
+}
+
+// TestPaperLayoutFonts: every text of every test figure, drawn in the
+// paper layout, prints at paperMinFontPt or more, and the page is one
+// column wide.
+func TestPaperLayoutFonts(t *testing.T) {
+	l := paperLayout()
+	if got := l.width * vg.Length(l.scale); math.Abs(float64(got-paperWidth)) > 1e-9 {
+		t.Fatalf("paper width %v, want %v", got, paperWidth)
+	}
+	withRuns := goodLines()
+	withRuns.Series[0].Errors, withRuns.Series[0].N = []float64{1, 1, 1}, []int{2, 3, 3}
+	for _, f := range []Figure{goodBars(), goodLines(), goodCDF(), withRuns, sampleBars(), sampleCDF(), sampleLines()} {
+		rec := &recorder.Canvas{}
+		if err := drawFigure(onCanvas(rec, l), f, l); err != nil {
+			t.Fatal(err)
+		}
+		texts := 0
+		for _, a := range rec.Actions {
+			fs, ok := a.(*recorder.FillString)
+			if !ok {
+				continue
+			}
+			texts++
+			if fs.Size < vg.Points(paperMinFontPt)-1e-9 {
+				t.Errorf("%s: %q printed at %.2f pt, below %d pt", f.Name, fs.String, fs.Size.Points(), paperMinFontPt)
+			}
+			if fs.String == f.Title {
+				t.Errorf("%s: the paper layout drew the title", f.Name)
+			}
+		}
+		if texts == 0 {
+			t.Errorf("%s: no text drawn", f.Name)
+		}
+	}
+}
+
+// TestWindowsAreShaded: a GC window shades the data area where it lies
+// (grey pixels, not white) and adds one legend entry per kind.
+func TestWindowsAreShaded(t *testing.T) {
+	plain := goodLines()
+	plain.Marks = nil
+	plain.Series[0].X, plain.Series[0].Y = []float64{0, 10}, []float64{1, 1} // a line at the bottom
+	shaded := plain
+	shaded.Windows = []Window{
+		{Kind: WindowGC, Label: "GC 1", Start: 2, End: 6, Node: 1},
+		{Kind: WindowGC, Label: "GC 1", Start: 3, End: 7, Node: 2},
+		{Kind: WindowFault, Label: "kill node 3", Start: 8, End: 9, Node: 3},
+		{Kind: WindowLeaderChange, Start: 100, End: 101}, // beyond the axis: not drawn, not widening it
+	}
+	grey := func(f Figure) (inside, outside int) {
+		l := screenLayout()
+		img := vgimg.NewWith(vgimg.UseWH(l.width, l.height), vgimg.UseDPI(int(l.dpi)))
+		if err := drawFigure(onCanvas(img, l), f, l); err != nil {
+			t.Fatal(err)
+		}
+		im := img.Image()
+		b := im.Bounds()
+		// Sample a row in the upper half of the data area, x at 4 s and
+		// at 7.5 s (between the windows): the data area spans roughly the
+		// middle 85 % of the width.
+		y := b.Dy() * 45 / 100
+		for x := b.Min.X; x < b.Max.X; x++ {
+			r, g, bl, _ := im.At(x, y).RGBA()
+			if r != g || g != bl || r > 0xf000 {
+				continue
+			}
+			frac := float64(x) / float64(b.Dx())
+			switch {
+			case frac > 0.35 && frac < 0.45:
+				inside++
+			case frac > 0.05 && frac < 0.2:
+				outside++
+			}
+		}
+		return inside, outside
+	}
+	in0, _ := grey(plain)
+	in1, out1 := grey(shaded)
+	if in0 > 2 {
+		t.Fatalf("without windows %d grey pixels where the window would be", in0)
+	}
+	if in1 < 40 {
+		t.Errorf("with a GC window only %d grey pixels in it", in1)
+	}
+	if out1 > 2 {
+		t.Errorf("%d grey pixels outside the windows", out1)
+	}
+	dir := t.TempDir()
+	if err := Render(dir, shaded); err != nil {
+		t.Fatal(err)
+	}
+	svg, err := os.ReadFile(filepath.Join(dir, shaded.Name+".svg"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for kind, want := range map[WindowKind]int{WindowGC: 1, WindowFault: 1, WindowCompaction: 0, WindowLeaderChange: 1} {
+		if got := bytes.Count(svg, []byte(">"+kind.Legend()+"<")); got != want {
+			t.Errorf("legend entries %q: %d, want %d", kind.Legend(), got, want)
+		}
+	}
+}
+
+// TestRunsAreShown: a series whose values share one n names it in the
+// legend; one whose n differ labels each error bar.
+func TestRunsAreShown(t *testing.T) {
+	same := goodBars()
+	varying := goodLines()
+	varying.Name = "lines-runs"
+	varying.Series[0].Errors, varying.Series[0].N = []float64{0.5, 0.5, 0.5}, []int{5, 5, 4}
+	bars := goodBars()
+	bars.Name = "bars-runs"
+	bars.Series[0].N = []int{3, 7}
+	dir := t.TempDir()
+	for _, c := range []struct {
+		f         Figure
+		want, not []string
+	}{
+		{same, []string{">a (n = 3)<"}, []string{">n=3<"}},
+		{varying, []string{">n=5<", ">n=4<", ">a<"}, []string{"(n = "}},
+		{bars, []string{">n=3<", ">n=7<"}, []string{"(n = "}},
+	} {
+		if err := Render(dir, c.f); err != nil {
+			t.Fatal(err)
+		}
+		svg, err := os.ReadFile(filepath.Join(dir, c.f.Name+".svg"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, w := range c.want {
+			if !bytes.Contains(svg, []byte(w)) {
+				t.Errorf("%s.svg lacks %q", c.f.Name, w)
+			}
+		}
+		for _, n := range c.not {
+			if bytes.Contains(svg, []byte(n)) {
+				t.Errorf("%s.svg has %q", c.f.Name, n)
+			}
+		}
+	}
+}
+
 func TestMarkerIndexes(t *testing.T) {
 	if got := markerIndexes(5, 0, 3); !reflect.DeepEqual(got, []int{0, 1, 2, 3, 4}) {
 		t.Errorf("short series: %v", got)
@@ -510,7 +753,7 @@ func TestHLineLabelPlacement(t *testing.T) {
 	area := vg.Rectangle{Max: vg.Point{X: 400, Y: 300}}
 	c := draw.Canvas{Rectangle: area}
 	const y = 150
-	sty := textStyle(noteSize, 30)
+	sty := textStyle(screenLayout().noteSize, 30)
 	bar := func(x0, x1, top vg.Length) vg.Rectangle {
 		return vg.Rectangle{Min: vg.Point{X: x0}, Max: vg.Point{X: x1, Y: top}}
 	}

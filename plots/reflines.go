@@ -30,10 +30,11 @@ import (
 // base to the top of the bar or error bar) and polylines (series as drawn,
 // steps included).
 type refLines struct {
-	marks  []Mark
-	hlines []Mark
-	rects  []dataRect
-	polys  [][]dataPt
+	marks    []Mark
+	hlines   []Mark
+	rects    []dataRect
+	polys    [][]dataPt
+	noteSize float64 // of the labels, layout points
 }
 
 type dataPt struct{ x, y float64 }
@@ -73,7 +74,7 @@ func refStyle() draw.LineStyle {
 func (r refLines) Plot(c draw.Canvas, p *plot.Plot) {
 	trX, trY := p.Transforms(&c)
 	ls := refStyle()
-	sty := textStyle(noteSize, 30)
+	sty := textStyle(r.noteSize, 30)
 
 	// Obstacles in canvas units: segments (data and reference lines) and
 	// boxes (bars and labels already placed).

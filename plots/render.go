@@ -7,6 +7,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"regexp"
 
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/font"
@@ -15,18 +16,27 @@ import (
 	"gonum.org/v1/plot/vg"
 	"gonum.org/v1/plot/vg/draw"
 	"gonum.org/v1/plot/vg/vgimg"
+	"gonum.org/v1/plot/vg/vgpdf"
 	"gonum.org/v1/plot/vg/vgsvg"
 )
 
 // Render validates f and draws it to dir/<Name>.png (6 x 4 inches at 150
 // dpi: 900 x 600 pixels, white background) and dir/<Name>.svg (6 x 4
 // inches, 432 x 288 pt; fonts are referenced by name, Liberation Serif, not
-// embedded). dir is created if needed; existing files are replaced
-// atomically. The same figure always gives the same bytes.
+// embedded), both for reports and screens, and dir/<Name>.pdf for papers:
+// 3.3 x 2.4 inches (one column of a two-column paper), no title (the
+// caption says it), axis labels at 8 pt and every other text at 7 pt as
+// printed, lines and markers scaled with the figure, fonts embedded. dir
+// is created if needed; existing files are replaced atomically. The same
+// figure always gives the same bytes.
 //
-// Layout, top to bottom: the title (shrunk to fit the width), the legend
-// as a row (or balanced rows) of entries centred above the data area, so
-// it never hides data, then the plot with its axis labels. Marks and
+// Layout, top to bottom: the title (shrunk to fit the width; PNG and SVG
+// only), the legend as a row (or balanced rows) of entries centred above
+// the data area, so it never hides data (series first, "(n = 5)" after a
+// name when every value of the series comes from 5 runs, then one entry
+// per kind of window), then the plot with its axis labels. Windows are
+// translucent grey spans over the data area's full height, behind the
+// data, each kind with its own shade and hatching (windows.go). Marks and
 // HLines are dashed dark-grey lines labelled in place (8 pt on a white
 // box, at the first candidate spot along the line that covers no data, no
 // other reference line and no other label, else as a key in the band at
@@ -35,14 +45,17 @@ import (
 //   - Bars: one group per category, one plotter.BarChart bar per series
 //     in series order, the group 80% of a category's width. A Missing bar
 //     is not drawn; "n/a" is written upright in its slot. Errors are error
-//     bars (black with a white halo, visible on dark fills). Long category
+//     bars (black with a white halo, visible on dark fills); when the
+//     values of a series come from different numbers of runs, each error
+//     bar is labelled "n=3". Long category
 //     names are turned 30 degrees. The y axis starts at 0 (linear; lower
 //     for negative values) or just below the smallest value (log) and
 //     leaves about 10% headroom above the highest bar, error bar or hline.
 //   - Lines: a line per series with markers: on every point when a series
 //     has at most 20 points, else on 10 points spread evenly and staggered
 //     between series so markers do not sit on top of each other. Errors,
-//     if given, are vertical error bars. A linear y axis starts at 0 unless
+//     if given, are vertical error bars (labelled "n=3" as for Bars). A
+//     linear y axis starts at 0 unless
 //     the data are negative; with Marks the top is raised so their labels
 //     sit above the data.
 //   - CDF: a post-step line per series (the fraction jumps at each x) with
@@ -50,8 +63,9 @@ import (
 //
 // Log axes use plot.LogScale (non-positive values, e.g. a bar's base, map
 // to the axis minimum) and plot.LogTicks labels (1, 10, 100, 1k, ...; 2x
-// and 5x are labelled too when the range holds fewer than three decades).
-// Linear tick labels are shortened: 12k, 1.5M.
+// and 5x are labelled too when the range holds fewer than three decades;
+// every axis gets at least two labels, see logTicks). Linear tick labels
+// are shortened: 12k, 1.5M.
 //
 // Styles depend on the series index only (style.go), so a system looks
 // the same in every figure that lists the systems in the same order: bars
@@ -65,9 +79,10 @@ func Render(dir string, f Figure) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return fmt.Errorf("plots: %w", err)
 	}
+	screen, paper := screenLayout(), paperLayout()
 
-	img := vgimg.NewWith(vgimg.UseWH(figWidth, figHeight), vgimg.UseDPI(figDPI))
-	if err := drawFigure(draw.New(img), f); err != nil {
+	img := vgimg.NewWith(vgimg.UseWH(screen.width, screen.height), vgimg.UseDPI(int(screen.dpi)))
+	if err := drawFigure(onCanvas(img, screen), f, screen); err != nil {
 		return err
 	}
 	var png bytes.Buffer
@@ -75,8 +90,8 @@ func Render(dir string, f Figure) error {
 		return fmt.Errorf("plots: figure %q: png: %w", f.Name, err)
 	}
 
-	svg := vgsvg.New(figWidth, figHeight)
-	if err := drawFigure(draw.New(svg), f); err != nil {
+	svg := vgsvg.New(screen.width, screen.height)
+	if err := drawFigure(onCanvas(svg, screen), f, screen); err != nil {
 		return err
 	}
 	var svgBuf bytes.Buffer
@@ -84,15 +99,55 @@ func Render(dir string, f Figure) error {
 		return fmt.Errorf("plots: figure %q: svg: %w", f.Name, err)
 	}
 
-	if err := writeFileAtomic(filepath.Join(dir, f.Name+".png"), png.Bytes()); err != nil {
+	pdf, err := renderPDF(f, paper)
+	if err != nil {
 		return err
 	}
-	return writeFileAtomic(filepath.Join(dir, f.Name+".svg"), svgBuf.Bytes())
+
+	for _, out := range []struct {
+		ext  string
+		data []byte
+	}{{".png", png.Bytes()}, {".svg", svgBuf.Bytes()}, {".pdf", pdf}} {
+		if err := writeFileAtomic(filepath.Join(dir, f.Name+out.ext), out.data); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
-// drawFigure draws a validated figure onto c. gonum/plot reports some
-// problems by panicking; they come back as errors.
-func drawFigure(c draw.Canvas, f Figure) (err error) {
+// onCanvas returns the drawing area of l on c, which is l's printed size:
+// l's width x height, scaled by l.scale.
+func onCanvas(c vg.Canvas, l layout) draw.Canvas {
+	var vc vg.Canvas = c
+	if l.scale != 1 {
+		vc = scaledCanvas{Canvas: c, s: l.scale}
+	}
+	return draw.Canvas{Canvas: vc, Rectangle: vg.Rectangle{Max: vg.Point{X: l.width, Y: l.height}}}
+}
+
+// pdfDates are the creation and modification dates fpdf writes into the
+// document information (the time of the render); renderPDF replaces
+// them, keeping their length and so every offset in the file.
+var pdfDates = regexp.MustCompile(`/(CreationDate|ModDate) \(D:[0-9]{14}\)`)
+
+// renderPDF draws f in layout l as a one-page PDF with its fonts embedded
+// (a paper's PDF must carry them). The document dates are fixed, so that
+// the same figure gives the same bytes.
+func renderPDF(f Figure, l layout) ([]byte, error) {
+	pdf := vgpdf.New(l.width*vg.Length(l.scale), l.height*vg.Length(l.scale))
+	if err := drawFigure(onCanvas(pdf, l), f, l); err != nil {
+		return nil, err
+	}
+	var buf bytes.Buffer
+	if _, err := pdf.WriteTo(&buf); err != nil {
+		return nil, fmt.Errorf("plots: figure %q: pdf: %w", f.Name, err)
+	}
+	return pdfDates.ReplaceAll(buf.Bytes(), []byte("/$1 (D:20000101000000)")), nil
+}
+
+// drawFigure draws a validated figure onto c in layout l. gonum/plot
+// reports some problems by panicking; they come back as errors.
+func drawFigure(c draw.Canvas, f Figure, l layout) (err error) {
 	defer func() {
 		if r := recover(); r != nil {
 			err = fmt.Errorf("plots: figure %q: drawing failed: %v", f.Name, r)
@@ -105,20 +160,20 @@ func drawFigure(c draw.Canvas, f Figure) (err error) {
 	var b built
 	switch f.Kind {
 	case Bars:
-		b = buildBars(f)
+		b = buildBars(f, l)
 	case Lines, CDF:
-		b = buildLines(f)
+		b = buildLines(f, l)
 	default:
 		return fmt.Errorf("plots: figure %q: unknown kind %q", f.Name, f.Kind)
 	}
-	if f.Title != "" {
-		c = drawTitle(c, f.Title)
+	if f.Title != "" && l.title {
+		c = drawTitle(c, f.Title, l.titleSize)
 	}
-	c = drawLegend(c, b.legend)
+	c = drawLegend(c, b.legend, l.legendSize)
 	// The axis labels are drawn here, centred on the data area, rather
 	// than by gonum/plot, which centres them (and reserves room for them)
 	// at the arithmetic mean of a log axis's range.
-	xl, yl := textStyle(labelSize, 0), textStyle(labelSize, 0)
+	xl, yl := textStyle(l.labelSize, 0), textStyle(l.labelSize, 0)
 	xl.XAlign, xl.YAlign = draw.XCenter, draw.YBottom
 	yl.XAlign, yl.YAlign, yl.Rotation = draw.XCenter, draw.YTop, math.Pi/2
 	plotC := c
@@ -152,10 +207,10 @@ type built struct {
 
 // newPlot returns a plot with the tick fonts, tickers and
 // horizontal grid shared by every kind.
-func newPlot(f Figure) *plot.Plot {
+func newPlot(f Figure, l layout) *plot.Plot {
 	p := plot.New() // axis labels: drawFigure
 	for _, ax := range []*plot.Axis{&p.X, &p.Y} {
-		ax.Tick.Label.Font.Size = vg.Points(tickSize)
+		ax.Tick.Label.Font.Size = vg.Points(l.tickSize)
 	}
 	p.X.Tick.Marker = linearTicks{}
 	p.Y.Tick.Marker = linearTicks{}
@@ -185,8 +240,8 @@ func textStyle(size float64, grey uint8) text.Style {
 
 // drawTitle writes title centred at the top of c, shrinking the font (down
 // to 8 pt) if it is wider than c, and returns the canvas below it.
-func drawTitle(c draw.Canvas, title string) draw.Canvas {
-	sty := textStyle(titleSize, 0)
+func drawTitle(c draw.Canvas, title string, size float64) draw.Canvas {
+	sty := textStyle(size, 0)
 	for sty.Font.Size > vg.Points(8) && sty.Width(title) > c.Size().X {
 		sty.Font.Size -= vg.Points(0.5)
 	}
@@ -207,11 +262,11 @@ type legendEntry struct {
 // drawLegend lays the entries out row-major in as few rows as fit the
 // width of c (each column as wide as its widest entry, the block centred),
 // draws them at the top of c and returns the canvas below.
-func drawLegend(c draw.Canvas, es []legendEntry) draw.Canvas {
+func drawLegend(c draw.Canvas, es []legendEntry, size float64) draw.Canvas {
 	if len(es) == 0 {
 		return c
 	}
-	sty := textStyle(legendSize, 0)
+	sty := textStyle(size, 0)
 	sty.YAlign = draw.YCenter
 	gap, colGap := vg.Points(4), vg.Points(18)
 	var thumbW vg.Length
@@ -234,7 +289,7 @@ func drawLegend(c draw.Canvas, es []legendEntry) draw.Canvas {
 		}
 	}
 	rows := (len(es) + ncols - 1) / ncols
-	rowH := vg.Points(legendSize * 1.5)
+	rowH := vg.Points(size * 1.5)
 	x0 := c.Center().X - blockWidth(cols, colGap)/2
 	for k, e := range es {
 		row, col := k/ncols, k%ncols
@@ -243,7 +298,7 @@ func drawLegend(c draw.Canvas, es []legendEntry) draw.Canvas {
 			x += w + colGap
 		}
 		y := c.Max.Y - rowH*(vg.Length(row)+0.5)
-		h := vg.Points(legendSize * 0.9)
+		h := vg.Points(size * 0.9)
 		e.thumb(c, vg.Rectangle{
 			Min: vg.Point{X: x + (thumbW-e.width)/2, Y: y - h/2},
 			Max: vg.Point{X: x + (thumbW+e.width)/2, Y: y + h/2},
@@ -322,8 +377,15 @@ func (logScale) Normalize(min, max, x float64) float64 {
 
 // logTicks is plot.LogTicks (major ticks at powers of ten, minor ticks at
 // 2..9 times them) with short labels (1k, 10k, 1M) and, when fewer than
-// three powers of ten fall in the range, labels at 2x and 5x as well.
+// three powers of ten fall in the range, labels at 2x and 5x as well;
+// when that still labels fewer than two ticks in the range (a range
+// inside one decade, e.g. 120..180), every tick in it is labelled, and
+// failing that the range gets linear ticks, so that an axis is never
+// left with fewer than two labels.
 type logTicks struct{}
+
+// minTickLabels is the fewest labelled ticks an axis gets.
+const minTickLabels = 2
 
 // Ticks implements plot.Ticker.
 func (logTicks) Ticks(min, max float64) []plot.Tick {
@@ -331,16 +393,22 @@ func (logTicks) Ticks(min, max float64) []plot.Tick {
 		return nil
 	}
 	ts := plot.LogTicks{Prec: -1}.Ticks(math.Pow10(int(math.Floor(math.Log10(min)))), max)
-	labelled := 0
+	inRange := func(v float64) bool { return v >= min && v <= max }
+	labelled := func() int {
+		n := 0
+		for _, t := range ts {
+			if t.Label != "" && inRange(t.Value) {
+				n++
+			}
+		}
+		return n
+	}
 	for i := range ts {
 		if ts[i].Label != "" {
 			ts[i].Label = tickLabel(ts[i].Value, true)
-			if ts[i].Value >= min && ts[i].Value <= max {
-				labelled++
-			}
 		}
 	}
-	if labelled < 3 {
+	if labelled() < 3 {
 		for i := range ts {
 			v := ts[i].Value
 			m := math.Round(v / math.Pow10(int(math.Floor(math.Log10(v)+1e-9))))
@@ -348,6 +416,16 @@ func (logTicks) Ticks(min, max float64) []plot.Tick {
 				ts[i].Label = tickLabel(v, true)
 			}
 		}
+	}
+	if labelled() < minTickLabels {
+		for i := range ts {
+			if inRange(ts[i].Value) {
+				ts[i].Label = tickLabel(ts[i].Value, true)
+			}
+		}
+	}
+	if labelled() < minTickLabels {
+		return linearTicks{}.Ticks(min, max)
 	}
 	return ts
 }

@@ -4,7 +4,11 @@ import (
 	"math"
 	"math/rand/v2"
 	"os"
+	"path/filepath"
 	"testing"
+
+	"gonum.org/v1/plot/vg"
+	"gonum.org/v1/plot/vg/vgimg"
 )
 
 // systemNames are the five systems of the harness, in registry order.
@@ -30,6 +34,7 @@ func sampleBars() Figure {
 			v := 110 * base[i] * (0.25 + 0.75*float64(k)/4)
 			s.Values = append(s.Values, math.Round(v*10)/10)
 			s.Errors = append(s.Errors, v*0.06)
+			s.N = append(s.N, 5)
 		}
 		if name == "pasv" {
 			s.Missing = []int{4}
@@ -68,7 +73,9 @@ func sampleCDF() Figure {
 	return f
 }
 
-// sampleLines is a per-second throughput time series with a GC round.
+// sampleLines is a per-second throughput time series with a window of
+// every kind: GC rounds on two nodes, compactions, a write stall, a fault
+// and the leader change it caused.
 func sampleLines() Figure {
 	f := Figure{
 		Name:   "sample-lines",
@@ -76,7 +83,17 @@ func sampleLines() Figure {
 		Kind:   Lines,
 		XLabel: "time (s)",
 		YLabel: "throughput (ops/s)",
-		Marks:  []Mark{{At: 40, Label: "GC 1 start"}, {At: 52, Label: "GC 1 end"}},
+		Marks:  []Mark{{At: 75, Label: "phase 2"}},
+		Windows: []Window{
+			{Kind: WindowGC, Label: "GC 1: size", Start: 40, End: 52, Node: 1},
+			{Kind: WindowGC, Label: "GC 1: size", Start: 44, End: 55, Node: 2},
+			{Kind: WindowCompaction, Start: 8, End: 12.5, Node: 3},
+			{Kind: WindowCompaction, Start: 60, End: 63, Node: 1},
+			{Kind: WindowWriteStall, Start: 62, End: 63.5, Node: 1},
+			{Kind: WindowFault, Label: "kill node 2", Start: 20, End: 27, Node: 2},
+			{Kind: WindowLeaderChange, Label: "leader 1 -> 3", Start: 21, End: 21.4},
+			{Kind: WindowLeaderChange, Label: "leader 3 -> 1 (transfer)", Start: 85, End: 85},
+		},
 	}
 	r := rand.New(rand.NewPCG(3, 4))
 	levels := []float64{14000, 15500, 5200, 6100, 8300}
@@ -118,4 +135,22 @@ func TestWriteSamples(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Logf("drew %d figures into %s", n, dir)
+	// The paper layout as PNG, to look at without a PDF viewer.
+	for _, f := range []Figure{sampleBars(), sampleCDF(), sampleLines()} {
+		l := paperLayout()
+		img := vgimg.NewWith(vgimg.UseWH(l.width*vg.Length(l.scale), l.height*vg.Length(l.scale)), vgimg.UseDPI(300))
+		if err := drawFigure(onCanvas(img, l), f, l); err != nil {
+			t.Fatal(err)
+		}
+		out, err := os.Create(filepath.Join(dir, f.Name+".paper.png"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := (vgimg.PngCanvas{Canvas: img}).WriteTo(out); err != nil {
+			t.Fatal(err)
+		}
+		if err := out.Close(); err != nil {
+			t.Fatal(err)
+		}
+	}
 }

@@ -1,7 +1,8 @@
 // Package plots draws the harness's figures with gonum/plot from saved
 // figure specifications only: an experiment computes its numbers, saves
 // them as Figures in DIR/figures.json, and Render (or `nezha plot DIR`)
-// draws DIR/<name>.png and DIR/<name>.svg from that file, so a figure can
+// draws DIR/<name>.png, DIR/<name>.svg and, one column of a paper wide,
+// DIR/<name>.pdf from that file, so a figure can
 // be redrawn, restyled or re-rendered without rerunning anything.
 //
 // Figures are meant to be printed: they stay readable in black and white
@@ -48,6 +49,11 @@ type Figure struct {
 	// HLines are labelled horizontal reference lines at y = At, e.g. the
 	// disk's bandwidth or 1.0 on a normalized axis.
 	HLines []Mark `json:"hlines,omitempty"`
+	// Windows are spans of the x axis (Lines over time only) in which
+	// something happened that explains the data: GC rounds, compactions,
+	// write stalls, faults, leader changes. They are shaded behind the
+	// data, one translucent style and one legend entry per WindowKind.
+	Windows []Window `json:"windows,omitempty"`
 	// Caption is printed under the figure in the report (not in the image).
 	Caption string `json:"caption,omitempty"`
 }
@@ -69,10 +75,77 @@ type Series struct {
 	// X and Y are the points of a Lines or CDF series.
 	X []float64 `json:"x,omitempty"`
 	Y []float64 `json:"y,omitempty"`
+	// N, if set, is the number of runs behind each value (Bars) or point
+	// (Lines): a value from more than one run must show its spread
+	// (Errors), and a value with a spread must say its n. The legend
+	// shows "(n = 5)" when every value of the series has the same n,
+	// else each error bar is labelled with its own.
+	N []int `json:"n,omitempty"`
 }
 
 // Mark is a labelled reference line.
 type Mark struct {
 	At    float64 `json:"at"`
 	Label string  `json:"label"`
+}
+
+// WindowKind is what a Window shows. Each kind has its own shade and
+// pattern (black-and-white safe) and one legend entry, named by
+// WindowKind.Legend.
+type WindowKind string
+
+const (
+	// WindowGC is a GC round of a key-value separated store (nezha's GC
+	// into sorted runs), from its start to its end on one node.
+	WindowGC WindowKind = "gc"
+	// WindowCompaction is a time in which RocksDB ran at least one
+	// compaction on one node.
+	WindowCompaction WindowKind = "compaction"
+	// WindowWriteStall is a time in which a node's store stalled or slowed
+	// client writes (RocksDB's write stall or delay; nezha's GC debt).
+	WindowWriteStall WindowKind = "write-stall"
+	// WindowFault is an injected fault from its injection to its heal
+	// (faults.Window; a kill from the kill to the restart).
+	WindowFault WindowKind = "fault"
+	// WindowLeaderChange is a time without a known leader, until a new
+	// one was known (a change with no gap: a zero-length window).
+	WindowLeaderChange WindowKind = "leader-change"
+)
+
+// WindowKinds are the kinds in the order their legend entries appear.
+func WindowKinds() []WindowKind {
+	return []WindowKind{WindowGC, WindowCompaction, WindowWriteStall, WindowFault, WindowLeaderChange}
+}
+
+// Legend is the legend text of the kind ("" for an unknown kind).
+func (k WindowKind) Legend() string {
+	switch k {
+	case WindowGC:
+		return "GC round"
+	case WindowCompaction:
+		return "compaction"
+	case WindowWriteStall:
+		return "write stall"
+	case WindowFault:
+		return "fault"
+	case WindowLeaderChange:
+		return "leader change"
+	}
+	return ""
+}
+
+// Window is a span [Start, End] of a figure's x axis, in its unit (e.g.
+// seconds from the start of the run). A zero-length window (a leader
+// change without a gap) is drawn as a thin band.
+type Window struct {
+	Kind WindowKind `json:"kind"`
+	// Label says what this window was, for readers of figures.json and
+	// result.json (e.g. "GC 3: size, 96 MB written", "kill node 2"); the
+	// drawing shows only the kind.
+	Label string  `json:"label,omitempty"`
+	Start float64 `json:"start"`
+	End   float64 `json:"end"`
+	// Node is the Raft id of the node it happened on; 0: the cluster (a
+	// fault on several nodes, a leader change seen by all).
+	Node uint64 `json:"node,omitempty"`
 }

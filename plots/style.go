@@ -106,14 +106,42 @@ func (s lineStyle) glyphStyle() draw.GlyphStyle {
 	return draw.GlyphStyle{Color: s.color(), Radius: vg.Points(3), Shape: s.glyph}
 }
 
-// Fixed sizes of the drawing, in points unless noted.
+// layout is the size of one output of a figure and its font sizes. The
+// figure is laid out in layout units, a width x height canvas, and
+// scaled by scale when drawn (scaledCanvas): every line, marker and gap
+// keeps its proportion to the figure, and a font of size s prints at s x
+// scale points.
+type layout struct {
+	width, height vg.Length
+	scale         float64
+	dpi           float64 // PNG only
+	title         bool    // draw Figure.Title
+	// Font sizes in layout points.
+	titleSize, labelSize, tickSize, legendSize, noteSize float64
+}
+
+// screenLayout is the PNG and SVG of the reports: 6 x 4 inches (PNG 900 x
+// 600 pixels at 150 dpi), with the title.
+func screenLayout() layout {
+	return layout{width: 6 * vg.Inch, height: 4 * vg.Inch, scale: 1, dpi: 150, title: true,
+		titleSize: 12, labelSize: 11, tickSize: 9.5, legendSize: 9.5, noteSize: 8}
+}
+
+// Paper sizes: one column of a two-column paper (IEEE, ACM: 3.3 to 3.5
+// inches), with fonts no smaller than paperMinFontPt once printed.
 const (
-	figWidth   = 6 * vg.Inch
-	figHeight  = 4 * vg.Inch
-	figDPI     = 150 // PNG: 900 x 600 pixels
-	titleSize  = 12
-	labelSize  = 11 // axis labels
-	tickSize   = 9.5
-	legendSize = 9.5
-	noteSize   = 8 // mark and hline labels, "n/a"
+	paperWidth     = 3.3 * vg.Inch
+	paperHeight    = 2.4 * vg.Inch
+	paperMinFontPt = 7
 )
+
+// paperLayout is the PDF for papers: paperWidth x paperHeight as printed,
+// laid out on the screen layout's 6 inch width (so lines and markers
+// shrink with it), axis labels at 8 pt and everything else at 7 pt as
+// printed, no title (a paper's caption says what the figure shows).
+func paperLayout() layout {
+	s := float64(paperWidth / (6 * vg.Inch))
+	pt := func(printed float64) float64 { return printed / s }
+	return layout{width: 6 * vg.Inch, height: paperHeight / vg.Length(s), scale: s,
+		labelSize: pt(8), tickSize: pt(paperMinFontPt), legendSize: pt(paperMinFontPt), noteSize: pt(paperMinFontPt)}
+}

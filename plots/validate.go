@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 )
 
 // maxSeries is how many series a figure may hold: beyond it the grey
@@ -46,6 +47,18 @@ func safeStem(name string) bool {
 //   - LogX / LogY with a non-positive x / y (points, marks, hlines; for
 //     Bars every present value and value minus its error must be > 0).
 //   - A Mark or HLine without a label.
+//   - Windows on a figure that is not Lines, or on a log x axis (time runs
+//     linearly); a window of an unknown kind, with a non-finite start or
+//     end, or ending before it starts.
+//   - Runs (N): len(N) not 0 and not the number of values or points, an
+//     n below 1, a value from n > 1 runs without a spread (Errors), a
+//     spread without an n, N on a CDF.
+//   - A linear axis whose values span more than two decades: the 90th
+//     percentile of its positive values (bar values; line and CDF points,
+//     marks and hlines not counted) over the 10th above 100, so that the
+//     small values would be flat at the bottom (use LogX or LogY). The
+//     percentiles let a time series dip towards zero (a stall) on a
+//     linear axis.
 func (f Figure) Validate() error {
 	v := validator{fig: f.Name}
 	switch {
@@ -105,7 +118,120 @@ func (f Figure) Validate() error {
 	for _, m := range f.HLines {
 		v.mark("hline", m, f.LogY, "y")
 	}
+	v.windows(f)
+	v.decades(f)
 	return errors.Join(v.errs...)
+}
+
+// maxLinearDecadeSpan is how many decades the 10th to 90th percentile of
+// an axis's positive values may span on a linear axis.
+const maxLinearDecadeSpan = 2
+
+func (v *validator) windows(f Figure) {
+	if len(f.Windows) == 0 {
+		return
+	}
+	if f.Kind != Lines {
+		v.add("", fmt.Sprintf("windows on a %s figure (only lines over time have them)", f.Kind))
+	}
+	if f.LogX {
+		v.add("", "windows on a log x axis (time runs linearly)")
+	}
+	for i, w := range f.Windows {
+		switch {
+		case w.Kind.Legend() == "":
+			v.add("", fmt.Sprintf("window %d has unknown kind %q (want one of %v)", i, w.Kind, WindowKinds()))
+		case !finite(w.Start) || !finite(w.End):
+			v.add("", fmt.Sprintf("window %d (%s) from %v to %v", i, w.Kind, w.Start, w.End))
+		case w.End < w.Start:
+			v.add("", fmt.Sprintf("window %d (%s) ends at %v before it starts at %v", i, w.Kind, w.End, w.Start))
+		}
+	}
+}
+
+// runs checks the series' N against its count values and errors.
+func (v *validator) runs(f Figure, name string, s Series, count int) {
+	if len(s.N) == 0 {
+		if f.Kind != CDF && (len(s.Errors) > 0 || len(s.ErrorsUp) > 0) {
+			v.add(name, "error bars without n (say how many runs each value comes from)")
+		}
+		return
+	}
+	if f.Kind == CDF {
+		v.add(name, "n on a cdf")
+		return
+	}
+	if len(s.N) != count {
+		v.add(name, fmt.Sprintf("%d n for %d values", len(s.N), count))
+		return
+	}
+	for i, n := range s.N {
+		switch {
+		case n < 1:
+			v.add(name, fmt.Sprintf("n[%d] = %d (must be >= 1)", i, n))
+		case n > 1 && len(s.Errors) == 0 && len(s.ErrorsUp) == 0:
+			v.add(name, fmt.Sprintf("value %d comes from %d runs but shows no spread (set errors, e.g. min..max)", i, n))
+		}
+	}
+}
+
+// decades reports a linear axis whose positive values span more than
+// maxLinearDecadeSpan decades between their 10th and 90th percentiles.
+func (v *validator) decades(f Figure) {
+	var xs, ys []float64
+	for _, s := range f.Series {
+		switch f.Kind {
+		case Bars:
+			missing := map[int]bool{}
+			for _, m := range s.Missing {
+				missing[m] = true
+			}
+			for i, y := range s.Values {
+				if !missing[i] {
+					ys = append(ys, y)
+				}
+			}
+		case Lines, CDF:
+			xs = append(xs, s.X...)
+			if f.Kind == Lines {
+				ys = append(ys, s.Y...)
+			}
+		}
+	}
+	for _, a := range []struct {
+		axis string
+		vs   []float64
+		log  bool
+		flag string
+	}{{"x", xs, f.LogX, "log_x"}, {"y", ys, f.LogY, "log_y"}} {
+		if a.log {
+			continue
+		}
+		if lo, hi, ok := percentileSpan(a.vs); ok && hi > lo*math.Pow10(maxLinearDecadeSpan) {
+			v.add("", fmt.Sprintf("%s values span %.1f decades (10th..90th percentile %g..%g) on a linear axis; set %s",
+				a.axis, math.Log10(hi/lo), lo, hi, a.flag))
+		}
+	}
+}
+
+// percentileSpan returns the 10th and 90th percentiles (nearest rank) of
+// the positive finite values of vs; ok is false with fewer than two.
+func percentileSpan(vs []float64) (lo, hi float64, ok bool) {
+	pos := make([]float64, 0, len(vs))
+	for _, x := range vs {
+		if x > 0 && finite(x) {
+			pos = append(pos, x)
+		}
+	}
+	if len(pos) < 2 {
+		return 0, 0, false
+	}
+	slices.Sort(pos)
+	rank := func(q float64) float64 {
+		i := int(math.Ceil(q*float64(len(pos)))) - 1
+		return pos[max(0, min(len(pos)-1, i))]
+	}
+	return rank(0.1), rank(0.9), true
 }
 
 // validator collects the problems of one figure.
@@ -152,6 +278,7 @@ func (v *validator) bars(f Figure, s Series) {
 	if len(s.X) > 0 || len(s.Y) > 0 {
 		v.add(n, "x/y points on bars (use values)")
 	}
+	v.runs(f, n, s, len(s.Values))
 	for i, x := range s.Values {
 		if missing[i] {
 			continue
@@ -201,6 +328,7 @@ func (v *validator) points(f Figure, s Series) {
 			v.add(n, fmt.Sprintf("error %d is %v (must be finite and >= 0)", i, e))
 		}
 	}
+	v.runs(f, n, s, len(s.Y))
 	v.coords(f, n, "x", s.X, f.LogX)
 	v.coords(f, n, "y", s.Y, f.LogY)
 	if f.Kind != CDF {

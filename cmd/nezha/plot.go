@@ -19,7 +19,7 @@ import (
 // RESULTS_DIR, or one without any figures.json, is a *systems.UsageError;
 // figures that fail are reported together after the others were drawn.
 func (c *cli) plotCommand() *ffcli.Command {
-	return c.command("plot", "nezha plot RESULTS_DIR: redraw every figure (PNG and SVG) from the figures.json files under RESULTS_DIR", c.flagSet("plot"),
+	return c.command("plot", "nezha plot RESULTS_DIR: redraw every figure (PNG, SVG and a paper-column PDF) from the figures.json files under RESULTS_DIR", c.flagSet("plot"),
 		func(_ context.Context, args []string) error {
 			if len(args) != 1 {
 				return systems.Usagef("plot: want one argument, the results directory (nezha plot RESULTS_DIR)")
@@ -36,7 +36,7 @@ func (c *cli) plotCommand() *ffcli.Command {
 			if files == 0 && err == nil {
 				return systems.Usagef("plot: no %s under %s (experiments save their figures there)", plots.FileName, dir)
 			}
-			fmt.Fprintf(c.stdout, "drew %d figures (PNG and SVG) from %d %s files under %s\n", drawn, files, plots.FileName, dir)
+			fmt.Fprintf(c.stdout, "drew %d figures (PNG, SVG and PDF) from %d %s files under %s\n", drawn, files, plots.FileName, dir)
 			if err != nil {
 				return fmt.Errorf("plot: some figures were not drawn:\n%w", err)
 			}

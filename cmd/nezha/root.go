@@ -21,7 +21,7 @@ commands:
   bench     the paper's workloads: bench put|get|scan [-cnums N -dnums N -vsize BYTES] -servers ...|-cluster DIR
   ycsb      YCSB core workloads: ycsb load|run -P FILE [-p name=value ...] -servers ...|-cluster DIR
   experiment  named experiments and the report: experiment list | run NAME...|all [-profile quick|standard|paper] | report DIR | compare DIR_A DIR_B
-  plot      redraw figures: plot RESULTS_DIR (every figures.json under it -> PNG and SVG)
+  plot      redraw figures: plot RESULTS_DIR (every figures.json under it -> PNG, SVG, PDF)
   systems   the registered systems and their roles (studied, baseline; reference) [-json]
   health    exit 0 if a node's gRPC health service answers SERVING: health -address A [-timeout D]
   version   module version, VCS revision (+dirty) and Go version of this binary (from its build info) [-json]
