@@ -104,13 +104,25 @@ func TestCrashCampaign(t *testing.T) {
 		t.Fatalf("kills.csv: %d rows, %v", len(rows), err)
 	}
 	for _, row := range rows[1:] {
-		if row[8] != "" {
-			t.Fatalf("kill failed: %v", row)
+		// Every kill's writes came back within the campaign.
+		if row[8] != "" || len(row) != len(rows[0]) || row[14] != "true" {
+			t.Fatalf("kill failed or its writes never came back: %v", row)
 		}
 	}
+	if _, ok := r.Metrics["crash_writes_back_p50_sec/nezha"]; !ok {
+		t.Fatalf("no time until writes were back: %v", r.Metrics)
+	}
 	figs, err := plots.Load(filepath.Join(out, "crash"))
-	if err != nil || len(figs) != 1 || len(figs[0].Series) != 1 || len(figs[0].Series[0].Y) != 3 {
+	byName := map[string]plots.Figure{}
+	for _, f := range figs {
+		byName[f.Name] = f
+	}
+	if rec := byName["crash-recovery"]; err != nil || len(rec.Series) != 1 || len(rec.Series[0].Y) != 3 {
 		t.Fatalf("figures: %+v, %v", figs, err)
+	}
+	// The throughput over the campaign shows each kill.
+	if tp := byName["crash-throughput-nezha"]; len(tp.Series) != 1 || len(tp.Windows) != 3 || tp.Windows[0].Kind != plots.WindowFault {
+		t.Fatalf("throughput figure: %+v", tp)
 	}
 	if len(r.Tables) != 1 || len(r.Tables[0].Rows) != 1 || r.Tables[0].Rows[0][8] != "0" || r.Tables[0].Rows[0][9] != "true" {
 		t.Fatalf("summary table: %+v", r.Tables)
