@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"os"
 	"regexp"
@@ -17,7 +18,7 @@ import (
 )
 
 // RocksDB has no event listener in its C API, so the store learns when its
-// flushes and compactions ran from RocksDB's info log (<dir>/LOG), which
+// flushes and compactions ran (Activities) from RocksDB's info log (<dir>/LOG), which
 // records each as machine-readable EVENT_LOG_v1 lines (RocksDB 7.8,
 // db/event_helpers.cc, db/flush_job.cc, db/compaction/compaction_job.cc):
 //
@@ -58,8 +59,38 @@ type rocksEvent struct {
 	TotalBlobBytes       int64  `json:"total_blob_bytes"`
 }
 
+// Kinds of rocksJob.
+const (
+	jobFlush      = "flush"
+	jobCompaction = "compaction"
+)
+
+// maxJobs is how many ended jobs rocksJobs keeps.
+const maxJobs = systems.ActivityHistoryLen
+
+// rocksJob is one flush or compaction of RocksDB.
+type rocksJob struct {
+	kind string // jobFlush, jobCompaction
+	// id is RocksDB's JOB number: unique while the database stays open.
+	id int64
+	cf string // column family; "" if the log did not say
+	// end is zero while the job runs.
+	start, end time.Time
+	reason     string // RocksDB's flush_reason, compaction_reason
+	// inputBytes: the memtable's data (a flush) or the input files (a
+	// compaction); outputBytes: the files it wrote, blob files included.
+	inputBytes, outputBytes int64
+	outputLevel             int
+}
+
+// detail describes j for an activity: "job 7 [default] LevelL0FilesNum
+// to L1: 3.6 MB in, 3.6 MB out".
+func (j rocksJob) detail() string {
+	return fmt.Sprintf("job %d [%s] %s to L%d: %.1f MB in, %.1f MB out", j.id, j.cf, j.reason, j.outputLevel, float64(j.inputBytes)/1e6, float64(j.outputBytes)/1e6)
+}
+
 // rocksJobs follows a RocksDB info log and keeps its flushes and
-// compactions (systems.BackgroundJobReporter). It reads what was appended
+// compactions. It reads what was appended
 // since the last call, on request only: nothing runs on the write path or
 // in the background. When the file is replaced (RocksDB renames its LOG
 // to LOG.old.* each time the database opens: a restart, a snapshot
@@ -73,18 +104,18 @@ type rocksJobs struct {
 	file os.FileInfo // the file read so far; nil before the first read
 	off  int64       // bytes of it read, up to the last complete line
 	cfs  map[int64]string
-	run  map[int64]*systems.BackgroundJob
-	done []systems.BackgroundJob
+	run  map[int64]*rocksJob
+	done []rocksJob
 }
 
 func newRocksJobs(path string) *rocksJobs {
-	return &rocksJobs{path: path, cfs: map[int64]string{}, run: map[int64]*systems.BackgroundJob{}}
+	return &rocksJobs{path: path, cfs: map[int64]string{}, run: map[int64]*rocksJob{}}
 }
 
 // jobs reads the log's new lines and returns the kept jobs (the last
-// systems.BackgroundJobHistory) in the order they started, running ones
-// with a zero End. An unreadable log leaves what was read before.
-func (r *rocksJobs) jobs() []systems.BackgroundJob {
+// maxJobs ended ones and the running ones, with a zero end) in the order
+// they started. An unreadable log leaves what was read before.
+func (r *rocksJobs) jobs() []rocksJob {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	_ = r.follow() // a report: what could be read
@@ -92,10 +123,7 @@ func (r *rocksJobs) jobs() []systems.BackgroundJob {
 	for _, j := range r.run {
 		out = append(out, *j)
 	}
-	slices.SortStableFunc(out, func(a, b systems.BackgroundJob) int { return a.Start.Compare(b.Start) })
-	if len(out) > systems.BackgroundJobHistory {
-		out = out[len(out)-systems.BackgroundJobHistory:]
-	}
+	slices.SortStableFunc(out, func(a, b rocksJob) int { return a.start.Compare(b.start) })
 	return out
 }
 
@@ -154,17 +182,16 @@ func (r *rocksJobs) line(line []byte) {
 	j := r.run[ev.Job]
 	switch ev.Event {
 	case "flush_started", "compaction_started":
-		j = &systems.BackgroundJob{Kind: systems.BackgroundFlush, ID: ev.Job, ColumnFamily: r.cfs[ev.Job], Start: at,
-			Reason: ev.FlushReason, InputBytes: ev.TotalDataSize}
+		j = &rocksJob{kind: jobFlush, id: ev.Job, cf: r.cfs[ev.Job], start: at, reason: ev.FlushReason, inputBytes: ev.TotalDataSize}
 		if ev.Event == "compaction_started" {
-			j.Kind, j.Reason, j.InputBytes = systems.BackgroundCompaction, ev.CompactionReason, ev.InputDataSize
+			j.kind, j.reason, j.inputBytes = jobCompaction, ev.CompactionReason, ev.InputDataSize
 		}
 		r.run[ev.Job] = j
 	case "table_file_creation", "blob_file_creation":
 		if j != nil {
-			j.OutputBytes += ev.FileSize + ev.TotalBlobBytes
-			if j.ColumnFamily == "" {
-				j.ColumnFamily = ev.CFName
+			j.outputBytes += ev.FileSize + ev.TotalBlobBytes
+			if j.cf == "" {
+				j.cf = ev.CFName
 			}
 		}
 	case "flush_finished", "compaction_finished":
@@ -174,24 +201,23 @@ func (r *rocksJobs) line(line []byte) {
 			}
 			// Its start was in a part of the log not read: RocksDB's own
 			// timing of it.
-			j = &systems.BackgroundJob{Kind: systems.BackgroundCompaction, ID: ev.Job, ColumnFamily: r.cfs[ev.Job],
-				Start: at.Add(-time.Duration(ev.CompactionTimeMicros) * time.Microsecond)}
+			j = &rocksJob{kind: jobCompaction, id: ev.Job, cf: r.cfs[ev.Job], start: at.Add(-time.Duration(ev.CompactionTimeMicros) * time.Microsecond)}
 		}
-		j.End = at
+		j.end = at
 		if ev.Event == "compaction_finished" {
-			j.OutputLevel = ev.OutputLevel
-			if j.OutputBytes == 0 {
-				j.OutputBytes = ev.TotalOutputSize
+			j.outputLevel = ev.OutputLevel
+			if j.outputBytes == 0 {
+				j.outputBytes = ev.TotalOutputSize
 			}
 		}
-		if j.ColumnFamily == "" {
-			j.ColumnFamily = r.cfs[ev.Job]
+		if j.cf == "" {
+			j.cf = r.cfs[ev.Job]
 		}
 		delete(r.run, ev.Job)
 		delete(r.cfs, ev.Job)
 		r.done = append(r.done, *j)
-		if len(r.done) > systems.BackgroundJobHistory {
-			r.done = slices.Delete(r.done, 0, len(r.done)-systems.BackgroundJobHistory)
+		if len(r.done) > maxJobs {
+			r.done = slices.Delete(r.done, 0, len(r.done)-maxJobs)
 		}
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -42,18 +43,18 @@ func TestRocksJobsReadsTheInfoLog(t *testing.T) {
 		t.Fatal(err)
 	}
 	r := newRocksJobs(path)
-	want := []systems.BackgroundJob{
-		{Kind: systems.BackgroundFlush, ID: 2, ColumnFamily: "default", Start: micros(1796442077239817), End: micros(1796442077270681),
-			Reason: "Write Buffer Full", InputBytes: 1000766, OutputBytes: 1003843},
-		{Kind: systems.BackgroundFlush, ID: 4, ColumnFamily: "meta", Start: micros(1796442077361896), End: micros(1796442077366760),
-			Reason: "WAL Full", InputBytes: 375},
-		{Kind: systems.BackgroundCompaction, ID: 7, ColumnFamily: "default", Start: micros(1796442077474347), End: micros(1796442077540041),
-			Reason: "LevelL0FilesNum", InputBytes: 3620788, OutputBytes: 3618107, OutputLevel: 1},
+	want := []rocksJob{
+		{kind: jobFlush, id: 2, cf: "default", start: micros(1796442077239817), end: micros(1796442077270681),
+			reason: "Write Buffer Full", inputBytes: 1000766, outputBytes: 1003843},
+		{kind: jobFlush, id: 4, cf: "meta", start: micros(1796442077361896), end: micros(1796442077366760),
+			reason: "WAL Full", inputBytes: 375},
+		{kind: jobCompaction, id: 7, cf: "default", start: micros(1796442077474347), end: micros(1796442077540041),
+			reason: "LevelL0FilesNum", inputBytes: 3620788, outputBytes: 3618107, outputLevel: 1},
 	}
-	check := func(what string, want []systems.BackgroundJob) {
+	check := func(what string, want []rocksJob) {
 		t.Helper()
 		got := r.jobs()
-		if fmt.Sprint(got) != fmt.Sprint(want) {
+		if fmt.Sprintf("%+v", got) != fmt.Sprintf("%+v", want) {
 			t.Fatalf("%s:\n got %+v\nwant %+v", what, got, want)
 		}
 	}
@@ -67,13 +68,13 @@ func TestRocksJobsReadsTheInfoLog(t *testing.T) {
 	appendTo(t, path, start[:cut])
 	check("a partial line", want)
 	appendTo(t, path, start[cut:])
-	running := systems.BackgroundJob{Kind: systems.BackgroundCompaction, ID: 9, ColumnFamily: "default", Start: micros(1796442078000100),
-		Reason: "LevelMaxLevelSize", InputBytes: 5000000}
+	running := rocksJob{kind: jobCompaction, id: 9, cf: "default", start: micros(1796442078000100),
+		reason: "LevelMaxLevelSize", inputBytes: 5000000}
 	check("a running compaction", append(want, running))
 	appendTo(t, path, `2026/12/05-03:41:18.500000 15382 (Original Log Time 2026/12/05-03:41:18.400000) EVENT_LOG_v1 {"time_micros": 1796442078400000, "job": 9, "event": "compaction_finished", "compaction_time_micros": 399000, "output_level": 2, "total_output_size": 4900000}
 `)
 	done := running
-	done.End, done.OutputLevel, done.OutputBytes = micros(1796442078400000), 2, 4900000
+	done.end, done.outputLevel, done.outputBytes = micros(1796442078400000), 2, 4900000
 	want = append(want, done)
 	check("the compaction done", want)
 
@@ -85,8 +86,8 @@ func TestRocksJobsReadsTheInfoLog(t *testing.T) {
 	appendTo(t, path, `2026/12/05-03:41:19.100000 15382 (Original Log Time 2026/12/05-03:41:19.100000) EVENT_LOG_v1 {"time_micros": 1796442079100000, "job": 3, "event": "compaction_finished", "compaction_time_micros": 50000, "output_level": 1, "total_output_size": 1000}
 2026/12/05-03:41:19.200000 15382 (Original Log Time 2026/12/05-03:41:19.200000) EVENT_LOG_v1 {"time_micros": 1796442079200000, "job": 4, "event": "flush_finished", "lsm_state": [1, 0, 0, 0, 0, 0, 0]}
 `)
-	want = append(want, systems.BackgroundJob{Kind: systems.BackgroundCompaction, ID: 3, Start: micros(1796442079050000), End: micros(1796442079100000),
-		OutputLevel: 1, OutputBytes: 1000})
+	want = append(want, rocksJob{kind: jobCompaction, id: 3, start: micros(1796442079050000), end: micros(1796442079100000),
+		outputLevel: 1, outputBytes: 1000})
 	check("a new log", want)
 }
 
@@ -104,10 +105,11 @@ func appendTo(t *testing.T, path, s string) {
 	}
 }
 
-// TestBackgroundJobsOfRocksDB: a store whose memtables fill reports
-// RocksDB's flushes of its user data, and a compaction it was asked for,
-// each ended and with the bytes it wrote (blob files included).
-func TestBackgroundJobsOfRocksDB(t *testing.T) {
+// TestCompactionActivities: a store whose memtables fill reads RocksDB's
+// flushes of its user data from the info log, and reports a compaction
+// it was asked for as an activity, timed by RocksDB and with the bytes it
+// wrote (blob files included).
+func TestCompactionActivities(t *testing.T) {
 	for _, m := range []Mode{ModeOriginal, ModeBlobDB} {
 		t.Run(string(m), func(t *testing.T) {
 			c := testConfig(m)
@@ -134,21 +136,25 @@ func TestBackgroundJobsOfRocksDB(t *testing.T) {
 			co.SetBottommostLevelCompaction(grocksdb.KForce)
 			s.db.CompactRangeCFOpt(s.data, grocksdb.Range{}, co)
 			co.Destroy()
-			var flushes, manual int
-			for _, j := range s.BackgroundJobs() {
-				if j.End.Before(j.Start) || j.End.IsZero() && j.Kind == systems.BackgroundFlush {
+			flushes := 0
+			for _, j := range s.jobs.jobs() {
+				if !j.end.IsZero() && j.end.Before(j.start) || j.end.IsZero() && j.kind == jobFlush {
 					t.Errorf("job %+v: ends before it starts, or a flush still runs after Flush", j)
 				}
-				switch {
-				case j.Kind == systems.BackgroundFlush && j.ColumnFamily == "default" && j.OutputBytes > 0:
+				if j.kind == jobFlush && j.cf == "default" && j.outputBytes > 0 {
 					flushes++
-				case j.Kind == systems.BackgroundCompaction && j.Reason == "ManualCompaction" && !j.Start.Before(began.Add(-time.Second)) &&
-					!j.End.IsZero() && j.InputBytes > 0 && j.OutputBytes > 0 && j.OutputLevel >= 1:
+				}
+			}
+			manual := 0
+			for _, a := range s.Activities(began.Add(-time.Second)) {
+				if a.Kind == systems.ActivityCompaction && strings.Contains(a.Detail, "[default] ManualCompaction to L") &&
+					!a.Start.Before(began.Add(-time.Second)) && !a.End.Before(a.Start) && a.Bytes > 0 {
 					manual++
 				}
 			}
 			if flushes == 0 || manual == 0 {
-				t.Fatalf("%d flushes of the user data that wrote bytes, %d manual compactions; want both (jobs %+v)", flushes, manual, s.BackgroundJobs())
+				t.Fatalf("%d flushes of the user data that wrote bytes, %d manual compactions reported; want both (jobs %+v, activities %+v)",
+					flushes, manual, s.jobs.jobs(), s.Activities(began.Add(-time.Second)))
 			}
 		})
 	}

@@ -65,12 +65,16 @@ type Store struct {
 	trunc *truncator
 	// lr is the lsm-raft state (held entries, spans); nil in other modes.
 	lr *lsmRaft
+	// acts are RocksDB's compactions and write stalls (activity.go),
+	// polled by watch.
+	acts  systems.ActivityHistory
+	watch *activityWatch
 	// fs is the node's file layer. RocksDB writes its files itself (cgo),
 	// so disk faults are injected, and outcomes watched, at the calls into
 	// it (rocksIO, observe); nil in unit tests.
 	fs *vfs.FS
 	// jobs follows RocksDB's info log for its flushes and compactions
-	// (BackgroundJobs).
+	// (Activities).
 	jobs *rocksJobs
 
 	// mu guards closed and the lifetime of the RocksDB handles below: every
@@ -210,6 +214,7 @@ func (c *Config) OpenStore(env systems.Env) (*Store, error) {
 		s.trunc = newTruncator(s, env.Control, c)
 		s.trunc.start()
 	}
+	s.startActivityWatch()
 	return s, nil
 }
 
@@ -670,12 +675,6 @@ func (s *Store) StorageShape() systems.StorageShape {
 	return sh
 }
 
-// BackgroundJobs implements systems.BackgroundJobReporter: RocksDB's
-// recent flushes and compactions, of every column family, as its info log
-// records them (jobs.go): since the node started, the jobs a snapshot
-// restore cut short excepted.
-func (s *Store) BackgroundJobs() []systems.BackgroundJob { return s.jobs.jobs() }
-
 // IndexEntries implements systems.IndexEntriesReporter: RocksDB's
 // estimate of the keys in the data column family (rocksdb.estimate-num-keys:
 // exact in the memtables, while overwritten and deleted keys not yet
@@ -705,6 +704,7 @@ func (s *Store) Close() error {
 	if s.lr != nil {
 		s.lr.stop() // before mu, as the truncator
 	}
+	s.stopActivityWatch() // before mu: a poll may be waiting for it
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {
@@ -737,14 +737,13 @@ func truncate(b []byte) []byte {
 
 // Interface checks.
 var (
-	_ systems.StateMachine          = (*Store)(nil)
-	_ systems.StateHasher           = (*Store)(nil)
-	_ systems.Snapshotter           = (*Store)(nil)
-	_ systems.GCReporter            = (*Store)(nil)
-	_ systems.IndexEntriesReporter  = (*Store)(nil)
-	_ systems.SystemConfig          = (*Config)(nil)
-	_ systems.StorageReporter       = (*Store)(nil)
-	_ systems.BackgroundJobReporter = (*Store)(nil)
+	_ systems.StateMachine         = (*Store)(nil)
+	_ systems.StateHasher          = (*Store)(nil)
+	_ systems.Snapshotter          = (*Store)(nil)
+	_ systems.GCReporter           = (*Store)(nil)
+	_ systems.IndexEntriesReporter = (*Store)(nil)
+	_ systems.SystemConfig         = (*Config)(nil)
+	_ systems.StorageReporter      = (*Store)(nil)
 )
 
 // view creates a RocksDB iterator with newIter and, on an lsm-raft

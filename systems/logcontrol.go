@@ -175,56 +175,6 @@ type GCReporter interface {
 	GCRounds() []GCRound
 }
 
-// Kinds of BackgroundJob.
-const (
-	// BackgroundFlush: a memtable written to a file of level 0.
-	BackgroundFlush = "flush"
-	// BackgroundCompaction: files of the LSM tree merged and rewritten
-	// (for BlobDB, with the garbage collection of its blob files).
-	BackgroundCompaction = "compaction"
-)
-
-// BackgroundJob is one flush or compaction a storage engine ran in the
-// background (RocksDB's), for reports: when it ran and what it moved,
-// so that a measurement can be split into the time with background work
-// and the time without.
-type BackgroundJob struct {
-	// Kind is BackgroundFlush or BackgroundCompaction.
-	Kind string `json:"kind"`
-	// ID is the engine's number of the job (RocksDB's JOB n): unique
-	// while the engine stays open, counted again from 1 after a restart.
-	ID int64 `json:"id"`
-	// ColumnFamily is the RocksDB column family it worked on ("" if the
-	// engine did not say).
-	ColumnFamily string    `json:"column_family,omitempty"`
-	Start        time.Time `json:"start"`
-	// End is zero while the job runs.
-	End time.Time `json:"end"`
-	// Reason is why the engine started it, in its words (RocksDB's
-	// flush_reason, compaction_reason).
-	Reason string `json:"reason,omitempty"`
-	// InputBytes: the memtable's data (a flush) or the input files (a
-	// compaction); OutputBytes: the files it wrote, blob files included.
-	InputBytes  int64 `json:"input_bytes"`
-	OutputBytes int64 `json:"output_bytes"`
-	// OutputLevel is the LSM level it wrote to (0 for a flush).
-	OutputLevel int `json:"output_level"`
-}
-
-// BackgroundJobHistory is how many jobs a BackgroundJobReporter keeps.
-const BackgroundJobHistory = 1024
-
-// BackgroundJobReporter is implemented by state machines whose storage
-// engine runs flushes and compactions of its own (the RocksDB systems).
-// Not polled on every status: the node asks only when a status request
-// asks for the jobs (kvpb.StatusRequest.with_background_jobs).
-type BackgroundJobReporter interface {
-	// BackgroundJobs returns the most recent jobs (at most
-	// BackgroundJobHistory; the running ones with a zero End), in the
-	// order they started.
-	BackgroundJobs() []BackgroundJob
-}
-
 // GCTotals are cumulative sums over every GC round since the state
 // machine opened (not only the rounds GCRounds still keeps), for counters
 // such as Prometheus's that must never go down.

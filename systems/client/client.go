@@ -597,20 +597,34 @@ func (c *Client) Scan(ctx context.Context, start, end []byte, limit int) ([]KeyV
 
 // Status asks the server at addr for its status (one attempt).
 func (c *Client) Status(ctx context.Context, addr string, withStateHash bool) (*kvpb.StatusResponse, error) {
-	return c.StatusOf(ctx, addr, &kvpb.StatusRequest{WithStateHash: withStateHash})
-}
-
-// StatusOf is Status with every option of the request (e.g.
-// with_background_jobs). etcd answers with_state_hash only.
-func (c *Client) StatusOf(ctx context.Context, addr string, req *kvpb.StatusRequest) (*kvpb.StatusResponse, error) {
 	if c.etcd != nil {
-		return c.etcd.status(ctx, addr, req.WithStateHash)
+		return c.etcd.status(ctx, addr, withStateHash)
 	}
 	s, err := c.add(addr)
 	if err != nil {
 		return nil, err
 	}
-	r, err := s.kv.Status(ctx, req)
+	r, err := s.kv.Status(ctx, &kvpb.StatusRequest{WithStateHash: withStateHash})
+	if err != nil {
+		return nil, err
+	}
+	c.learn(s, r.Header)
+	return r, nil
+}
+
+// StatusWithActivities is Status (without the state hash) with the
+// node's activities from since on: its RocksDB compactions and write
+// stalls, and the leader changes it saw (StatusResponse.activities;
+// experiments draw them as windows). An etcd node reports none.
+func (c *Client) StatusWithActivities(ctx context.Context, addr string, since time.Time) (*kvpb.StatusResponse, error) {
+	if c.etcd != nil {
+		return c.etcd.status(ctx, addr, false)
+	}
+	s, err := c.add(addr)
+	if err != nil {
+		return nil, err
+	}
+	r, err := s.kv.Status(ctx, &kvpb.StatusRequest{ActivitiesSinceUnixNanos: max(since.UnixNano(), 1)})
 	if err != nil {
 		return nil, err
 	}

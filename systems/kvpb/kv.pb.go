@@ -705,11 +705,12 @@ type StatusRequest struct {
 	// with_state_hash asks for state_hash; it reads every key, so it is off by
 	// default.
 	WithStateHash bool `protobuf:"varint,1,opt,name=with_state_hash,json=withStateHash,proto3" json:"with_state_hash,omitempty"`
-	// with_background_jobs asks for background_jobs (up to a thousand
-	// records), so it is off by default.
-	WithBackgroundJobs bool `protobuf:"varint,2,opt,name=with_background_jobs,json=withBackgroundJobs,proto3" json:"with_background_jobs,omitempty"`
-	unknownFields      protoimpl.UnknownFields
-	sizeCache          protoimpl.SizeCache
+	// activities_since_unix_nanos asks for the node's recent activities
+	// (StatusResponse.activities) that were running at or after this time;
+	// 0 (the default) asks for none.
+	ActivitiesSinceUnixNanos int64 `protobuf:"varint,2,opt,name=activities_since_unix_nanos,json=activitiesSinceUnixNanos,proto3" json:"activities_since_unix_nanos,omitempty"`
+	unknownFields            protoimpl.UnknownFields
+	sizeCache                protoimpl.SizeCache
 }
 
 func (x *StatusRequest) Reset() {
@@ -749,11 +750,11 @@ func (x *StatusRequest) GetWithStateHash() bool {
 	return false
 }
 
-func (x *StatusRequest) GetWithBackgroundJobs() bool {
+func (x *StatusRequest) GetActivitiesSinceUnixNanos() int64 {
 	if x != nil {
-		return x.WithBackgroundJobs
+		return x.ActivitiesSinceUnixNanos
 	}
-	return false
+	return 0
 }
 
 type Member struct {
@@ -860,12 +861,13 @@ type StatusResponse struct {
 	// health service "nezha.disk" (DiskHealthService); a leader with a
 	// refusal hands its leadership to a voter whose disk accepts writes.
 	DiskRefusal string `protobuf:"bytes,17,opt,name=disk_refusal,json=diskRefusal,proto3" json:"disk_refusal,omitempty"`
-	// background_jobs are the storage engine's recent flushes and
-	// compactions (systems.BackgroundJobReporter: the RocksDB systems), when
-	// the request asked for them.
-	BackgroundJobs []*BackgroundJob `protobuf:"bytes,18,rep,name=background_jobs,json=backgroundJobs,proto3" json:"background_jobs,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// activities are what this node did in the background or saw happen
+	// from StatusRequest.activities_since_unix_nanos on, oldest start first
+	// (systems.Activity): RocksDB compactions and write stalls, and the
+	// leader changes this node saw.
+	Activities    []*Activity `protobuf:"bytes,18,rep,name=activities,proto3" json:"activities,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *StatusResponse) Reset() {
@@ -1017,43 +1019,39 @@ func (x *StatusResponse) GetDiskRefusal() string {
 	return ""
 }
 
-func (x *StatusResponse) GetBackgroundJobs() []*BackgroundJob {
+func (x *StatusResponse) GetActivities() []*Activity {
 	if x != nil {
-		return x.BackgroundJobs
+		return x.Activities
 	}
 	return nil
 }
 
-// BackgroundJob mirrors systems.BackgroundJob.
-type BackgroundJob struct {
+// Activity mirrors systems.Activity.
+type Activity struct {
 	state          protoimpl.MessageState `protogen:"open.v1"`
-	Kind           string                 `protobuf:"bytes,1,opt,name=kind,proto3" json:"kind,omitempty"`
-	Id             int64                  `protobuf:"varint,2,opt,name=id,proto3" json:"id,omitempty"`
-	ColumnFamily   string                 `protobuf:"bytes,3,opt,name=column_family,json=columnFamily,proto3" json:"column_family,omitempty"`
-	StartUnixNanos int64                  `protobuf:"varint,4,opt,name=start_unix_nanos,json=startUnixNanos,proto3" json:"start_unix_nanos,omitempty"`
-	EndUnixNanos   int64                  `protobuf:"varint,5,opt,name=end_unix_nanos,json=endUnixNanos,proto3" json:"end_unix_nanos,omitempty"` // 0 while the job runs
-	Reason         string                 `protobuf:"bytes,6,opt,name=reason,proto3" json:"reason,omitempty"`
-	InputBytes     int64                  `protobuf:"varint,7,opt,name=input_bytes,json=inputBytes,proto3" json:"input_bytes,omitempty"`
-	OutputBytes    int64                  `protobuf:"varint,8,opt,name=output_bytes,json=outputBytes,proto3" json:"output_bytes,omitempty"`
-	OutputLevel    int32                  `protobuf:"varint,9,opt,name=output_level,json=outputLevel,proto3" json:"output_level,omitempty"`
+	Kind           string                 `protobuf:"bytes,1,opt,name=kind,proto3" json:"kind,omitempty"` // systems.Activity kinds: compaction, write-stall, leader-change
+	StartUnixNanos int64                  `protobuf:"varint,2,opt,name=start_unix_nanos,json=startUnixNanos,proto3" json:"start_unix_nanos,omitempty"`
+	EndUnixNanos   int64                  `protobuf:"varint,3,opt,name=end_unix_nanos,json=endUnixNanos,proto3" json:"end_unix_nanos,omitempty"` // 0: still going on
+	Bytes          int64                  `protobuf:"varint,4,opt,name=bytes,proto3" json:"bytes,omitempty"`                                     // bytes the activity wrote, if known (0: not known)
+	Detail         string                 `protobuf:"bytes,5,opt,name=detail,proto3" json:"detail,omitempty"`
 	unknownFields  protoimpl.UnknownFields
 	sizeCache      protoimpl.SizeCache
 }
 
-func (x *BackgroundJob) Reset() {
-	*x = BackgroundJob{}
+func (x *Activity) Reset() {
+	*x = Activity{}
 	mi := &file_systems_kvpb_kv_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
 
-func (x *BackgroundJob) String() string {
+func (x *Activity) String() string {
 	return protoimpl.X.MessageStringOf(x)
 }
 
-func (*BackgroundJob) ProtoMessage() {}
+func (*Activity) ProtoMessage() {}
 
-func (x *BackgroundJob) ProtoReflect() protoreflect.Message {
+func (x *Activity) ProtoReflect() protoreflect.Message {
 	mi := &file_systems_kvpb_kv_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
@@ -1065,72 +1063,44 @@ func (x *BackgroundJob) ProtoReflect() protoreflect.Message {
 	return mi.MessageOf(x)
 }
 
-// Deprecated: Use BackgroundJob.ProtoReflect.Descriptor instead.
-func (*BackgroundJob) Descriptor() ([]byte, []int) {
+// Deprecated: Use Activity.ProtoReflect.Descriptor instead.
+func (*Activity) Descriptor() ([]byte, []int) {
 	return file_systems_kvpb_kv_proto_rawDescGZIP(), []int{13}
 }
 
-func (x *BackgroundJob) GetKind() string {
+func (x *Activity) GetKind() string {
 	if x != nil {
 		return x.Kind
 	}
 	return ""
 }
 
-func (x *BackgroundJob) GetId() int64 {
-	if x != nil {
-		return x.Id
-	}
-	return 0
-}
-
-func (x *BackgroundJob) GetColumnFamily() string {
-	if x != nil {
-		return x.ColumnFamily
-	}
-	return ""
-}
-
-func (x *BackgroundJob) GetStartUnixNanos() int64 {
+func (x *Activity) GetStartUnixNanos() int64 {
 	if x != nil {
 		return x.StartUnixNanos
 	}
 	return 0
 }
 
-func (x *BackgroundJob) GetEndUnixNanos() int64 {
+func (x *Activity) GetEndUnixNanos() int64 {
 	if x != nil {
 		return x.EndUnixNanos
 	}
 	return 0
 }
 
-func (x *BackgroundJob) GetReason() string {
+func (x *Activity) GetBytes() int64 {
 	if x != nil {
-		return x.Reason
+		return x.Bytes
+	}
+	return 0
+}
+
+func (x *Activity) GetDetail() string {
+	if x != nil {
+		return x.Detail
 	}
 	return ""
-}
-
-func (x *BackgroundJob) GetInputBytes() int64 {
-	if x != nil {
-		return x.InputBytes
-	}
-	return 0
-}
-
-func (x *BackgroundJob) GetOutputBytes() int64 {
-	if x != nil {
-		return x.OutputBytes
-	}
-	return 0
-}
-
-func (x *BackgroundJob) GetOutputLevel() int32 {
-	if x != nil {
-		return x.OutputLevel
-	}
-	return 0
 }
 
 // StorageShape mirrors systems.StorageShape.
@@ -1988,17 +1958,17 @@ const file_systems_kvpb_kv_proto_rawDesc = "" +
 	"\fScanResponse\x120\n" +
 	"\x06header\x18\x01 \x01(\v2\x18.nezha.kv.ResponseHeaderR\x06header\x12$\n" +
 	"\x03kvs\x18\x02 \x03(\v2\x12.nezha.kv.KeyValueR\x03kvs\x12\x12\n" +
-	"\x04more\x18\x03 \x01(\bR\x04more\"i\n" +
+	"\x04more\x18\x03 \x01(\bR\x04more\"v\n" +
 	"\rStatusRequest\x12&\n" +
-	"\x0fwith_state_hash\x18\x01 \x01(\bR\rwithStateHash\x120\n" +
-	"\x14with_background_jobs\x18\x02 \x01(\bR\x12withBackgroundJobs\"\x98\x01\n" +
+	"\x0fwith_state_hash\x18\x01 \x01(\bR\rwithStateHash\x12=\n" +
+	"\x1bactivities_since_unix_nanos\x18\x02 \x01(\x03R\x18activitiesSinceUnixNanos\"\x98\x01\n" +
 	"\x06Member\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\x12)\n" +
 	"\x10internal_address\x18\x02 \x01(\tR\x0finternalAddress\x12\x18\n" +
 	"\aaddress\x18\x03 \x01(\tR\aaddress\x12\x18\n" +
 	"\alearner\x18\x04 \x01(\bR\alearner\x12\x1f\n" +
 	"\vmatch_index\x18\x05 \x01(\x04R\n" +
-	"matchIndex\"\xb1\x05\n" +
+	"matchIndex\"\xa3\x05\n" +
 	"\x0eStatusResponse\x120\n" +
 	"\x06header\x18\x01 \x01(\v2\x18.nezha.kv.ResponseHeaderR\x06header\x12\x1d\n" +
 	"\n" +
@@ -2021,19 +1991,16 @@ const file_systems_kvpb_kv_proto_rawDesc = "" +
 	"\x0fcompacted_index\x18\x0e \x01(\x04R\x0ecompactedIndex\x12\x1b\n" +
 	"\tlog_bytes\x18\x0f \x01(\x03R\blogBytes\x120\n" +
 	"\astorage\x18\x10 \x01(\v2\x16.nezha.kv.StorageShapeR\astorage\x12!\n" +
-	"\fdisk_refusal\x18\x11 \x01(\tR\vdiskRefusal\x12@\n" +
-	"\x0fbackground_jobs\x18\x12 \x03(\v2\x17.nezha.kv.BackgroundJobR\x0ebackgroundJobs\"\xa7\x02\n" +
-	"\rBackgroundJob\x12\x12\n" +
-	"\x04kind\x18\x01 \x01(\tR\x04kind\x12\x0e\n" +
-	"\x02id\x18\x02 \x01(\x03R\x02id\x12#\n" +
-	"\rcolumn_family\x18\x03 \x01(\tR\fcolumnFamily\x12(\n" +
-	"\x10start_unix_nanos\x18\x04 \x01(\x03R\x0estartUnixNanos\x12$\n" +
-	"\x0eend_unix_nanos\x18\x05 \x01(\x03R\fendUnixNanos\x12\x16\n" +
-	"\x06reason\x18\x06 \x01(\tR\x06reason\x12\x1f\n" +
-	"\vinput_bytes\x18\a \x01(\x03R\n" +
-	"inputBytes\x12!\n" +
-	"\foutput_bytes\x18\b \x01(\x03R\voutputBytes\x12!\n" +
-	"\foutput_level\x18\t \x01(\x05R\voutputLevel\"\xd5\x01\n" +
+	"\fdisk_refusal\x18\x11 \x01(\tR\vdiskRefusal\x122\n" +
+	"\n" +
+	"activities\x18\x12 \x03(\v2\x12.nezha.kv.ActivityR\n" +
+	"activities\"\x9c\x01\n" +
+	"\bActivity\x12\x12\n" +
+	"\x04kind\x18\x01 \x01(\tR\x04kind\x12(\n" +
+	"\x10start_unix_nanos\x18\x02 \x01(\x03R\x0estartUnixNanos\x12$\n" +
+	"\x0eend_unix_nanos\x18\x03 \x01(\x03R\fendUnixNanos\x12\x14\n" +
+	"\x05bytes\x18\x04 \x01(\x03R\x05bytes\x12\x16\n" +
+	"\x06detail\x18\x05 \x01(\tR\x06detail\"\xd5\x01\n" +
 	"\fStorageShape\x12,\n" +
 	"\x06levels\x18\x01 \x03(\v2\x14.nezha.kv.LevelShapeR\x06levels\x12&\n" +
 	"\x0fvalue_log_bytes\x18\x02 \x01(\x03R\rvalueLogBytes\x12(\n" +
@@ -2138,7 +2105,7 @@ var file_systems_kvpb_kv_proto_goTypes = []any{
 	(*StatusRequest)(nil),  // 11: nezha.kv.StatusRequest
 	(*Member)(nil),         // 12: nezha.kv.Member
 	(*StatusResponse)(nil), // 13: nezha.kv.StatusResponse
-	(*BackgroundJob)(nil),  // 14: nezha.kv.BackgroundJob
+	(*Activity)(nil),       // 14: nezha.kv.Activity
 	(*StorageShape)(nil),   // 15: nezha.kv.StorageShape
 	(*LevelShape)(nil),     // 16: nezha.kv.LevelShape
 	(*GCRound)(nil),        // 17: nezha.kv.GCRound
@@ -2162,7 +2129,7 @@ var file_systems_kvpb_kv_proto_depIdxs = []int32{
 	12, // 8: nezha.kv.StatusResponse.members:type_name -> nezha.kv.Member
 	17, // 9: nezha.kv.StatusResponse.gc_rounds:type_name -> nezha.kv.GCRound
 	15, // 10: nezha.kv.StatusResponse.storage:type_name -> nezha.kv.StorageShape
-	14, // 11: nezha.kv.StatusResponse.background_jobs:type_name -> nezha.kv.BackgroundJob
+	14, // 11: nezha.kv.StatusResponse.activities:type_name -> nezha.kv.Activity
 	16, // 12: nezha.kv.StorageShape.levels:type_name -> nezha.kv.LevelShape
 	22, // 13: nezha.kv.BatchRequest.ops:type_name -> nezha.kv.BatchOp
 	2,  // 14: nezha.kv.BatchOp.put:type_name -> nezha.kv.PutRequest

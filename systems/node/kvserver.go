@@ -410,22 +410,27 @@ func (s *kvServer) Status(ctx context.Context, req *kvpb.StatusRequest) (*kvpb.S
 			})
 		}
 	}
+	if req.ActivitiesSinceUnixNanos != 0 {
+		since := time.Unix(0, req.ActivitiesSinceUnixNanos)
+		acts := n.activities.Since(since)
+		if ar, ok := n.sm.(systems.ActivityReporter); ok {
+			acts = append(acts, ar.Activities(since)...)
+			systems.SortActivities(acts)
+		}
+		for _, a := range acts {
+			pa := &kvpb.Activity{Kind: a.Kind, StartUnixNanos: a.Start.UnixNano(), Bytes: a.Bytes, Detail: a.Detail}
+			if !a.End.IsZero() {
+				pa.EndUnixNanos = a.End.UnixNano()
+			}
+			resp.Activities = append(resp.Activities, pa)
+		}
+	}
 	if sr, ok := n.sm.(systems.StorageReporter); ok {
 		sh := sr.StorageShape()
 		resp.Storage = &kvpb.StorageShape{ValueLogBytes: sh.ValueLogBytes, SortedRunBytes: sh.SortedRunBytes,
 			BlobFileBytes: sh.BlobFileBytes, LiveBytes: sh.LiveBytes}
 		for _, l := range sh.Levels {
 			resp.Storage.Levels = append(resp.Storage.Levels, &kvpb.LevelShape{Level: int32(l.Level), Files: l.Files, Bytes: l.Bytes})
-		}
-	}
-	if b, ok := n.sm.(systems.BackgroundJobReporter); ok && req.WithBackgroundJobs {
-		for _, j := range b.BackgroundJobs() {
-			pj := &kvpb.BackgroundJob{Kind: j.Kind, Id: j.ID, ColumnFamily: j.ColumnFamily, StartUnixNanos: j.Start.UnixNano(),
-				Reason: j.Reason, InputBytes: j.InputBytes, OutputBytes: j.OutputBytes, OutputLevel: int32(j.OutputLevel)}
-			if !j.End.IsZero() {
-				pj.EndUnixNanos = j.End.UnixNano()
-			}
-			resp.BackgroundJobs = append(resp.BackgroundJobs, pj)
 		}
 	}
 	if h, ok := n.sm.(systems.StateHasher); ok && req.WithStateHash {

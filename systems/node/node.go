@@ -131,7 +131,10 @@ type Node struct {
 	// Written by the loop, read by anyone.
 	term, commit, lead atomic.Uint64
 	// leader: whether a leader is known, for writes Raft dropped.
-	leader     *leaderWatch
+	leader *leaderWatch
+	// activities records the leader changes this node saw (Status):
+	// from losing a leader (or the node's start) until knowing the next.
+	activities systems.ActivityHistory
 	raftState  atomic.Uint64 // raft.StateType
 	firstIndex atomic.Uint64
 	lastIndex  atomic.Uint64
@@ -287,6 +290,7 @@ func Start(cfg Config) (*Node, error) {
 		sessDeltas:   newSessionDeltas(MaxSessionDeltas),
 		metrics:      newMetrics(cfg.env == nil),
 	}
+	n.activities.Begin(systems.ActivityLeaderChange, n.epoch, "node started")
 	// Every line the node, its log and its state machine write names the
 	// node and the term it is in.
 	n.readers = newReaderPool(readerWorkers, n.stopc)
@@ -900,6 +904,13 @@ func (n *Node) handleReady(rd raft.Ready) error {
 	if rd.SoftState != nil {
 		if old := n.lead.Swap(rd.SoftState.Lead); old != rd.SoftState.Lead {
 			n.logger.Info("leader changed", "leader", rd.SoftState.Lead, "state", rd.SoftState.RaftState)
+			if rd.SoftState.Lead == raft.None {
+				n.activities.Begin(systems.ActivityLeaderChange, time.Now(), fmt.Sprintf("leader %d lost", old))
+			} else if old == raft.None {
+				n.activities.End(systems.ActivityLeaderChange, time.Now(), 0, fmt.Sprintf("leader %d", rd.SoftState.Lead))
+			} else {
+				n.activities.End(systems.ActivityLeaderChange, time.Now(), 0, fmt.Sprintf("leader %d -> %d", old, rd.SoftState.Lead))
+			}
 			n.setHealth(rd.SoftState.Lead != raft.None)
 			n.leader.set(rd.SoftState.Lead != raft.None)
 			n.metrics.leaderChanges.Inc()

@@ -1,0 +1,88 @@
+package systems
+
+import (
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+)
+
+func TestActivityHistory(t *testing.T) {
+	var h ActivityHistory
+	t0 := time.Unix(1000, 0)
+	at := func(s float64) time.Time { return t0.Add(time.Duration(s * float64(time.Second))) }
+
+	h.Begin(ActivityCompaction, at(1), "")
+	h.Begin(ActivityCompaction, at(2), "ignored: one is going on")
+	if !h.Going(ActivityCompaction) || h.Going(ActivityWriteStall) {
+		t.Fatal("Going")
+	}
+	h.End(ActivityCompaction, at(3), 100, "L0->L1")
+	h.End(ActivityLeaderChange, at(4), 0, "leader 1 -> 2") // none going on: zero length
+	h.Begin(ActivityWriteStall, at(5), "writes stopped")
+
+	got := h.Since(at(0))
+	want := []Activity{
+		{Kind: ActivityCompaction, Start: at(1), End: at(3), Bytes: 100, Detail: "L0->L1"},
+		{Kind: ActivityLeaderChange, Start: at(4), End: at(4), Detail: "leader 1 -> 2"},
+		{Kind: ActivityWriteStall, Start: at(5), Detail: "writes stopped"},
+	}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("Since(0):\n got %v\nwant %v", got, want)
+	}
+	// Since keeps what ended at or after it, and what goes on.
+	if got := h.Since(at(3.5)); len(got) != 2 || got[0].Kind != ActivityLeaderChange {
+		t.Fatalf("Since(3.5): %v", got)
+	}
+	h.End(ActivityWriteStall, at(6), 0, "cleared")
+	if got := h.Since(at(5.5)); len(got) != 1 || got[0].Detail != "writes stopped, cleared" || !got[0].End.Equal(at(6)) {
+		t.Fatalf("stall after its end: %v", got)
+	}
+}
+
+func TestActivityHistoryKeepsTheLatest(t *testing.T) {
+	var h ActivityHistory
+	t0 := time.Unix(0, 0)
+	for i := range ActivityHistoryLen + 10 {
+		h.End(ActivityCompaction, t0.Add(time.Duration(i)*time.Second), 0, "")
+	}
+	got := h.Since(t0)
+	if len(got) != ActivityHistoryLen || !got[0].Start.Equal(t0.Add(10*time.Second)) {
+		t.Fatalf("kept %d, first at %v; want %d from 10 s", len(got), got[0].Start.Sub(t0), ActivityHistoryLen)
+	}
+}
+
+// TestActivityHistoryConcurrent is for -race: one writer per kind, and
+// readers.
+func TestActivityHistoryConcurrent(t *testing.T) {
+	var h ActivityHistory
+	var wg sync.WaitGroup
+	t0 := time.Unix(0, 0)
+	for _, k := range []string{ActivityCompaction, ActivityWriteStall, ActivityLeaderChange} {
+		wg.Add(2)
+		go func() {
+			defer wg.Done()
+			for i := range 200 {
+				h.Begin(k, t0.Add(time.Duration(2*i)*time.Millisecond), "")
+				h.End(k, t0.Add(time.Duration(2*i+1)*time.Millisecond), 1, "")
+			}
+		}()
+		go func() {
+			defer wg.Done()
+			for range 200 {
+				h.Since(t0)
+				h.Going(k)
+			}
+		}()
+	}
+	wg.Wait()
+	got := h.Since(t0)
+	if len(got) != 600 {
+		t.Fatalf("%d activities, want 600", len(got))
+	}
+	for i := 1; i < len(got); i++ {
+		if got[i].Start.Before(got[i-1].Start) {
+			t.Fatalf("not sorted by start at %d", i)
+		}
+	}
+}
