@@ -94,15 +94,17 @@ func (s *Store) recordActivity(now time.Time, a rocksActivity) {
 	}
 }
 
-// Activities implements systems.ActivityReporter: RocksDB's compactions,
-// one per compaction job, timed by RocksDB itself (its info log, jobs.go:
+// Activities implements systems.ActivityReporter: RocksDB's compactions
+// of the user data (the meta column family's, of the one key of the
+// applied index, left out), one per compaction job, timed by RocksDB
+// itself (its info log, jobs.go:
 // the jobs since the node started, those a snapshot restore cut short
 // excepted), and write stalls (while writes are stopped or delayed), as
 // polled every activityPoll.
 func (s *Store) Activities(since time.Time) []systems.Activity {
 	acts := s.acts.Since(since)
 	for _, j := range s.jobs.jobs() {
-		if j.kind != jobCompaction || !j.end.IsZero() && j.end.Before(since) {
+		if j.kind != jobCompaction || j.cf == metaCFName || !j.end.IsZero() && j.end.Before(since) {
 			continue
 		}
 		acts = append(acts, systems.Activity{Kind: systems.ActivityCompaction, Start: j.start, End: j.end, Bytes: j.outputBytes, Detail: j.detail()})
