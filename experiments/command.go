@@ -32,6 +32,7 @@ const (
 	sysNezha     = nezha.Name
 	sysNezhaNoGC = nezha.NameNoGC
 	sysOriginal  = string(baseline.ModeOriginal)
+	sysBlobDB    = string(baseline.ModeBlobDB)
 	sysDwisckey  = dwisckey.Name
 )
 

@@ -68,7 +68,7 @@ type Experiment struct {
 // All returns every experiment in the order `run all` runs them.
 func All() []Experiment {
 	return []Experiment{
-		diskLimit(), putVsize(), putScale(), getZipf(), scan(), ycsbExperiment(), amplification(), gcExperiment(), linearizabilityExperiment(), crashExperiment(),
+		diskLimit(), putVsize(), putScale(), getZipf(), scan(), ycsbExperiment(), amplification(), gcExperiment(), latencyGCExperiment(), linearizabilityExperiment(), crashExperiment(),
 		embeddedExperiment(),
 	}
 }
