@@ -557,6 +557,7 @@ func (x *Run) readExperiment(ctx context.Context, op string) error {
 	bar := plots.Figure{Name: op + "-throughput", Title: fmt.Sprintf("%s throughput (median of %d interleaved runs, range as error bars)", strings.ToUpper(op), p.ReadRuns), Kind: plots.Bars,
 		XLabel: "system", YLabel: "throughput (ops/s)", Categories: []string{op}}
 	var cdfs, series []plots.Series
+	var windows []plots.Window
 	// Every system's cluster is loaded first and kept up; then each round
 	// runs every system once, in rotated order, so that slow minutes of a
 	// shared machine fall on all systems alike.
@@ -569,6 +570,8 @@ func (x *Run) readExperiment(ctx context.Context, op string) error {
 		first   workloads.Summary
 		raw     bytes.Buffer
 		failed  bool
+		// windows are the first run's, for the time-series figure.
+		windows []plots.Window
 		// firstSeconds is the first run's duration; the second run is
 		// profiled for 80 % of it (prof, its window and summary).
 		firstSeconds float64
@@ -666,6 +669,13 @@ func (x *Run) readExperiment(ctx context.Context, op string) error {
 			}
 			if run == 0 {
 				b.first = sum
+				from := time.UnixMicro(sum.MeasuredFromUnixUs)
+				ws, err := x.nodeWindows(ctx, b.tb, from, sum.DurationSec)
+				if err != nil {
+					x.logf("%s: %v", sys, err)
+				}
+				x.recordWindows(RunWindows{Run: op + ", first run", System: sys, Start: from, Seconds: sum.DurationSec, Windows: ws})
+				b.windows = figureWindows(ws, 0, sys)
 			}
 		}
 	}
@@ -699,6 +709,7 @@ func (x *Run) readExperiment(ctx context.Context, op string) error {
 		}
 		if s, ok := throughputSeries(sys, first, false); ok {
 			series = append(series, s)
+			windows = append(windows, b.windows...)
 		}
 	}
 	tbl.Title += " (latencies of the first run)"
@@ -717,7 +728,7 @@ func (x *Run) readExperiment(ctx context.Context, op string) error {
 	}
 	if len(series) > 0 {
 		x.figure(plots.Figure{Name: op + "-timeseries", Title: strings.ToUpper(op) + " throughput over time (first run)", Kind: plots.Lines,
-			XLabel: "time (s)", YLabel: "throughput (ops/s)", Series: series})
+			XLabel: "time (s)", YLabel: "throughput (ops/s)", Series: series, Windows: windows, Caption: windowsCaption(len(series) > 1)})
 	}
 	return nil
 }

@@ -237,7 +237,13 @@ func crashExperiment() Experiment {
 					backFig.Series = append(backFig.Series, bs)
 				}
 				if r.load != nil {
-					x.figure(crashThroughputFigure(sys, r))
+					f := crashThroughputFigure(sys, r)
+					var ws []TimeWindow
+					for _, w := range f.Windows {
+						ws = append(ws, TimeWindow{Window: w})
+					}
+					x.recordWindows(RunWindows{Run: "crash campaign", System: sys, Start: r.load.start, Seconds: r.loadEnd.Seconds(), Windows: ws})
+					x.figure(f)
 				}
 				slices.Sort(lead)
 				slices.Sort(write)

@@ -161,6 +161,10 @@ type Result struct {
 	// Bounds name what limited each headline system in its measured
 	// windows (put-scale), with the numbers that decided it.
 	Bounds []Bound `json:"bounds,omitempty"`
+	// Windows are what happened during the runs behind the time-series
+	// figures (GC rounds, compactions, write stalls, leader changes,
+	// faults), per run, as the figures shade them (timewindows.go).
+	Windows []RunWindows `json:"windows,omitempty"`
 }
 
 // Table is a table of the report.
@@ -262,8 +266,27 @@ func (x *Run) note(format string, args ...any) {
 func (x *Run) table(t Table) { x.res.Tables = append(x.res.Tables, t) }
 
 func (x *Run) figure(f plots.Figure) {
+	f = logWhereDecades(f)
 	x.figures = append(x.figures, f)
 	x.res.Figures = append(x.res.Figures, f.Name)
+}
+
+// logWhereDecades turns an axis whose values span decades
+// (plots.Figure.SpansDecades) logarithmic, as a figure for a paper must,
+// where the figure stays valid that way (no value at or below zero on
+// it); the values of most figures depend on the run, so their author
+// cannot choose the scale in advance.
+func logWhereDecades(f plots.Figure) plots.Figure {
+	sx, sy := f.SpansDecades()
+	if !sx && !sy {
+		return f
+	}
+	g := f
+	g.LogX, g.LogY = f.LogX || sx, f.LogY || sy
+	if g.Validate() != nil {
+		return f
+	}
+	return g
 }
 
 // fail records that system failed at step; spec (optional) supplies the

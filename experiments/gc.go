@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math/rand"
+	"slices"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -94,7 +95,7 @@ func gcExperiment() Experiment {
 				XLabel: "configuration", YLabel: "bytes on disk per node / live user bytes", Categories: cats}
 			before := plots.Series{Name: "before"}
 			after := plots.Series{Name: "after"}
-			scanBars := plots.Figure{Name: "gc-scan", Title: "SCAN throughput after the overwrite phase", Kind: plots.Bars,
+			scanBars := plots.Figure{Name: "gc-scan", Title: "SCAN throughput after the overwrite phase (median of runs, range as error bars)", Kind: plots.Bars,
 				XLabel: "configuration", YLabel: "throughput (scans/s)", Categories: []string{fmt.Sprintf("scan of %d keys", p.ScanSize)}}
 			during := plots.Figure{Name: "gc-throughput-during", Title: "PUT throughput during GC relative to without", Kind: plots.Bars,
 				XLabel: "strategy", YLabel: "PUT ops/s during GC / without GC", Categories: []string{"ratio"},
@@ -109,7 +110,8 @@ func gcExperiment() Experiment {
 				}
 				before.Values = append(before.Values, r.spaceBefore)
 				after.Values = append(after.Values, r.spaceAfter)
-				scanBars.Series = append(scanBars.Series, plots.Series{Name: c.label(), Values: []float64{r.scanOps}})
+				scanBars.Series = append(scanBars.Series, plots.Series{Name: c.label(), Values: []float64{r.scanOps},
+					Errors: []float64{r.scanOps - slices.Min(r.scanRuns)}, ErrorsUp: []float64{slices.Max(r.scanRuns) - r.scanOps}, N: []int{len(r.scanRuns)}})
 				if prev, ok := outcomes[c.name]; ok && c.again {
 					// The ratios' base: the mean of the first and the last run.
 					r.putOps, r.getOps, r.scanOps = (prev.putOps+r.putOps)/2, (prev.getOps+r.getOps)/2, (prev.scanOps+r.scanOps)/2
@@ -133,7 +135,8 @@ func gcExperiment() Experiment {
 				x.metric("gc_scan_ops_per_sec/"+c.name, r.scanOps)
 				x.metric("gc_write_amp/"+c.name, r.gcWriteAmp)
 				x.figure(plots.Figure{Name: "gc-timeseries-" + sanitize(c.name), Title: "Throughput over time, " + c.name,
-					Kind: plots.Lines, XLabel: "time (s)", YLabel: "throughput (ops/s)", Series: r.series, Marks: r.marks})
+					Kind: plots.Lines, XLabel: "time (s)", YLabel: "throughput (ops/s)", Series: r.series, Windows: r.windows,
+					Caption: windowsCaption(false)})
 			}
 			space.Series = []plots.Series{before, after}
 			// Ratios to the baselines of the same run; "-" where one is missing.
@@ -209,9 +212,10 @@ type gcOutcome struct {
 	inGCSeconds             int
 	outGCSeconds            int
 	scanOps                 float64
-	shapeAfter              string // node 1's storage after the phase and its GC (shapeText)
+	scanRuns                []float64 // ops/s of each SCAN run (scanOps: their median)
+	shapeAfter              string    // node 1's storage after the phase and its GC (shapeText)
 	series                  []plots.Series
-	marks                   []plots.Mark
+	windows                 []plots.Window
 }
 
 func (x *Run) gcRun(ctx context.Context, c gcConfig, threshold int64) (gcOutcome, error) {
@@ -283,6 +287,12 @@ func (x *Run) gcRun(ctx context.Context, c gcConfig, threshold int64) (gcOutcome
 		getS.X, getS.Y = append(getS.X, float64(i)), append(getS.Y, float64(ph.getPerSec[i]))
 	}
 	out.series = []plots.Series{putS, getS}
+	ws, err := x.nodeWindows(ctx, tb, start, float64(len(ph.putPerSec)))
+	if err != nil {
+		x.logf("%s: %v", c.name, err)
+	}
+	x.recordWindows(RunWindows{Run: "overwrite phase, " + c.label(), System: c.system, Start: start, Seconds: float64(len(ph.putPerSec)), Windows: ws})
+	out.windows = figureWindows(ws, 0, "")
 	if c.system == sysNezha {
 		rounds, err := gcRounds(ctx, tb)
 		if err != nil {
@@ -297,7 +307,6 @@ func (x *Run) gcRun(ctx context.Context, c gcConfig, threshold int64) (gcOutcome
 			}
 			out.rounds++
 			out.gcBytes += float64(r.BytesWritten)
-			out.marks = append(out.marks, plots.Mark{At: s, Label: fmt.Sprintf("GC %d", out.rounds)})
 			for sec := max(int(s), 0); sec <= int(e) && sec < len(inGC); sec++ {
 				inGC[sec] = true
 			}
@@ -344,7 +353,7 @@ func (x *Run) gcRun(ctx context.Context, c gcConfig, threshold int64) (gcOutcome
 		}
 		scans = append(scans, ssum.OpsPerSec)
 	}
-	out.scanOps = median(scans)
+	out.scanOps, out.scanRuns = median(scans), scans
 	x.logf("%s: PUT %.0f ops/s, GET %.0f ops/s, %d GC rounds, space amp %.2f -> %.2f, shape after %s, SCAN %.1f ops/s",
 		c.name, out.putOps, out.getOps, out.rounds, out.spaceBefore, out.spaceAfter, out.shapeAfter, out.scanOps)
 	tb.stop(false)

@@ -15,9 +15,7 @@ import (
 
 	hdrhistogram "github.com/HdrHistogram/hdrhistogram-go"
 
-	"github.com/nezha-harness/nezha/baseline"
 	"github.com/nezha-harness/nezha/plots"
-	"github.com/nezha-harness/nezha/systems"
 	"github.com/nezha-harness/nezha/workloads"
 )
 
@@ -64,8 +62,10 @@ type latencyGCRate struct {
 	fraction float64
 	sum      workloads.Summary
 	// windows are the GC rounds or compactions of the run, in seconds
-	// from the start of its measurement, clipped to it.
-	windows []plots.Window
+	// from the start of its measurement, clipped to it; shaded are all
+	// of its windows (write stalls and leader changes too), for its
+	// figure.
+	windows, shaded []plots.Window
 	// covered is the fraction of the measured time in at least one window
 	// (on any node).
 	covered float64
@@ -226,17 +226,24 @@ func (x *Run) latencyGCRun(ctx context.Context, sys string, threshold int64) (la
 		if err := saveRun(runDir, fmt.Sprintf("latency-gc %s at %g %% of the peak", sys, 100*f), s, o); err != nil {
 			return fail("save", err)
 		}
-		r := latencyGCRate{fraction: f, sum: s, windows: []plots.Window{}}
+		r := latencyGCRate{fraction: f, sum: s}
 		start := time.UnixMicro(s.MeasuredFromUnixUs)
+		ws, err := x.nodeWindows(ctx, tb, start, s.DurationSec)
+		if err != nil {
+			return fail("windows", err)
+		}
+		x.recordWindows(RunWindows{Run: fmt.Sprintf("open loop at %g %% of the peak", 100*f), System: sys, Start: start, Seconds: s.DurationSec, Windows: ws})
+		r.shaded = figureWindows(ws, 0, "")
 		if split {
-			if r.windows, err = x.latencyGCWindows(ctx, tb, kind, start, s.DurationSec); err != nil {
-				return fail("windows", err)
-			}
+			r.windows = figureWindows(ws, 0, "", otherKinds(kind)...)
 		}
 		// The operations and the windows they were split by, so that the
 		// split can be made again from the files.
 		if err := os.WriteFile(filepath.Join(runDir, "raw.csv"), raw.Bytes(), 0o644); err != nil {
 			return fail("save", err)
+		}
+		if r.windows == nil {
+			r.windows = []plots.Window{}
 		}
 		if err := writeJSON(filepath.Join(runDir, "windows.json"), r.windows); err != nil {
 			return fail("save", err)
@@ -265,52 +272,9 @@ func saveRun(dir, what string, s workloads.Summary, o workloads.PutOptions) erro
 	return (&workloads.Outputs{Dir: dir}).Save(workloads.Result{Summary: s, Run: info}, s, what)
 }
 
-// latencyGCWindows asks every node of tb for its GC rounds (kind
-// WindowGC) or compactions (WindowCompaction) and returns those that
-// overlap the run measured from start for seconds, in seconds from start,
-// clipped to the run. (One kind of the windows every time series gets.)
-func (x *Run) latencyGCWindows(ctx context.Context, tb *testbed, kind plots.WindowKind, start time.Time, seconds float64) ([]plots.Window, error) {
-	sec := func(unixNanos int64) float64 { return time.Unix(0, unixNanos).Sub(start).Seconds() }
-	var out []plots.Window
-	add := func(w plots.Window) {
-		if w.End < 0 || w.Start > seconds {
-			return
-		}
-		w.Start, w.End = max(w.Start, 0), min(w.End, seconds)
-		out = append(out, w)
-	}
-	for _, n := range tb.spec.Nodes {
-		sctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		st, err := tb.c.StatusWithActivities(sctx, n.Address, start)
-		cancel()
-		if err != nil {
-			return nil, fmt.Errorf("status of node %d: %w", n.ID, err)
-		}
-		switch kind {
-		case plots.WindowGC:
-			for _, r := range st.GcRounds {
-				if r.Strategy == baseline.TruncationStrategy {
-					continue
-				}
-				add(plots.Window{Kind: plots.WindowGC, Node: n.ID, Start: sec(r.StartUnixNanos), End: sec(r.EndUnixNanos),
-					Label: fmt.Sprintf("GC (%s, %s): %.1f MB written, %.1f MB reclaimed", r.Strategy, cmp.Or(r.Trigger, "?"),
-						float64(r.BytesWritten)/1e6, float64(r.ReclaimedBytes)/1e6)})
-			}
-		case plots.WindowCompaction:
-			for _, a := range st.Activities {
-				if a.Kind != systems.ActivityCompaction {
-					continue
-				}
-				end := seconds
-				if a.EndUnixNanos != 0 {
-					end = sec(a.EndUnixNanos)
-				}
-				add(plots.Window{Kind: plots.WindowCompaction, Node: n.ID, Start: sec(a.StartUnixNanos), End: end, Label: a.Detail})
-			}
-		}
-	}
-	slices.SortStableFunc(out, func(a, b plots.Window) int { return cmp.Or(cmp.Compare(a.Start, b.Start), cmp.Compare(a.Node, b.Node)) })
-	return out, nil
+// otherKinds are the window kinds but kind.
+func otherKinds(kind plots.WindowKind) []plots.WindowKind {
+	return slices.DeleteFunc(plots.WindowKinds(), func(k plots.WindowKind) bool { return k == kind })
 }
 
 // splitByWindows records the latency from the intended start of each
@@ -472,10 +436,11 @@ func latencyTimeSeries(sys string, r latencyGCRate, kind plots.WindowKind, split
 	pct := fmt.Sprintf("%g", 100*r.fraction)
 	f := plots.Figure{Name: fmt.Sprintf("latency-gc-timeseries-%s-%s", sanitize(sys), pct),
 		Title: fmt.Sprintf("Latency over time, %s at %s %% of its peak", sys, pct), Kind: plots.Lines,
-		XLabel: "time (s)", YLabel: "latency from the intended start (ms)", LogY: true, Windows: r.windows,
+		XLabel: "time (s)", YLabel: "latency from the intended start (ms)", LogY: true, Windows: r.shaded,
 		Caption: fmt.Sprintf("%s, open loop at %.0f ops/s (%s %% of its peak): per second, the p50 and p99.9 of the latency from the intended start of the operations answered in it.", sys, r.sum.Load.RateOpsPerSec, pct)}
+	f.Caption += " " + windowsCaption(false)
 	if split {
-		f.Caption += fmt.Sprintf(" Shaded: the %ss of every node.", kind.Legend())
+		f.Caption += fmt.Sprintf(" The %ss split the operations into during and outside.", kind.Legend())
 	}
 	p50, p999 := plots.Series{Name: "p50"}, plots.Series{Name: "p99.9"}
 	for _, sec := range r.sum.Series {

@@ -2,13 +2,16 @@ package experiments
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"os"
 	"path/filepath"
 	"slices"
 	"time"
 
 	"github.com/nezha-harness/nezha/linearizability"
+	"github.com/nezha-harness/nezha/plots"
 	"github.com/nezha-harness/nezha/systems/cluster"
 )
 
@@ -66,6 +69,9 @@ func linearizabilityExperiment() Experiment {
 			if hasNezha {
 				x.note("nezha's nodes run with %v so that GC rounds run throughout each check (a check writes too little to reach the default GC threshold).", nezhaGCFlags())
 			}
+			// Per nemesis, the first seed's operations over time with its
+			// faults, one series per system.
+			timeFigs := map[string]*plots.Figure{}
 			var bad int
 			for i, r := range runs {
 				dir := filepath.Join(x.Dir, fmt.Sprintf("%s-%s-%s-s%d", r.system, r.nemesis, r.mode, r.seed))
@@ -90,6 +96,9 @@ func linearizabilityExperiment() Experiment {
 				if rel, err := filepath.Rel(filepath.Dir(x.Dir), hist); err == nil {
 					hist = rel
 				}
+				if r.mode == "linearizable" && r.seed == p.LinSeeds[0] {
+					x.linOpsOverTime(timeFigs, r.system, r.nemesis, res, o.Duration)
+				}
 				verdict := res.Verdict
 				if r.mode == "stale" {
 					verdict += " (self-test: expected not linearizable)"
@@ -112,10 +121,61 @@ func linearizabilityExperiment() Experiment {
 				}
 			}
 			x.table(tbl)
+			for _, n := range p.LinNemeses {
+				if f := timeFigs[n]; f != nil {
+					x.figure(*f)
+				}
+			}
 			if bad > 0 {
 				return errors.New(fmt.Sprint(bad, " check(s) did not come out as expected"))
 			}
 			return nil
 		},
 	}
+}
+
+// linOpsOverTime adds system's run under nemesis to its figure in figs:
+// the operations that succeeded per second of the workload (from the
+// saved history) and the faults the schedule injected, which it also
+// records as the run's windows.
+func (x *Run) linOpsOverTime(figs map[string]*plots.Figure, system, nemesis string, res *linearizability.Result, d time.Duration) {
+	data, err := os.ReadFile(res.HistoryPath)
+	var ops []linearizability.Op
+	if err == nil {
+		err = json.Unmarshal(data, &ops)
+	}
+	if err != nil {
+		x.logf("%s under %s: history for the figure: %v", system, nemesis, err)
+		return
+	}
+	secs := int(d / time.Second)
+	per := make([]float64, secs)
+	for _, op := range ops {
+		if op.Status != linearizability.StatusOK {
+			continue
+		}
+		if s := int(time.Duration(op.Return) / time.Second); s >= 0 && s < secs {
+			per[s]++
+		}
+	}
+	s := plots.Series{Name: system}
+	for i, n := range per {
+		s.X, s.Y = append(s.X, float64(i)), append(s.Y, n)
+	}
+	ws := faultWindows(res.Windows, 0)
+	start := res.Started // the check's start; the workload's is a little later
+	if len(res.Events) > 0 {
+		start = res.Events[0].Wall.Add(-res.Events[0].Time)
+	}
+	x.recordWindows(RunWindows{Run: "check under " + nemesis + ", seed " + fmt.Sprint(res.Options.Seed), System: system,
+		Start: start, Seconds: float64(secs), Windows: ws})
+	f := figs[nemesis]
+	if f == nil {
+		f = &plots.Figure{Name: "linearizability-" + sanitize(nemesis), Title: "Operations that succeeded per second under " + nemesis + " (first seed)",
+			Kind: plots.Lines, XLabel: "time (s)", YLabel: "operations (ops/s)",
+			Caption: "Closed-loop clients; shaded: the faults as injected in each system's run (the same seeded schedule, so nearly the same times). Leader changes are not shown: the check's nodes are gone when it ends."}
+		figs[nemesis] = f
+	}
+	f.Series = append(f.Series, s)
+	f.Windows = append(f.Windows, figureWindows(ws, 0, system)...)
 }

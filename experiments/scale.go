@@ -210,8 +210,16 @@ type putRun struct {
 	// RocksDB's compaction debt over the run.
 	MetricsCSV string    `json:"metrics_csv,omitempty"`
 	Log        *logStats `json:"log,omitempty"`
-	Error      string    `json:"error,omitempty"`
+	// ScrapeOffsetSec is where the load's second 0 falls on the scrape's
+	// time axis (the scrape starts just before the load), to shift the
+	// run's windows onto the scrape's figures.
+	ScrapeOffsetSec float64 `json:"scrape_offset_sec,omitempty"`
+	Error           string  `json:"error,omitempty"`
 }
+
+// headlineWindowsRun is the RunWindows.Run of put-scale's first headline
+// run of a system, the run its time-series figures show.
+const headlineWindowsRun = "headline run 1"
 
 // putScale: PUT goodput and in-window write amplification vs data per
 // node, the headline PUT ratio (repeated, interleaved runs at the largest
@@ -378,12 +386,25 @@ func (x *Run) putScaleRun(ctx context.Context, phase, sys, cond string, data, ge
 		scr = startScrape(ctx, tb.spec.Nodes, scrapeInterval)
 	}
 	sum, err := workloads.RunPut(ctx, tb.c, o)
+	from := time.UnixMicro(sum.MeasuredFromUnixUs)
 	if scr != nil {
 		res := scr.stop()
 		r.MetricsCSV = x.keepScrape(sys, label, res)
 		if ls, ok := logStatsOf(res.samples); ok {
 			r.Log = &ls
 		}
+		if sum.MeasuredFromUnixUs != 0 {
+			r.ScrapeOffsetSec = from.Sub(res.start).Seconds()
+		}
+	}
+	if err == nil && raw != nil {
+		// The first headline run's windows, for its time-series figures,
+		// before the nodes settle.
+		ws, werr := x.nodeWindows(ctx, tb, from, sum.DurationSec)
+		if werr != nil {
+			x.logf("%s: %v", sys, werr)
+		}
+		x.recordWindows(RunWindows{Run: headlineWindowsRun, System: sys, Start: from, Seconds: sum.DurationSec, Windows: ws})
 	}
 	if err == nil {
 		err = sum.Failures()
@@ -488,6 +509,15 @@ func conditionRunsText(p Profile) string {
 	return fmt.Sprintf("interleaved runs until each system has %.0f s of measured time, at most %d", p.ConditionMinSeconds.Seconds(), maxConditionRuns)
 }
 
+// addSpreadPoint adds to s the point (at, median of vs / per) with the
+// range of vs / per as its error bar and len(vs) as its n.
+func addSpreadPoint(s *plots.Series, at float64, vs []float64, per float64) {
+	med, lo, hi := median(vs)/per, slices.Min(vs)/per, slices.Max(vs)/per
+	s.X, s.Y = append(s.X, at), append(s.Y, med)
+	s.Errors, s.ErrorsUp = append(s.Errors, med-lo), append(s.ErrorsUp, hi-med)
+	s.N = append(s.N, len(vs))
+}
+
 // valuesOf is f of each run.
 func valuesOf(rs []putRun, f func(putRun) float64) []float64 {
 	vs := make([]float64, len(rs))
@@ -554,14 +584,15 @@ func (x *Run) putScaleReport(all []putRun, top int64, limit float64, haveLimit b
 			if !ok {
 				continue
 			}
-			med := medianOf(rs, func(r putRun) float64 { return r.MBPerSec })
+			mbs := valuesOf(rs, func(r putRun) float64 { return r.MBPerSec })
+			med := median(mbs)
 			tbl.Rows = append(tbl.Rows, row(r, base))
 			at := float64(data) / dataUnit
 			s := series[sys]
-			s[1].X, s[1].Y = append(s[1].X, at), append(s[1].Y, med)
-			s[2].X, s[2].Y = append(s[2].X, at), append(s[2].Y, medianOf(rs, func(r putRun) float64 { return r.WriteAmp }))
+			addSpreadPoint(&s[1], at, mbs, 1)
+			addSpreadPoint(&s[2], at, valuesOf(rs, func(r putRun) float64 { return r.WriteAmp }), 1)
 			if base > 0 && sys != sysOriginal {
-				s[0].X, s[0].Y = append(s[0].X, at), append(s[0].Y, med/base)
+				addSpreadPoint(&s[0], at, mbs, base)
 				x.metric(fmt.Sprintf("put_scale_ratio/%s/%d", sys, data), med/base)
 			}
 			x.metric(fmt.Sprintf("put_scale_mb_per_sec/%s/%d", sys, data), med)
@@ -668,8 +699,13 @@ func (x *Run) putScaleReport(all []putRun, top int64, limit float64, haveLimit b
 			XLabel: "latency (ms)", YLabel: "fraction of operations", LogX: true, Series: cdfs})
 	}
 	if len(x.headSeries) > 0 {
+		var ws []plots.Window
+		for _, s := range x.headSeries {
+			ws = append(ws, figureWindows(x.windowsOf(headlineWindowsRun, s.Name), 0, s.Name, plots.WindowCompaction)...)
+		}
 		x.figure(plots.Figure{Name: "put-timeseries", Title: fmt.Sprintf("PUT goodput over time, %s per node (first headline run)", bytesText(top)), Kind: plots.Lines,
-			XLabel: "time (s)", YLabel: "goodput (MB/s)", Series: x.headSeries})
+			XLabel: "time (s)", YLabel: "goodput (MB/s)", Series: x.headSeries, Windows: ws,
+			Caption: windowsCaption(len(x.headSeries) > 1, plots.WindowCompaction)})
 	}
 
 	x.scrapeReport(all)
@@ -716,6 +752,7 @@ func (x *Run) putScaleReport(all []putRun, top int64, limit float64, haveLimit b
 			if len(rs) == 0 {
 				s.Values = append(s.Values, 0)
 				s.Missing = append(s.Missing, ci)
+				s.Errors, s.ErrorsUp, s.N = append(s.Errors, 0), append(s.ErrorsUp, 0), append(s.N, 1)
 				continue
 			}
 			mbpsOf := func(r putRun) float64 { return r.MBPerSec }
@@ -731,6 +768,12 @@ func (x *Run) putScaleReport(all []putRun, top int64, limit float64, haveLimit b
 				mbps = fmt.Sprintf("%s (%s..%s)", f1(med), f1(slices.Min(vs)), f1(slices.Max(vs)))
 			}
 			s.Values = append(s.Values, rv)
+			lo, hi := 0.0, 0.0 // the range of the runs, over original's median
+			if base > 0 {
+				vs := valuesOf(rs, mbpsOf)
+				lo, hi = rv-slices.Min(vs)/base, slices.Max(vs)/base-rv
+			}
+			s.Errors, s.ErrorsUp, s.N = append(s.Errors, lo), append(s.ErrorsUp, hi), append(s.N, len(rs))
 			name := c
 			if name == "" {
 				name = "ours"

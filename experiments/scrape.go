@@ -147,6 +147,8 @@ type scraper struct {
 }
 
 type scrapeResult struct {
+	// start is second 0 of the samples.
+	start   time.Time
 	samples []scrapeSample
 	failed  int // scrapes of a node that failed
 	lastErr error
@@ -163,6 +165,7 @@ func startScrape(ctx context.Context, nodes []cluster.Node, interval time.Durati
 		var res scrapeResult
 		hc := &http.Client{Timeout: interval}
 		t0 := time.Now()
+		res.start = t0
 		round := func(ctx context.Context) {
 			sec := math.Round(time.Since(t0).Seconds()*1000) / 1000
 			for _, n := range nodes {
@@ -587,11 +590,15 @@ func (x *Run) scrapeReport(all []putRun) {
 			x.logf("%s: %v", r.System, err)
 			continue
 		}
+		ws := x.windowsOf(headlineWindowsRun, r.System)
 		if f, ok := diskWriteFigure(r.System, "first headline run", samples); ok {
+			f.Windows = figureWindows(ws, r.ScrapeOffsetSec, "")
+			f.Caption += " " + windowsCaption(false)
 			x.figure(f)
 		}
 		if s, ok := fsyncQuantileSeries(samples, 0.99, r.System); ok {
 			fsync.Series = append(fsync.Series, s)
+			fsync.Windows = append(fsync.Windows, figureWindows(ws, r.ScrapeOffsetSec, r.System, plots.WindowCompaction)...)
 		}
 		if rate, p50, p99, ok := fsyncTotals(samples); ok {
 			t.Rows = append(t.Rows, []string{r.System, fmt.Sprintf("%.0f", rate), fmt.Sprintf("%.2f", p50), fmt.Sprintf("%.2f", p99), r.MetricsCSV})
@@ -601,6 +608,7 @@ func (x *Run) scrapeReport(all []putRun) {
 		x.table(t)
 	}
 	if len(fsync.Series) > 0 {
+		fsync.Caption += " " + windowsCaption(len(fsync.Series) > 1, plots.WindowCompaction)
 		x.figure(fsync)
 	}
 }

@@ -41,17 +41,14 @@ func buildLines(f Figure, l layout) built {
 		for k := range s.X {
 			xys[k] = plotter.XY{X: s.X[k], Y: s.Y[k]}
 			xr.add(s.X[k])
-			e := 0.0
-			if len(s.Errors) > 0 {
-				e = s.Errors[k]
-			}
-			if f.LogY { // Validate checked y > 0, not y - e
-				yr.add(s.Y[k], s.Y[k]+e)
-				if s.Y[k]-e > 0 {
-					yr.add(s.Y[k] - e)
+			down, up := s.errorExtents(k)
+			if f.LogY { // Validate checked y > 0, not y - down
+				yr.add(s.Y[k], s.Y[k]+up)
+				if s.Y[k]-down > 0 {
+					yr.add(s.Y[k] - down)
 				}
 			} else {
-				yr.add(s.Y[k]-e, s.Y[k]+e)
+				yr.add(s.Y[k]-down, s.Y[k]+up)
 			}
 		}
 		ref.polys = append(ref.polys, drawnPath(xys, f.Kind == CDF))
@@ -64,8 +61,8 @@ func buildLines(f Figure, l layout) built {
 			line.StepStyle = plotter.PostStep
 		}
 		p.Add(line)
-		if len(s.Errors) > 0 {
-			eb, err := plotter.NewYErrorBars(xyErrs{xys, s.Errors})
+		if len(s.Errors) > 0 || len(s.ErrorsUp) > 0 {
+			eb, err := plotter.NewYErrorBars(xyErrs{xys, s})
 			if err != nil {
 				panic(err)
 			}
@@ -75,7 +72,8 @@ func buildLines(f Figure, l layout) built {
 			if nVaries(s) {
 				tops := make([]float64, len(s.Y))
 				for k := range s.Y {
-					tops[k] = s.Y[k] + s.Errors[k]
+					_, up := s.errorExtents(k)
+					tops[k] = s.Y[k] + up
 				}
 				p.Add(runLabels{x: s.X, y: tops, n: s.N, noteSize: l.noteSize})
 			}
@@ -193,14 +191,14 @@ func markerIndexes(points, i, n int) []int {
 	return idx
 }
 
-// xyErrs gives plotter.NewYErrorBars symmetric errors per point.
+// xyErrs gives plotter.NewYErrorBars a series' errors per point.
 type xyErrs struct {
 	plotter.XYs
-	errs []float64
+	s Series
 }
 
 // YError implements plotter.YErrorer.
-func (e xyErrs) YError(i int) (float64, float64) { return e.errs[i], e.errs[i] }
+func (e xyErrs) YError(i int) (float64, float64) { return e.s.errorExtents(i) }
 
 // fractionTicks labels a [0, 1] axis every 0.2 with minor ticks every 0.1.
 type fractionTicks struct{}

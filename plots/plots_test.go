@@ -96,7 +96,9 @@ func TestValidateCatchesEachProblem(t *testing.T) {
 		{"bars negative error", goodBars, func(f *Figure) { f.Series[0].Errors = []float64{-1, 1} }, "negative"},
 		{"bars upper error count", goodBars, func(f *Figure) { f.Series[0].ErrorsUp = []float64{1} }, "1 upper errors for 2 values"},
 		{"bars negative upper error", goodBars, func(f *Figure) { f.Series[0].ErrorsUp = []float64{1, -1} }, "upper error 1 is -1"},
-		{"lines upper errors", goodLines, func(f *Figure) { f.Series[0].ErrorsUp = []float64{1, 1, 1} }, "bars only"},
+		{"lines upper error count", goodLines, func(f *Figure) { f.Series[0].ErrorsUp = []float64{1, 1} }, "2 upper errors for 3 points"},
+		{"lines negative upper error", goodLines, func(f *Figure) { f.Series[0].ErrorsUp = []float64{1, -1, 1} }, "upper error 1 is -1"},
+		{"cdf upper errors", goodCDF, func(f *Figure) { f.Series[0].ErrorsUp = []float64{0, 0, 0} }, "errors on a cdf"},
 		{"bars NaN", goodBars, func(f *Figure) { f.Series[0].Values[0] = math.NaN() }, "value 0 is NaN"},
 		{"bars log x", goodBars, func(f *Figure) { f.LogX = true }, "log x on bars"},
 		{"bars marks", goodBars, func(f *Figure) { f.Marks = []Mark{{At: 1, Label: "m"}} }, "marks on bars"},
@@ -184,9 +186,17 @@ func TestValidateLinearSpanUsesPercentiles(t *testing.T) {
 	if err := f.Validate(); err == nil || !strings.Contains(err.Error(), "set log_y") {
 		t.Fatalf("20 %% of the points 3 decades down: got %v, want a log_y error", err)
 	}
+	if x, y := f.SpansDecades(); x || !y {
+		t.Fatalf("SpansDecades = %v, %v; want false, true", x, y)
+	}
 	f.LogY = true
 	if err := f.Validate(); err != nil {
 		t.Fatalf("on a log axis: %v", err)
+	}
+	f.LogY = false
+	s.Y[50] = 0 // a second with nothing done: a log axis could not show it
+	if err := f.Validate(); err != nil {
+		t.Fatalf("a series that reaches 0: %v", err)
 	}
 }
 
@@ -355,6 +365,7 @@ func TestRenderEachKind(t *testing.T) {
 	linesErr := goodLines()
 	linesErr.Name = "lines-errors"
 	linesErr.Series[0].Errors = []float64{0.5, 0.5, 0.5}
+	linesErr.Series[0].ErrorsUp = []float64{0.2, 1, 0.5}
 	linesErr.Series[0].N = []int{5, 5, 4}
 	linesErr.HLines = []Mark{{At: 5.5, Label: "target"}}
 	logLines := goodLines()
@@ -784,5 +795,12 @@ func TestHLineLabelPlacement(t *testing.T) {
 				t.Fatalf("label box %v crosses its own line", b)
 			}
 		})
+	}
+}
+
+func TestUnionSpans(t *testing.T) {
+	got := unionSpans([][2]vg.Length{{5, 6}, {1, 3}, {2, 4}, {4, 4.5}, {7, 8}})
+	if want := [][2]vg.Length{{1, 4.5}, {5, 6}, {7, 8}}; !reflect.DeepEqual(got, want) {
+		t.Fatalf("union %v, want %v", got, want)
 	}
 }

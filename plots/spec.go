@@ -66,11 +66,12 @@ type Series struct {
 	// Missing lists the indexes of Values that have no measurement (e.g. a
 	// system that failed); no bar is drawn there. (JSON has no NaN.)
 	Missing []int `json:"missing,omitempty"`
-	// Errors, if set, are error-bar half widths per value (Bars, Lines).
+	// Errors, if set, are error-bar half widths per value (Bars, Lines),
+	// or with ErrorsUp the part below the value.
 	Errors []float64 `json:"errors,omitempty"`
-	// ErrorsUp, if set (Bars only), make the bars asymmetric: Errors is
-	// then how far each bar reaches below its value and ErrorsUp how far
-	// above (e.g. median to min and to max of repeated runs).
+	// ErrorsUp, if set, make the error bars asymmetric (Bars, Lines):
+	// Errors is then how far each reaches below its value and ErrorsUp
+	// how far above (e.g. median to min and to max of repeated runs).
 	ErrorsUp []float64 `json:"errors_up,omitempty"`
 	// X and Y are the points of a Lines or CDF series.
 	X []float64 `json:"x,omitempty"`

@@ -41,8 +41,9 @@ func safeStem(name string) bool {
 //     out of range, len(Errors) not 0 and not len(Values), a negative error,
 //     LogX, Marks (a nominal x axis has no positions), X or Y set.
 //   - Lines and CDF: len(X) != len(Y) or no points, Values or Missing set;
-//     Lines: len(Errors) not 0 and not len(Y); CDF: Errors set, X not
-//     non-decreasing, Y outside [0, 1] or not non-decreasing.
+//     Lines: len(Errors) or len(ErrorsUp) not 0 and not len(Y), a
+//     negative error; CDF: Errors or ErrorsUp set, X not non-decreasing,
+//     Y outside [0, 1] or not non-decreasing.
 //   - Any NaN or infinite number (JSON cannot hold them anyway).
 //   - LogX / LogY with a non-positive x / y (points, marks, hlines; for
 //     Bars every present value and value minus its error must be > 0).
@@ -56,9 +57,10 @@ func safeStem(name string) bool {
 //   - A linear axis whose values span more than two decades: the 90th
 //     percentile of its positive values (bar values; line and CDF points,
 //     marks and hlines not counted) over the 10th above 100, so that the
-//     small values would be flat at the bottom (use LogX or LogY). The
-//     percentiles let a time series dip towards zero (a stall) on a
-//     linear axis.
+//     small values would be flat at the bottom (use LogX or LogY;
+//     SpansDecades says which). The percentiles let a time series dip
+//     towards zero (a stall) on a linear axis, and a Lines y axis with a
+//     value at or below zero is not checked.
 func (f Figure) Validate() error {
 	v := validator{fig: f.Name}
 	switch {
@@ -175,10 +177,44 @@ func (v *validator) runs(f Figure, name string, s Series, count int) {
 	}
 }
 
-// decades reports a linear axis whose positive values span more than
-// maxLinearDecadeSpan decades between their 10th and 90th percentiles.
+// decades reports a linear axis whose values span decades
+// (SpansDecades).
 func (v *validator) decades(f Figure) {
-	var xs, ys []float64
+	xs, ys := f.axisValues()
+	for _, a := range []struct {
+		axis string
+		vs   []float64
+		log  bool
+		flag string
+	}{{"x", xs, f.LogX, "log_x"}, {"y", ys, f.LogY, "log_y"}} {
+		if a.log {
+			continue
+		}
+		if lo, hi, ok := percentileSpan(a.vs); ok && hi > lo*math.Pow10(maxLinearDecadeSpan) {
+			v.add("", fmt.Sprintf("%s values span %.1f decades (10th..90th percentile %g..%g) on a linear axis; set %s",
+				a.axis, math.Log10(hi/lo), lo, hi, a.flag))
+		}
+	}
+}
+
+// SpansDecades reports, per axis, whether its values span more than two
+// decades between their 10th and 90th percentiles, so that Validate
+// requires it to be logarithmic. The values are the bar values (present
+// ones) of Bars and the points of Lines and CDF (CDF: x only); Lines with
+// a y at or below zero are left out for y (a log axis cannot show it, and
+// a series that falls to zero, a stall, reads right on a linear one).
+func (f Figure) SpansDecades() (x, y bool) {
+	xs, ys := f.axisValues()
+	spans := func(vs []float64) bool {
+		lo, hi, ok := percentileSpan(vs)
+		return ok && hi > lo*math.Pow10(maxLinearDecadeSpan)
+	}
+	return spans(xs), spans(ys)
+}
+
+// axisValues returns the values SpansDecades looks at.
+func (f Figure) axisValues() (xs, ys []float64) {
+	nonPositive := false
 	for _, s := range f.Series {
 		switch f.Kind {
 		case Bars:
@@ -195,23 +231,14 @@ func (v *validator) decades(f Figure) {
 			xs = append(xs, s.X...)
 			if f.Kind == Lines {
 				ys = append(ys, s.Y...)
+				nonPositive = nonPositive || slices.ContainsFunc(s.Y, func(y float64) bool { return y <= 0 })
 			}
 		}
 	}
-	for _, a := range []struct {
-		axis string
-		vs   []float64
-		log  bool
-		flag string
-	}{{"x", xs, f.LogX, "log_x"}, {"y", ys, f.LogY, "log_y"}} {
-		if a.log {
-			continue
-		}
-		if lo, hi, ok := percentileSpan(a.vs); ok && hi > lo*math.Pow10(maxLinearDecadeSpan) {
-			v.add("", fmt.Sprintf("%s values span %.1f decades (10th..90th percentile %g..%g) on a linear axis; set %s",
-				a.axis, math.Log10(hi/lo), lo, hi, a.flag))
-		}
+	if nonPositive {
+		ys = nil
 	}
+	return xs, ys
 }
 
 // percentileSpan returns the 10th and 90th percentiles (nearest rank) of
@@ -316,16 +343,21 @@ func (v *validator) points(f Figure, s Series) {
 		v.add(n, fmt.Sprintf("values/missing on a %s figure (use x and y)", f.Kind))
 	}
 	switch {
-	case len(s.ErrorsUp) > 0:
-		v.add(n, fmt.Sprintf("upper errors on a %s figure (bars only)", f.Kind))
-	case f.Kind == CDF && len(s.Errors) > 0:
+	case f.Kind == CDF && (len(s.Errors) > 0 || len(s.ErrorsUp) > 0):
 		v.add(n, "errors on a cdf")
 	case len(s.Errors) != 0 && len(s.Errors) != len(s.Y):
 		v.add(n, fmt.Sprintf("%d errors for %d points", len(s.Errors), len(s.Y)))
+	case len(s.ErrorsUp) != 0 && len(s.ErrorsUp) != len(s.Y):
+		v.add(n, fmt.Sprintf("%d upper errors for %d points", len(s.ErrorsUp), len(s.Y)))
 	}
 	for i, e := range s.Errors {
 		if !finite(e) || e < 0 {
 			v.add(n, fmt.Sprintf("error %d is %v (must be finite and >= 0)", i, e))
+		}
+	}
+	for i, e := range s.ErrorsUp {
+		if !finite(e) || e < 0 {
+			v.add(n, fmt.Sprintf("upper error %d is %v (must be finite and >= 0)", i, e))
 		}
 	}
 	v.runs(f, n, s, len(s.Y))

@@ -1,6 +1,7 @@
 package plots
 
 import (
+	"cmp"
 	"fmt"
 	"image/color"
 	"slices"
@@ -11,12 +12,13 @@ import (
 )
 
 // windowStyle is how the windows of one kind are shaded: a translucent
-// grey fill and, for some kinds, a translucent hatch, so that kinds stay
-// apart in black and white and overlapping windows (the same GC on two
-// nodes, a compaction during a fault) show through each other. The data
-// are drawn on top.
+// grey fill and/or a translucent hatch, so that kinds stay apart in black
+// and white and the data, drawn on top, stay readable. Windows of one kind
+// are drawn as their union (the same GC on three nodes is one span, not
+// three layers that add up to black); windows of different kinds overlap
+// visibly.
 type windowStyle struct {
-	fill  color.NRGBA
+	fill  color.NRGBA // A 0: none
 	hatch hatch
 	ink   color.NRGBA // of the hatch lines
 }
@@ -27,15 +29,15 @@ func windowStyleOf(k WindowKind) windowStyle {
 	grey := func(y, a uint8) color.NRGBA { return color.NRGBA{R: y, G: y, B: y, A: a} }
 	switch k {
 	case WindowGC:
-		return windowStyle{fill: grey(110, 75)}
+		return windowStyle{fill: grey(100, 70)}
 	case WindowCompaction:
-		return windowStyle{fill: grey(170, 45), hatch: hatchDiag, ink: grey(80, 150)}
+		return windowStyle{hatch: hatchDiag, ink: grey(90, 110)}
 	case WindowWriteStall:
-		return windowStyle{fill: grey(60, 70), hatch: hatchHoriz, ink: grey(0, 150)}
+		return windowStyle{hatch: hatchHoriz, ink: grey(60, 110)}
 	case WindowFault:
-		return windowStyle{fill: grey(140, 50), hatch: hatchCross, ink: grey(0, 130)}
+		return windowStyle{fill: grey(170, 40), hatch: hatchCross, ink: grey(0, 90)}
 	default: // WindowLeaderChange: usually short; dark so it shows
-		return windowStyle{fill: grey(0, 120)}
+		return windowStyle{fill: grey(0, 130)}
 	}
 }
 
@@ -44,29 +46,56 @@ func windowStyleOf(k WindowKind) windowStyle {
 const minWindowWidth = vg.Length(1.5)
 
 // windowShades draws a figure's windows as shaded spans over the full
-// height of the data area, clipped to it; they do not widen the x axis.
+// height of the data area, clipped to it, one kind after the other
+// (WindowKinds order), each kind as the union of its windows; they do not
+// widen the x axis.
 type windowShades struct{ windows []Window }
 
 // Plot implements plot.Plotter.
 func (w windowShades) Plot(c draw.Canvas, p *plot.Plot) {
 	trX, _ := p.Transforms(&c)
-	for _, win := range w.windows {
-		x0, x1 := trX(win.Start), trX(win.End)
-		if x1-x0 < minWindowWidth {
-			mid := (x0 + x1) / 2
-			x0, x1 = mid-minWindowWidth/2, mid+minWindowWidth/2
+	for _, k := range WindowKinds() {
+		var spans [][2]vg.Length
+		for _, win := range w.windows {
+			if win.Kind != k {
+				continue
+			}
+			x0, x1 := trX(win.Start), trX(win.End)
+			if x1-x0 < minWindowWidth {
+				mid := (x0 + x1) / 2
+				x0, x1 = mid-minWindowWidth/2, mid+minWindowWidth/2
+			}
+			x0, x1 = max(x0, c.Min.X), min(x1, c.Max.X)
+			if x1 > x0 { // else outside the axis
+				spans = append(spans, [2]vg.Length{x0, x1})
+			}
 		}
-		x0, x1 = max(x0, c.Min.X), min(x1, c.Max.X)
-		if x1 <= x0 {
-			continue // outside the axis
+		st := windowStyleOf(k)
+		for _, sp := range unionSpans(spans) {
+			shade(c, st, vg.Rectangle{Min: vg.Point{X: sp[0], Y: c.Min.Y}, Max: vg.Point{X: sp[1], Y: c.Max.Y}})
 		}
-		shade(c, windowStyleOf(win.Kind), vg.Rectangle{Min: vg.Point{X: x0, Y: c.Min.Y}, Max: vg.Point{X: x1, Y: c.Max.Y}})
 	}
+}
+
+// unionSpans merges overlapping or touching spans, in order of start.
+func unionSpans(spans [][2]vg.Length) [][2]vg.Length {
+	slices.SortFunc(spans, func(a, b [2]vg.Length) int { return cmp.Compare(a[0], b[0]) })
+	var out [][2]vg.Length
+	for _, sp := range spans {
+		if n := len(out); n > 0 && sp[0] <= out[n-1][1] {
+			out[n-1][1] = max(out[n-1][1], sp[1])
+			continue
+		}
+		out = append(out, sp)
+	}
+	return out
 }
 
 // shade fills r in style st.
 func shade(c draw.Canvas, st windowStyle, r vg.Rectangle) {
-	c.FillPolygon(st.fill, rectPoly(r))
+	if st.fill.A > 0 {
+		c.FillPolygon(st.fill, rectPoly(r))
+	}
 	if lines := hatchLines(st.hatch, r); len(lines) > 0 {
 		c.StrokeLines(draw.LineStyle{Color: st.ink, Width: vg.Points(0.5)}, lines...)
 	}

@@ -12,7 +12,8 @@ const (
 	// ActivityCompaction: RocksDB ran at least one compaction.
 	ActivityCompaction = "compaction"
 	// ActivityWriteStall: the store stopped or slowed client writes
-	// (RocksDB's write stall or write delay).
+	// (RocksDB's write stall or write delay; nezha's GC debt, from the
+	// first write the node held until a held write saw the stall end).
 	ActivityWriteStall = "write-stall"
 	// ActivityLeaderChange: the node knew no leader, until it knew the
 	// next one (a change with no gap in between is a zero-length
@@ -78,6 +79,10 @@ func (h *ActivityHistory) Begin(kind string, at time.Time, detail string) {
 func (h *ActivityHistory) End(kind string, at time.Time, bytes int64, detail string) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	h.endLocked(kind, at, bytes, detail)
+}
+
+func (h *ActivityHistory) endLocked(kind string, at time.Time, bytes int64, detail string) {
 	a, ok := h.open[kind]
 	if !ok {
 		a = Activity{Kind: kind, Start: at}
@@ -94,6 +99,19 @@ func (h *ActivityHistory) End(kind string, at time.Time, bytes int64, detail str
 	if len(h.ended) > ActivityHistoryLen {
 		h.ended = append(h.ended[:0], h.ended[len(h.ended)-ActivityHistoryLen:]...)
 	}
+}
+
+// EndIfGoing is End for an activity of kind going on; with none going on
+// it does nothing and returns false (for several goroutines that may each
+// see the same activity end).
+func (h *ActivityHistory) EndIfGoing(kind string, at time.Time, bytes int64, detail string) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if _, ok := h.open[kind]; !ok {
+		return false
+	}
+	h.endLocked(kind, at, bytes, detail)
+	return true
 }
 
 // Going reports whether an activity of kind is going on.

@@ -40,6 +40,21 @@ func TestActivityHistory(t *testing.T) {
 	}
 }
 
+func TestActivityHistoryEndIfGoing(t *testing.T) {
+	var h ActivityHistory
+	t0 := time.Unix(0, 0)
+	if h.EndIfGoing(ActivityWriteStall, t0, 0, "") || len(h.Since(t0)) != 0 {
+		t.Fatal("EndIfGoing without one going on recorded something")
+	}
+	h.Begin(ActivityWriteStall, t0, "debt")
+	if !h.EndIfGoing(ActivityWriteStall, t0.Add(time.Second), 0, "") || h.EndIfGoing(ActivityWriteStall, t0.Add(2*time.Second), 0, "") {
+		t.Fatal("EndIfGoing: want true once, then false")
+	}
+	if got := h.Since(t0); len(got) != 1 || !got[0].End.Equal(t0.Add(time.Second)) {
+		t.Fatalf("after EndIfGoing: %v", got)
+	}
+}
+
 func TestActivityHistoryKeepsTheLatest(t *testing.T) {
 	var h ActivityHistory
 	t0 := time.Unix(0, 0)

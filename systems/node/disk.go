@@ -255,7 +255,9 @@ const writeStallPoll = 10 * time.Millisecond
 // awaitWriteStall holds a client write while the state machine stalls
 // writes (systems.WriteStaller: nezha's GC debt), until the stall ends or
 // ctx does; then it returns the stall's error. The write is not proposed
-// meanwhile, so a refused write was surely not applied.
+// meanwhile, so a refused write was surely not applied. The stall is an
+// activity (Status) from the first write held until a held write sees it
+// end.
 func (n *Node) awaitWriteStall(ctx context.Context) error {
 	ws, ok := n.sm.(systems.WriteStaller)
 	if !ok {
@@ -267,6 +269,7 @@ func (n *Node) awaitWriteStall(ctx context.Context) error {
 	}
 	n.metrics.writeStalls.Inc()
 	start := time.Now()
+	n.activities.Begin(systems.ActivityWriteStall, start, err.Error())
 	defer func() { n.metrics.writeStallSeconds.Add(time.Since(start).Seconds()) }()
 	t := time.NewTicker(writeStallPoll)
 	defer t.Stop()
@@ -281,6 +284,7 @@ func (n *Node) awaitWriteStall(ctx context.Context) error {
 			return errStopping
 		}
 		if err = ws.WriteStall(); err == nil {
+			n.activities.EndIfGoing(systems.ActivityWriteStall, time.Now(), 0, "")
 			return nil
 		}
 	}

@@ -17,6 +17,7 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/status"
 
+	"github.com/nezha-harness/nezha/systems"
 	"github.com/nezha-harness/nezha/systems/client"
 	"github.com/nezha-harness/nezha/systems/kvpb"
 	"github.com/nezha-harness/nezha/systems/vfs"
@@ -67,6 +68,21 @@ func TestWriteStallHoldsWrites(t *testing.T) {
 	}
 	if v, found, err := c.Get(ctx, []byte("held")); err != nil || !found || string(v) != "v" {
 		t.Fatalf("get held = %q %v %v", v, found, err)
+	}
+	// The leader reports the stall as one write-stall activity, ended by
+	// the held write that saw it end.
+	st, err := kv.Status(ctx, &kvpb.StatusRequest{ActivitiesSinceUnixNanos: tc.nodes[leader].epoch.UnixNano()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stallActs []*kvpb.Activity
+	for _, a := range st.Activities {
+		if a.Kind == systems.ActivityWriteStall {
+			stallActs = append(stallActs, a)
+		}
+	}
+	if len(stallActs) != 1 || stallActs[0].EndUnixNanos <= stallActs[0].StartUnixNanos || stallActs[0].Detail != debt.Error() {
+		t.Fatalf("write-stall activities %v; want one, ended, saying %q", stallActs, debt)
 	}
 }
 

@@ -133,7 +133,8 @@ type Node struct {
 	// leader: whether a leader is known, for writes Raft dropped.
 	leader *leaderWatch
 	// activities records the leader changes this node saw (Status):
-	// from losing a leader (or the node's start) until knowing the next.
+	// from losing a leader (or the node's start) until knowing the next;
+	// and the state machine's write stalls (awaitWriteStall).
 	activities systems.ActivityHistory
 	raftState  atomic.Uint64 // raft.StateType
 	firstIndex atomic.Uint64
