@@ -111,7 +111,7 @@ func latencyGCExperiment() Experiment {
 			x.note("Each system gets a fresh cluster, %d keys of %d KiB (%s live), then overwrites of uniformly drawn keys: first a closed loop of %d clients for %v after a warm-up of %v, whose throughput is the system's peak; then an open loop at each of %s of that peak (bench's -rate Fx: on the peak's summary.json), Poisson arrivals, at most %d in flight, %v of warm-up left out and %v measured. The cluster settles (its nodes write less than 1 MB/s) before each run. nezha's GC runs with its default knobs once a node's log holds %s; the RocksDB systems' geometry is %s.",
 				p.LatencyGCKeys, p.LatencyGCValueBytes/kib, bytesText(live), p.Clients, p.LatencyGCPeak, p.LatencyGCWarmup,
 				percentList(p.LatencyGCRates), p.LatencyGCSenders, p.LatencyGCWarmup, p.LatencyGCDuration, bytesText(threshold), geometryText(p.Geometry, live))
-			x.note("Latency is from each operation's intended start (its time on the schedule) to its answer (docs/latency.md). An operation counts 'during GC' (nezha: a GC round; original and blobdb: a RocksDB compaction, 'during compaction') if the span from its intended start to its answer overlaps such a window on any node, as the nodes report them (nezha's GC rounds; RocksDB's compaction jobs from its info log, to the microsecond); 'outside' if it overlaps none. A long operation is the likelier to overlap a window, so slow operations lean towards 'during'; 'time in windows' says how much of the run the windows covered. nezha-nogc has no GC: all its operations are outside.")
+			x.note("Latency is from each operation's intended start (its time on the schedule) to its answer (docs/latency.md). An operation counts 'during GC' (nezha: a GC round; original and blobdb: a RocksDB compaction, 'during compaction') if the span from its intended start to its answer overlaps such a window on any node, as the nodes report them (nezha's GC rounds; RocksDB's compaction jobs from its info log, to the microsecond); 'outside' if it overlaps none. A long operation is the likelier to overlap a window, so slow operations lean towards 'during'; 'time in windows' says how much of the run the windows covered. nezha-nogc has no GC: all its operations are outside. The p99.9 of fewer than 1000 operations (the p99 of fewer than 100) is their maximum: the ratio column and the metrics leave such values out.")
 			outcomes := map[string]latencyGCOutcome{}
 			for _, sys := range syss {
 				o, err := x.latencyGCRun(ctx, sys, threshold)
@@ -212,7 +212,9 @@ func (x *Run) latencyGCRun(ctx context.Context, sys string, threshold int64) (la
 			return fail("rate", err)
 		}
 		window := p.LatencyGCWarmup + p.LatencyGCDuration
-		o := put("l", p.LatencyGCSenders, int64(math.Ceil(rate*window.Seconds()))+1, int64(10+i))
+		// The window ends the run; the operation bound is above what a
+		// Poisson schedule brings in it (its mean plus 20 % and 100).
+		o := put("l", p.LatencyGCSenders, int64(math.Ceil(1.2*rate*window.Seconds()))+100, int64(10+i))
 		var raw bytes.Buffer
 		o.Raw = &raw
 		o.OverwriteKeys, o.Rate, o.RateSource, o.Arrivals = p.LatencyGCKeys, rate, source, workloads.ArrivalsPoisson
@@ -253,8 +255,12 @@ func (x *Run) latencyGCRun(ctx context.Context, sys string, threshold int64) (la
 			return fail("raw", err)
 		}
 		r.during, r.outside, r.covered = splitByWindows(ops, r.windows, start, s.DurationSec)
-		x.logf("%s at %g %%: %.0f ops/s, %d late, p99.9 %s ms from the intended start; %d %s windows over %.0f %% of the time",
-			sys, 100*f, s.OpsPerSec, s.LateOps, ms(s.Intended.P999Us), len(r.windows), latencyGCWork(kind), 100*r.covered)
+		found := "no GC"
+		if split {
+			found = fmt.Sprintf("%d %s windows over %.0f %% of the time", len(r.windows), latencyGCWork(kind), 100*r.covered)
+		}
+		x.logf("%s at %g %%: %.0f ops/s, %d late, p99.9 %s ms from the intended start; %s",
+			sys, 100*f, s.OpsPerSec, s.LateOps, ms(s.Intended.P999Us), found)
 		out.rates = append(out.rates, r)
 	}
 	tb.stop(false)
@@ -324,6 +330,12 @@ func newUsHistogram() *hdrhistogram.Histogram {
 	return hdrhistogram.New(1, int64(time.Hour/time.Microsecond), 3)
 }
 
+// minOpsForQuantile is how many operations a quantile q (percent) needs
+// to be more than their maximum: 1000 for p99.9, 100 for p99. Below it
+// the table still shows the value (the maximum), but no ratio or metric
+// is made of it.
+func minOpsForQuantile(q float64) float64 { return math.Round(100 / (100 - q)) }
+
 // quantileMs is h's quantile q (percent) in milliseconds, "-" if h is
 // empty.
 func quantileMs(h *hdrhistogram.Histogram, q float64) string {
@@ -363,20 +375,23 @@ func (x *Run) latencyGCReport(syss []string, outcomes map[string]latencyGCOutcom
 			pct := fmt.Sprintf("%g", 100*r.fraction)
 			nodes := float64(max(x.Profile.Nodes, 1))
 			perNode, covered, ratio := "-", "-", "-"
+			// A quantile is a metric only where enough operations hold it.
+			quantileMetric := func(name string, h *hdrhistogram.Histogram, q float64) {
+				if float64(h.TotalCount()) >= minOpsForQuantile(q) {
+					x.metric(fmt.Sprintf("%s/%s/%s", name, sys, pct), float64(h.ValueAtQuantile(q))/1000)
+				}
+			}
+			quantileMetric("latency_gc_p99_outside_ms", r.outside, 99)
+			quantileMetric("latency_gc_p999_outside_ms", r.outside, 99.9)
 			if split {
 				perNode, covered = f1(float64(len(r.windows))/nodes), fmt.Sprintf("%.0f %%", 100*r.covered)
-				if r.during.TotalCount() > 0 && r.outside.TotalCount() > 0 {
-					d, q := r.during.ValueAtQuantile(99.9), r.outside.ValueAtQuantile(99.9)
-					ratio = f2(float64(d) / float64(q))
-					x.metric(fmt.Sprintf("latency_gc_p999_during_ms/%s/%s", sys, pct), float64(d)/1000)
-					x.metric(fmt.Sprintf("latency_gc_p99_during_ms/%s/%s", sys, pct), float64(r.during.ValueAtQuantile(99))/1000)
+				quantileMetric("latency_gc_p99_during_ms", r.during, 99)
+				quantileMetric("latency_gc_p999_during_ms", r.during, 99.9)
+				if need := int64(minOpsForQuantile(99.9)); r.during.TotalCount() >= need && r.outside.TotalCount() >= need {
+					ratio = f2(float64(r.during.ValueAtQuantile(99.9)) / float64(r.outside.ValueAtQuantile(99.9)))
 				}
-				pairs = append(pairs, fmt.Sprintf("%s %%: %s ms during %s against %s ms outside (%s operations during, %s outside)",
-					pct, quantileMs(r.during, 99.9), work, quantileMs(r.outside, 99.9), fmt.Sprint(r.during.TotalCount()), fmt.Sprint(r.outside.TotalCount())))
-			}
-			if r.outside.TotalCount() > 0 {
-				x.metric(fmt.Sprintf("latency_gc_p999_outside_ms/%s/%s", sys, pct), float64(r.outside.ValueAtQuantile(99.9))/1000)
-				x.metric(fmt.Sprintf("latency_gc_p99_outside_ms/%s/%s", sys, pct), float64(r.outside.ValueAtQuantile(99))/1000)
+				pairs = append(pairs, fmt.Sprintf("%s %%: %s ms during %s against %s ms outside (%d operations during, %d outside)",
+					pct, quantileMs(r.during, 99.9), work, quantileMs(r.outside, 99.9), r.during.TotalCount(), r.outside.TotalCount()))
 			}
 			tbl.Rows = append(tbl.Rows, []string{sys, pct + " %", f0(s.Load.RateOpsPerSec), f0(s.OpsPerSec), fmt.Sprint(s.LateOps), fmt.Sprint(s.Errors + s.Ambiguous),
 				perNode, covered, fmt.Sprintf("%d / %d", r.during.TotalCount(), r.outside.TotalCount()),

@@ -474,13 +474,14 @@ func (p *Profile) Validate() error {
 func (p *Profile) String() string {
 	return fmt.Sprintf("profile %s: %s geometry, %d nodes, %d clients; put-vsize %d MiB per size at %v KiB; put-scale %s per node (headline: last, %d runs, more until %v measured, at most %d; conditions %v at %s); reads from %s; "+
 		"reads over %d keys x %d KiB, %d Zipf(%.2f) GETs, %d scans of %d; YCSB %d records x %d KiB, %d ops of %v; "+
-		"amplification %d keys x %d KiB; GC %d keys x %d KiB for %v; linearizability %v x %v, seeds %v; crash %d kills; "+
+		"amplification %d keys x %d KiB; GC %d keys x %d KiB for %v; latency-gc %d keys x %d KiB, %v at %v of the peak; linearizability %v x %v, seeds %v; crash %d kills; "+
 		"segments %d MiB, nezha GC threshold %d MiB",
 		p.Name, p.Geometry, p.Nodes, p.Clients, p.PutTotalBytes/mib, p.ValueSizesKiB, bytesList(p.ScaleDataBytes), p.HeadlineRuns, p.HeadlineMinSeconds, 3*p.HeadlineRuns,
 		p.Conditions, bytesText(p.ConditionDataBytes), readCacheText(p),
 		p.ReadKeys, p.ReadValueBytes/kib, p.GetOps, p.Zipf, p.ScanOps, p.ScanSize,
 		p.YCSBRecords, p.YCSBValueBytes/kib, p.YCSBOps, p.YCSBWorkloads,
 		p.AmpKeys, p.AmpValueBytes/kib, p.GCKeys, p.GCValueBytes/kib, p.GCDuration,
+		p.LatencyGCKeys, p.LatencyGCValueBytes/kib, p.LatencyGCDuration, p.LatencyGCRates,
 		p.LinNemeses, p.LinDuration, p.LinSeeds, p.CrashKills, p.SegmentSizeBytes/mib, p.GCThresholdBytes/mib)
 }
 
