@@ -8,11 +8,12 @@ import (
 	"github.com/nezha-harness/nezha/systems"
 )
 
-// activityPoll is how often a store reads RocksDB's compaction and write
-// stall state for its activities (Activities). RocksDB's C API has no
-// event listener, so the state is polled: a compaction or stall shorter
-// than activityPoll may be missed, and every start and end is known to
-// within activityPoll. A poll is three integer property reads.
+// activityPoll is how often a store reads RocksDB's write stall state
+// for its activities (Activities). RocksDB's C API has no event listener,
+// and RocksDB's info log, where the compactions are read from (jobs.go),
+// says when a stall begins but not when it ends, so the state is polled:
+// a stall shorter than activityPoll may be missed, and every start and end
+// is known to within activityPoll. A poll is two integer property reads.
 const activityPoll = 50 * time.Millisecond
 
 // activityWatch polls a store's RocksDB state in the background.
@@ -48,16 +49,13 @@ func (s *Store) stopActivityWatch() {
 	s.watch.cancel()
 	<-s.watch.done
 	now := time.Now()
-	for _, k := range []string{systems.ActivityCompaction, systems.ActivityWriteStall} {
-		if s.acts.Going(k) {
-			s.acts.End(k, now, 0, "store closed")
-		}
+	if s.acts.Going(systems.ActivityWriteStall) {
+		s.acts.End(systems.ActivityWriteStall, now, 0, "store closed")
 	}
 }
 
 // rocksActivity is RocksDB's state at one poll (DB-wide properties).
 type rocksActivity struct {
-	compactions uint64 // rocksdb.num-running-compactions
 	stopped     uint64 // rocksdb.is-write-stopped: 1 while writes are stopped
 	delayedRate uint64 // rocksdb.actual-delayed-write-rate: bytes/s, 0 if writes are not delayed
 }
@@ -77,22 +75,15 @@ func (s *Store) readActivity() (a rocksActivity, ok bool) {
 	if s.closed || s.db == nil {
 		return a, false
 	}
-	var okC, okS, okD bool
-	a.compactions, okC = s.db.GetIntProperty("rocksdb.num-running-compactions")
+	var okS, okD bool
 	a.stopped, okS = s.db.GetIntProperty("rocksdb.is-write-stopped")
 	a.delayedRate, okD = s.db.GetIntProperty("rocksdb.actual-delayed-write-rate")
-	return a, okC && okS && okD
+	return a, okS && okD
 }
 
-// recordActivity begins or ends the compaction and write stall
-// activities by the state a read at now.
+// recordActivity begins or ends the write stall activity by the state a
+// read at now.
 func (s *Store) recordActivity(now time.Time, a rocksActivity) {
-	switch {
-	case a.compactions > 0:
-		s.acts.Begin(systems.ActivityCompaction, now, "")
-	case s.acts.Going(systems.ActivityCompaction):
-		s.acts.End(systems.ActivityCompaction, now, 0, "")
-	}
 	switch {
 	case a.stopped > 0:
 		s.acts.Begin(systems.ActivityWriteStall, now, "writes stopped")
@@ -104,6 +95,20 @@ func (s *Store) recordActivity(now time.Time, a rocksActivity) {
 }
 
 // Activities implements systems.ActivityReporter: RocksDB's compactions
-// (while at least one runs) and write stalls (while writes are stopped
-// or delayed), as polled every activityPoll.
-func (s *Store) Activities(since time.Time) []systems.Activity { return s.acts.Since(since) }
+// of the user data (the meta column family's, of the one key of the
+// applied index, left out), one per compaction job, timed by RocksDB
+// itself (its info log, jobs.go:
+// the jobs since the node started, those a snapshot restore cut short
+// excepted), and write stalls (while writes are stopped or delayed), as
+// polled every activityPoll.
+func (s *Store) Activities(since time.Time) []systems.Activity {
+	acts := s.acts.Since(since)
+	for _, j := range s.jobs.jobs() {
+		if j.kind != jobCompaction || j.cf == metaCFName || !j.end.IsZero() && j.end.Before(since) {
+			continue
+		}
+		acts = append(acts, systems.Activity{Kind: systems.ActivityCompaction, Start: j.start, End: j.end, Bytes: j.outputBytes, Detail: j.detail()})
+	}
+	systems.SortActivities(acts)
+	return acts
+}

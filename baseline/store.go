@@ -73,6 +73,9 @@ type Store struct {
 	// so disk faults are injected, and outcomes watched, at the calls into
 	// it (rocksIO, observe); nil in unit tests.
 	fs *vfs.FS
+	// jobs follows RocksDB's info log for its flushes and compactions
+	// (Activities).
+	jobs *rocksJobs
 
 	// mu guards closed and the lifetime of the RocksDB handles below: every
 	// method holds it shared while it uses them; Close and CommitRestore
@@ -122,7 +125,8 @@ func (c *Config) OpenStore(env systems.Env) (*Store, error) {
 	}
 	comp, _ := compressionType(c.Compression) // checked by Validate
 
-	s := &Store{mode: c.mode, dir: dir, root: env.Dir, logger: logger, ctl: env.Control, fs: env.FS}
+	s := &Store{mode: c.mode, dir: dir, root: env.Dir, logger: logger, ctl: env.Control, fs: env.FS,
+		jobs: newRocksJobs(filepath.Join(dir, "LOG"))}
 	s.bbto = grocksdb.NewDefaultBlockBasedTableOptions()
 	if c.BlockCacheBytes > 0 {
 		s.cache = grocksdb.NewLRUCache(uint64(c.BlockCacheBytes))

@@ -33,6 +33,7 @@ const (
 	sysNezha     = nezha.Name
 	sysNezhaNoGC = nezha.NameNoGC
 	sysOriginal  = string(baseline.ModeOriginal)
+	sysBlobDB    = string(baseline.ModeBlobDB)
 	sysDwisckey  = dwisckey.Name
 	sysLSMRaft   = string(baseline.ModeLSMRaft)
 )

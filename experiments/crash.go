@@ -13,11 +13,13 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"gonum.org/v1/gonum/stat"
 
 	"github.com/nezha-harness/nezha/baseline"
+	"github.com/nezha-harness/nezha/faults"
 	"github.com/nezha-harness/nezha/linearizability"
 	"github.com/nezha-harness/nezha/plots"
 	"github.com/nezha-harness/nezha/systems/client"
@@ -37,7 +39,14 @@ type crashKill struct {
 	// Leader and Write are the times from the restart's start until a
 	// majority agreed on a leader and until a probe write was accepted.
 	Leader, Write time.Duration
-	Err           string
+	// At is the kill and Restarted the end of the restart (the node
+	// serving again), since the campaign's load began.
+	At, Restarted time.Duration
+	// Recovery is how the writers' load came back after the kill
+	// (faults.MeasureRecovery: writes acknowledged again, throughput
+	// back within 10 %).
+	Recovery faults.Recovery
+	Err      string
 }
 
 // crashKeyState is what the writers know of one key: the last acknowledged
@@ -54,6 +63,86 @@ func (s *crashKeyState) allowed(v string) bool { return v == s.acked || slices.C
 // crashWrites counts the writers' outcomes.
 type crashWrites struct {
 	Acked, Failed, Ambiguous int64
+}
+
+// crashLoad is the campaign's timeline of acknowledged writes: each
+// writer's own acknowledgements (sent and acknowledged, since start), and
+// a count per tenth of a second that the campaign reads while it runs.
+type crashLoad struct {
+	start time.Time
+	acks  [][]faults.Ack // per writer
+	bins  []atomic.Int64 // acknowledgements per crashBin since start
+}
+
+// crashBin is the resolution of crashLoad's live count.
+const crashBin = 100 * time.Millisecond
+
+// crashRecoveryWait bounds the wait, after each restart, for the writers'
+// throughput to come back within 10 % of its level before the kill
+// (awaitThroughput), so that each kill hits a recovered load.
+const crashRecoveryWait = 10 * time.Second
+
+func newCrashLoad(start time.Time, writers int, duration time.Duration) *crashLoad {
+	// The campaign's bound plus a minute for the last kill's recovery.
+	return &crashLoad{start: start, acks: make([][]faults.Ack, writers), bins: make([]atomic.Int64, int((duration+time.Minute)/crashBin)+1)}
+}
+
+// ack records that writer w's write sent at sent was acknowledged now.
+func (l *crashLoad) ack(w int, sent time.Time) {
+	now := time.Now()
+	l.acks[w] = append(l.acks[w], faults.Ack{Sent: sent.Sub(l.start), Acked: now.Sub(l.start)})
+	if b := int(now.Sub(l.start) / crashBin); b < len(l.bins) {
+		l.bins[b].Add(1)
+	}
+}
+
+// perSecond returns the acknowledgements in the second that starts at
+// from (since start).
+func (l *crashLoad) perSecond(from time.Duration) int64 {
+	var n int64
+	for b := int(from / crashBin); b < int((from+time.Second)/crashBin) && b < len(l.bins); b++ {
+		if b >= 0 {
+			n += l.bins[b].Load()
+		}
+	}
+	return n
+}
+
+// awaitThroughput waits, up to crashRecoveryWait, until the last whole
+// second holds at least 90 % of the median per-second acknowledgements
+// of the five seconds before at (the level faults.MeasureRecovery uses,
+// at the live count's resolution). It returns at once without such
+// seconds.
+func (l *crashLoad) awaitThroughput(ctx context.Context, at time.Duration) {
+	o := faults.DefaultRecoveryOptions()
+	var level []float64
+	for k := time.Duration(1); k*time.Second <= o.Before && at-k*time.Second >= 0; k++ {
+		level = append(level, float64(l.perSecond(at-k*time.Second)))
+	}
+	if len(level) == 0 {
+		return
+	}
+	need := (1 - o.Within) * median(level)
+	for end := time.Now().Add(crashRecoveryWait); time.Now().Before(end); {
+		now := time.Since(l.start).Truncate(crashBin)
+		if now-time.Second >= at && float64(l.perSecond(now-time.Second)) >= need {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(crashBin):
+		}
+	}
+}
+
+// all returns every writer's acknowledgements.
+func (l *crashLoad) all() []faults.Ack {
+	var out []faults.Ack
+	for _, a := range l.acks {
+		out = append(out, a...)
+	}
+	return out
 }
 
 // crashExperiment: a campaign of SIGKILLs of random nodes under a mixed
@@ -77,12 +166,21 @@ func crashExperiment() Experiment {
 			x.note("Each kill picks a random node (seed %d); even-numbered kills wait (up to 10 s) until the node reports new GC or compaction activity (a finished GC or log-truncation round, or a changed LSM or sorted-run shape) and kill it at once; nezha runs with %v so that rounds run back to back. The others kill after a random pause of up to %v of load.",
 				p.CrashSeed, nezhaGCFlags(), p.CrashLoadBetweenKills)
 			x.note("Recovery is timed from the start of the restart: 'leader' until a majority agrees on a leader, 'write' until a probe write is accepted. A write whose outcome the client could not learn (failed or ambiguous) may or may not have applied; the final value of a key may be its last acknowledged value or any later unacknowledged one, nothing else.")
+			ro := faults.DefaultRecoveryOptions()
+			x.param("recovery", ro)
+			x.note("Recovery of the load, timed from the kill on the writers' acknowledged writes (docs/latency.md, 'Recovery after a fault'): 'writes back' until a write sent after the kill is acknowledged; 'throughput back' until the start of the first %v (tried every %v from then on) that holds at least %.0f %% of the level before the kill, the median acknowledged writes per second of the %v before it. Each kill is looked at until the next one; after each restart the campaign waits (up to %v) for the throughput to be back before it goes on, so that every kill hits a recovered load. A time not reached before the next kill counts as not recovered ('n not back').",
+				ro.Window, ro.Step, 100*(1-ro.Within), ro.Before, crashRecoveryWait)
 			sum := Table{Title: "Crash campaign: acknowledged writes and recovery", Columns: []string{"system", "kills", "aimed at GC/compaction (activity seen)", "leader kills",
-				"writes acked", "failed", "ambiguous", "keys checked", "lost or wrong", "states converged", "recovery to write p50 / p95 / max (s)", "recovery to leader p50 (s)"}}
+				"writes acked", "failed", "ambiguous", "keys checked", "lost or wrong", "states converged", "recovery to write p50 / p95 / max (s)", "recovery to leader p50 (s)",
+				"writes back after kill p50 / max (s)", "throughput back within 10 % p50 / max (s)"}}
 			fig := plots.Figure{Name: "crash-recovery", Title: "Time to recover per kill", Kind: plots.Lines,
 				XLabel: "kill", YLabel: "restart to write accepted (s)",
 				Caption: "Time from the start of each restart until a leader was elected and a probe write accepted."}
-			csvRows := [][]string{{"system", "kill", "node", "during_gc", "activity_seen", "was_leader", "leader_sec", "write_sec", "error"}}
+			backFig := plots.Figure{Name: "crash-throughput-back", Title: "Time until throughput is back per kill", Kind: plots.Lines,
+				XLabel: "kill", YLabel: "kill to throughput back (s)",
+				Caption: fmt.Sprintf("Time from each kill until the writers' throughput was back to %.0f %% of its level before the kill (kills after which it was not back before the next are left out).", 100*(1-ro.Within))}
+			csvRows := [][]string{{"system", "kill", "node", "during_gc", "activity_seen", "was_leader", "leader_sec", "write_sec", "error",
+				"kill_at_sec", "restarted_at_sec", "level_writes_per_sec", "level_seconds", "writes_back_sec", "writes_back_seen", "throughput_back_sec", "throughput_back_seen"}}
 			var bad []string
 			for si, sys := range x.Systems {
 				r, err := x.crashRun(ctx, sys, uint64(si))
@@ -94,9 +192,27 @@ func crashExperiment() Experiment {
 					}
 				}
 				var gc, seen, leaders int
-				var lead, write []float64
+				var lead, write, writesBack, tputBack []float64
+				var writesNotBack, tputNotBack int
 				s := plots.Series{Name: sys}
+				bs := plots.Series{Name: sys}
 				for _, k := range r.kills {
+					rc := k.Recovery
+					switch {
+					case k.Err != "":
+					case rc.WritesBackSeen:
+						writesBack = append(writesBack, rc.WritesBack.Seconds())
+					default:
+						writesNotBack++
+					}
+					switch {
+					case k.Err != "" || rc.LevelSeconds == 0:
+					case rc.ThroughputBackSeen:
+						tputBack = append(tputBack, rc.ThroughputBack.Seconds())
+						bs.X, bs.Y = append(bs.X, float64(k.N)), append(bs.Y, rc.ThroughputBack.Seconds())
+					default:
+						tputNotBack++
+					}
 					if k.DuringGC {
 						gc++
 					}
@@ -110,10 +226,25 @@ func crashExperiment() Experiment {
 						lead, write = append(lead, k.Leader.Seconds()), append(write, k.Write.Seconds())
 						s.X, s.Y = append(s.X, float64(k.N)), append(s.Y, k.Write.Seconds())
 					}
+					sec := func(d time.Duration) string { return strconv.FormatFloat(d.Seconds(), 'f', 3, 64) }
 					csvRows = append(csvRows, []string{sys, fmt.Sprint(k.N), fmt.Sprint(k.Node), fmt.Sprint(k.DuringGC), fmt.Sprint(k.Observed),
-						fmt.Sprint(k.WasLeader), strconv.FormatFloat(k.Leader.Seconds(), 'f', 3, 64), strconv.FormatFloat(k.Write.Seconds(), 'f', 3, 64), k.Err})
+						fmt.Sprint(k.WasLeader), sec(k.Leader), sec(k.Write), k.Err,
+						sec(k.At), sec(k.Restarted), f1(rc.LevelOpsPerSec), fmt.Sprint(rc.LevelSeconds), sec(rc.WritesBack), fmt.Sprint(rc.WritesBackSeen),
+						sec(rc.ThroughputBack), fmt.Sprint(rc.ThroughputBackSeen)})
 				}
 				fig.Series = append(fig.Series, s)
+				if len(bs.X) > 0 {
+					backFig.Series = append(backFig.Series, bs)
+				}
+				if r.load != nil {
+					f := crashThroughputFigure(sys, r)
+					var ws []TimeWindow
+					for _, w := range f.Windows {
+						ws = append(ws, TimeWindow{Window: w})
+					}
+					x.recordWindows(RunWindows{Run: "crash campaign", System: sys, Start: r.load.start, Seconds: r.loadEnd.Seconds(), Windows: ws})
+					x.figure(f)
+				}
 				slices.Sort(lead)
 				slices.Sort(write)
 				dist := "-"
@@ -135,7 +266,13 @@ func crashExperiment() Experiment {
 				}
 				sum.Rows = append(sum.Rows, []string{sys, fmt.Sprint(len(r.kills)), fmt.Sprintf("%d (%d)", gc, seen), fmt.Sprint(leaders),
 					fmt.Sprint(r.writes.Acked), fmt.Sprint(r.writes.Failed), fmt.Sprint(r.writes.Ambiguous), checked,
-					lost, converged, dist, leadP50})
+					lost, converged, dist, leadP50, backText(writesBack, writesNotBack), backText(tputBack, tputNotBack)})
+				if len(writesBack) > 0 {
+					x.metric("crash_writes_back_p50_sec/"+sys, median(writesBack))
+				}
+				if len(tputBack) > 0 {
+					x.metric("crash_throughput_back_p50_sec/"+sys, median(tputBack))
+				}
 				for _, l := range r.lostText {
 					x.note("%s: %s", sys, l)
 				}
@@ -149,6 +286,9 @@ func crashExperiment() Experiment {
 			}
 			x.table(sum)
 			x.figure(fig)
+			if len(backFig.Series) > 0 {
+				x.figure(backFig)
+			}
 			if err := writeCSV(filepath.Join(x.Dir, "kills.csv"), csvRows); err != nil {
 				return err
 			}
@@ -158,6 +298,49 @@ func crashExperiment() Experiment {
 			return nil
 		},
 	}
+}
+
+// backText renders recovery times: "p50 / max", and how many kills were
+// not back before the next ("; 2 not back").
+func backText(secs []float64, notBack int) string {
+	t := "-"
+	if len(secs) > 0 {
+		t = f2(median(secs)) + " / " + f2(slices.Max(secs))
+	}
+	if notBack > 0 {
+		t += fmt.Sprintf("; %d not back", notBack)
+	}
+	return t
+}
+
+// crashThroughputFigure is the writers' acknowledged writes per second
+// over sys's campaign, each kill shaded from the kill to the end of the
+// node's restart.
+func crashThroughputFigure(sys string, r crashOutcome) plots.Figure {
+	f := plots.Figure{Name: "crash-throughput-" + sanitize(sys), Title: "Acknowledged writes over the campaign, " + sys, Kind: plots.Lines,
+		XLabel: "time since the load began (s)", YLabel: "acknowledged writes (1/s)",
+		Caption: "Writes acknowledged per second; shaded: each kill, from the SIGKILL to the end of the node's restart."}
+	acks := r.load.all()
+	secs := int(r.loadEnd / time.Second)
+	perSec := make([]float64, secs)
+	for _, a := range acks {
+		if s := int(a.Acked / time.Second); s < secs {
+			perSec[s]++
+		}
+	}
+	ser := plots.Series{Name: sys}
+	for i, v := range perSec {
+		ser.X, ser.Y = append(ser.X, float64(i)), append(ser.Y, v)
+	}
+	f.Series = []plots.Series{ser}
+	for _, k := range r.kills {
+		if k.Restarted <= k.At {
+			continue
+		}
+		f.Windows = append(f.Windows, plots.Window{Kind: plots.WindowFault, Label: fmt.Sprintf("kill %d: node %d", k.N, k.Node),
+			Start: k.At.Seconds(), End: k.Restarted.Seconds(), Node: k.Node})
+	}
+	return f
 }
 
 // crashOutcome is one system's campaign.
@@ -173,6 +356,9 @@ type crashOutcome struct {
 	// verified: the final read-back and hash comparison ran (not if the
 	// campaign was interrupted or failed before them).
 	verified bool
+	// load is the writers' acknowledgements, until loadEnd.
+	load    *crashLoad
+	loadEnd time.Duration
 }
 
 // crashArgs make GC and compaction frequent: nezha's rounds back to back,
@@ -205,6 +391,8 @@ func (x *Run) crashRun(ctx context.Context, sys string, stream uint64) (out cras
 	deadline := time.Now().Add(p.CrashDuration)
 	wctx, stopWriters := context.WithDeadline(ctx, deadline)
 	defer stopWriters()
+	load := newCrashLoad(time.Now(), p.CrashWriters, p.CrashDuration)
+	out.load = load
 	states := make([]map[string]*crashKeyState, p.CrashWriters)
 	counts := make([]crashWrites, p.CrashWriters)
 	var wg sync.WaitGroup
@@ -214,7 +402,7 @@ func (x *Run) crashRun(ctx context.Context, sys string, stream uint64) (out cras
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			x.crashWriter(wctx, tb.c, w, perWriter, states[w], &counts[w], mrand.New(mrand.NewPCG(uint64(p.CrashSeed), stream<<32|uint64(w)+1)))
+			x.crashWriter(wctx, tb.c, w, perWriter, states[w], &counts[w], load, mrand.New(mrand.NewPCG(uint64(p.CrashSeed), stream<<32|uint64(w)+1)))
 		}()
 	}
 	x.logf("%s: %d writers on %d keys; %d kills (seed %d), at most %v", sys, p.CrashWriters, p.CrashKeys, p.CrashKills, p.CrashSeed, p.CrashDuration)
@@ -225,19 +413,28 @@ func (x *Run) crashRun(ctx context.Context, sys string, stream uint64) (out cras
 			x.note("%s: stopped after %d of %d kills (time bound %v)", sys, i-1, p.CrashKills, p.CrashDuration)
 			break
 		}
-		k, err := x.crashOnce(ctx, tb, i, rng)
+		k, err := x.crashOnce(ctx, tb, i, rng, load)
 		out.kills = append(out.kills, k)
 		if err != nil {
 			campaignErr = fmt.Errorf("kill %d (node %d): %w", i, k.Node, err)
 			break
 		}
+		load.awaitThroughput(ctx, k.At)
 		if i%10 == 0 || i == p.CrashKills {
 			x.logf("%s: kill %d/%d: node %d (leader %v, GC %v/%v), leader after %v, write after %v", sys, i, p.CrashKills, k.Node,
 				k.WasLeader, k.DuringGC, k.Observed, k.Leader.Round(time.Millisecond), k.Write.Round(time.Millisecond))
 		}
 	}
 	stopWriters()
+	out.loadEnd = time.Since(load.start)
 	wg.Wait()
+	var at []time.Duration
+	for _, k := range out.kills {
+		at = append(at, k.At)
+	}
+	for i, rc := range faults.MeasureRecovery(load.all(), 0, out.loadEnd, at, faults.DefaultRecoveryOptions()) {
+		out.kills[i].Recovery = rc
+	}
 	if campaignErr != nil {
 		return out, campaignErr
 	}
@@ -300,7 +497,7 @@ func crashRead(ctx context.Context, c *client.Client, key string) (string, error
 // crashWriter writes to its own keys (key i belongs to writer i mod
 // writers, so each key's writes are sequential) until ctx ends or it has
 // issued limit writes: nine puts of a random size for each delete.
-func (x *Run) crashWriter(ctx context.Context, c *client.Client, w int, limit int64, states map[string]*crashKeyState, n *crashWrites, rng *mrand.Rand) {
+func (x *Run) crashWriter(ctx context.Context, c *client.Client, w int, limit int64, states map[string]*crashKeyState, n *crashWrites, load *crashLoad, rng *mrand.Rand) {
 	p := x.Profile
 	var own []int
 	for i := w; i < p.CrashKeys; i += p.CrashWriters {
@@ -318,6 +515,7 @@ func (x *Run) crashWriter(ctx context.Context, c *client.Client, w int, limit in
 		}
 		value := ""
 		octx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		sent := time.Now()
 		var err error
 		if rng.IntN(10) == 0 {
 			_, err = c.Delete(octx, []byte(key))
@@ -331,6 +529,7 @@ func (x *Run) crashWriter(ctx context.Context, c *client.Client, w int, limit in
 		switch {
 		case err == nil:
 			n.Acked++
+			load.ack(w, sent)
 			st.acked, st.pending = value, nil
 		case errors.Is(err, client.ErrAmbiguous):
 			n.Ambiguous++
@@ -344,7 +543,7 @@ func (x *Run) crashWriter(ctx context.Context, c *client.Client, w int, limit in
 
 // crashOnce kills a random node (kill i; even kills aimed at GC or
 // compaction), restarts it and times the recovery.
-func (x *Run) crashOnce(ctx context.Context, tb *testbed, i int, rng *mrand.Rand) (crashKill, error) {
+func (x *Run) crashOnce(ctx context.Context, tb *testbed, i int, rng *mrand.Rand, load *crashLoad) (crashKill, error) {
 	spec := tb.spec
 	node := spec.Nodes[rng.IntN(len(spec.Nodes))]
 	k := crashKill{N: i, Node: node.ID, DuringGC: i%2 == 0}
@@ -360,6 +559,7 @@ func (x *Run) crashOnce(ctx context.Context, tb *testbed, i int, rng *mrand.Rand
 		case <-time.After(pause):
 		}
 	}
+	k.At = time.Since(load.start)
 	if err := spec.Kill(node.ID); err != nil {
 		k.Err = err.Error()
 		return k, err
@@ -369,6 +569,7 @@ func (x *Run) crashOnce(ctx context.Context, tb *testbed, i int, rng *mrand.Rand
 		k.Err = err.Error()
 		return k, err
 	}
+	k.Restarted = time.Since(load.start)
 	if _, err := spec.WaitLeader(ctx, 30*time.Second); err != nil {
 		k.Err = err.Error()
 		return k, err

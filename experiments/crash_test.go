@@ -31,6 +31,31 @@ func crashBinary(t *testing.T) string {
 	return b
 }
 
+// runExperiment runs experiment name with p on systems (a fresh build of
+// the binary, or $NEZHA_BINARY), within timeout, and returns its result,
+// which must have no error nor failure, and the run's output directory.
+func runExperiment(t *testing.T, name string, p Profile, systems []string, timeout time.Duration) (*Result, string) {
+	t.Helper()
+	bin := crashBinary(t)
+	exps, err := Lookup([]string{name})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := t.TempDir()
+	var log bytes.Buffer
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	res, err := Execute(ctx, RunOptions{Experiments: exps, Profile: p, Systems: systems, OutDir: out, Binary: bin, Out: &log})
+	t.Log(log.String())
+	if err != nil || len(res) != 1 {
+		t.Fatalf("%d results, %v", len(res), err)
+	}
+	if r := res[0]; r.Error != "" || len(r.Failures) > 0 {
+		t.Fatalf("%s failed: %s %+v", name, r.Error, r.Failures)
+	}
+	return res[0], out
+}
+
 func TestLookupSkipsCrashInQuickAll(t *testing.T) {
 	quick, err := LookupFor([]string{"all"}, "quick")
 	if err != nil {
@@ -66,28 +91,11 @@ func TestCrashCampaign(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a cluster")
 	}
-	bin := crashBinary(t)
 	p := Quick()
 	p.CrashKills, p.CrashKeys, p.CrashValueBytes, p.CrashWriters = 3, 200, 4*kib, 2
 	p.CrashMaxWrites, p.CrashDuration, p.CrashLoadBetweenKills = 20_000, 40*time.Second, 300*time.Millisecond
 	t.Logf("seed %d", p.CrashSeed)
-	exps, err := Lookup([]string{"crash"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	out := t.TempDir()
-	var log bytes.Buffer
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	res, err := Execute(ctx, RunOptions{Experiments: exps, Profile: p, Systems: []string{"nezha"}, OutDir: out, Binary: bin, Out: &log})
-	t.Log(log.String())
-	if err != nil || len(res) != 1 {
-		t.Fatalf("%d results, %v", len(res), err)
-	}
-	r := res[0]
-	if r.Error != "" || len(r.Failures) > 0 {
-		t.Fatalf("campaign failed: %s %+v", r.Error, r.Failures)
-	}
+	r, out := runExperiment(t, "crash", p, []string{"nezha"}, 2*time.Minute)
 	if lost, ok := r.Metrics["crash_lost_writes/nezha"]; !ok || lost != 0 {
 		t.Fatalf("lost writes metric %v (present %v)", lost, ok)
 	}
@@ -104,13 +112,25 @@ func TestCrashCampaign(t *testing.T) {
 		t.Fatalf("kills.csv: %d rows, %v", len(rows), err)
 	}
 	for _, row := range rows[1:] {
-		if row[8] != "" {
-			t.Fatalf("kill failed: %v", row)
+		// Every kill's writes came back within the campaign.
+		if row[8] != "" || len(row) != len(rows[0]) || row[14] != "true" {
+			t.Fatalf("kill failed or its writes never came back: %v", row)
 		}
 	}
+	if _, ok := r.Metrics["crash_writes_back_p50_sec/nezha"]; !ok {
+		t.Fatalf("no time until writes were back: %v", r.Metrics)
+	}
 	figs, err := plots.Load(filepath.Join(out, "crash"))
-	if err != nil || len(figs) != 1 || len(figs[0].Series) != 1 || len(figs[0].Series[0].Y) != 3 {
+	byName := map[string]plots.Figure{}
+	for _, f := range figs {
+		byName[f.Name] = f
+	}
+	if rec := byName["crash-recovery"]; err != nil || len(rec.Series) != 1 || len(rec.Series[0].Y) != 3 {
 		t.Fatalf("figures: %+v, %v", figs, err)
+	}
+	// The throughput over the campaign shows each kill.
+	if tp := byName["crash-throughput-nezha"]; len(tp.Series) != 1 || len(tp.Windows) != 3 || tp.Windows[0].Kind != plots.WindowFault {
+		t.Fatalf("throughput figure: %+v", tp)
 	}
 	if len(r.Tables) != 1 || len(r.Tables[0].Rows) != 1 || r.Tables[0].Rows[0][8] != "0" || r.Tables[0].Rows[0][9] != "true" {
 		t.Fatalf("summary table: %+v", r.Tables)

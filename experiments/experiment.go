@@ -73,13 +73,13 @@ type Experiment struct {
 // All returns every experiment in the order `run all` runs them.
 func All() []Experiment {
 	all := []Experiment{
-		diskLimit(), putVsize(), putScale(), getZipf(), scan(), ycsbExperiment(), amplification(), gcExperiment(), linearizabilityExperiment(), crashExperiment(),
+		diskLimit(), putVsize(), putScale(), getZipf(), scan(), ycsbExperiment(), amplification(), gcExperiment(), latencyGCExperiment(), linearizabilityExperiment(), crashExperiment(),
 		embeddedExperiment(),
 	}
 	// Rounded from the recorded quick runs (see QuickDuration).
 	quick := map[string]time.Duration{
 		"disk-limit": 3 * time.Second, "put-vsize": 2 * time.Minute, "put-scale": 11 * time.Minute, "get-zipf": 5 * time.Minute,
-		"scan": 3 * time.Minute, "ycsb": 3 * time.Minute, "amplification": 3 * time.Minute, "gc": 3 * time.Minute,
+		"scan": 3 * time.Minute, "ycsb": 3 * time.Minute, "amplification": 3 * time.Minute, "gc": 3 * time.Minute, "latency-gc": 7 * time.Minute,
 		"linearizability": 90 * time.Second, "crash": 8 * time.Minute, "embedded": 90 * time.Second,
 	}
 	for i := range all {

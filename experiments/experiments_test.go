@@ -36,7 +36,7 @@ func TestLookup(t *testing.T) {
 		}
 		names[e.Name] = true
 	}
-	for _, want := range []string{"put-vsize", "put-scale", "get-zipf", "scan", "ycsb", "amplification", "disk-limit", "gc", "linearizability"} {
+	for _, want := range []string{"put-vsize", "put-scale", "get-zipf", "scan", "ycsb", "amplification", "disk-limit", "gc", "latency-gc", "linearizability"} {
 		if !names[want] {
 			t.Fatalf("experiment %s missing", want)
 		}

@@ -137,6 +137,19 @@ type Profile struct {
 	// (nezha.Strategies; the first should be the default).
 	GCStrategies []string `json:"gc_strategies"`
 
+	// latency-gc: LatencyGCKeys keys of LatencyGCValueBytes loaded, then
+	// overwritten: for LatencyGCPeak by Clients closed-loop clients (the
+	// system's peak), then open loop at each of LatencyGCRates times that
+	// peak, for LatencyGCWarmup (left out) and LatencyGCDuration
+	// (measured), at most LatencyGCSenders operations in flight.
+	LatencyGCKeys       int64         `json:"latency_gc_keys"`
+	LatencyGCValueBytes int           `json:"latency_gc_value_bytes"`
+	LatencyGCPeak       time.Duration `json:"latency_gc_peak_ns"`
+	LatencyGCWarmup     time.Duration `json:"latency_gc_warmup_ns"`
+	LatencyGCDuration   time.Duration `json:"latency_gc_duration_ns"`
+	LatencyGCRates      []float64     `json:"latency_gc_rates"`
+	LatencyGCSenders    int           `json:"latency_gc_senders"`
+
 	// Linearizability: every system under every nemesis in LinNemeses
 	// for LinDuration each, LinClients clients, once per seed in LinSeeds.
 	LinNemeses  []string      `json:"lin_nemeses"`
@@ -231,7 +244,11 @@ func Quick() Profile {
 		// The default strategy only (standard compares them all): each
 		// strategy adds about 40 s.
 		GCStrategies: []string{nezha.StrategyTiered},
-		LinNemeses:   []string{"partition-leader"}, LinDuration: 8 * time.Second, LinClients: 4, LinSeeds: []int64{1},
+		// 32 MiB live, nezha's GC at 64 MiB of log: a round every few
+		// seconds per node at these rates; about a minute per system.
+		LatencyGCKeys: 2048, LatencyGCValueBytes: 16 * kib, LatencyGCPeak: 8 * time.Second,
+		LatencyGCWarmup: 3 * time.Second, LatencyGCDuration: 12 * time.Second, LatencyGCRates: []float64{0.5, 0.7, 0.9}, LatencyGCSenders: 256,
+		LinNemeses: []string{"partition-leader"}, LinDuration: 8 * time.Second, LinClients: 4, LinSeeds: []int64{1},
 		// The crash campaign takes minutes per system: `run all` skips it
 		// in this profile and in standard (Experiment.Campaign); name it
 		// to run it.
@@ -270,6 +287,9 @@ func Standard() Profile {
 	p.YCSBRecords, p.YCSBOps = 8000, 8000
 	p.AmpKeys, p.AmpValueBytes = 4096, 256*kib
 	p.GCKeys, p.GCDuration, p.GCStrategies = 8192, 20*time.Second, nezha.Strategies()
+	// 64 MiB live, GC at 128 MiB of log: several rounds per node in each
+	// 30 s run; about 3 minutes per system.
+	p.LatencyGCKeys, p.LatencyGCPeak, p.LatencyGCWarmup, p.LatencyGCDuration = 4096, 15*time.Second, 5*time.Second, 30*time.Second
 	p.LinNemeses, p.LinDuration = []string{"partition-leader", "kill-leader"}, 10*time.Second
 	p.CrashKills, p.CrashKeys, p.CrashDuration = 50, 8000, 15*time.Minute
 	p.EmbeddedPutDuration, p.EmbeddedPutMaxBytes, p.EmbeddedReadDuration = 5*time.Second, 512*mib, 3*time.Second
@@ -299,8 +319,10 @@ func Paper() Profile {
 		YCSBWorkloads: []string{"a", "b", "c", "d", "e", "f"},
 		AmpKeys:       100 * gib / (256 * kib), AmpValueBytes: 256 * kib,
 		GCKeys: 40_000, GCValueBytes: 256 * kib, GCWriters: 64, GCReaders: 32, GCDuration: 10 * time.Minute,
-		GCStrategies: nezha.Strategies(),
-		LinNemeses:   faults.Names(), LinDuration: 30 * time.Second, LinClients: 5, LinSeeds: []int64{1, 2, 3, 4, 5},
+		GCStrategies:  nezha.Strategies(),
+		LatencyGCKeys: 40_000, LatencyGCValueBytes: 256 * kib, LatencyGCPeak: time.Minute,
+		LatencyGCWarmup: 30 * time.Second, LatencyGCDuration: 5 * time.Minute, LatencyGCRates: []float64{0.5, 0.7, 0.9}, LatencyGCSenders: 1024,
+		LinNemeses: faults.Names(), LinDuration: 30 * time.Second, LinClients: 5, LinSeeds: []int64{1, 2, 3, 4, 5},
 		CrashKills: 200, CrashKeys: 20_000, CrashValueBytes: 256 * kib, CrashWriters: 16, CrashMaxWrites: 10_000_000,
 		CrashDuration: 2 * time.Hour, CrashLoadBetweenKills: 5 * time.Second, CrashSeed: 1,
 		EmbeddedReadSetBytes: 4 * gib,
@@ -368,6 +390,7 @@ func (p *Profile) Validate() error {
 		{"embedded_put_max_bytes", p.EmbeddedPutMaxBytes}, {"embedded_writers", int64(p.EmbeddedWriters)},
 		{"embedded_read_set_bytes", p.EmbeddedReadSetBytes},
 		{"embedded_readers", int64(p.EmbeddedReaders)},
+		{"latency_gc_keys", p.LatencyGCKeys}, {"latency_gc_value_bytes", int64(p.LatencyGCValueBytes)}, {"latency_gc_senders", int64(p.LatencyGCSenders)},
 	} {
 		if c.v < 1 {
 			bad("profile %s: %s = %d must be positive", p.Name, c.name, c.v)
@@ -440,8 +463,17 @@ func (p *Profile) Validate() error {
 		}
 	}
 	if p.GCDuration <= 0 || p.LinDuration <= 0 || p.CrashDuration <= 0 || p.CrashLoadBetweenKills < 0 ||
-		p.EmbeddedPutDuration <= 0 || p.EmbeddedReadDuration <= 0 {
+		p.EmbeddedPutDuration <= 0 || p.EmbeddedReadDuration <= 0 || p.LatencyGCPeak <= 0 || p.LatencyGCWarmup < 0 || p.LatencyGCDuration <= 0 {
 		bad("profile %s: durations must be positive", p.Name)
+	}
+	if len(p.LatencyGCRates) == 0 {
+		bad("profile %s: latency_gc_rates is empty", p.Name)
+	}
+	for i, r := range p.LatencyGCRates {
+		if !(r > 0 && r <= 1) || i > 0 && r <= p.LatencyGCRates[i-1] {
+			bad("profile %s: latency_gc_rates %v: want ascending fractions of the peak in (0, 1]", p.Name, p.LatencyGCRates)
+			break
+		}
 	}
 	return errors.Join(errs...)
 }
@@ -450,13 +482,14 @@ func (p *Profile) Validate() error {
 func (p *Profile) String() string {
 	return fmt.Sprintf("profile %s: %s geometry, %d nodes, %d clients; put-vsize %d MiB per size at %v KiB; put-scale %s per node (headline: last, %d runs, more until %v measured, at most %d; conditions %v at %s); reads from %s; "+
 		"reads over %d keys x %d KiB, %d Zipf(%.2f) GETs, %d scans of %d; YCSB %d records x %d KiB, %d ops of %v; "+
-		"amplification %d keys x %d KiB; GC %d keys x %d KiB for %v; linearizability %v x %v, seeds %v; crash %d kills; "+
+		"amplification %d keys x %d KiB; GC %d keys x %d KiB for %v; latency-gc %d keys x %d KiB, %v at %v of the peak; linearizability %v x %v, seeds %v; crash %d kills; "+
 		"segments %d MiB, nezha GC threshold %d MiB",
 		p.Name, p.Geometry, p.Nodes, p.Clients, p.PutTotalBytes/mib, p.ValueSizesKiB, bytesList(p.ScaleDataBytes), p.HeadlineRuns, p.HeadlineMinSeconds, 3*p.HeadlineRuns,
 		p.Conditions, bytesText(p.ConditionDataBytes), readCacheText(p),
 		p.ReadKeys, p.ReadValueBytes/kib, p.GetOps, p.Zipf, p.ScanOps, p.ScanSize,
 		p.YCSBRecords, p.YCSBValueBytes/kib, p.YCSBOps, p.YCSBWorkloads,
 		p.AmpKeys, p.AmpValueBytes/kib, p.GCKeys, p.GCValueBytes/kib, p.GCDuration,
+		p.LatencyGCKeys, p.LatencyGCValueBytes/kib, p.LatencyGCDuration, p.LatencyGCRates,
 		p.LinNemeses, p.LinDuration, p.LinSeeds, p.CrashKills, p.SegmentSizeBytes/mib, p.GCThresholdBytes/mib)
 }
 

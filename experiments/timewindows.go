@@ -251,7 +251,7 @@ func figureWindows(ws []TimeWindow, shift float64, system string, skip ...plots.
 
 // windowsCaption says which windows a figure shows.
 func windowsCaption(several bool, skipped ...plots.WindowKind) string {
-	s := "Shaded: nezha's GC rounds (per node), the RocksDB systems' compactions (polled every 50 ms), write stalls (per node), leader changes (no leader known, merged over the nodes) and injected faults, as the nodes and the fault schedule report them (result.json: windows)."
+	s := "Shaded: nezha's GC rounds (per node), the RocksDB systems' compactions (each job, as RocksDB's info log times it), write stalls (per node), leader changes (no leader known, merged over the nodes) and injected faults, as the nodes and the fault schedule report them (result.json: windows)."
 	if several {
 		s += " Each system's windows are on its own run's time axis."
 	}

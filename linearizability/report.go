@@ -47,8 +47,11 @@ func WriteResult(w io.Writer, r *Result) {
 		fmt.Fprintf(w, "backend %s; partitions: %s\n", r.Backend, r.Partitions)
 	}
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	for _, win := range r.Windows {
+	for i, win := range r.Windows {
 		fmt.Fprintf(tw, "  fault\t%s\t%v..%v\t%s\n", win.Nemesis, win.Start.Round(time.Millisecond), win.End.Round(time.Millisecond), win.Detail)
+		if i < len(r.Recovery) {
+			fmt.Fprintf(tw, "  \trecovery\t%s\n", r.Recovery[i].Text())
+		}
 	}
 	for _, e := range r.Events {
 		if e.Action == "skip" {

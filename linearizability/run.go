@@ -310,16 +310,22 @@ type Result struct {
 	Schedule     *faults.Schedule `json:"schedule"`
 	Events       []faults.Event   `json:"events"`
 	Windows      []faults.Window  `json:"windows"`
-	FinalWrite   FinalWrite       `json:"final_write"`
-	Convergence  Convergence      `json:"convergence"`
-	Dir          string           `json:"dir"`
-	HistoryPath  string           `json:"history"`
-	HTMLPath     string           `json:"html,omitempty"`
-	ResultPath   string           `json:"result"`
-	Started      time.Time        `json:"started"`
-	Elapsed      time.Duration    `json:"elapsed_ns"`
-	GoVersion    string           `json:"go_version"`
-	Host         string           `json:"host"`
+	// Recovery is, per fault window (in the order of Windows), how long
+	// the workload's writes took to succeed again and to get back within
+	// 10 % of their throughput before it (faults.MeasureRecovery with
+	// RecoveryOptions).
+	Recovery        []faults.Recovery      `json:"recovery"`
+	RecoveryOptions faults.RecoveryOptions `json:"recovery_options"`
+	FinalWrite      FinalWrite             `json:"final_write"`
+	Convergence     Convergence            `json:"convergence"`
+	Dir             string                 `json:"dir"`
+	HistoryPath     string                 `json:"history"`
+	HTMLPath        string                 `json:"html,omitempty"`
+	ResultPath      string                 `json:"result"`
+	Started         time.Time              `json:"started"`
+	Elapsed         time.Duration          `json:"elapsed_ns"`
+	GoVersion       string                 `json:"go_version"`
+	Host            string                 `json:"host"`
 	// Build is what `nezha version` prints for the binary that ran the
 	// check (module version, VCS revision, Go version), so that a result
 	// names the commit that made it, as experiments' result.json do.
@@ -478,6 +484,8 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 		res.Availability = float64(res.Ops.OK) / float64(res.Ops.Total)
 	}
 	res.Windows = faults.Windows(res.Events, end)
+	res.RecoveryOptions = faults.DefaultRecoveryOptions()
+	res.Recovery = recovery(ops, res.Windows, workEnd, res.RecoveryOptions)
 	if err := writeJSON(res.HistoryPath, ops); err != nil {
 		return nil, err
 	}
@@ -749,6 +757,23 @@ func sameState(ns []NodeState) (bool, string) {
 		return true, ""
 	}
 	return false, strings.Join(parts, "; ")
+}
+
+// recovery measures the recovery after each fault window from the
+// workload's acknowledged writes (the final phase's left out), up to the
+// end of the workload.
+func recovery(ops []Op, windows []faults.Window, workEnd time.Duration, o faults.RecoveryOptions) []faults.Recovery {
+	var acks []faults.Ack
+	for _, op := range ops {
+		if op.Worker >= 0 && op.Status == StatusOK && (op.Input.Kind == OpPut || op.Input.Kind == OpDelete) {
+			acks = append(acks, faults.Ack{Sent: time.Duration(op.Call), Acked: time.Duration(op.Return)})
+		}
+	}
+	var at []time.Duration
+	for _, w := range windows {
+		at = append(at, w.Start)
+	}
+	return faults.MeasureRecovery(acks, 0, workEnd, at, o)
 }
 
 func countOps(ops []Op) OpCounts {

@@ -229,6 +229,18 @@ func TestCheck(t *testing.T) {
 			if _, err := os.Stat(res.HistoryPath); err != nil {
 				t.Fatal(err)
 			}
+			// Recovery is measured per fault; the writes came back after
+			// at least one of them within the run.
+			back := false
+			for i, rc := range res.Recovery {
+				if i >= len(res.Windows) || rc.At != res.Windows[i].Start {
+					t.Fatalf("recovery %d at %v; windows %+v", i, rc.At, res.Windows)
+				}
+				back = back || rc.WritesBackSeen
+			}
+			if len(res.Recovery) != len(res.Windows) || !back {
+				t.Fatalf("recovery %+v for %d fault windows: want one per window, writes back after one at least", res.Recovery, len(res.Windows))
+			}
 			if !slices.Contains(c.nemeses, faults.Membership) {
 				return
 			}

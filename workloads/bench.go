@@ -133,6 +133,13 @@ type PutOptions struct {
 	// Order of the writes: "random" (a seeded permutation of the indices,
 	// as the paper's randwrite) or "sequential".
 	Order string `json:"order"`
+	// OverwriteKeys (-overwrite), if positive, makes the run overwrite:
+	// each operation writes the key of an index drawn uniformly from
+	// 0..OverwriteKeys-1 (each client from its own source, Seed + its
+	// number), keys an earlier run wrote, instead of a new key each, so
+	// that the live data stays OverwriteKeys values and the rest becomes
+	// garbage for GC or compaction. Order is then unused.
+	OverwriteKeys int64 `json:"overwrite_keys,omitempty"`
 	// ValueKind is what values are made of (-valueKind): ValueRandom
 	// (default; uniformly random bytes, which no compressor shrinks) or
 	// ValueLowercase (random letters a-z, as the paper's benchmark programs
@@ -157,7 +164,10 @@ func DefaultPutOptions() PutOptions {
 // Validate reports every problem at once.
 func (o *PutOptions) Validate() error {
 	errs := o.validate()
-	if o.Ops > MaxKeys {
+	switch {
+	case o.OverwriteKeys < 0 || o.OverwriteKeys > MaxKeys:
+		errs = append(errs, systems.Usagef("-overwrite %d: want 0 (new keys) or up to %d keys", o.OverwriteKeys, MaxKeys))
+	case o.OverwriteKeys == 0 && o.Ops > MaxKeys:
 		errs = append(errs, systems.Usagef("-dnums %d: the key scheme names at most %d keys", o.Ops, MaxKeys))
 	}
 	if o.ValueBytes < 1 {
@@ -435,13 +445,29 @@ func (v *ValueBuffer) Value(i int64) []byte {
 	return v.buf[off : off+int64(v.size) : off+int64(v.size)]
 }
 
-// RunPut writes o.Ops unique keys (indices 0..Ops-1 in o.Order) with
-// o.Clients closed-loop clients.
+// RunPut writes o.Ops unique keys (indices 0..Ops-1 in o.Order), or with
+// o.OverwriteKeys overwrites uniformly drawn ones of those keys, with
+// o.Clients closed-loop clients (an open loop with o.Rate).
 func RunPut(ctx context.Context, s Store, o PutOptions) (Summary, error) {
 	if err := o.Validate(); err != nil {
 		return Summary{Op: "put"}, err
 	}
 	vb := NewValueBuffer(o.ValueBytes, o.Seed, o.ValueKind)
+	put := func(ctx context.Context, i, seq int64) (Outcome, int64, int64, error) {
+		// An overwrite writes another value than the key's last (the
+		// value of the operation's sequence number).
+		v := vb.Value(seq)
+		_, err := s.Put(ctx, Key(o.KeyPrefix, i), v)
+		return Classify(err), int64(len(v)), 1, err
+	}
+	if o.OverwriteKeys > 0 {
+		return run(ctx, o.Common, "put", func(id int) opFunc {
+			rng := rand.New(rand.NewSource(o.Seed + int64(id)))
+			return func(ctx context.Context, _ int, seq int64) (Outcome, int64, int64, error) {
+				return put(ctx, rng.Int63n(o.OverwriteKeys), seq)
+			}
+		})
+	}
 	order := Identity(o.Ops)
 	if o.Order == "random" {
 		order = NewPermutation(o.Ops, rand.New(rand.NewSource(o.Seed)))
@@ -449,9 +475,7 @@ func RunPut(ctx context.Context, s Store, o PutOptions) (Summary, error) {
 	return run(ctx, o.Common, "put", func(int) opFunc {
 		return func(ctx context.Context, _ int, seq int64) (Outcome, int64, int64, error) {
 			i := order.At(seq)
-			v := vb.Value(i)
-			_, err := s.Put(ctx, Key(o.KeyPrefix, i), v)
-			return Classify(err), int64(len(v)), 1, err
+			return put(ctx, i, i)
 		}
 	})
 }

@@ -453,6 +453,54 @@ func WriteRawCSV(w io.Writer, recs []*Recorder) error {
 	return cw.Error()
 }
 
+// ReadRawCSV reads what WriteRawCSV wrote (the columns found by their
+// names in the header, so a file with more columns reads too), back to
+// microseconds.
+func ReadRawCSV(r io.Reader) ([]RawOp, error) {
+	cr := csv.NewReader(r)
+	head, err := cr.Read()
+	if err != nil {
+		return nil, fmt.Errorf("raw CSV: %w", err)
+	}
+	col := map[string]int{}
+	for i, h := range head {
+		col[h] = i
+	}
+	need := []string{"op", "start_unix_us", "latency_us", "outcome", "intended_start_unix_us", "late"}
+	for _, n := range need {
+		if _, ok := col[n]; !ok {
+			return nil, fmt.Errorf("raw CSV: no column %s in %v", n, head)
+		}
+	}
+	outcomes := map[string]Outcome{}
+	for _, o := range []Outcome{OK, Miss, Failed, Ambiguous} {
+		outcomes[o.String()] = o
+	}
+	var out []RawOp
+	for line := 2; ; line++ {
+		rec, err := cr.Read()
+		if err == io.EOF {
+			return out, nil
+		}
+		if err != nil {
+			return nil, fmt.Errorf("raw CSV: %w", err)
+		}
+		var v [3]int64
+		for i, n := range []string{"start_unix_us", "latency_us", "intended_start_unix_us"} {
+			if v[i], err = strconv.ParseInt(rec[col[n]], 10, 64); err != nil {
+				return nil, fmt.Errorf("raw CSV line %d: %s: %w", line, n, err)
+			}
+		}
+		o, ok := outcomes[rec[col["outcome"]]]
+		late, lerr := strconv.ParseBool(rec[col["late"]])
+		if !ok || lerr != nil {
+			return nil, fmt.Errorf("raw CSV line %d: outcome %q, late %q", line, rec[col["outcome"]], rec[col["late"]])
+		}
+		out = append(out, RawOp{Op: rec[col["op"]], Start: time.UnixMicro(v[0]), Latency: time.Duration(v[1]) * time.Microsecond,
+			Outcome: o, Intended: time.UnixMicro(v[2]), Late: late})
+	}
+}
+
 // seriesColumns is the header of the per-second CSV (WriteSeriesCSV).
 var seriesColumns = []string{"second", "ops", "mb", "errors", "ambiguous", "late_ops",
 	"intended_p50_us", "intended_p99_us", "intended_p999_us", "intended_max_us", "p50_us", "p99_us", "p999_us", "max_us"}

@@ -7,11 +7,13 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"math"
 	"math/rand"
 	"os"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -240,6 +242,14 @@ func TestValidate(t *testing.T) {
 	p = DefaultPutOptions()
 	p.ValueBytes, p.MaxValueBytes = 1025, 1024
 	checkUsage(t, p.Validate(), []string{"over the servers' maximum"})
+	p = DefaultPutOptions()
+	p.OverwriteKeys = -1
+	checkUsage(t, p.Validate(), []string{"-overwrite -1"})
+	// Overwrites of few keys may be more than the key scheme's keys.
+	p.OverwriteKeys, p.Ops = 10, MaxKeys+1
+	if err := p.Validate(); err != nil {
+		t.Errorf("overwrites of 10 keys, %d of them: %v", p.Ops, err)
+	}
 
 	g := DefaultGetOptions()
 	g.Zipf = 0.99
@@ -327,6 +337,56 @@ func TestPutGetScanOnMemStore(t *testing.T) {
 	s, err = RunGet(ctx, st, g)
 	if err != nil || s.Ops == 0 || s.Ops >= g.Ops || s.Misses != 0 || s.DurationSec < 0.05 || s.OpsPerSec <= 0 {
 		t.Fatalf("get with MaxDuration 50ms: %+v %v", s, err)
+	}
+}
+
+// TestOverwrite: with OverwriteKeys, the puts write only those keys, each
+// a value other than its last, the same keys for the same seed, and the
+// raw CSV reads back as it was recorded.
+func TestOverwrite(t *testing.T) {
+	ctx := context.Background()
+	written := func(seed int64) (*memStore, Summary, []RawOp) {
+		st := newMemStore()
+		po := DefaultPutOptions()
+		po.Clients, po.Ops, po.ValueBytes, po.Seed = 1, 400, 100, seed
+		if _, err := RunPut(ctx, st, po); err != nil {
+			t.Fatal(err)
+		}
+		first := map[string][]byte{}
+		for k, v := range st.m {
+			first[k] = v
+		}
+		var raw bytes.Buffer
+		po.OverwriteKeys, po.Ops, po.Raw = 40, 2000, &raw
+		s, err := RunPut(ctx, st, po)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ops, err := ReadRawCSV(&raw)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for k, v := range st.m {
+			if i, _ := strconv.ParseInt(strings.TrimPrefix(k, "k"), 10, 64); i >= 40 && !bytes.Equal(v, first[k]) {
+				t.Fatalf("key %s beyond the 40 overwritten was written", k)
+			}
+		}
+		return st, s, ops
+	}
+	st, s, ops := written(1)
+	if s.Ops != 2000 || st.puts != 2400 || len(st.m) != 400 {
+		t.Fatalf("overwrite: %+v, %d puts, %d keys", s, st.puts, len(st.m))
+	}
+	if len(ops) != 2000 || ops[0].Op != "put" || ops[0].Outcome != OK || ops[0].Late || !ops[0].Intended.Equal(ops[0].Start) || ops[0].Start.IsZero() {
+		t.Fatalf("raw CSV read back: %d ops, first %+v", len(ops), ops[0])
+	}
+	again, _, _ := written(1)
+	other, _, _ := written(2)
+	if !maps.EqualFunc(st.m, again.m, bytes.Equal) || maps.EqualFunc(st.m, other.m, bytes.Equal) {
+		t.Fatal("the same seed overwrote other keys, or another seed the same")
+	}
+	if _, err := ReadRawCSV(strings.NewReader("op,start_unix_us\nput,1\n")); err == nil || !strings.Contains(err.Error(), "no column latency_us") {
+		t.Fatalf("a raw CSV without its columns: %v", err)
 	}
 }
 

@@ -65,6 +65,7 @@ func (c *cli) benchSub(sub string) *ffcli.Command {
 		fs.IntVar(&b.put.ValueBytes, "vsize", b.put.ValueBytes, "value size in bytes")
 		fs.IntVar(&b.put.MaxValueBytes, "maxValueBytes", b.put.MaxValueBytes, "the servers' -maxValueBytes (largest value they accept, in bytes)")
 		fs.StringVar(&b.put.Order, "order", b.put.Order, "write order of the key indices: random or sequential")
+		fs.Int64Var(&b.put.OverwriteKeys, "overwrite", 0, "overwrite `KEYS` keys an earlier bench put wrote (indices drawn uniformly) instead of writing -dnums new keys")
 		fs.StringVar(&b.put.ValueKind, "valueKind", b.put.ValueKind, "value bytes: random (incompressible) or lowercase (random a-z, as the paper's programs)")
 	case "get":
 		b.get = workloads.DefaultGetOptions()
