@@ -14,11 +14,26 @@ import (
 // raftLogger adapts slog to raft.Logger.
 type raftLogger struct{ l *slog.Logger }
 
+// raftUnstableMissingFormat is etcd raft's message (unstable.stableTo, at
+// INFO) when a MsgStorageAppendResp acknowledges an entry that is no longer
+// in the unstable log. With asynchronous storage writes that is routine:
+// several appends in flight answer with the same last index, and the first
+// answer stabilises it. A busy node logged it thousands of times a run, so
+// the adapter logs exactly this format at DEBUG; raft's other INFO messages
+// (a mismatched term, a snapshot) keep their level.
+const raftUnstableMissingFormat = "entry at index %d missing from unstable log; ignoring"
+
 func (r *raftLogger) Debug(v ...any)                 { r.l.Debug(fmt.Sprint(v...)) }
 func (r *raftLogger) Debugf(format string, v ...any) { r.l.Debug(fmt.Sprintf(format, v...)) }
 func (r *raftLogger) Info(v ...any)                  { r.l.Info(fmt.Sprint(v...)) }
-func (r *raftLogger) Infof(format string, v ...any)  { r.l.Info(fmt.Sprintf(format, v...)) }
-func (r *raftLogger) Warning(v ...any)               { r.l.Warn(fmt.Sprint(v...)) }
+func (r *raftLogger) Infof(format string, v ...any) {
+	if format == raftUnstableMissingFormat {
+		r.l.Debug(fmt.Sprintf(format, v...))
+		return
+	}
+	r.l.Info(fmt.Sprintf(format, v...))
+}
+func (r *raftLogger) Warning(v ...any) { r.l.Warn(fmt.Sprint(v...)) }
 func (r *raftLogger) Warningf(format string, v ...any) {
 	r.l.Warn(fmt.Sprintf(format, v...))
 }

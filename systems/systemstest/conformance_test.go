@@ -89,22 +89,22 @@ func runVariant(t *testing.T, base int64, defaults []string, variant func(*Optio
 }
 
 // TestConformanceFiveNodes runs the suite on 5-node clusters. By default
-// only nezha and original (their default configurations, about 30 s);
+// only nezha, original and lsm-raft (their default configurations);
 // the rest by hand:
 //
 //	NEZHA_CONFORMANCE_ALL=1 go test -race ./systems/systemstest -run TestConformanceFiveNodes -timeout 60m -v
 func TestConformanceFiveNodes(t *testing.T) {
-	runVariant(t, 500, []string{"nezha", "original"}, func(o *Options) { o.Nodes = 5 })
+	runVariant(t, 500, []string{"nezha", "original", "lsm-raft"}, func(o *Options) { o.Nodes = 5 })
 }
 
 // TestConformanceChangingMembers runs the suite while, in each test, a node
 // is added (learner, caught up, promoted) and another member removed
-// (Options.ChangeMembers). By default only nezha and original (their
+// (Options.ChangeMembers). By default only nezha, original and lsm-raft (their
 // default configurations); the rest by hand:
 //
 //	NEZHA_CONFORMANCE_ALL=1 go test -race ./systems/systemstest -run TestConformanceChangingMembers -timeout 60m -v
 func TestConformanceChangingMembers(t *testing.T) {
-	runVariant(t, 600, []string{"nezha", "original"}, func(o *Options) { o.ChangeMembers = true })
+	runVariant(t, 600, []string{"nezha", "original", "lsm-raft"}, func(o *Options) { o.ChangeMembers = true })
 }
 
 // TestConformanceEtcd holds the reference system etcd (Debian's
