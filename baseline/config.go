@@ -10,6 +10,7 @@ import (
 
 	"github.com/linxGnu/grocksdb"
 
+	"github.com/nezha-harness/nezha/internal/cmdline"
 	"github.com/nezha-harness/nezha/systems"
 )
 
@@ -421,10 +422,10 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 }
 
 // Validate reports every problem with the configuration at once, as
-// errors.Join of *systems.UsageError values; nil if there is none.
+// errors.Join of *cmdline.UsageError values; nil if there is none.
 func (c *Config) Validate() error {
 	var errs []error
-	bad := func(format string, args ...any) { errs = append(errs, systems.Usagef(format, args...)) }
+	bad := func(format string, args ...any) { errs = append(errs, cmdline.Usagef(format, args...)) }
 	if !slices.Contains(Modes(), c.mode) {
 		bad("baseline: unknown mode %q (known: %s, %s, %s, %s)", c.mode, ModeOriginal, ModePASV, ModeBlobDB, ModeLSMRaft)
 	}

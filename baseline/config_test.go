@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nezha-harness/nezha/internal/cmdline"
 	"github.com/nezha-harness/nezha/systems"
 )
 
@@ -166,9 +167,9 @@ func TestValidateReportsEveryProblem(t *testing.T) {
 		t.Fatalf("want 7 joined errors, got %v", err)
 	}
 	for _, e := range joined.Unwrap() {
-		var ue *systems.UsageError
+		var ue *cmdline.UsageError
 		if !errors.As(e, &ue) {
-			t.Errorf("%v is not a *systems.UsageError", e)
+			t.Errorf("%v is not a *cmdline.UsageError", e)
 		}
 	}
 	for _, want := range []string{"-rocksdb.blockCacheBytes", "-rocksdb.writeBufferBytes", "-rocksdb.compression", "-rocksdb.minBlobBytes",

@@ -14,7 +14,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/nezha-harness/nezha/systems"
+	"github.com/nezha-harness/nezha/internal/activity"
 )
 
 // RocksDB has no event listener in its C API, so the store learns when its
@@ -66,7 +66,7 @@ const (
 )
 
 // maxJobs is how many ended jobs rocksJobs keeps.
-const maxJobs = systems.ActivityHistoryLen
+const maxJobs = activity.HistoryLen
 
 // rocksJob is one flush or compaction of RocksDB.
 type rocksJob struct {

@@ -16,8 +16,8 @@ import (
 	"github.com/google/btree"
 	"github.com/linxGnu/grocksdb"
 
+	"github.com/nezha-harness/nezha/internal/vfs"
 	"github.com/nezha-harness/nezha/systems"
-	"github.com/nezha-harness/nezha/systems/vfs"
 )
 
 // LSM-Raft (Zhang, Tan, Song, Huang, Wang, Proc. ACM Manag. Data 3(6),
@@ -36,7 +36,7 @@ import (
 // (puts, and tombstones for deletes), as
 // <data>/lsmraft/spans/FIRST-LAST.sst, and keeps the newest
 // -lsmraft.retainSpans of them. The node ships each to every follower
-// (systems.SpanReplicator; systems/node/span.go).
+// (systems.SpanReplicator; raftkv/node/span.go).
 //
 // Follower. Apply holds the entries in memory (keyOps, the last write of
 // each key) instead of writing them: the node's applied index moves, the

@@ -68,7 +68,7 @@ func TestWALWrittenMetric(t *testing.T) {
 // An lsm-raft store exports what its spans did: the leader's spans cut and
 // their bytes, the follower's spans ingested and their bytes, its replays
 // by reason and their bytes, and what it holds. (The spans the leader
-// sent are the node's: nezha_raft_span_sends_total, systems/node.)
+// sent are the node's: nezha_raft_span_sends_total, raftkv/node.)
 func TestLSMRaftMetrics(t *testing.T) {
 	c := lsmConfig()
 	leader := openLSM(t, c, t.TempDir(), true)

@@ -17,8 +17,9 @@ import (
 	"github.com/google/btree"
 	"github.com/linxGnu/grocksdb"
 
+	"github.com/nezha-harness/nezha/internal/activity"
+	"github.com/nezha-harness/nezha/internal/vfs"
 	"github.com/nezha-harness/nezha/systems"
-	"github.com/nezha-harness/nezha/systems/vfs"
 )
 
 const (
@@ -67,7 +68,7 @@ type Store struct {
 	lr *lsmRaft
 	// acts are RocksDB's compactions and write stalls (activity.go),
 	// polled by watch.
-	acts  systems.ActivityHistory
+	acts  activity.History
 	watch *activityWatch
 	// fs is the node's file layer. RocksDB writes its files itself (cgo),
 	// so disk faults are injected, and outcomes watched, at the calls into

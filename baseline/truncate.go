@@ -7,8 +7,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/nezha-harness/nezha/internal/vfs"
 	"github.com/nezha-harness/nezha/systems"
-	"github.com/nezha-harness/nezha/systems/vfs"
 )
 
 // Raft log truncation. A baseline node keeps every value twice: in the Raft

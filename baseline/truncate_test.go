@@ -20,8 +20,8 @@ import (
 
 	"go.etcd.io/raft/v3/raftpb"
 
+	"github.com/nezha-harness/nezha/raftkv/raftlog"
 	"github.com/nezha-harness/nezha/systems"
-	"github.com/nezha-harness/nezha/systems/raftlog"
 )
 
 // fakeControl drives a real raftlog.Log the way the node does, for
@@ -69,7 +69,7 @@ func (c *fakeControl) CompactBound() uint64 {
 // RemoveSegment as safe from any goroutine: raftlog's Append reads l.segs
 // (active()) without l.mu while RemoveSegment rewrites it under l.mu, which
 // the race detector reports. The node calls it off the Ready loop as well;
-// reported as a systems/raftlog issue rather than worked around here.
+// reported as a raftkv/raftlog issue rather than worked around here.
 func (c *fakeControl) RemoveSegment(id uint64) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()

@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nezha-harness/nezha/systems/client"
+	"github.com/nezha-harness/nezha/client"
 )
 
 // nodes is the cluster size the test brings up.

@@ -12,7 +12,7 @@
 // data, and after a crash the node replays the committed entries above the
 // applied index Badger kept (Apply is idempotent). The Raft log is never
 // compacted (as nezha-nogc's), so no follower ever needs a snapshot.
-// Injected disk faults (systems/vfs) reach the Raft log, not Badger's files.
+// Injected disk faults (internal/vfs) reach the Raft log, not Badger's files.
 package dwisckey
 
 import (
@@ -29,6 +29,7 @@ import (
 
 	badger "github.com/dgraph-io/badger/v4"
 
+	"github.com/nezha-harness/nezha/internal/cmdline"
 	"github.com/nezha-harness/nezha/systems"
 )
 
@@ -117,13 +118,13 @@ func (c *Config) Validate() error {
 	var errs []error
 	// Badger refuses thresholds above its maximum of 1 MiB.
 	if c.ValueThresholdBytes < 1 || c.ValueThresholdBytes > 1<<20 {
-		errs = append(errs, systems.Usagef("-badger.valueThresholdBytes %d is not in [1, 1048576]", c.ValueThresholdBytes))
+		errs = append(errs, cmdline.Usagef("-badger.valueThresholdBytes %d is not in [1, 1048576]", c.ValueThresholdBytes))
 	}
 	if c.MemTableBytes < 1<<20 {
-		errs = append(errs, systems.Usagef("-badger.memTableBytes %d is below 1 MiB", c.MemTableBytes))
+		errs = append(errs, cmdline.Usagef("-badger.memTableBytes %d is below 1 MiB", c.MemTableBytes))
 	}
 	if c.BlockCacheBytes < 0 {
-		errs = append(errs, systems.Usagef("-badger.blockCacheBytes %d must not be negative", c.BlockCacheBytes))
+		errs = append(errs, cmdline.Usagef("-badger.blockCacheBytes %d must not be negative", c.BlockCacheBytes))
 	}
 	return errors.Join(errs...)
 }

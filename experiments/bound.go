@@ -60,7 +60,7 @@ const (
 	// fsyncBusyBound: each node's Raft log was in fsync at least this
 	// share of the window (fsyncs per second x their mean duration). The
 	// log writer appends the next group while an fsync runs
-	// (systems/node/logwrite.go), so a log in fsync part of the time has
+	// (raftkv/node/logwrite.go), so a log in fsync part of the time has
 	// room to spare; one in fsync nearly all the time has its flusher
 	// always busy, and every acknowledgement waits in its queue. The
 	// fsyncs' p99 against the probe's says whether the disk (or a fault)

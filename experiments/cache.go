@@ -12,8 +12,8 @@ import (
 
 	"google.golang.org/grpc"
 
-	"github.com/nezha-harness/nezha/systems/agent/agentpb"
-	"github.com/nezha-harness/nezha/systems/cluster"
+	"github.com/nezha-harness/nezha/cluster"
+	"github.com/nezha-harness/nezha/cluster/agent/agentpb"
 )
 
 // Reads that reach the disk. The paper's GET and SCAN figures come from

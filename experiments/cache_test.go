@@ -10,8 +10,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nezha-harness/nezha/systems/agent"
-	"github.com/nezha-harness/nezha/systems/agent/agentpb"
+	"github.com/nezha-harness/nezha/cluster/agent"
+	"github.com/nezha-harness/nezha/cluster/agent/agentpb"
 )
 
 // growHeapEnv makes the test binary a process that prints "ready", waits

@@ -17,11 +17,12 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/nezha-harness/nezha/baseline"
+	"github.com/nezha-harness/nezha/cluster"
 	"github.com/nezha-harness/nezha/dwisckey"
+	"github.com/nezha-harness/nezha/internal/cmdline"
+	"github.com/nezha-harness/nezha/internal/vfs"
 	"github.com/nezha-harness/nezha/nezha"
 	"github.com/nezha-harness/nezha/systems"
-	"github.com/nezha-harness/nezha/systems/cluster"
-	"github.com/nezha-harness/nezha/systems/vfs"
 	"github.com/nezha-harness/nezha/workloads"
 )
 
@@ -85,7 +86,7 @@ type RunRequest struct {
 	Out io.Writer
 }
 
-// Validate reports every problem of r at once (each a *systems.UsageError,
+// Validate reports every problem of r at once (each a *cmdline.UsageError,
 // flattened into one line): no or unknown experiment names, an unknown
 // profile, unknown, external or no systems, -servers that are not
 // host:port or not of exactly one system, and an OutDir that is not empty
@@ -94,7 +95,7 @@ type RunRequest struct {
 func (r RunRequest) Validate(reg *systems.Registry) error {
 	var errs []error
 	if len(r.Names) == 0 {
-		errs = append(errs, systems.Usagef("name experiments or all (see `nezha experiment list`)"))
+		errs = append(errs, cmdline.Usagef("name experiments or all (see `nezha experiment list`)"))
 	} else if _, err := LookupFor(r.Names, r.Profile); err != nil {
 		errs = append(errs, err)
 	}
@@ -107,22 +108,22 @@ func (r RunRequest) Validate(reg *systems.Registry) error {
 	for _, s := range append(slices.Clone(r.Systems), r.OptionalSystems...) {
 		switch {
 		case cluster.External(s):
-			errs = append(errs, systems.Usagef("-systems %s: the external reference system is not in the experiments (they read the nodes' Status, GC and storage shape); measure it with bench, ycsb and check -system %s", s, s))
+			errs = append(errs, cmdline.Usagef("-systems %s: the external reference system is not in the experiments (they read the nodes' Status, GC and storage shape); measure it with bench, ycsb and check -system %s", s, s))
 		case !slices.Contains(known, s):
-			errs = append(errs, systems.Usagef("unknown system %q (known: %s)", s, strings.Join(known, ", ")))
+			errs = append(errs, cmdline.Usagef("unknown system %q (known: %s)", s, strings.Join(known, ", ")))
 		}
 	}
 	if len(r.Systems) == 0 {
-		errs = append(errs, systems.Usagef("-systems is empty"))
+		errs = append(errs, cmdline.Usagef("-systems is empty"))
 	}
 	if r.Nodes < 0 || r.Nodes > cluster.MaxNodes {
-		errs = append(errs, systems.Usagef("-nodes %d is outside 1..%d", r.Nodes, cluster.MaxNodes))
+		errs = append(errs, cmdline.Usagef("-nodes %d is outside 1..%d", r.Nodes, cluster.MaxNodes))
 	}
 	if r.Nodes != 0 && len(r.Servers) > 0 {
-		errs = append(errs, systems.Usagef("-nodes is for local clusters; -servers names a running one"))
+		errs = append(errs, cmdline.Usagef("-nodes is for local clusters; -servers names a running one"))
 	}
 	if len(r.Servers) > 0 && r.Backend.Name != "" && r.Backend.Name != cluster.BackendLocal {
-		errs = append(errs, systems.Usagef("-backend is for the clusters the experiments start; -servers names a running one"))
+		errs = append(errs, cmdline.Usagef("-backend is for the clusters the experiments start; -servers names a running one"))
 	}
 	nodes := r.Nodes
 	if nodes == 0 {
@@ -134,17 +135,17 @@ func (r RunRequest) Validate(reg *systems.Registry) error {
 		errs = append(errs, err)
 	}
 	if r.FsyncDelay < 0 || r.FsyncDelay > vfs.MaxLatency {
-		errs = append(errs, systems.Usagef("-fsyncDelay %v is outside 0..%v", r.FsyncDelay, vfs.MaxLatency))
+		errs = append(errs, cmdline.Usagef("-fsyncDelay %v is outside 0..%v", r.FsyncDelay, vfs.MaxLatency))
 	}
 	if r.FsyncDelay > 0 && len(r.Servers) > 0 {
-		errs = append(errs, systems.Usagef("-fsyncDelay is for the clusters the experiments start; -servers names a running one"))
+		errs = append(errs, cmdline.Usagef("-fsyncDelay is for the clusters the experiments start; -servers names a running one"))
 	}
 	if len(r.Servers) > 0 && len(r.Systems) != 1 {
-		errs = append(errs, systems.Usagef("-servers is one cluster: name its one system with -systems"))
+		errs = append(errs, cmdline.Usagef("-servers is one cluster: name its one system with -systems"))
 	}
 	for _, a := range r.Servers {
 		if host, port, err := net.SplitHostPort(a); err != nil || host == "" || port == "" {
-			errs = append(errs, systems.Usagef("-servers: %q is not host:port", a))
+			errs = append(errs, cmdline.Usagef("-servers: %q is not host:port", a))
 		}
 	}
 	if r.OutDir != "" {
@@ -153,7 +154,7 @@ func (r RunRequest) Validate(reg *systems.Registry) error {
 		}
 	}
 	if err := errors.Join(errs...); err != nil {
-		return systems.OneLine("experiment run", err)
+		return cmdline.OneLine("experiment run", err)
 	}
 	return nil
 }
@@ -287,10 +288,10 @@ func fsyncDelayText(d time.Duration) string {
 }
 
 // Report rewrites DIR/report.md from the results saved in dir and
-// returns its path; dir must be a directory (else a *systems.UsageError).
+// returns its path; dir must be a directory (else a *cmdline.UsageError).
 func Report(dir string) (string, error) {
 	if st, err := os.Stat(dir); err != nil || !st.IsDir() {
-		return "", systems.Usagef("experiment report: %s is not a directory", dir)
+		return "", cmdline.Usagef("experiment report: %s is not a directory", dir)
 	}
 	return WriteReport(dir, readInfo(dir))
 }
@@ -324,14 +325,14 @@ func checkOutDir(dir string, force bool) error {
 	case errors.Is(err, os.ErrNotExist):
 		return nil
 	case err != nil:
-		return systems.Usagef("-out %s: %v", dir, err)
+		return cmdline.Usagef("-out %s: %v", dir, err)
 	case len(des) == 0:
 		return nil
 	case !force:
-		return systems.Usagef("-out %s exists and is not empty (use -force to replace its content)", dir)
+		return cmdline.Usagef("-out %s exists and is not empty (use -force to replace its content)", dir)
 	}
 	if _, err := os.Stat(filepath.Join(dir, "config.json")); err != nil {
-		return systems.Usagef("-out %s is not empty and holds no config.json: not an earlier results directory, so -force will not delete its content", dir)
+		return cmdline.Usagef("-out %s is not empty and holds no config.json: not an earlier results directory, so -force will not delete its content", dir)
 	}
 	return nil
 }
@@ -348,7 +349,7 @@ func clearOutDir(dir string) error {
 		}
 	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return systems.Usagef("-out %s: %v", dir, err)
+		return cmdline.Usagef("-out %s: %v", dir, err)
 	}
 	return nil
 }
@@ -381,7 +382,7 @@ func checkFreeDisk(dir string, need int64) error {
 	}
 	free := int64(st.Bavail) * int64(st.Bsize)
 	if free < need {
-		return systems.Usagef("%s has %.1f GiB free; this profile needs %.1f GiB", dir, float64(free)/gib, float64(need)/gib)
+		return cmdline.Usagef("%s has %.1f GiB free; this profile needs %.1f GiB", dir, float64(free)/gib, float64(need)/gib)
 	}
 	return nil
 }

@@ -15,9 +15,8 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/nezha-harness/nezha/internal/cmdline"
 	"golang.org/x/perf/benchmath"
-
-	"github.com/nezha-harness/nezha/systems"
 )
 
 // Direction says whether a metric is better when higher or when lower.
@@ -124,7 +123,7 @@ type CompareRequest struct {
 // without results.)
 func (r CompareRequest) Validate() error {
 	if err := errors.Join(r.problems()...); err != nil {
-		return systems.OneLine("experiment compare", err)
+		return cmdline.OneLine("experiment compare", err)
 	}
 	return nil
 }
@@ -132,13 +131,13 @@ func (r CompareRequest) Validate() error {
 func (r CompareRequest) problems() []error {
 	var errs []error
 	if len(r.Dirs) != 2 {
-		errs = append(errs, systems.Usagef("want two results directories DIR_A DIR_B, got %d", len(r.Dirs)))
+		errs = append(errs, cmdline.Usagef("want two results directories DIR_A DIR_B, got %d", len(r.Dirs)))
 	}
 	if t := r.ThresholdPct; math.IsNaN(t) || math.IsInf(t, 0) || t < 0 {
-		errs = append(errs, systems.Usagef("-threshold %v: want a percentage >= 0", t))
+		errs = append(errs, cmdline.Usagef("-threshold %v: want a percentage >= 0", t))
 	}
 	if _, err := regexp.Compile(r.Metric); err != nil {
-		errs = append(errs, systems.Usagef("-metric: %v", err))
+		errs = append(errs, cmdline.Usagef("-metric: %v", err))
 	}
 	return errs
 }
@@ -147,7 +146,7 @@ func (r CompareRequest) problems() []error {
 // (WriteComparison) to w, and fails if a selected metric regressed beyond
 // the threshold (an ordinary error: exit 1). Bad requests (not two
 // readable results directories, a bad threshold or regular expression, a
-// Metric that selects nothing) are one-line *systems.UsageError.
+// Metric that selects nothing) are one-line *cmdline.UsageError.
 func CompareDirs(w io.Writer, r CompareRequest) error {
 	dirs, threshold, metric := r.Dirs, &r.ThresholdPct, &r.Metric
 	errs := r.problems()
@@ -159,11 +158,11 @@ func CompareDirs(w io.Writer, r CompareRequest) error {
 			break
 		}
 		if sides[i], err = ReadResults(d); err != nil {
-			errs = append(errs, systems.Usagef("%v", err))
+			errs = append(errs, cmdline.Usagef("%v", err))
 		}
 	}
 	if err := errors.Join(errs...); err != nil {
-		return systems.OneLine("experiment compare", err)
+		return cmdline.OneLine("experiment compare", err)
 	}
 	cs := Compare(sides[0], sides[1], CompareOptions{Metric: re, ThresholdPct: *threshold, Systems: r.Systems})
 	if err := WriteComparison(w, dirs[0], dirs[1], cs, *threshold); err != nil {
@@ -189,7 +188,7 @@ func CompareDirs(w io.Writer, r CompareRequest) error {
 		}
 	}
 	if gated == 0 {
-		return systems.Usagef("experiment compare: -metric %q selects no ranked metric present in %s", *metric, dirs[0])
+		return cmdline.Usagef("experiment compare: -metric %q selects no ranked metric present in %s", *metric, dirs[0])
 	}
 	var parts []string
 	if len(worse) > 0 {

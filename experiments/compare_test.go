@@ -8,7 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/nezha-harness/nezha/systems"
+	"github.com/nezha-harness/nezha/internal/cmdline"
 )
 
 func TestMetricDirection(t *testing.T) {
@@ -85,7 +85,7 @@ func TestCompareCommand(t *testing.T) {
 	// reads (+30 %) regress beyond 10 %; original's -5 % does not; the
 	// unranked level never gates. Exit 1 (not a usage error).
 	out, err = run(all, a, b)
-	var ue *systems.UsageError
+	var ue *cmdline.UsageError
 	if err == nil || errors.As(err, &ue) {
 		t.Fatalf("A vs B: err %v, want a regression (exit 1)\n%s", err, out)
 	}

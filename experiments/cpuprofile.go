@@ -13,7 +13,7 @@ import (
 
 	"github.com/google/pprof/profile"
 
-	"github.com/nezha-harness/nezha/systems/cluster"
+	"github.com/nezha-harness/nezha/cluster"
 )
 
 // CPU profiles of the nodes during a measured run: where the shared path
@@ -140,7 +140,7 @@ var cpuCategories = []struct {
 	{key: "grpc", name: "gRPC and sockets, outside the handlers", prefixes: []string{"google.golang.org/grpc", "net.(*conn)", "net/http."}, excludes: appPrefixes},
 	{key: "protobuf", name: "protobuf", prefixes: []string{"google.golang.org/protobuf"}},
 	{key: "etcd_raft", name: "etcd raft", prefixes: []string{"go.etcd.io/raft"}},
-	{key: "raft_log", name: "Raft log", prefixes: []string{"github.com/nezha-harness/nezha/systems/raftlog."}},
+	{key: "raft_log", name: "Raft log", prefixes: []string{"github.com/nezha-harness/nezha/raftkv/raftlog."}},
 	{key: "nezha_store", name: "nezha store", prefixes: []string{"github.com/nezha-harness/nezha/nezha."}},
 	{key: "syscalls", name: "system calls (socket and file I/O)", prefixes: []string{"syscall.", "internal/runtime/syscall.", "golang.org/x/sys/unix."}},
 	{key: "fsync", name: "fsync", prefixes: []string{"syscall.Fsync", "golang.org/x/sys/unix.Fsync", "golang.org/x/sys/unix.Fdatasync", "syscall.Fdatasync"}},
@@ -152,7 +152,7 @@ var cpuCategories = []struct {
 // appPrefixes are the code a node's gRPC handlers run: the node, the
 // stores and the engines under them.
 var appPrefixes = []string{
-	"github.com/nezha-harness/nezha/systems/node.", "github.com/nezha-harness/nezha/systems/raftlog.",
+	"github.com/nezha-harness/nezha/raftkv/node.", "github.com/nezha-harness/nezha/raftkv/raftlog.",
 	"github.com/nezha-harness/nezha/nezha.", "github.com/nezha-harness/nezha/baseline.", "github.com/nezha-harness/nezha/dwisckey.",
 	"github.com/linxGnu/grocksdb.", "go.etcd.io/raft", "github.com/dgraph-io/badger",
 }

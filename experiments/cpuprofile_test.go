@@ -12,7 +12,7 @@ import (
 
 	"github.com/google/pprof/profile"
 
-	"github.com/nezha-harness/nezha/systems/cluster"
+	"github.com/nezha-harness/nezha/cluster"
 )
 
 // writeCPUProfile writes a CPU profile whose samples are the given stacks
@@ -53,13 +53,13 @@ func TestSummarizeProfiles(t *testing.T) {
 	dir := t.TempDir()
 	a, b := filepath.Join(dir, "a.pprof"), filepath.Join(dir, "b.pprof")
 	writeCPUProfile(t, a, [][]string{
-		{"hash/crc32.ieeeCLMUL", "github.com/nezha-harness/nezha/systems/raftlog.(*Log).Append", "go.etcd.io/raft.(*node).run"},
+		{"hash/crc32.ieeeCLMUL", "github.com/nezha-harness/nezha/raftkv/raftlog.(*Log).Append", "go.etcd.io/raft.(*node).run"},
 		{"runtime.memmove", "google.golang.org/grpc.(*Server).handleStream"},
 	}, []int64{6e8, 2e8})
 	writeCPUProfile(t, b, [][]string{
 		{"syscall.Fsync", "github.com/linxGnu/grocksdb._Cfunc_rocksdb_write"},
 		// gRPC called the handler: the sample is the handler's, not gRPC's.
-		{"runtime.memmove", "github.com/nezha-harness/nezha/systems/raftlog.(*Log).Append", "google.golang.org/grpc.(*Server).handleStream"},
+		{"runtime.memmove", "github.com/nezha-harness/nezha/raftkv/raftlog.(*Log).Append", "google.golang.org/grpc.(*Server).handleStream"},
 	}, []int64{1e8, 1e8})
 	s, err := summarizeProfiles([]string{a, b}, 2)
 	if err != nil {

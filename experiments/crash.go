@@ -18,13 +18,13 @@ import (
 
 	"gonum.org/v1/gonum/stat"
 
+	"github.com/nezha-harness/nezha/api/kvpb"
 	"github.com/nezha-harness/nezha/baseline"
+	"github.com/nezha-harness/nezha/client"
+	"github.com/nezha-harness/nezha/cluster"
 	"github.com/nezha-harness/nezha/faults"
 	"github.com/nezha-harness/nezha/linearizability"
 	"github.com/nezha-harness/nezha/plots"
-	"github.com/nezha-harness/nezha/systems/client"
-	"github.com/nezha-harness/nezha/systems/cluster"
-	"github.com/nezha-harness/nezha/systems/kvpb"
 )
 
 // crashKill is one SIGKILL of the campaign and the recovery after it.

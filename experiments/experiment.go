@@ -21,13 +21,13 @@ import (
 	"sync"
 	"time"
 
+	"github.com/nezha-harness/nezha/client"
+	"github.com/nezha-harness/nezha/cluster"
 	"github.com/nezha-harness/nezha/faults"
+	"github.com/nezha-harness/nezha/internal/buildinfo"
+	"github.com/nezha-harness/nezha/internal/cmdline"
+	"github.com/nezha-harness/nezha/internal/vfs"
 	"github.com/nezha-harness/nezha/plots"
-	"github.com/nezha-harness/nezha/systems"
-	"github.com/nezha-harness/nezha/systems/buildinfo"
-	"github.com/nezha-harness/nezha/systems/client"
-	"github.com/nezha-harness/nezha/systems/cluster"
-	"github.com/nezha-harness/nezha/systems/vfs"
 	"github.com/nezha-harness/nezha/workloads"
 )
 
@@ -130,10 +130,10 @@ func LookupFor(names []string, profile string) ([]Experiment, error) {
 		}
 	}
 	if len(unknown) > 0 {
-		return nil, systems.Usagef("unknown experiment %s (known: %s, all)", strings.Join(unknown, ", "), strings.Join(known, ", "))
+		return nil, cmdline.Usagef("unknown experiment %s (known: %s, all)", strings.Join(unknown, ", "), strings.Join(known, ", "))
 	}
 	if len(out) == 0 {
-		return nil, systems.Usagef("no experiment named (known: %s, all)", strings.Join(known, ", "))
+		return nil, cmdline.Usagef("no experiment named (known: %s, all)", strings.Join(known, ", "))
 	}
 	return out, nil
 }
@@ -651,7 +651,7 @@ func LoadResults(dir string) ([]*Result, error) {
 		out = append(out, &r)
 	}
 	if len(out) == 0 {
-		return nil, systems.Usagef("%s holds no experiment results (<dir>/<experiment>/result.json)", dir)
+		return nil, cmdline.Usagef("%s holds no experiment results (<dir>/<experiment>/result.json)", dir)
 	}
 	sort.SliceStable(out, func(i, j int) bool { return order[out[i].Name] < order[out[j].Name] })
 	return out, nil

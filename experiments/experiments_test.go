@@ -10,9 +10,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nezha-harness/nezha/cluster"
+	"github.com/nezha-harness/nezha/internal/cmdline"
 	"github.com/nezha-harness/nezha/plots"
-	"github.com/nezha-harness/nezha/systems"
-	"github.com/nezha-harness/nezha/systems/cluster"
 )
 
 func TestLookup(t *testing.T) {
@@ -25,7 +25,7 @@ func TestLookup(t *testing.T) {
 		t.Fatalf("scan, put-vsize: %v %v", two, err)
 	}
 	_, err = Lookup([]string{"put-vsize", "nope", "zzz"})
-	var ue *systems.UsageError
+	var ue *cmdline.UsageError
 	if !errors.As(err, &ue) || !strings.Contains(err.Error(), "nope, zzz") {
 		t.Fatalf("unknown names: %v", err)
 	}
@@ -193,7 +193,7 @@ func TestOutDir(t *testing.T) {
 		t.Fatal(err)
 	}
 	os.WriteFile(filepath.Join(dir, "x"), []byte("x"), 0o644)
-	var ue *systems.UsageError
+	var ue *cmdline.UsageError
 	if err := checkOutDir(dir, false); !errors.As(err, &ue) || !strings.Contains(err.Error(), "-force") {
 		t.Fatalf("non-empty dir: %v", err)
 	}
@@ -250,7 +250,7 @@ func TestRunAndReportUsageErrors(t *testing.T) {
 		}),
 	} {
 		err := RunAndReport(context.Background(), reg, r)
-		var ue *systems.UsageError
+		var ue *cmdline.UsageError
 		if !errors.As(err, &ue) {
 			t.Fatalf("%s: %v, want a usage error", name, err)
 		}

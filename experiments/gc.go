@@ -10,9 +10,9 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/nezha-harness/nezha/api/kvpb"
 	"github.com/nezha-harness/nezha/nezha"
 	"github.com/nezha-harness/nezha/plots"
-	"github.com/nezha-harness/nezha/systems/kvpb"
 	"github.com/nezha-harness/nezha/workloads"
 )
 

@@ -9,13 +9,13 @@ import (
 	"sync"
 	"time"
 
-	"github.com/nezha-harness/nezha/systems/agent/agentpb"
-	"github.com/nezha-harness/nezha/systems/cluster"
+	"github.com/nezha-harness/nezha/cluster"
+	"github.com/nezha-harness/nezha/cluster/agent/agentpb"
 )
 
 // Where the nodes run and what their hosts allow. Every measurement of a
 // node or of the machine it runs on goes through the node's agent
-// (systems/agent), whatever the backend: a process on this machine
+// (cluster/agent), whatever the backend: a process on this machine
 // (local), a container (docker) or a process on another host (ssh). What
 // a host does not allow (a memory cgroup in a container without
 // privileges, a read-only /proc/sys) its agent says ahead in Info, and the

@@ -6,12 +6,12 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/nezha-harness/nezha/cluster"
 	"github.com/nezha-harness/nezha/faults"
+	"github.com/nezha-harness/nezha/internal/buildinfo"
 	"github.com/nezha-harness/nezha/linearizability"
 	"github.com/nezha-harness/nezha/plots"
 	"github.com/nezha-harness/nezha/systems"
-	"github.com/nezha-harness/nezha/systems/buildinfo"
-	"github.com/nezha-harness/nezha/systems/cluster"
 	"github.com/nezha-harness/nezha/workloads"
 	"github.com/nezha-harness/nezha/ycsb"
 )

@@ -10,9 +10,9 @@ import (
 	"slices"
 	"time"
 
+	"github.com/nezha-harness/nezha/cluster"
 	"github.com/nezha-harness/nezha/linearizability"
 	"github.com/nezha-harness/nezha/plots"
-	"github.com/nezha-harness/nezha/systems/cluster"
 )
 
 // nezhaGCFlags make nezha's GC run back to back, unpaced, during a check

@@ -7,7 +7,7 @@ import (
 	"slices"
 	"time"
 
-	"github.com/nezha-harness/nezha/systems/agent/agentpb"
+	"github.com/nezha-harness/nezha/cluster/agent/agentpb"
 )
 
 // The disk and CPU probes of a run: the disk's fsynced sequential write

@@ -8,8 +8,8 @@ import (
 	"time"
 
 	"github.com/nezha-harness/nezha/faults"
+	"github.com/nezha-harness/nezha/internal/cmdline"
 	"github.com/nezha-harness/nezha/nezha"
-	"github.com/nezha-harness/nezha/systems"
 )
 
 // Profile is the size of every experiment. Two are built in: Quick (all
@@ -361,13 +361,13 @@ func ProfileByName(name string) (Profile, error) {
 	case "paper":
 		return Paper(), nil
 	}
-	return Profile{}, systems.Usagef("-profile %q: want quick, standard or paper", name)
+	return Profile{}, cmdline.Usagef("-profile %q: want quick, standard or paper", name)
 }
 
 // Validate reports every problem at once.
 func (p *Profile) Validate() error {
 	var errs []error
-	bad := func(f string, a ...any) { errs = append(errs, systems.Usagef(f, a...)) }
+	bad := func(f string, a ...any) { errs = append(errs, cmdline.Usagef(f, a...)) }
 	if p.Nodes < 1 {
 		bad("profile %s: nodes %d < 1", p.Name, p.Nodes)
 	}

@@ -17,11 +17,12 @@ import (
 	"time"
 
 	"github.com/nezha-harness/nezha/baseline"
+	"github.com/nezha-harness/nezha/cluster/agent/agenttest"
 	"github.com/nezha-harness/nezha/dwisckey"
+	"github.com/nezha-harness/nezha/internal/cmdline"
 	"github.com/nezha-harness/nezha/nezha"
+	"github.com/nezha-harness/nezha/raftkv/node"
 	"github.com/nezha-harness/nezha/systems"
-	"github.com/nezha-harness/nezha/systems/agent/agenttest"
-	"github.com/nezha-harness/nezha/systems/node"
 )
 
 // toyName is the -system name of the toy system, defined only in this file.
@@ -82,8 +83,8 @@ func toyServeConfig(args []string) (node.Config, error) {
 	if *system != toyName {
 		return cfg, fmt.Errorf("-system %q: this test binary serves only %s", *system, toyName)
 	}
-	cfg.Peers = systems.SplitList(*peers)
-	for _, v := range systems.SplitList(*voters) {
+	cfg.Peers = cmdline.SplitList(*peers)
+	for _, v := range cmdline.SplitList(*voters) {
 		id, err := strconv.ParseUint(v, 10, 64)
 		if err != nil {
 			return cfg, err

@@ -15,8 +15,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nezha-harness/nezha/cluster"
 	"github.com/nezha-harness/nezha/plots"
-	"github.com/nezha-harness/nezha/systems/cluster"
 )
 
 // cannedScrape is a /metrics body of a node: the Raft log, flush and GC

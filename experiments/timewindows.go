@@ -9,11 +9,11 @@ import (
 	"strings"
 	"time"
 
+	"github.com/nezha-harness/nezha/api/kvpb"
 	"github.com/nezha-harness/nezha/baseline"
 	"github.com/nezha-harness/nezha/faults"
 	"github.com/nezha-harness/nezha/plots"
 	"github.com/nezha-harness/nezha/systems"
-	"github.com/nezha-harness/nezha/systems/kvpb"
 )
 
 // Windows of a run: the spans of time in which something happened that

@@ -5,11 +5,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nezha-harness/nezha/api/kvpb"
 	"github.com/nezha-harness/nezha/baseline"
 	"github.com/nezha-harness/nezha/faults"
 	"github.com/nezha-harness/nezha/plots"
 	"github.com/nezha-harness/nezha/systems"
-	"github.com/nezha-harness/nezha/systems/kvpb"
 )
 
 func TestWindowsFromStatus(t *testing.T) {

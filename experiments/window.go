@@ -12,11 +12,11 @@ import (
 
 	"github.com/prometheus/procfs"
 
+	"github.com/nezha-harness/nezha/api/kvpb"
+	"github.com/nezha-harness/nezha/cluster"
+	"github.com/nezha-harness/nezha/cluster/agent"
+	"github.com/nezha-harness/nezha/cluster/agent/agentpb"
 	"github.com/nezha-harness/nezha/systems"
-	"github.com/nezha-harness/nezha/systems/agent"
-	"github.com/nezha-harness/nezha/systems/agent/agentpb"
-	"github.com/nezha-harness/nezha/systems/cluster"
-	"github.com/nezha-harness/nezha/systems/kvpb"
 )
 
 // A measurement window: what the nodes, the machine and the disk did

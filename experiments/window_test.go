@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nezha-harness/nezha/systems/kvpb"
+	"github.com/nezha-harness/nezha/api/kvpb"
 )
 
 // TestAwaitLogs: the window waits until the slowest log holds what was

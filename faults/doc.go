@@ -30,7 +30,7 @@
 //     of "all");
 //   - disk, inside the nodes (the one exception to black-box: Go's file I/O
 //     bypasses libc, so no outside tool reaches it): disk-full, fsync-error
-//     and slow-disk set faults in a node's file layer (systems/vfs) through
+//     and slow-disk set faults in a node's file layer (internal/vfs) through
 //     its DiskFaults RPC, served by nodes started with DiskNodeArgs; healing
 //     clears them and restarts a node that stopped on a failed fsync.
 //

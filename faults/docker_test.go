@@ -9,10 +9,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nezha-harness/nezha/client"
+	"github.com/nezha-harness/nezha/cluster"
 	"github.com/nezha-harness/nezha/faults"
 	"github.com/nezha-harness/nezha/linearizability"
-	"github.com/nezha-harness/nezha/systems/client"
-	"github.com/nezha-harness/nezha/systems/cluster"
 	"github.com/nezha-harness/nezha/systems/systemstest"
 )
 

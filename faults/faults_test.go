@@ -15,14 +15,14 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nezha-harness/nezha/systems"
-	"github.com/nezha-harness/nezha/systems/agent"
-	"github.com/nezha-harness/nezha/systems/agent/agentpb"
-	"github.com/nezha-harness/nezha/systems/cluster"
+	"github.com/nezha-harness/nezha/cluster"
+	"github.com/nezha-harness/nezha/cluster/agent"
+	"github.com/nezha-harness/nezha/cluster/agent/agentpb"
+	"github.com/nezha-harness/nezha/internal/cmdline"
 )
 
 func isUsage(err error) bool {
-	var ue *systems.UsageError
+	var ue *cmdline.UsageError
 	return errors.As(err, &ue)
 }
 

@@ -13,8 +13,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/nezha-harness/nezha/systems"
-	"github.com/nezha-harness/nezha/systems/cluster"
+	"github.com/nezha-harness/nezha/cluster"
+	"github.com/nezha-harness/nezha/internal/cmdline"
 )
 
 // Headers etcd's peer transport (rafthttp) sets on every stream and
@@ -127,7 +127,7 @@ func checkLoopback(addr string) error {
 	}
 	ip := net.ParseIP(host)
 	if ip == nil || !ip.IsLoopback() {
-		return systems.Usagef("address %s is not on loopback: the HTTP net serves local clusters only", addr)
+		return cmdline.Usagef("address %s is not on loopback: the HTTP net serves local clusters only", addr)
 	}
 	return nil
 }

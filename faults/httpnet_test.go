@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nezha-harness/nezha/systems/cluster"
+	"github.com/nezha-harness/nezha/cluster"
 )
 
 // TestHTTPNet: each member's proxy forwards requests, puts each on its

@@ -11,10 +11,10 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/nezha-harness/nezha/systems"
-	"github.com/nezha-harness/nezha/systems/agent/agentpb"
-	"github.com/nezha-harness/nezha/systems/cluster"
-	"github.com/nezha-harness/nezha/systems/raftlog"
+	"github.com/nezha-harness/nezha/cluster"
+	"github.com/nezha-harness/nezha/cluster/agent/agentpb"
+	"github.com/nezha-harness/nezha/internal/cmdline"
+	"github.com/nezha-harness/nezha/raftkv/raftlog"
 )
 
 // Nemesis names (the -nemesis values).
@@ -121,11 +121,11 @@ func Describe() string {
 
 // ParseNemeses parses a -nemesis value: a comma-separated list of names,
 // "all" for every nemesis, or "none" (or empty) for no faults. Unknown names
-// are a *systems.UsageError. Duplicates are dropped; order is kept.
+// are a *cmdline.UsageError. Duplicates are dropped; order is kept.
 func ParseNemeses(list string) ([]string, error) {
 	var out []string
 	var unknown []string
-	for _, name := range systems.SplitList(list) {
+	for _, name := range cmdline.SplitList(list) {
 		switch name {
 		case "none":
 			continue
@@ -146,24 +146,24 @@ func ParseNemeses(list string) ([]string, error) {
 		}
 	}
 	if len(unknown) > 0 {
-		return nil, systems.Usagef("unknown nemesis %s (want a comma-separated list of %s, or all, or none)",
+		return nil, cmdline.Usagef("unknown nemesis %s (want a comma-separated list of %s, or all, or none)",
 			strings.Join(unknown, ", "), strings.Join(AllNames(), ", "))
 	}
 	return out, nil
 }
 
-// ValidateNemeses reports, as a *systems.UsageError, nemeses that a
+// ValidateNemeses reports, as a *cmdline.UsageError, nemeses that a
 // cluster of the given size cannot take (e.g. partition-halves on one node).
 func ValidateNemeses(names []string, nodes int) error {
 	var errs []error
 	for _, name := range names {
 		n, ok := lookup(name)
 		if !ok {
-			errs = append(errs, systems.Usagef("unknown nemesis %q", name))
+			errs = append(errs, cmdline.Usagef("unknown nemesis %q", name))
 			continue
 		}
 		if nodes < n.minNodes {
-			errs = append(errs, systems.Usagef("nemesis %s needs at least %d nodes; the cluster has %d", name, n.minNodes, nodes))
+			errs = append(errs, cmdline.Usagef("nemesis %s needs at least %d nodes; the cluster has %d", name, n.minNodes, nodes))
 		}
 	}
 	return errors.Join(errs...)

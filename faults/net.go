@@ -12,9 +12,9 @@ import (
 	"sync"
 	"time"
 
-	"github.com/nezha-harness/nezha/systems"
-	"github.com/nezha-harness/nezha/systems/agent/agentpb"
-	"github.com/nezha-harness/nezha/systems/cluster"
+	"github.com/nezha-harness/nezha/cluster"
+	"github.com/nezha-harness/nezha/cluster/agent/agentpb"
+	"github.com/nezha-harness/nezha/internal/cmdline"
 )
 
 // Link is one directed peer link: the connections node From dials to reach
@@ -73,7 +73,7 @@ const linkCallTimeout = 15 * time.Second
 // no packet filter), is an error.
 func NewNet(ctx context.Context, spec *cluster.Spec) (*Net, error) {
 	if !spec.Links {
-		return nil, systems.Usagef("the cluster in %s was not started with peer links through its agents (cluster.UpOptions.Links): network faults cannot reach it", spec.Dir)
+		return nil, cmdline.Usagef("the cluster in %s was not started with peer links through its agents (cluster.UpOptions.Links): network faults cannot reach it", spec.Dir)
 	}
 	n := &Net{spec: spec, cut: map[Link]bool{}, mechanisms: map[uint64]string{}}
 	if err := n.applyLocked(ctx, n.idsLocked()); err != nil {

@@ -8,7 +8,7 @@ import (
 	"sort"
 	"time"
 
-	"github.com/nezha-harness/nezha/systems"
+	"github.com/nezha-harness/nezha/internal/cmdline"
 )
 
 // Recovery from a fault, measured on the acknowledged writes of the load
@@ -43,13 +43,13 @@ func DefaultRecoveryOptions() RecoveryOptions {
 func (o RecoveryOptions) Validate() error {
 	var errs []error
 	if o.Before < time.Second {
-		errs = append(errs, systems.Usagef("recovery: before %v: want at least one second", o.Before))
+		errs = append(errs, cmdline.Usagef("recovery: before %v: want at least one second", o.Before))
 	}
 	if !(o.Within >= 0 && o.Within < 1) {
-		errs = append(errs, systems.Usagef("recovery: within %v: want a fraction in [0, 1)", o.Within))
+		errs = append(errs, cmdline.Usagef("recovery: within %v: want a fraction in [0, 1)", o.Within))
 	}
 	if o.Window <= 0 || o.Step <= 0 {
-		errs = append(errs, systems.Usagef("recovery: window %v and step %v must be positive", o.Window, o.Step))
+		errs = append(errs, cmdline.Usagef("recovery: window %v and step %v must be positive", o.Window, o.Step))
 	}
 	return errors.Join(errs...)
 }

@@ -9,7 +9,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/nezha-harness/nezha/systems"
+	"github.com/nezha-harness/nezha/internal/cmdline"
 )
 
 // ScheduleOptions configures NewSchedule. Zero durations take the defaults
@@ -109,11 +109,11 @@ func (o ScheduleOptions) FitAllDuration() time.Duration {
 	return o.WarmUp + o.CoolDown + time.Duration(len(o.Nemeses))*(o.MaxHold+o.MaxQuiet)
 }
 
-// Validate reports every problem at once, as *systems.UsageError values.
+// Validate reports every problem at once, as *cmdline.UsageError values.
 func (o ScheduleOptions) Validate() error {
 	o.fill()
 	var errs []error
-	bad := func(format string, args ...any) { errs = append(errs, systems.Usagef(format, args...)) }
+	bad := func(format string, args ...any) { errs = append(errs, cmdline.Usagef(format, args...)) }
 	if err := ValidateNemeses(o.Nemeses, o.Nodes); err != nil {
 		errs = append(errs, err)
 	}
@@ -196,7 +196,7 @@ func NewSchedule(o ScheduleOptions) (*Schedule, error) {
 	if len(s.Steps) < len(order) {
 		// Say so rather than leave nemeses out silently.
 		need := o.FitAllDuration()
-		return nil, systems.Usagef("-duration %v fits %d of the %d nemeses (%s): each needs up to %v with its pause; use -duration %v or more",
+		return nil, cmdline.Usagef("-duration %v fits %d of the %d nemeses (%s): each needs up to %v with its pause; use -duration %v or more",
 			o.Duration, len(s.Steps), len(order), strings.Join(o.Nemeses, ","), o.MaxHold+o.MaxQuiet, need.Round(time.Second))
 	}
 	return s, nil

@@ -16,7 +16,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"github.com/nezha-harness/nezha/systems/client"
+	"github.com/nezha-harness/nezha/client"
 )
 
 // Status of a recorded operation.

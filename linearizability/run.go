@@ -17,11 +17,11 @@ import (
 
 	"github.com/anishathalye/porcupine"
 
+	"github.com/nezha-harness/nezha/client"
+	"github.com/nezha-harness/nezha/cluster"
 	"github.com/nezha-harness/nezha/faults"
-	"github.com/nezha-harness/nezha/systems"
-	"github.com/nezha-harness/nezha/systems/buildinfo"
-	"github.com/nezha-harness/nezha/systems/client"
-	"github.com/nezha-harness/nezha/systems/cluster"
+	"github.com/nezha-harness/nezha/internal/buildinfo"
+	"github.com/nezha-harness/nezha/internal/cmdline"
 )
 
 // Read modes (-read-mode).
@@ -167,12 +167,12 @@ func (o *Options) fill() {
 	o.Schedule = o.Schedule.WithDefaults()
 }
 
-// Validate reports every problem with o at once, as *systems.UsageError
+// Validate reports every problem with o at once, as *cmdline.UsageError
 // values. It fills defaults first.
 func (o *Options) Validate() error {
 	o.fill()
 	var errs []error
-	bad := func(format string, args ...any) { errs = append(errs, systems.Usagef(format, args...)) }
+	bad := func(format string, args ...any) { errs = append(errs, cmdline.Usagef(format, args...)) }
 	if o.System == "" {
 		bad("-system is required")
 	}
@@ -346,7 +346,7 @@ const Interrupted = "interrupted"
 // o.Out/history.json, o.Out/result.json and, unless the history is
 // linearizable, o.Out/check.html. o.Out must not hold a run already.
 //
-// Bad options are a *systems.UsageError. A run that could not be carried
+// Bad options are a *cmdline.UsageError. A run that could not be carried
 // out returns an error; a run that was carried out returns a Result, OK or
 // not (and ctx.Err() if ctx ended, after healing and tearing down).
 func Run(ctx context.Context, o Options) (*Result, error) {
@@ -379,11 +379,11 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 	}
 	for _, name := range []string{"cluster", "result.json", "history.json"} {
 		if _, err := os.Stat(filepath.Join(dir, name)); err == nil {
-			return nil, systems.Usagef("output directory %s already holds a run (%s); choose another -out", o.Out, name)
+			return nil, cmdline.Usagef("output directory %s already holds a run (%s); choose another -out", o.Out, name)
 		}
 	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return nil, systems.Usagef("output directory %s: %v", o.Out, err)
+		return nil, cmdline.Usagef("output directory %s: %v", o.Out, err)
 	}
 	host, _ := os.Hostname()
 	res := &Result{
@@ -638,7 +638,7 @@ func checkSystem(binary, system string) error {
 		msg := strings.TrimSpace(stderr.String())
 		msg = strings.TrimPrefix(msg, "nezha: ")
 		msg = strings.TrimPrefix(msg, "serve: ")
-		return systems.Usagef("-system %s: %s", system, msg)
+		return cmdline.Usagef("-system %s: %s", system, msg)
 	}
 	return fmt.Errorf("run %s serve -system %s -h: %v: %s", binary, system, err, strings.TrimSpace(stderr.String()))
 }

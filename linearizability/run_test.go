@@ -14,9 +14,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nezha-harness/nezha/cluster"
 	"github.com/nezha-harness/nezha/faults"
-	"github.com/nezha-harness/nezha/systems"
-	"github.com/nezha-harness/nezha/systems/cluster"
+	"github.com/nezha-harness/nezha/internal/cmdline"
 	"github.com/nezha-harness/nezha/systems/systemstest"
 )
 
@@ -93,7 +93,7 @@ func TestMain(m *testing.M) {
 }
 
 func isUsage(err error) bool {
-	var ue *systems.UsageError
+	var ue *cmdline.UsageError
 	return errors.As(err, &ue)
 }
 
@@ -132,7 +132,7 @@ func TestRunBadInput(t *testing.T) {
 		_, err := Run(context.Background(), o)
 		if !isUsage(err) {
 			t.Errorf("%s: %v, want a usage error (exit 2)", name, err)
-		} else if strings.Contains(systems.OneLine("check", err).Error(), "\n") {
+		} else if strings.Contains(cmdline.OneLine("check", err).Error(), "\n") {
 			t.Errorf("%s: usage error spans lines: %q", name, err)
 		}
 	}

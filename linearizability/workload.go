@@ -8,9 +8,9 @@ import (
 	"sync"
 	"time"
 
-	"github.com/nezha-harness/nezha/systems/client"
-	"github.com/nezha-harness/nezha/systems/cluster"
-	"github.com/nezha-harness/nezha/systems/kvpb"
+	"github.com/nezha-harness/nezha/api/kvpb"
+	"github.com/nezha-harness/nezha/client"
+	"github.com/nezha-harness/nezha/cluster"
 )
 
 // Keys returns the workload's key space: k00, k01, ... (fixed width, so

@@ -7,7 +7,7 @@
 //
 // Layout of one node (docs/architecture.md section 4), under the -data directory:
 //
-//	<data>/valuelog/   the Raft log (systems/raftlog); it IS the value log
+//	<data>/valuelog/   the Raft log (raftkv/raftlog); it IS the value log
 //	<data>/index/      key -> Location, LevelDB (-index leveldb, the default;
 //	                   the paper's dbfile/keyIndex); unused with -index memory
 //	<data>/index.ckpt  the memory index's checkpoint (-index memory with GC;

@@ -16,9 +16,9 @@ import (
 
 	"go.etcd.io/raft/v3/raftpb"
 
+	"github.com/nezha-harness/nezha/internal/vfs"
+	"github.com/nezha-harness/nezha/raftkv/raftlog"
 	"github.com/nezha-harness/nezha/systems"
-	"github.com/nezha-harness/nezha/systems/raftlog"
-	"github.com/nezha-harness/nezha/systems/vfs"
 )
 
 // logControl drives a raftlog.Log the way the node does, for GC tests

@@ -3,6 +3,7 @@ package nezha
 import (
 	"fmt"
 
+	"github.com/nezha-harness/nezha/internal/cmdline"
 	"github.com/nezha-harness/nezha/systems"
 )
 
@@ -126,7 +127,7 @@ func openIndex(kind, dir string, cacheEntries int) (Index, error) {
 	case IndexMemory:
 		return NewMemoryIndex(), nil
 	}
-	return nil, systems.Usagef("-index %q: want one of %v", kind, IndexKinds())
+	return nil, cmdline.Usagef("-index %q: want one of %v", kind, IndexKinds())
 }
 
 // iterateError wraps an error from decoding an index entry with its key.

@@ -8,7 +8,7 @@ import (
 	"path/filepath"
 	"slices"
 
-	"github.com/nezha-harness/nezha/systems/vfs"
+	"github.com/nezha-harness/nezha/internal/vfs"
 )
 
 // manifestName is the file under sorted/ that says which runs are live.

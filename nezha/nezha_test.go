@@ -16,8 +16,9 @@ import (
 
 	"go.etcd.io/raft/v3/raftpb"
 
+	"github.com/nezha-harness/nezha/internal/cmdline"
+	"github.com/nezha-harness/nezha/raftkv/raftlog"
 	"github.com/nezha-harness/nezha/systems"
-	"github.com/nezha-harness/nezha/systems/raftlog"
 )
 
 func quietLogger() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
@@ -684,7 +685,7 @@ func TestConfig(t *testing.T) {
 	}
 	c := &Config{Index: "btree"}
 	err := c.Validate()
-	var ue *systems.UsageError
+	var ue *cmdline.UsageError
 	if err == nil || !errors.As(err, &ue) {
 		t.Fatalf("Validate of a bad config = %v, want usage errors", err)
 	}

@@ -18,8 +18,8 @@ import (
 
 	"github.com/zeebo/xxh3"
 
+	"github.com/nezha-harness/nezha/internal/vfs"
 	"github.com/nezha-harness/nezha/systems"
-	"github.com/nezha-harness/nezha/systems/vfs"
 )
 
 // Sorted runs: the Final Compacted Storage of the paper (docs/architecture.md

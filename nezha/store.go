@@ -13,8 +13,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/nezha-harness/nezha/internal/vfs"
 	"github.com/nezha-harness/nezha/systems"
-	"github.com/nezha-harness/nezha/systems/vfs"
 )
 
 // Store is the Nezha state machine of one node: an Index of key -> Location
@@ -35,7 +35,7 @@ type Store struct {
 	logger    *slog.Logger
 	runs      *runSet
 	// fs opens the runs, the manifest and the checkpoint (nil: plain
-	// files; see systems/vfs).
+	// files; see internal/vfs).
 	fs *vfs.FS
 	// clock is Config.Clock (default time.Now): TTL expiry is judged
 	// against it.

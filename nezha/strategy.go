@@ -4,7 +4,7 @@ import (
 	"slices"
 	"sort"
 
-	"github.com/nezha-harness/nezha/systems"
+	"github.com/nezha-harness/nezha/internal/cmdline"
 )
 
 // Strategy names (-gc).
@@ -133,7 +133,7 @@ func NewStrategy(name string, fanout int) (Strategy, error) {
 	case StrategyGreedy:
 		return greedy{}, nil
 	}
-	return nil, systems.Usagef("-gc %q: want one of %v", name, Strategies())
+	return nil, cmdline.Usagef("-gc %q: want one of %v", name, Strategies())
 }
 
 // paperPlan is the plan of the paper's strategies and greedy: their

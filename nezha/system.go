@@ -11,8 +11,9 @@ import (
 	"strings"
 	"time"
 
+	"github.com/nezha-harness/nezha/internal/cmdline"
+	"github.com/nezha-harness/nezha/internal/vfs"
 	"github.com/nezha-harness/nezha/systems"
-	"github.com/nezha-harness/nezha/systems/vfs"
 )
 
 // Names of the systems of this package (the -system flag values).
@@ -238,57 +239,57 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 }
 
 // Validate reports every problem with c at once (an errors.Join of
-// *systems.UsageError values), or nil.
+// *cmdline.UsageError values), or nil.
 func (c *Config) Validate() error {
 	var errs []error
 	if !slices.Contains(IndexKinds(), c.Index) {
-		errs = append(errs, systems.Usagef("-index %q: want one of %s", c.Index, strings.Join(IndexKinds(), ", ")))
+		errs = append(errs, cmdline.Usagef("-index %q: want one of %s", c.Index, strings.Join(IndexKinds(), ", ")))
 	}
 	if c.IndexCacheEntries < 0 {
-		errs = append(errs, systems.Usagef("-indexCacheEntries %d must not be negative", c.IndexCacheEntries))
+		errs = append(errs, cmdline.Usagef("-indexCacheEntries %d must not be negative", c.IndexCacheEntries))
 	}
 	if c.system != Name && c.system != NameNoGC {
-		errs = append(errs, systems.Usagef("nezha: unknown system %q (use NezhaNoGC or Nezha)", c.system))
+		errs = append(errs, cmdline.Usagef("nezha: unknown system %q (use NezhaNoGC or Nezha)", c.system))
 	}
 	if c.gcEnabled() {
 		if _, err := NewStrategy(c.GC, c.GCFanout); err != nil {
 			errs = append(errs, err)
 		}
 		if c.GCThresholdBytes <= 0 {
-			errs = append(errs, systems.Usagef("-gcThresholdBytes %d must be positive", c.GCThresholdBytes))
+			errs = append(errs, cmdline.Usagef("-gcThresholdBytes %d must be positive", c.GCThresholdBytes))
 		}
 		if c.GCGarbageRatio <= 0 || c.GCGarbageRatio > 1 {
-			errs = append(errs, systems.Usagef("-gcGarbageRatio %v must be in (0, 1]", c.GCGarbageRatio))
+			errs = append(errs, cmdline.Usagef("-gcGarbageRatio %v must be in (0, 1]", c.GCGarbageRatio))
 		}
 		if c.GCMinBytes < 0 {
-			errs = append(errs, systems.Usagef("-gcMinBytes %d must not be negative", c.GCMinBytes))
+			errs = append(errs, cmdline.Usagef("-gcMinBytes %d must not be negative", c.GCMinBytes))
 		}
 		if c.GCInterval <= 0 {
-			errs = append(errs, systems.Usagef("-gcInterval %v must be positive", c.GCInterval))
+			errs = append(errs, cmdline.Usagef("-gcInterval %v must be positive", c.GCInterval))
 		}
 		if c.GCFanout < 2 {
-			errs = append(errs, systems.Usagef("-gcFanout %d must be at least 2", c.GCFanout))
+			errs = append(errs, cmdline.Usagef("-gcFanout %d must be at least 2", c.GCFanout))
 		}
 		if c.GCIdleAfter < 0 {
-			errs = append(errs, systems.Usagef("-gcIdleAfter %v must not be negative", c.GCIdleAfter))
+			errs = append(errs, cmdline.Usagef("-gcIdleAfter %v must not be negative", c.GCIdleAfter))
 		}
 		if c.GCScanLogBytes < 0 {
-			errs = append(errs, systems.Usagef("-gcScanLogBytes %d must not be negative", c.GCScanLogBytes))
+			errs = append(errs, cmdline.Usagef("-gcScanLogBytes %d must not be negative", c.GCScanLogBytes))
 		}
 		if c.GCRateBytesPerSec < 0 {
-			errs = append(errs, systems.Usagef("-gcRateBytesPerSec %d must not be negative", c.GCRateBytesPerSec))
+			errs = append(errs, cmdline.Usagef("-gcRateBytesPerSec %d must not be negative", c.GCRateBytesPerSec))
 		}
 		if c.GCStallGarbageBytes < 0 {
-			errs = append(errs, systems.Usagef("-gcStallGarbageBytes %d must not be negative", c.GCStallGarbageBytes))
+			errs = append(errs, cmdline.Usagef("-gcStallGarbageBytes %d must not be negative", c.GCStallGarbageBytes))
 		}
 		if c.GCMaxRoundBytes < 0 {
-			errs = append(errs, systems.Usagef("-gcMaxRoundBytes %d must not be negative", c.GCMaxRoundBytes))
+			errs = append(errs, cmdline.Usagef("-gcMaxRoundBytes %d must not be negative", c.GCMaxRoundBytes))
 		}
 		if c.GCStagger < 0 {
-			errs = append(errs, systems.Usagef("-gcStagger %v must not be negative", c.GCStagger))
+			errs = append(errs, cmdline.Usagef("-gcStagger %v must not be negative", c.GCStagger))
 		}
 		if c.GCCrashPoint != "" && !slices.Contains(CrashPoints(), c.GCCrashPoint) {
-			errs = append(errs, systems.Usagef("-gcCrashPoint %q: want one of %s", c.GCCrashPoint, strings.Join(CrashPoints(), ", ")))
+			errs = append(errs, cmdline.Usagef("-gcCrashPoint %q: want one of %s", c.GCCrashPoint, strings.Join(CrashPoints(), ", ")))
 		}
 	}
 	return errors.Join(errs...)

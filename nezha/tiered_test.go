@@ -11,8 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nezha-harness/nezha/internal/vfs"
 	"github.com/nezha-harness/nezha/systems"
-	"github.com/nezha-harness/nezha/systems/vfs"
 )
 
 // putRange puts keys k<from>..k<to-1> with size-byte values.

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Regenerates the committed gRPC code from systems/kvpb/*.proto and
-# systems/agent/agentpb/agent.proto.
+# Regenerates the committed gRPC code from api/kvpb/*.proto and
+# cluster/agent/agentpb/agent.proto.
 # Needs protoc (apt protobuf-compiler 3.21.12), protoc-gen-go v1.36.12 and
 # protoc-gen-go-grpc v1.6.2 on PATH.
 set -euo pipefail
@@ -8,5 +8,5 @@ cd "$(dirname "$0")/.."
 export PATH="$PATH:$(go env GOPATH)/bin"
 protoc --go_out=. --go_opt=paths=source_relative \
   --go-grpc_out=. --go-grpc_opt=paths=source_relative \
-  systems/kvpb/kv.proto systems/kvpb/diskfaults.proto systems/kvpb/admin.proto systems/kvpb/span.proto \
-  systems/agent/agentpb/agent.proto
+  api/kvpb/kv.proto api/kvpb/diskfaults.proto api/kvpb/admin.proto api/kvpb/span.proto \
+  cluster/agent/agentpb/agent.proto

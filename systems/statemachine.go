@@ -9,7 +9,7 @@ import (
 	"sort"
 	"strings"
 
-	"github.com/nezha-harness/nezha/systems/vfs"
+	"github.com/nezha-harness/nezha/internal/vfs"
 )
 
 // Location is where a committed entry's record sits in the Raft log: the
@@ -131,7 +131,7 @@ type Env struct {
 	// use them to stagger background work across the nodes of a cluster.
 	NodeID uint64
 	Nodes  int
-	// FS is the node's file layer (systems/vfs): a state machine opens its
+	// FS is the node's file layer (internal/vfs): a state machine opens its
 	// own files through it, so that injected disk faults reach them and a
 	// failed fsync stops the node; files a library writes itself (RocksDB,
 	// LevelDB) are covered at the calls into the library (FS.MaybeError,
@@ -164,7 +164,7 @@ const (
 	RoleBaseline Role = "baseline"
 	// RoleExternal is a reference system outside this repository, launched
 	// from its own binary and driven through its own client (etcd:
-	// systems/cluster/etcd.go, systems/client/etcd.go). It is not served
+	// cluster/etcd.go, client/etcd.go). It is not served
 	// by `nezha serve` and therefore not registered.
 	RoleExternal Role = "external"
 )

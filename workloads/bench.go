@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/nezha-harness/nezha/internal/cmdline"
 	"github.com/nezha-harness/nezha/systems"
 )
 
@@ -82,32 +83,32 @@ func (c *Common) clients() int {
 func (c *Common) validate() []error {
 	var errs []error
 	if c.Clients < 1 {
-		errs = append(errs, systems.Usagef("-cnums %d: want at least 1 client", c.Clients))
+		errs = append(errs, cmdline.Usagef("-cnums %d: want at least 1 client", c.Clients))
 	}
 	if c.Ops < 1 {
-		errs = append(errs, systems.Usagef("-dnums %d: want at least 1 operation", c.Ops))
+		errs = append(errs, cmdline.Usagef("-dnums %d: want at least 1 operation", c.Ops))
 	}
 	if c.KeyPrefix == "" {
-		errs = append(errs, systems.Usagef("-keyprefix is empty"))
+		errs = append(errs, cmdline.Usagef("-keyprefix is empty"))
 	}
 	if len(c.KeyPrefix)+KeyDigits > systems.MaxKeyBytes {
-		errs = append(errs, systems.Usagef("-keyprefix of %d bytes is too long", len(c.KeyPrefix)))
+		errs = append(errs, cmdline.Usagef("-keyprefix of %d bytes is too long", len(c.KeyPrefix)))
 	}
 	if c.OpTimeout <= 0 {
-		errs = append(errs, systems.Usagef("-timeout %v must be positive", c.OpTimeout))
+		errs = append(errs, cmdline.Usagef("-timeout %v must be positive", c.OpTimeout))
 	}
 	if c.MaxDuration < 0 {
-		errs = append(errs, systems.Usagef("-duration %v must not be negative", c.MaxDuration))
+		errs = append(errs, cmdline.Usagef("-duration %v must not be negative", c.MaxDuration))
 	}
 	if c.StallTimeout < 0 {
-		errs = append(errs, systems.Usagef("-stallTimeout %v must not be negative", c.StallTimeout))
+		errs = append(errs, cmdline.Usagef("-stallTimeout %v must not be negative", c.StallTimeout))
 	}
 	if c.Progress != nil && c.ProgressInterval <= 0 {
-		errs = append(errs, systems.Usagef("-interval %v must be positive", c.ProgressInterval))
+		errs = append(errs, cmdline.Usagef("-interval %v must be positive", c.ProgressInterval))
 	}
 	errs = append(errs, ValidateOpenLoop(c.Rate, c.Arrivals, c.Warmup)...)
 	if c.MaxDuration > 0 && c.Warmup >= c.MaxDuration {
-		errs = append(errs, systems.Usagef("-warmup %v leaves nothing of -duration %v to measure", c.Warmup, c.MaxDuration))
+		errs = append(errs, cmdline.Usagef("-warmup %v leaves nothing of -duration %v to measure", c.Warmup, c.MaxDuration))
 	}
 	return errs
 }
@@ -166,23 +167,23 @@ func (o *PutOptions) Validate() error {
 	errs := o.validate()
 	switch {
 	case o.OverwriteKeys < 0 || o.OverwriteKeys > MaxKeys:
-		errs = append(errs, systems.Usagef("-overwrite %d: want 0 (new keys) or up to %d keys", o.OverwriteKeys, MaxKeys))
+		errs = append(errs, cmdline.Usagef("-overwrite %d: want 0 (new keys) or up to %d keys", o.OverwriteKeys, MaxKeys))
 	case o.OverwriteKeys == 0 && o.Ops > MaxKeys:
-		errs = append(errs, systems.Usagef("-dnums %d: the key scheme names at most %d keys", o.Ops, MaxKeys))
+		errs = append(errs, cmdline.Usagef("-dnums %d: the key scheme names at most %d keys", o.Ops, MaxKeys))
 	}
 	if o.ValueBytes < 1 {
-		errs = append(errs, systems.Usagef("-vsize %d: want at least 1 byte", o.ValueBytes))
+		errs = append(errs, cmdline.Usagef("-vsize %d: want at least 1 byte", o.ValueBytes))
 	}
 	if o.MaxValueBytes < 1 {
-		errs = append(errs, systems.Usagef("-maxValueBytes %d must be positive", o.MaxValueBytes))
+		errs = append(errs, cmdline.Usagef("-maxValueBytes %d must be positive", o.MaxValueBytes))
 	} else if o.ValueBytes > o.MaxValueBytes {
-		errs = append(errs, systems.Usagef("-vsize %d is over the servers' maximum value size of %d bytes (-maxValueBytes)", o.ValueBytes, o.MaxValueBytes))
+		errs = append(errs, cmdline.Usagef("-vsize %d is over the servers' maximum value size of %d bytes (-maxValueBytes)", o.ValueBytes, o.MaxValueBytes))
 	}
 	if o.Order != "random" && o.Order != "sequential" {
-		errs = append(errs, systems.Usagef("-order %q: want random or sequential", o.Order))
+		errs = append(errs, cmdline.Usagef("-order %q: want random or sequential", o.Order))
 	}
 	if o.ValueKind != "" && o.ValueKind != ValueRandom && o.ValueKind != ValueLowercase {
-		errs = append(errs, systems.Usagef("-valueKind %q: want %s or %s", o.ValueKind, ValueRandom, ValueLowercase))
+		errs = append(errs, cmdline.Usagef("-valueKind %q: want %s or %s", o.ValueKind, ValueRandom, ValueLowercase))
 	}
 	return errors.Join(errs...)
 }
@@ -207,7 +208,7 @@ func (o *GetOptions) Validate() error {
 	errs := o.validate()
 	errs = append(errs, validKeys(o.Keys)...)
 	if !(o.Zipf > 1) || math.IsInf(o.Zipf, 1) {
-		errs = append(errs, systems.Usagef("-zipf %v: the exponent must be a finite number > 1", o.Zipf))
+		errs = append(errs, cmdline.Usagef("-zipf %v: the exponent must be a finite number > 1", o.Zipf))
 	}
 	return errors.Join(errs...)
 }
@@ -215,9 +216,9 @@ func (o *GetOptions) Validate() error {
 func validKeys(n int64) []error {
 	switch {
 	case n < 1:
-		return []error{systems.Usagef("-keys %d: want at least 1 written key (run bench put first)", n)}
+		return []error{cmdline.Usagef("-keys %d: want at least 1 written key (run bench put first)", n)}
 	case n > MaxKeys:
-		return []error{systems.Usagef("-keys %d: the key scheme names at most %d keys", n, MaxKeys)}
+		return []error{cmdline.Usagef("-keys %d: the key scheme names at most %d keys", n, MaxKeys)}
 	}
 	return nil
 }
@@ -244,9 +245,9 @@ func (o *ScanOptions) Validate() error {
 	errs := o.validate()
 	errs = append(errs, validKeys(o.Keys)...)
 	if o.ScanSize < 1 {
-		errs = append(errs, systems.Usagef("-scansize %d: want at least 1 key", o.ScanSize))
+		errs = append(errs, cmdline.Usagef("-scansize %d: want at least 1 key", o.ScanSize))
 	} else if o.Keys >= 1 && int64(o.ScanSize) > o.Keys {
-		errs = append(errs, systems.Usagef("-scansize %d is more than the %d written keys", o.ScanSize, o.Keys))
+		errs = append(errs, cmdline.Usagef("-scansize %d is more than the %d written keys", o.ScanSize, o.Keys))
 	}
 	return errors.Join(errs...)
 }
@@ -491,7 +492,7 @@ func RunGet(ctx context.Context, s Store, o GetOptions) (Summary, error) {
 	for id := range choosers {
 		z, err := NewZipfKeys(rand.New(rand.NewSource(o.Seed+int64(id))), o.Zipf, o.Keys, perm)
 		if err != nil {
-			return Summary{Op: "get"}, systems.Usagef("%v", err)
+			return Summary{Op: "get"}, cmdline.Usagef("%v", err)
 		}
 		choosers[id] = z
 	}

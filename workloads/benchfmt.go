@@ -8,7 +8,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/nezha-harness/nezha/systems/kvpb"
+	"github.com/nezha-harness/nezha/api/kvpb"
 )
 
 // userHz is Linux's USER_HZ: /proc/PID/stat counts CPU time in 1/100 s on

@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/nezha-harness/nezha/systems/kvpb"
+	"github.com/nezha-harness/nezha/api/kvpb"
 )
 
 func TestWriteBenchfmt(t *testing.T) {

@@ -10,9 +10,9 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/nezha-harness/nezha/systems"
-	"github.com/nezha-harness/nezha/systems/client"
-	"github.com/nezha-harness/nezha/systems/kvpb"
+	"github.com/nezha-harness/nezha/api/kvpb"
+	"github.com/nezha-harness/nezha/client"
+	"github.com/nezha-harness/nezha/internal/cmdline"
 )
 
 // Result is what -json FILE and summary.json hold: the summary, with the
@@ -24,7 +24,7 @@ type Result struct {
 
 // Connect makes a client of cfg and checks that at least one server
 // answers Status within timeout; if none does, it fails with a
-// *systems.UsageError (exit 2) before any load starts. It returns the
+// *cmdline.UsageError (exit 2) before any load starts. It returns the
 // statuses of the servers that answered.
 func Connect(ctx context.Context, cfg client.Config, consistency string, timeout time.Duration) (*client.Client, []*kvpb.StatusResponse, error) {
 	addrs := cfg.Servers
@@ -33,7 +33,7 @@ func Connect(ctx context.Context, cfg client.Config, consistency string, timeout
 	case "stale":
 		cfg.Consistency = kvpb.ReadConsistency_STALE
 	default:
-		return nil, nil, systems.Usagef("-consistency %q: want linearizable or stale", consistency)
+		return nil, nil, cmdline.Usagef("-consistency %q: want linearizable or stale", consistency)
 	}
 	c, err := client.New(cfg)
 	if err != nil {
@@ -44,7 +44,7 @@ func Connect(ctx context.Context, cfg client.Config, consistency string, timeout
 	sts := c.Discover(dctx)
 	if len(sts) == 0 {
 		c.Close()
-		return nil, nil, systems.Usagef("no server answered within %v at %s", timeout, strings.Join(addrs, ","))
+		return nil, nil, cmdline.Usagef("no server answered within %v at %s", timeout, strings.Join(addrs, ","))
 	}
 	return c, sts, nil
 }
@@ -138,10 +138,10 @@ func (o *Outputs) Open(info RunInfo) (raw io.Writer, close func() error, err err
 	}
 	if o.Dir != "" {
 		if err := os.MkdirAll(o.Dir, 0o755); err != nil {
-			return nil, close, systems.Usagef("-out %s: %v", o.Dir, err)
+			return nil, close, cmdline.Usagef("-out %s: %v", o.Dir, err)
 		}
 		if err := WriteJSON(filepath.Join(o.Dir, "config.json"), info); err != nil {
-			return nil, close, systems.Usagef("-out %s: %v", o.Dir, err)
+			return nil, close, cmdline.Usagef("-out %s: %v", o.Dir, err)
 		}
 		if o.RawInDir {
 			paths = append(paths, filepath.Join(o.Dir, "raw.csv"))
@@ -152,7 +152,7 @@ func (o *Outputs) Open(info RunInfo) (raw io.Writer, close func() error, err err
 		f, err := os.Create(p)
 		if err != nil {
 			close()
-			return nil, func() error { return nil }, systems.Usagef("%v", err)
+			return nil, func() error { return nil }, cmdline.Usagef("%v", err)
 		}
 		files = append(files, f)
 		ws = append(ws, f)

@@ -14,7 +14,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nezha-harness/nezha/systems/cluster"
+	"github.com/nezha-harness/nezha/cluster"
 	"github.com/nezha-harness/nezha/systems/systemstest"
 )
 

@@ -12,7 +12,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"github.com/nezha-harness/nezha/systems/client"
+	"github.com/nezha-harness/nezha/client"
 )
 
 // DefaultStallTimeout is the default of -stallTimeout: how long a run goes

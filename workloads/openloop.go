@@ -13,7 +13,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/nezha-harness/nezha/systems"
+	"github.com/nezha-harness/nezha/internal/cmdline"
 )
 
 // Arrival processes of an open-loop run (-arrivals).
@@ -187,13 +187,13 @@ func validArrivals(a string) bool { return a == "" || a == ArrivalsConstant || a
 func ValidateOpenLoop(rate float64, arrivals string, warmup time.Duration) []error {
 	var errs []error
 	if rate < 0 || math.IsNaN(rate) || math.IsInf(rate, 0) {
-		errs = append(errs, systems.Usagef("-rate %v: want a finite number of operations a second (> 0), or none for a closed loop", rate))
+		errs = append(errs, cmdline.Usagef("-rate %v: want a finite number of operations a second (> 0), or none for a closed loop", rate))
 	}
 	if !validArrivals(arrivals) {
-		errs = append(errs, systems.Usagef("-arrivals %q: want %s or %s", arrivals, ArrivalsConstant, ArrivalsPoisson))
+		errs = append(errs, cmdline.Usagef("-arrivals %q: want %s or %s", arrivals, ArrivalsConstant, ArrivalsPoisson))
 	}
 	if warmup < 0 {
-		errs = append(errs, systems.Usagef("-warmup %v must not be negative", warmup))
+		errs = append(errs, cmdline.Usagef("-warmup %v must not be negative", warmup))
 	}
 	return errs
 }
@@ -212,24 +212,24 @@ func ParseRate(spec string) (opsPerSec float64, source string, err error) {
 	frac, file, isFrac := strings.Cut(spec, "x:")
 	if !isFrac {
 		if strings.HasSuffix(spec, "x") {
-			return 0, "", systems.Usagef("-rate %s: a fraction needs the closed-loop run it is a fraction of: -rate %s:DIR/summary.json", spec, spec)
+			return 0, "", cmdline.Usagef("-rate %s: a fraction needs the closed-loop run it is a fraction of: -rate %s:DIR/summary.json", spec, spec)
 		}
 		r, perr := strconv.ParseFloat(spec, 64)
 		if perr != nil || !(r > 0) || math.IsInf(r, 1) {
-			return 0, "", systems.Usagef("-rate %q: want operations a second (> 0), or FRACTIONx:SUMMARY.json", spec)
+			return 0, "", cmdline.Usagef("-rate %q: want operations a second (> 0), or FRACTIONx:SUMMARY.json", spec)
 		}
 		return r, "", nil
 	}
 	f, perr := strconv.ParseFloat(frac, 64)
 	if perr != nil || !(f > 0) || math.IsInf(f, 1) {
-		return 0, "", systems.Usagef("-rate %s: the fraction %q is not a number > 0", spec, frac)
+		return 0, "", cmdline.Usagef("-rate %s: the fraction %q is not a number > 0", spec, frac)
 	}
 	if st, serr := os.Stat(file); serr == nil && st.IsDir() {
 		file = filepath.Join(file, "summary.json")
 	}
 	b, rerr := os.ReadFile(file)
 	if rerr != nil {
-		return 0, "", systems.Usagef("-rate %s: %v", spec, rerr)
+		return 0, "", cmdline.Usagef("-rate %s: %v", spec, rerr)
 	}
 	var peak struct {
 		OpsPerSec float64 `json:"ops_per_sec"`
@@ -237,15 +237,15 @@ func ParseRate(spec string) (opsPerSec float64, source string, err error) {
 		Load      *Load   `json:"load"`
 	}
 	if jerr := json.Unmarshal(b, &peak); jerr != nil {
-		return 0, "", systems.Usagef("-rate %s: %s is not a summary of bench or ycsb: %v", spec, file, jerr)
+		return 0, "", cmdline.Usagef("-rate %s: %s is not a summary of bench or ycsb: %v", spec, file, jerr)
 	}
 	switch {
 	case peak.Load != nil && peak.Load.Loop == LoopOpen:
-		return 0, "", systems.Usagef("-rate %s: %s is of an open-loop run: its throughput is the rate it was offered, not a peak", spec, file)
+		return 0, "", cmdline.Usagef("-rate %s: %s is of an open-loop run: its throughput is the rate it was offered, not a peak", spec, file)
 	case !(peak.OpsPerSec > 0):
-		return 0, "", systems.Usagef("-rate %s: %s has no throughput (ops_per_sec)", spec, file)
+		return 0, "", cmdline.Usagef("-rate %s: %s has no throughput (ops_per_sec)", spec, file)
 	case peak.Stopped != "":
-		return 0, "", systems.Usagef("-rate %s: the run of %s was %s: its throughput is no peak", spec, file, peak.Stopped)
+		return 0, "", cmdline.Usagef("-rate %s: the run of %s was %s: its throughput is no peak", spec, file, peak.Stopped)
 	}
 	return f * peak.OpsPerSec, strconv.FormatFloat(f, 'g', -1, 64) + " x the " +
 		strconv.FormatFloat(peak.OpsPerSec, 'f', 1, 64) + " ops/s of " + file, nil

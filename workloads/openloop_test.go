@@ -23,6 +23,7 @@ import (
 
 	hdrhistogram "github.com/HdrHistogram/hdrhistogram-go"
 
+	"github.com/nezha-harness/nezha/internal/cmdline"
 	"github.com/nezha-harness/nezha/systems"
 )
 
@@ -264,7 +265,7 @@ func TestParseRate(t *testing.T) {
 		{"0.7x:" + filepath.Join(dir, "nope.json"), 0, "no such file"},
 	} {
 		got, source, err := ParseRate(c.spec)
-		var ue *systems.UsageError
+		var ue *cmdline.UsageError
 		switch {
 		case c.err == "" && (err != nil || got != c.want):
 			t.Errorf("ParseRate(%q) = %v, %v; want %v", c.spec, got, err, c.want)

@@ -10,9 +10,9 @@ import (
 	"strings"
 	"time"
 
-	"github.com/nezha-harness/nezha/systems/buildinfo"
-	"github.com/nezha-harness/nezha/systems/kvpb"
-	"github.com/nezha-harness/nezha/systems/machine"
+	"github.com/nezha-harness/nezha/api/kvpb"
+	"github.com/nezha-harness/nezha/internal/buildinfo"
+	"github.com/nezha-harness/nezha/internal/machine"
 )
 
 // RunInfo is the record of how a run was made, written as config.json next

@@ -9,7 +9,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/nezha-harness/nezha/systems/buildinfo"
+	"github.com/nezha-harness/nezha/internal/buildinfo"
 )
 
 // TestRevision: the build info's revision wins; without one the fallback

@@ -12,7 +12,7 @@ import (
 
 	hdrhistogram "github.com/HdrHistogram/hdrhistogram-go"
 
-	"github.com/nezha-harness/nezha/systems/client"
+	"github.com/nezha-harness/nezha/client"
 )
 
 // Outcome is how one operation ended.

@@ -20,8 +20,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nezha-harness/nezha/client"
+	"github.com/nezha-harness/nezha/internal/cmdline"
 	"github.com/nezha-harness/nezha/systems"
-	"github.com/nezha-harness/nezha/systems/client"
 )
 
 // memStore is an in-memory Store. failPut, if set, decides the error of
@@ -273,8 +274,8 @@ func checkUsage(t *testing.T, err error, want []string) {
 	if err == nil {
 		t.Fatalf("no error, want %q", want)
 	}
-	var ue *systems.UsageError
-	if one := systems.OneLine("x", err); !errors.As(one, &ue) {
+	var ue *cmdline.UsageError
+	if one := cmdline.OneLine("x", err); !errors.As(one, &ue) {
 		t.Fatalf("not all usage errors: %v", err)
 	}
 	for _, w := range want {

@@ -15,9 +15,8 @@ import (
 	"strings"
 
 	"github.com/magiconair/properties"
+	"github.com/nezha-harness/nezha/internal/cmdline"
 	"github.com/pingcap/go-ycsb/pkg/prop"
-
-	"github.com/nezha-harness/nezha/systems"
 )
 
 // shipped holds the upstream YCSB property files workloada..workloadf.
@@ -45,7 +44,7 @@ func ReadPropertyFile(name string) ([]byte, string, error) {
 	if b, err := os.ReadFile(name); err == nil {
 		return b, name, nil
 	} else if !errors.Is(err, os.ErrNotExist) {
-		return nil, "", systems.Usagef("-P %s: %v", name, err)
+		return nil, "", cmdline.Usagef("-P %s: %v", name, err)
 	}
 	dir, base := filepath.Split(filepath.ToSlash(name))
 	dir = strings.TrimSuffix(dir, "/")
@@ -54,7 +53,7 @@ func ReadPropertyFile(name string) ([]byte, string, error) {
 			return b, "shipped " + path.Join("ycsb/workloads", base), nil
 		}
 	}
-	return nil, "", systems.Usagef("-P %s: no such file (shipped: %s)", name, strings.Join(ShippedNames(), ", "))
+	return nil, "", cmdline.Usagef("-P %s: no such file (shipped: %s)", name, strings.Join(ShippedNames(), ", "))
 }
 
 // LoadProperties merges the -P files in order, then the -p key=value
@@ -70,7 +69,7 @@ func LoadProperties(files, settings []string) (*properties.Properties, []string,
 			continue
 		}
 		if err := p.Load(b, properties.UTF8); err != nil {
-			errs = append(errs, systems.Usagef("-P %s: %v", f, err))
+			errs = append(errs, cmdline.Usagef("-P %s: %v", f, err))
 			continue
 		}
 		sources = append(sources, src)
@@ -79,11 +78,11 @@ func LoadProperties(files, settings []string) (*properties.Properties, []string,
 		k, v, ok := strings.Cut(s, "=")
 		k = strings.TrimSpace(k)
 		if !ok || k == "" {
-			errs = append(errs, systems.Usagef("-p %q: want name=value", s))
+			errs = append(errs, cmdline.Usagef("-p %q: want name=value", s))
 			continue
 		}
 		if _, _, err := p.Set(k, strings.TrimSpace(v)); err != nil {
-			errs = append(errs, systems.Usagef("-p %q: %v", s, err))
+			errs = append(errs, cmdline.Usagef("-p %q: %v", s, err))
 		}
 	}
 	return p, sources, errors.Join(errs...)
@@ -187,7 +186,7 @@ func parseBool(v string) (bool, bool) {
 }
 
 // ValidateProperties checks every property the run will use and reports
-// every problem at once (as *systems.UsageError values). Unknown property
+// every problem at once (as *cmdline.UsageError values). Unknown property
 // names are returned as warnings: upstream files may carry settings of
 // other bindings. phase is "load" or "run"; maxValueBytes bounds the
 // encoded record.
@@ -207,24 +206,24 @@ func ValidateProperties(p *properties.Properties, phase string, maxValueBytes in
 		case kInt:
 			n, perr := strconv.ParseInt(v, 10, 64)
 			if perr != nil {
-				errs = append(errs, systems.Usagef("%s=%q is not an integer", k, v))
+				errs = append(errs, cmdline.Usagef("%s=%q is not an integer", k, v))
 			} else if float64(n) < spec.min || float64(n) > spec.max {
-				errs = append(errs, systems.Usagef("%s=%d is out of range %s", k, n, rangeText(spec)))
+				errs = append(errs, cmdline.Usagef("%s=%d is out of range %s", k, n, rangeText(spec)))
 			}
 		case kFloat:
 			f, perr := strconv.ParseFloat(v, 64)
 			if perr != nil || math.IsNaN(f) {
-				errs = append(errs, systems.Usagef("%s=%q is not a number", k, v))
+				errs = append(errs, cmdline.Usagef("%s=%q is not a number", k, v))
 			} else if f < spec.min || f > spec.max {
-				errs = append(errs, systems.Usagef("%s=%v is out of range [%v, %v]", k, f, spec.min, spec.max))
+				errs = append(errs, cmdline.Usagef("%s=%v is out of range [%v, %v]", k, f, spec.min, spec.max))
 			}
 		case kBool:
 			if _, ok := parseBool(v); !ok {
-				errs = append(errs, systems.Usagef("%s=%q is not a boolean (true or false)", k, v))
+				errs = append(errs, cmdline.Usagef("%s=%q is not a boolean (true or false)", k, v))
 			}
 		case kEnum:
 			if !slices.Contains(spec.enum, v) {
-				errs = append(errs, systems.Usagef("%s=%q is not one of %s", k, v, strings.Join(spec.enum, ", ")))
+				errs = append(errs, cmdline.Usagef("%s=%q is not one of %s", k, v, strings.Join(spec.enum, ", ")))
 			}
 		}
 	}
@@ -233,23 +232,23 @@ func ValidateProperties(p *properties.Properties, phase string, maxValueBytes in
 	}
 	// Required counts (go-ycsb takes a missing recordcount as 2^31-1).
 	if _, ok := p.Get(prop.RecordCount); !ok {
-		errs = append(errs, systems.Usagef("recordcount is not set"))
+		errs = append(errs, cmdline.Usagef("recordcount is not set"))
 	}
 	if _, ok := p.Get(prop.OperationCount); !ok && phase == "run" {
-		errs = append(errs, systems.Usagef("operationcount is not set"))
+		errs = append(errs, cmdline.Usagef("operationcount is not set"))
 	}
 	rc := p.GetInt64(prop.RecordCount, 0)
 	is := p.GetInt64(prop.InsertStart, 0)
 	if ic, ok := p.Get(prop.InsertCount); ok {
 		n, _ := strconv.ParseInt(ic, 10, 64)
 		if rc > 0 && is+n > rc {
-			errs = append(errs, systems.Usagef("insertstart %d + insertcount %d is more than recordcount %d", is, n, rc))
+			errs = append(errs, cmdline.Usagef("insertstart %d + insertcount %d is more than recordcount %d", is, n, rc))
 		}
 	} else if rc > 0 && is >= rc {
-		errs = append(errs, systems.Usagef("insertstart %d is not below recordcount %d", is, rc))
+		errs = append(errs, cmdline.Usagef("insertstart %d is not below recordcount %d", is, rc))
 	}
 	if min, max := p.GetInt64(prop.MinScanLength, prop.MinScanLengthDefault), p.GetInt64(prop.MaxScanLength, prop.MaxScanLengthDefault); min > max {
-		errs = append(errs, systems.Usagef("minscanlength %d is more than maxscanlength %d", min, max))
+		errs = append(errs, cmdline.Usagef("minscanlength %d is more than maxscanlength %d", min, max))
 	}
 	if phase == "run" {
 		sum := 0.0
@@ -257,22 +256,22 @@ func ValidateProperties(p *properties.Properties, phase string, maxValueBytes in
 			sum += proportionOf(p, k)
 		}
 		if sum <= 0 {
-			errs = append(errs, systems.Usagef("the operation proportions add up to 0"))
+			errs = append(errs, cmdline.Usagef("the operation proportions add up to 0"))
 		}
 	}
 	if getBool(p, prop.DataIntegrity, false) && p.GetString(prop.FieldLengthDistribution, "constant") != "constant" {
-		errs = append(errs, systems.Usagef("dataintegrity=true needs fieldlengthdistribution=constant"))
+		errs = append(errs, cmdline.Usagef("dataintegrity=true needs fieldlengthdistribution=constant"))
 	}
 	// go-ycsb exits if a thread would get no operation.
 	threads := p.GetInt64(prop.ThreadCount, 1)
 	if total := phaseOps(p, phase); total > 0 && threads > total {
-		errs = append(errs, systems.Usagef("threadcount %d is more than the %d operations of the %s phase", threads, total, phase))
+		errs = append(errs, cmdline.Usagef("threadcount %d is more than the %d operations of the %s phase", threads, total, phase))
 	}
 	// The encoded record must fit the servers' value limit.
 	fc := p.GetInt64(prop.FieldCount, prop.FieldCountDefault)
 	fl := p.GetInt64(prop.FieldLength, prop.FieldLengthDefault)
 	if size := MaxRecordBytes(fc, fl); size > int64(maxValueBytes) {
-		errs = append(errs, systems.Usagef("a record of fieldcount %d x fieldlength %d encodes to %d bytes, over the servers' maximum value size of %d bytes (-maxValueBytes)", fc, fl, size, maxValueBytes))
+		errs = append(errs, cmdline.Usagef("a record of fieldcount %d x fieldlength %d encodes to %d bytes, over the servers' maximum value size of %d bytes (-maxValueBytes)", fc, fl, size, maxValueBytes))
 	}
 	return warnings, errors.Join(errs...)
 }

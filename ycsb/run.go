@@ -44,6 +44,7 @@ import (
 	_ "github.com/pingcap/go-ycsb/pkg/workload" // registers the core workload
 	gycsb "github.com/pingcap/go-ycsb/pkg/ycsb"
 
+	"github.com/nezha-harness/nezha/internal/cmdline"
 	"github.com/nezha-harness/nezha/systems"
 	"github.com/nezha-harness/nezha/workloads"
 )
@@ -100,19 +101,19 @@ func DefaultOptions(phase string) Options {
 func (o *Options) Properties() (*properties.Properties, []string, []string, error) {
 	var errs []error
 	if o.Phase != "load" && o.Phase != "run" {
-		errs = append(errs, systems.Usagef("phase %q: want load or run", o.Phase))
+		errs = append(errs, cmdline.Usagef("phase %q: want load or run", o.Phase))
 	}
 	if o.MaxValueBytes < 1 {
-		errs = append(errs, systems.Usagef("-maxValueBytes %d must be positive", o.MaxValueBytes))
+		errs = append(errs, cmdline.Usagef("-maxValueBytes %d must be positive", o.MaxValueBytes))
 	}
 	if o.OpTimeout <= 0 {
-		errs = append(errs, systems.Usagef("-timeout %v must be positive", o.OpTimeout))
+		errs = append(errs, cmdline.Usagef("-timeout %v must be positive", o.OpTimeout))
 	}
 	if o.StallTimeout < 0 {
-		errs = append(errs, systems.Usagef("-stallTimeout %v must not be negative", o.StallTimeout))
+		errs = append(errs, cmdline.Usagef("-stallTimeout %v must not be negative", o.StallTimeout))
 	}
 	if o.Progress != nil && o.ProgressInterval <= 0 {
-		errs = append(errs, systems.Usagef("-interval %v must be positive", o.ProgressInterval))
+		errs = append(errs, cmdline.Usagef("-interval %v must be positive", o.ProgressInterval))
 	}
 	errs = append(errs, workloads.ValidateOpenLoop(o.Rate, o.Arrivals, o.Warmup)...)
 	p, sources, err := LoadProperties(o.Files, o.Settings)
@@ -129,13 +130,13 @@ func (o *Options) Properties() (*properties.Properties, []string, []string, erro
 	target, warmup := p.GetInt64(prop.Target, 0), p.GetInt64(prop.WarmUpTime, 0)
 	switch {
 	case o.Rate > 0 && target > 0:
-		errs = append(errs, systems.Usagef("-rate and target=%d: -rate offers operations open loop; target paces go-ycsb's closed-loop threads: give one", target))
+		errs = append(errs, cmdline.Usagef("-rate and target=%d: -rate offers operations open loop; target paces go-ycsb's closed-loop threads: give one", target))
 	case target > 0:
 		warnings = append(warnings, fmt.Sprintf("target=%d paces go-ycsb's closed-loop threads, timed from each operation's send: "+
 			"a stall delays the threads' next operations, and their wait shows in no latency (coordinated omission); -rate %d runs open loop and times operations from when they were due", target, target))
 	}
 	if o.Rate > 0 && warmup > 0 {
-		errs = append(errs, systems.Usagef("-rate and warmuptime=%d: an open loop leaves its warm-up out with -warmup", warmup))
+		errs = append(errs, cmdline.Usagef("-rate and warmuptime=%d: an open loop leaves its warm-up out with -warmup", warmup))
 	}
 	return p, sources, warnings, errors.Join(errs...)
 }
@@ -216,7 +217,7 @@ func Run(ctx context.Context, s Store, o Options) (Summary, error) {
 	// Every accepted workload name is the core workload.
 	wl, err := gycsb.GetWorkloadCreator("core").Create(p)
 	if err != nil {
-		return res, systems.Usagef("ycsb: workload: %v", err)
+		return res, cmdline.Usagef("ycsb: workload: %v", err)
 	}
 	defer wl.Close()
 

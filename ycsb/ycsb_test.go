@@ -18,6 +18,7 @@ import (
 
 	"github.com/magiconair/properties"
 
+	"github.com/nezha-harness/nezha/internal/cmdline"
 	"github.com/nezha-harness/nezha/systems"
 	"github.com/nezha-harness/nezha/workloads"
 )
@@ -251,8 +252,8 @@ func TestValidateProperties(t *testing.T) {
 			t.Errorf("error %v does not report %s", err, want)
 		}
 	}
-	var ue *systems.UsageError
-	if !errors.As(systems.OneLine("ycsb", err), &ue) {
+	var ue *cmdline.UsageError
+	if !errors.As(cmdline.OneLine("ycsb", err), &ue) {
 		t.Error("not a usage error")
 	}
 	if len(w) != 1 || !strings.Contains(w[0], "frobnicate") {

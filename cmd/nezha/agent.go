@@ -8,8 +8,8 @@ import (
 
 	"github.com/peterbourgon/ff/v3/ffcli"
 
-	"github.com/nezha-harness/nezha/systems"
-	"github.com/nezha-harness/nezha/systems/agent"
+	"github.com/nezha-harness/nezha/cluster/agent"
+	"github.com/nezha-harness/nezha/internal/cmdline"
 )
 
 // tokenEnv carries the agent's token when no -tokenFile is given (a
@@ -37,14 +37,14 @@ func (c *cli) agentCommand() *ffcli.Command {
 		if *tokenFile != "" {
 			token, err := agent.ReadToken(*tokenFile)
 			if err != nil {
-				return systems.Usagef("agent: -tokenFile: %v", err)
+				return cmdline.Usagef("agent: -tokenFile: %v", err)
 			}
 			cfg.Token = token
 		} else {
 			cfg.Token = os.Getenv(tokenEnv)
 		}
 		if err := cfg.Validate(); err != nil {
-			return systems.OneLine("agent", err)
+			return cmdline.OneLine("agent", err)
 		}
 		ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 		defer stop()

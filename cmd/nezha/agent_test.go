@@ -8,8 +8,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nezha-harness/nezha/systems/agent"
-	"github.com/nezha-harness/nezha/systems/agent/agentpb"
+	"github.com/nezha-harness/nezha/cluster/agent"
+	"github.com/nezha-harness/nezha/cluster/agent/agentpb"
 )
 
 // TestAgentCommand: `nezha agent` serves with the token of its token

@@ -12,10 +12,10 @@ import (
 
 	"github.com/peterbourgon/ff/v3/ffcli"
 
+	"github.com/nezha-harness/nezha/cluster"
 	"github.com/nezha-harness/nezha/faults"
-	"github.com/nezha-harness/nezha/systems"
-	"github.com/nezha-harness/nezha/systems/cluster"
-	"github.com/nezha-harness/nezha/systems/vfs"
+	"github.com/nezha-harness/nezha/internal/cmdline"
+	"github.com/nezha-harness/nezha/internal/vfs"
 	"github.com/nezha-harness/nezha/workloads"
 )
 
@@ -31,7 +31,7 @@ const benchUsage = `usage: nezha bench put|get|scan (-cluster DIR | -servers A,B
 func (c *cli) benchCommand() *ffcli.Command {
 	return c.group("bench", benchUsage, "bench: want a subcommand: put, get, scan",
 		func(sub string) error {
-			return systems.Usagef("bench: unknown subcommand %q (want put, get, scan)", sub)
+			return cmdline.Usagef("bench: unknown subcommand %q (want put, get, scan)", sub)
 		},
 		c.benchSub("put"), c.benchSub("get"), c.benchSub("scan"))
 }
@@ -131,10 +131,10 @@ func (c *cli) bench(ctx context.Context, stdout io.Writer, b *benchFlags) error 
 		verr = v.Validate()
 	}
 	if b.fsyncDelay < 0 || b.fsyncDelay > vfs.MaxLatency {
-		verr = errors.Join(verr, systems.Usagef("-fsyncDelay %v is outside [0, %v]", b.fsyncDelay, vfs.MaxLatency))
+		verr = errors.Join(verr, cmdline.Usagef("-fsyncDelay %v is outside [0, %v]", b.fsyncDelay, vfs.MaxLatency))
 	}
 	if verr = errors.Join(rerr, verr); verr != nil {
-		return systems.OneLine("bench "+sub, verr)
+		return cmdline.OneLine("bench "+sub, verr)
 	}
 	cn, err := connect(ctx, "bench "+sub, &b.af, b.consistency, b.connectTimeout)
 	if err != nil {
@@ -160,7 +160,7 @@ func (c *cli) bench(ctx context.Context, stdout io.Writer, b *benchFlags) error 
 			return fmt.Errorf("bench %s: counting the written keys: %w", sub, err)
 		}
 		if n == 0 {
-			return systems.Usagef("bench %s: no key %s found: run bench put first (same -keyprefix) or give -keys", sub, workloads.Key(com.KeyPrefix, 0))
+			return cmdline.Usagef("bench %s: no key %s found: run bench put first (same -keyprefix) or give -keys", sub, workloads.Key(com.KeyPrefix, 0))
 		}
 		fmt.Fprintf(stdout, "found %d keys %s..%s\n", n, workloads.Key(com.KeyPrefix, 0), workloads.Key(com.KeyPrefix, n-1))
 		*keys = n
@@ -171,7 +171,7 @@ func (c *cli) bench(ctx context.Context, stdout io.Writer, b *benchFlags) error 
 			verr = scan.Validate()
 		}
 		if verr != nil {
-			return systems.OneLine("bench "+sub, verr)
+			return cmdline.OneLine("bench "+sub, verr)
 		}
 	}
 
@@ -274,7 +274,7 @@ func (c *cli) bench(ctx context.Context, stdout io.Writer, b *benchFlags) error 
 func startCPUProfile(path string) (stop func(), err error) {
 	f, err := os.Create(path)
 	if err != nil {
-		return nil, systems.Usagef("-cpuprofile %s: %v", path, err)
+		return nil, cmdline.Usagef("-cpuprofile %s: %v", path, err)
 	}
 	if err := pprof.StartCPUProfile(f); err != nil {
 		f.Close()

@@ -12,8 +12,8 @@ import (
 	"github.com/peterbourgon/ff/v3/ffcli"
 
 	"github.com/nezha-harness/nezha/faults"
+	"github.com/nezha-harness/nezha/internal/cmdline"
 	"github.com/nezha-harness/nezha/linearizability"
-	"github.com/nezha-harness/nezha/systems"
 )
 
 const checkUsage = `usage: nezha check -system S [-nemesis LIST] [-duration D] [-clients N] [-seed N]
@@ -69,7 +69,7 @@ func (c *cli) checkCommand() *ffcli.Command {
 			return err
 		}
 		if err := hosts.load(&o.Backend); err != nil {
-			return systems.OneLine("check", err)
+			return cmdline.OneLine("check", err)
 		}
 		return c.check(ctx, fs, o, *nemesis)
 	})
@@ -84,16 +84,16 @@ func (c *cli) check(ctx context.Context, fs *flag.FlagSet, o linearizability.Opt
 		switch f.Name {
 		case "duration", "clients", "nodes", "seed", "tick", "keys", "scan-group", "check-timeout":
 			if v := f.Value.String(); v == "0" || v == "0s" {
-				zeros = append(zeros, systems.Usagef("-%s 0 is not allowed", f.Name))
+				zeros = append(zeros, cmdline.Usagef("-%s 0 is not allowed", f.Name))
 			}
 		}
 	})
 	if err := errors.Join(zeros...); err != nil {
-		return systems.OneLine("check", err)
+		return cmdline.OneLine("check", err)
 	}
 	names, err := faults.ParseNemeses(nemesis)
 	if err != nil {
-		return systems.OneLine("check", err)
+		return cmdline.OneLine("check", err)
 	}
 	o.Nemeses = names
 	if !flagGiven(fs, "duration") {
@@ -107,7 +107,7 @@ func (c *cli) check(ctx context.Context, fs *flag.FlagSet, o linearizability.Opt
 		fmt.Fprintf(c.stderr, "[%7.2fs] %s\n", time.Since(start).Seconds(), fmt.Sprintf(format, args...))
 	}
 	if err := o.Validate(); err != nil {
-		return systems.OneLine("check", err)
+		return cmdline.OneLine("check", err)
 	}
 
 	// Ctrl-C (or SIGTERM, SIGHUP, or an EPIPE when the output is cut)
@@ -123,9 +123,9 @@ func (c *cli) check(ctx context.Context, fs *flag.FlagSet, o linearizability.Opt
 		linearizability.WriteResult(stdout, res)
 	}
 	if err != nil {
-		var ue *systems.UsageError
+		var ue *cmdline.UsageError
 		if errors.As(err, &ue) {
-			return systems.OneLine("check", err)
+			return cmdline.OneLine("check", err)
 		}
 		if errors.Is(err, context.Canceled) {
 			return fmt.Errorf("check: %w: faults healed and cluster torn down; partial history in %s", context.Cause(ctx), o.Out)

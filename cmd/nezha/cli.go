@@ -12,6 +12,7 @@ import (
 
 	"github.com/peterbourgon/ff/v3/ffcli"
 
+	"github.com/nezha-harness/nezha/internal/cmdline"
 	"github.com/nezha-harness/nezha/systems"
 )
 
@@ -90,7 +91,7 @@ func (c *cli) group(name, usage, missing string, unknown func(sub string) error,
 	cmd := c.command(name, usage, c.flagSet(name), func(_ context.Context, args []string) error {
 		switch {
 		case len(args) == 0:
-			return systems.Usagef("%s", missing)
+			return cmdline.Usagef("%s", missing)
 		case args[0] == "help":
 			return flag.ErrHelp
 		}
@@ -111,7 +112,7 @@ func writeJSON(w io.Writer, v any) error {
 // noArgs fails with a usage error naming the first positional argument.
 func noArgs(name string, args []string) error {
 	if len(args) > 0 {
-		return systems.Usagef("%s: unexpected argument %q", name, args[0])
+		return cmdline.Usagef("%s: unexpected argument %q", name, args[0])
 	}
 	return nil
 }
@@ -144,7 +145,7 @@ func (c *cli) parseInterleaved(fs *flag.FlagSet, args []string) ([]string, error
 				c.help.Reset() // ffcli prints the usage for flag.ErrHelp
 				return nil, err
 			}
-			return nil, systems.Usagef("%s: %v", fs.Name(), err)
+			return nil, cmdline.Usagef("%s: %v", fs.Name(), err)
 		}
 		if endsFlags(args, fs.Args()) {
 			return append(pos, fs.Args()...), nil

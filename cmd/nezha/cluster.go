@@ -7,8 +7,8 @@ import (
 
 	"github.com/peterbourgon/ff/v3/ffcli"
 
-	"github.com/nezha-harness/nezha/systems"
-	"github.com/nezha-harness/nezha/systems/cluster"
+	"github.com/nezha-harness/nezha/cluster"
+	"github.com/nezha-harness/nezha/internal/cmdline"
 )
 
 // clusterCommand is `nezha cluster up|status|kill|restart|down|...`: the
@@ -41,7 +41,7 @@ func (c *cli) checkServeArgs(system string, args []string) error {
 		return nil // an unknown system: Up names it with the others
 	}
 	if err := cmd.FlagSet.Parse(sub.args[1:]); err != nil {
-		return systems.Usagef("the serve flags after --: %v", err)
+		return cmdline.Usagef("the serve flags after --: %v", err)
 	}
 	return nil
 }

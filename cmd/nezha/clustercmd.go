@@ -13,8 +13,8 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/nezha-harness/nezha/systems"
-	"github.com/nezha-harness/nezha/systems/cluster"
+	"github.com/nezha-harness/nezha/cluster"
+	"github.com/nezha-harness/nezha/internal/cmdline"
 )
 
 // registerAddress adds -servers, -cluster and -api, the two ways to name a
@@ -46,10 +46,10 @@ const clusterUsage = `usage: nezha cluster SUBCOMMAND [flags]   (nezha cluster S
 // `up` before anything starts.
 func runCluster(args []string, known []string, stdout, stderr io.Writer, checkServe func(system string, args []string) error) error {
 	if len(args) == 0 {
-		return systems.Usagef("cluster: want a subcommand: up, status, kill, restart, down, add, promote, remove, transfer, replace, members, compact")
+		return cmdline.Usagef("cluster: want a subcommand: up, status, kill, restart, down, add, promote, remove, transfer, replace, members, compact")
 	}
 	sub, args := args[0], args[1:]
-	if err := systems.SubcommandHelp(sub, stdout, clusterUsage); err != nil {
+	if err := cmdline.SubcommandHelp(sub, stdout, clusterUsage); err != nil {
 		return err
 	}
 	fs := flag.NewFlagSet("cluster "+sub, flag.ContinueOnError)
@@ -77,15 +77,15 @@ func runCluster(args []string, known []string, stdout, stderr io.Writer, checkSe
 		}
 		if checkServe != nil {
 			if err := checkServe(o.System, extra); err != nil {
-				return systems.OneLine("cluster up", err)
+				return cmdline.OneLine("cluster up", err)
 			}
 		}
 		o.Dir, o.ExtraArgs, o.KnownSystems, o.Detach = *dir, extra, known, true
 		if o.Dir == "" {
-			return systems.Usagef("cluster up: -cluster DIR is required")
+			return cmdline.Usagef("cluster up: -cluster DIR is required")
 		}
 		if o.Nodes == 0 { // cluster.UpOptions read 0 as the default; here it was given
-			return systems.Usagef("cluster up: -nodes 0 is outside 1..%d", cluster.MaxNodes)
+			return cmdline.Usagef("cluster up: -nodes 0 is outside 1..%d", cluster.MaxNodes)
 		}
 		_, statErr := os.Stat(o.Dir)
 		created := os.IsNotExist(statErr)
@@ -107,7 +107,7 @@ func runCluster(args []string, known []string, stdout, stderr io.Writer, checkSe
 			if created {
 				_ = os.Remove(o.Dir) // only if empty
 			}
-			return systems.OneLine("cluster up", err)
+			return cmdline.OneLine("cluster up", err)
 		}
 		fmt.Fprintf(stdout, "cluster of %d %s nodes up in %s (backend %s), leader %d\n", len(s.Nodes), cluster.Label(s.System), s.Dir, s.BackendName(), leader)
 		for _, n := range s.Nodes {
@@ -147,11 +147,11 @@ func runCluster(args []string, known []string, stdout, stderr io.Writer, checkSe
 		set := false
 		fs.Visit(func(f *flag.Flag) { set = set || f.Name == "node" })
 		if !set {
-			return systems.Usagef("cluster %s: -node is required", sub)
+			return cmdline.Usagef("cluster %s: -node is required", sub)
 		}
 		if *id == 0 {
 			_, err := s.Node(0) // names the ids there are (1..N, or others after membership changes)
-			return systems.Usagef("cluster %s: %v", sub, err)
+			return cmdline.Usagef("cluster %s: %v", sub, err)
 		}
 		unlock, err := cluster.Lock(*dir)
 		if err != nil {
@@ -192,7 +192,7 @@ func runCluster(args []string, known []string, stdout, stderr io.Writer, checkSe
 	case "compact":
 		return clusterCompact(ctx, fs, dir, args, stdout)
 	}
-	return systems.Usagef("cluster: unknown subcommand %q (want up, status, kill, restart, down, add, promote, remove, transfer, replace, members, compact)", sub)
+	return cmdline.Usagef("cluster: unknown subcommand %q (want up, status, kill, restart, down, add, promote, remove, transfer, replace, members, compact)", sub)
 }
 
 // clusterMembership is `nezha cluster add|promote|remove|transfer|replace|members`.
@@ -207,13 +207,13 @@ func clusterMembership(ctx context.Context, sub string, fs *flag.FlagSet, dir *s
 	set := false
 	fs.Visit(func(f *flag.Flag) { set = set || f.Name == "node" })
 	if (sub == "promote" || sub == "remove" || sub == "replace") && !set {
-		return systems.Usagef("cluster %s: -node is required", sub)
+		return cmdline.Usagef("cluster %s: -node is required", sub)
 	}
 	if set && *id == 0 {
-		return systems.Usagef("cluster %s: no node 0", sub)
+		return cmdline.Usagef("cluster %s: no node 0", sub)
 	}
 	if *timeout <= 0 {
-		return systems.Usagef("cluster %s: -timeout %v must be positive", sub, *timeout)
+		return cmdline.Usagef("cluster %s: -timeout %v must be positive", sub, *timeout)
 	}
 	unlock, err := cluster.Lock(*dir)
 	if err != nil {
@@ -281,11 +281,11 @@ func clusterMembership(ctx context.Context, sub string, fs *flag.FlagSet, dir *s
 }
 
 func parseCluster(fs *flag.FlagSet, args []string, w io.Writer) error {
-	if err := systems.ParseFlags(fs, args, w); err != nil {
+	if err := cmdline.ParseFlags(fs, args, w); err != nil {
 		return err
 	}
 	if fs.NArg() > 0 {
-		return systems.Usagef("%s: unexpected argument %q", fs.Name(), fs.Arg(0))
+		return cmdline.Usagef("%s: unexpected argument %q", fs.Name(), fs.Arg(0))
 	}
 	return nil
 }
@@ -301,7 +301,7 @@ func parseAndLoad(fs *flag.FlagSet, args []string, stdout io.Writer, dir *string
 
 func loadCluster(dir string) (*cluster.Spec, error) {
 	if dir == "" {
-		return nil, systems.Usagef("-cluster DIR is required")
+		return nil, cmdline.Usagef("-cluster DIR is required")
 	}
 	return cluster.Load(dir)
 }

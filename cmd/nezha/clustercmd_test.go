@@ -8,8 +8,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/nezha-harness/nezha/systems"
-	"github.com/nezha-harness/nezha/systems/cluster"
+	"github.com/nezha-harness/nezha/cluster"
+	"github.com/nezha-harness/nezha/internal/cmdline"
 )
 
 // The membership subcommands refuse bad flags with a usage error naming the
@@ -39,7 +39,7 @@ func TestMembershipCommandErrors(t *testing.T) {
 		{[]string{"kill", "-cluster", dir5, "-node", "0"}, "no node 0 in " + dir5 + " (ids 1, 5, 6)"},
 	} {
 		err := runCluster(c.args, []string{"nezha"}, io.Discard, io.Discard, nil)
-		var ue *systems.UsageError
+		var ue *cmdline.UsageError
 		if !errors.As(err, &ue) || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%v: %v, want a usage error saying %q", c.args, err, c.want)
 		}

@@ -9,9 +9,9 @@ import (
 
 	"google.golang.org/grpc/status"
 
-	"github.com/nezha-harness/nezha/systems"
-	"github.com/nezha-harness/nezha/systems/client"
-	"github.com/nezha-harness/nezha/systems/cluster"
+	"github.com/nezha-harness/nezha/client"
+	"github.com/nezha-harness/nezha/cluster"
+	"github.com/nezha-harness/nezha/internal/cmdline"
 )
 
 // clusterCompact is `nezha cluster compact`: every node (or -node N), one
@@ -25,16 +25,16 @@ func clusterCompact(ctx context.Context, fs *flag.FlagSet, dir *string, args []s
 		return err
 	}
 	if *timeout <= 0 {
-		return systems.Usagef("cluster compact: -timeout %v must be positive", *timeout)
+		return cmdline.Usagef("cluster compact: -timeout %v must be positive", *timeout)
 	}
 	if cluster.External(s.System) {
-		return systems.Usagef("cluster compact: %s compacts its own log (its --snapshot-count); use etcdctl compact for its MVCC history", s.System)
+		return cmdline.Usagef("cluster compact: %s compacts its own log (its --snapshot-count); use etcdctl compact for its MVCC history", s.System)
 	}
 	nodes := s.Nodes
 	if flagGiven(fs, "node") {
 		n, err := s.Node(*id)
 		if err != nil {
-			return systems.Usagef("cluster compact: %v", err)
+			return cmdline.Usagef("cluster compact: %v", err)
 		}
 		nodes = []cluster.Node{*n}
 	}

@@ -9,9 +9,9 @@ import (
 
 	"github.com/peterbourgon/ff/v3/ffcli"
 
+	"github.com/nezha-harness/nezha/cluster"
 	"github.com/nezha-harness/nezha/experiments"
-	"github.com/nezha-harness/nezha/systems"
-	"github.com/nezha-harness/nezha/systems/cluster"
+	"github.com/nezha-harness/nezha/internal/cmdline"
 )
 
 const experimentUsage = `usage: nezha experiment SUBCOMMAND
@@ -38,7 +38,7 @@ const compareUsage = `usage: nezha experiment compare DIR_A DIR_B [-metric REGEX
 func (c *cli) experimentCommand() *ffcli.Command {
 	return c.group("experiment", experimentUsage, "experiment: want list, run NAME...|all, report DIR, record DIR, or compare DIR_A DIR_B",
 		func(sub string) error {
-			return systems.Usagef("experiment: unknown subcommand %q (want list, run, report, record, compare)", sub)
+			return cmdline.Usagef("experiment: unknown subcommand %q (want list, run, report, record, compare)", sub)
 		},
 		c.command("list", experimentUsage, c.flagSet("experiment list"), func(_ context.Context, args []string) error {
 			if err := noArgs("experiment list", args); err != nil {
@@ -53,7 +53,7 @@ func (c *cli) experimentCommand() *ffcli.Command {
 		}),
 		c.command("report", experimentUsage, c.flagSet("experiment report"), func(_ context.Context, args []string) error {
 			if len(args) != 1 {
-				return systems.Usagef("experiment report: want one results directory")
+				return cmdline.Usagef("experiment report: want one results directory")
 			}
 			path, err := experiments.Report(args[0])
 			if err != nil {
@@ -94,7 +94,7 @@ func (c *cli) experimentRun() *ffcli.Command {
 			optional = c.reg.Optional()
 		}
 		return experiments.RunAndReport(ctx, c.reg, experiments.RunRequest{
-			Names: names, Profile: *profile, Systems: systems.SplitList(*syss), OptionalSystems: optional, Servers: systems.SplitList(*servers),
+			Names: names, Profile: *profile, Systems: cmdline.SplitList(*syss), OptionalSystems: optional, Servers: cmdline.SplitList(*servers),
 			OutDir: *out, Force: *force, Nodes: *nodes, Out: stdout, Backend: backend, FsyncDelay: *fsyncDelay,
 			Args: raw,
 		})

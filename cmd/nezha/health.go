@@ -8,8 +8,8 @@ import (
 	"github.com/peterbourgon/ff/v3/ffcli"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
-	"github.com/nezha-harness/nezha/systems"
-	"github.com/nezha-harness/nezha/systems/client"
+	"github.com/nezha-harness/nezha/client"
+	"github.com/nezha-harness/nezha/internal/cmdline"
 )
 
 // healthCommand is `nezha health -address host:port [-timeout D]`: one
@@ -27,10 +27,10 @@ func (c *cli) healthCommand() *ffcli.Command {
 				return err
 			}
 			if *addr == "" {
-				return systems.Usagef("health: -address is required")
+				return cmdline.Usagef("health: -address is required")
 			}
 			if *timeout <= 0 {
-				return systems.Usagef("health: -timeout %v must be positive", *timeout)
+				return cmdline.Usagef("health: -timeout %v must be positive", *timeout)
 			}
 			cl, err := client.New(client.DefaultConfig(*addr))
 			if err != nil {

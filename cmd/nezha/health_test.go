@@ -13,7 +13,7 @@ import (
 
 // TestHealth: `nezha health` exits 0 for SERVING, and 1 with one line for
 // NOT_SERVING and for a closed port, against grpc-go's standard health
-// server (what systems/node serves).
+// server (what raftkv/node serves).
 func TestHealth(t *testing.T) {
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

@@ -9,10 +9,11 @@ import (
 
 	"github.com/peterbourgon/ff/v3/ffcli"
 
+	"github.com/nezha-harness/nezha/api/kvpb"
+	"github.com/nezha-harness/nezha/client"
+	"github.com/nezha-harness/nezha/cluster"
+	"github.com/nezha-harness/nezha/internal/cmdline"
 	"github.com/nezha-harness/nezha/systems"
-	"github.com/nezha-harness/nezha/systems/client"
-	"github.com/nezha-harness/nezha/systems/cluster"
-	"github.com/nezha-harness/nezha/systems/kvpb"
 )
 
 // errNotFound is returned by `kv get` for a missing key; the binary exits 1
@@ -34,7 +35,7 @@ const kvUsage = `usage: nezha kv SUBCOMMAND ARGS (-cluster DIR | -servers A,B,C)
 func (c *cli) kvCommand() *ffcli.Command {
 	return c.group("kv", kvUsage, "kv: want a subcommand: put K V, get K, delete K, scan START [END] (nezha kv -h)",
 		func(sub string) error {
-			return systems.Usagef("kv: unknown subcommand %q (want put, get, delete, scan)", sub)
+			return cmdline.Usagef("kv: unknown subcommand %q (want put, get, delete, scan)", sub)
 		},
 		c.kvSub("put", 2), c.kvSub("get", 1), c.kvSub("delete", 1), c.kvSub("scan", 2))
 }
@@ -54,20 +55,20 @@ func (c *cli) kvSub(sub string, n int) *ffcli.Command {
 			return err
 		}
 		if len(pos) != n && !(sub == "scan" && len(pos) == 1) {
-			return systems.Usagef("kv %s: want %d arguments, got %d", sub, n, len(pos))
+			return cmdline.Usagef("kv %s: want %d arguments, got %d", sub, n, len(pos))
 		}
 		if *limit < 0 {
-			return systems.Usagef("kv scan: -limit %d is negative", *limit)
+			return cmdline.Usagef("kv scan: -limit %d is negative", *limit)
 		}
 		if *timeout <= 0 {
-			return systems.Usagef("kv: -timeout %v must be positive", *timeout)
+			return cmdline.Usagef("kv: -timeout %v must be positive", *timeout)
 		}
 		if *ttl < 0 || *ttl != 0 && sub != "put" {
-			return systems.Usagef("kv %s: -ttl %v: only a positive TTL of a put", sub, *ttl)
+			return cmdline.Usagef("kv %s: -ttl %v: only a positive TTL of a put", sub, *ttl)
 		}
 		if *ttl != 0 {
 			if err := systems.CheckTTL(*ttl); err != nil {
-				return systems.Usagef("kv put: -ttl: %v", err)
+				return cmdline.Usagef("kv put: -ttl: %v", err)
 			}
 		}
 		cfg, _, err := af.ClientConfig()
@@ -79,7 +80,7 @@ func (c *cli) kvSub(sub string, n int) *ffcli.Command {
 		case "stale":
 			cfg.Consistency = kvpb.ReadConsistency_STALE
 		default:
-			return systems.Usagef("kv: -consistency %q is not linearizable or stale", *consistency)
+			return cmdline.Usagef("kv: -consistency %q is not linearizable or stale", *consistency)
 		}
 		kc, err := client.New(cfg)
 		if err != nil {
@@ -96,7 +97,7 @@ func (c *cli) kvSub(sub string, n int) *ffcli.Command {
 func (c *cli) kvRequest(ctx context.Context, kc *client.Client, sub string, pos []string, limit int, ttl time.Duration) error {
 	if sub != "scan" {
 		if err := systems.CheckKey([]byte(pos[0])); err != nil {
-			return systems.Usagef("kv %s: %v", sub, err)
+			return cmdline.Usagef("kv %s: %v", sub, err)
 		}
 	}
 	switch sub {
@@ -135,10 +136,10 @@ func (c *cli) kvRequest(ctx context.Context, kc *client.Client, sub string, pos 
 			end = []byte(pos[1])
 		}
 		if len(end) > 0 && pos[0] > string(end) {
-			return systems.Usagef("kv scan: START %q is after END %q", pos[0], end)
+			return cmdline.Usagef("kv scan: START %q is after END %q", pos[0], end)
 		}
 		if len(pos[0]) > systems.MaxKeyBytes || len(end) > systems.MaxKeyBytes {
-			return systems.Usagef("kv scan: a bound over the maximum key size of %d bytes", systems.MaxKeyBytes)
+			return cmdline.Usagef("kv scan: a bound over the maximum key size of %d bytes", systems.MaxKeyBytes)
 		}
 		kvs, err := kc.Scan(ctx, []byte(pos[0]), end, limit)
 		if err != nil {

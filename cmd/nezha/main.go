@@ -14,10 +14,11 @@ import (
 	"os"
 
 	"github.com/nezha-harness/nezha/baseline"
+	"github.com/nezha-harness/nezha/cluster/agent"
 	"github.com/nezha-harness/nezha/dwisckey"
+	"github.com/nezha-harness/nezha/internal/cmdline"
 	"github.com/nezha-harness/nezha/nezha"
 	"github.com/nezha-harness/nezha/systems"
-	"github.com/nezha-harness/nezha/systems/agent"
 )
 
 func main() { os.Exit(signalExit(run(os.Args[1:], os.Stdout, os.Stderr))) }
@@ -47,11 +48,11 @@ func run(args []string, stdout, stderr io.Writer) int {
 // signal interrupted (130 for SIGINT; main then dies of the signal, see
 // signalExit).
 func (c *cli) exitCode(err error) int {
-	var ue *systems.UsageError
+	var ue *cmdline.UsageError
 	var se *signalError
 	switch {
-	case err == nil, errors.Is(err, systems.ErrHelp):
-		// systems.ErrHelp: runCluster printed its own help.
+	case err == nil, errors.Is(err, cmdline.ErrHelp):
+		// cmdline.ErrHelp: runCluster printed its own help.
 		return 0
 	case errors.Is(err, flag.ErrHelp):
 		c.stdout.Write(c.help.Bytes())

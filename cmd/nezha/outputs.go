@@ -8,10 +8,10 @@ import (
 	"io"
 	"time"
 
-	"github.com/nezha-harness/nezha/systems"
-	"github.com/nezha-harness/nezha/systems/client"
-	"github.com/nezha-harness/nezha/systems/cluster"
-	"github.com/nezha-harness/nezha/systems/kvpb"
+	"github.com/nezha-harness/nezha/api/kvpb"
+	"github.com/nezha-harness/nezha/client"
+	"github.com/nezha-harness/nezha/cluster"
+	"github.com/nezha-harness/nezha/internal/cmdline"
 	"github.com/nezha-harness/nezha/workloads"
 )
 
@@ -52,11 +52,11 @@ type conn struct {
 func connect(ctx context.Context, name string, af *cluster.Address, consistency string, timeout time.Duration) (conn, error) {
 	cfg, system, err := af.ClientConfig()
 	if err != nil {
-		return conn{}, systems.OneLine(name, err)
+		return conn{}, cmdline.OneLine(name, err)
 	}
 	kc, sts, err := workloads.Connect(ctx, cfg, consistency, timeout)
 	if err != nil {
-		return conn{}, systems.OneLine(name, err)
+		return conn{}, cmdline.OneLine(name, err)
 	}
 	return conn{kc: kc, sts: sts, system: system, addrs: cfg.Servers}, nil
 }

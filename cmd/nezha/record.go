@@ -15,7 +15,7 @@ import (
 	"github.com/peterbourgon/ff/v3/ffcli"
 
 	"github.com/nezha-harness/nezha/experiments"
-	"github.com/nezha-harness/nezha/systems"
+	"github.com/nezha-harness/nezha/internal/cmdline"
 	"github.com/nezha-harness/nezha/workloads"
 )
 
@@ -53,7 +53,7 @@ func loadRunRecord(dir string) (*runRecord, error) {
 	r := &runRecord{dir: dir}
 	b, err := os.ReadFile(filepath.Join(dir, "config.json"))
 	if err != nil {
-		return nil, systems.Usagef("experiment record: %s is not a results directory of experiment run: %v", dir, err)
+		return nil, cmdline.Usagef("experiment record: %s is not a results directory of experiment run: %v", dir, err)
 	}
 	var cfg struct {
 		Profile struct {
@@ -66,11 +66,11 @@ func loadRunRecord(dir string) (*runRecord, error) {
 		return nil, fmt.Errorf("experiment record: %s: %w", filepath.Join(dir, "config.json"), err)
 	}
 	if r.info.Tool != "experiment" || cfg.Profile.Name == "" || len(cfg.Experiments) == 0 {
-		return nil, systems.Usagef("experiment record: %s/config.json was not written by experiment run", dir)
+		return nil, cmdline.Usagef("experiment record: %s/config.json was not written by experiment run", dir)
 	}
 	r.profile, r.exps = cfg.Profile.Name, cfg.Experiments
 	if r.report, err = os.ReadFile(filepath.Join(dir, "report.md")); err != nil {
-		return nil, systems.Usagef("experiment record: %s has no report.md (write it with experiment report %s): %v", dir, dir, err)
+		return nil, cmdline.Usagef("experiment record: %s has no report.md (write it with experiment report %s): %v", dir, dir, err)
 	}
 	return r, nil
 }
@@ -172,29 +172,29 @@ func record(dir string, o recordOptions) (string, error) {
 	name := r.name()
 	if o.name != "" {
 		if strings.ContainsAny(o.name, `/\`) || strings.HasPrefix(o.name, ".") {
-			return "", systems.Usagef("experiment record: -name %q: want a file name without a directory", o.name)
+			return "", cmdline.Usagef("experiment record: -name %q: want a file name without a directory", o.name)
 		}
 		name = o.name
 	}
 	path := filepath.Join(o.docsDir, name+".md")
 	if _, err := os.Stat(path); err == nil {
-		return "", systems.Usagef("experiment record: %s exists; records are not replaced (give -name for another)", path)
+		return "", cmdline.Usagef("experiment record: %s exists; records are not replaced (give -name for another)", path)
 	}
 	var readme []byte
 	var hs []experiments.Headline
 	if o.readme != "" {
 		if readme, err = os.ReadFile(o.readme); err != nil {
-			return "", systems.Usagef("experiment record: -readme: %v", err)
+			return "", cmdline.Usagef("experiment record: -readme: %v", err)
 		}
 		if _, err := rewriteHeadline(readme, ""); err != nil {
-			return "", systems.Usagef("experiment record: -readme %s: %v", o.readme, err)
+			return "", cmdline.Usagef("experiment record: -readme %s: %v", o.readme, err)
 		}
 		results, err := experiments.LoadResults(dir)
 		if err != nil {
 			return "", err
 		}
 		if hs = experiments.Headlines(results); !experiments.AnyMeasured(hs) {
-			return "", systems.Usagef("experiment record: %s measured no headline ratio (run put-scale, get-zipf or scan), so it cannot be the README's headline", dir)
+			return "", cmdline.Usagef("experiment record: %s measured no headline ratio (run put-scale, get-zipf or scan), so it cannot be the README's headline", dir)
 		}
 	}
 	if err := os.MkdirAll(o.docsDir, 0o755); err != nil {
@@ -251,7 +251,7 @@ func (c *cli) experimentRecord() *ffcli.Command {
 			return err
 		}
 		if len(dirs) != 1 {
-			return systems.Usagef("experiment record: want one results directory")
+			return cmdline.Usagef("experiment record: want one results directory")
 		}
 		path, err := record(dirs[0], o)
 		if err != nil {

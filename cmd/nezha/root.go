@@ -6,9 +6,8 @@ import (
 	"flag"
 	"strings"
 
+	"github.com/nezha-harness/nezha/internal/cmdline"
 	"github.com/peterbourgon/ff/v3/ffcli"
-
-	"github.com/nezha-harness/nezha/systems"
 )
 
 const usage = `usage: nezha <command> [flags]
@@ -39,7 +38,7 @@ func (c *cli) root() *ffcli.Command {
 		UsageFunc: func(*ffcli.Command) string { return strings.TrimRight(usage, "\n") },
 		Exec: func(_ context.Context, args []string) error {
 			if len(args) > 0 && args[0] != "help" {
-				return systems.Usagef("unknown command %q (run 'nezha help')", args[0])
+				return cmdline.Usagef("unknown command %q (run 'nezha help')", args[0])
 			}
 			return flag.ErrHelp
 		},
@@ -53,7 +52,7 @@ func (c *cli) root() *ffcli.Command {
 }
 
 // run parses args with the tree and runs the selected command. A bad flag
-// is a one-line *systems.UsageError naming the command; -h returns
+// is a one-line *cmdline.UsageError naming the command; -h returns
 // flag.ErrHelp with the usage in c.help.
 func (c *cli) run(ctx context.Context, args []string) error {
 	root := c.root()
@@ -68,12 +67,12 @@ func (c *cli) run(ctx context.Context, args []string) error {
 			return err
 		}
 		if c.failed == "nezha" { // a flag where the command belongs
-			return systems.Usagef("unknown command %q (run 'nezha help')", args[0])
+			return cmdline.Usagef("unknown command %q (run 'nezha help')", args[0])
 		}
 		if inner := errors.Unwrap(err); inner != nil {
 			err = inner // ff wraps the flag package's error
 		}
-		return systems.Usagef("%s: %v", c.failed, err)
+		return cmdline.Usagef("%s: %v", c.failed, err)
 	}
 	c.help.Reset()
 	return root.Run(ctx)
@@ -94,7 +93,7 @@ func exactNames(cmd *ffcli.Command, args []string) error {
 			return nil
 		}
 		if next.Name != a {
-			return systems.Usagef("unknown command %q (commands are lower case; run 'nezha help')", a)
+			return cmdline.Usagef("unknown command %q (commands are lower case; run 'nezha help')", a)
 		}
 		cmd = next
 	}

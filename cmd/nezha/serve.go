@@ -10,8 +10,8 @@ import (
 
 	"github.com/peterbourgon/ff/v3/ffcli"
 
-	"github.com/nezha-harness/nezha/systems"
-	"github.com/nezha-harness/nezha/systems/node"
+	"github.com/nezha-harness/nezha/internal/cmdline"
+	"github.com/nezha-harness/nezha/raftkv/node"
 )
 
 // systemFlag finds the value of -system in args without parsing the rest,
@@ -89,7 +89,7 @@ func (c *cli) serveCommand() *ffcli.Command {
 	if name != "" {
 		s, err := reg.Lookup(name)
 		if err != nil {
-			c.early = systems.Usagef("serve: %v", err)
+			c.early = cmdline.Usagef("serve: %v", err)
 		} else {
 			cfg.System, cfg.SystemConfig = s, s.NewConfig()
 			cfg.SystemConfig.RegisterFlags(fs)
@@ -102,23 +102,23 @@ func (c *cli) serveCommand() *ffcli.Command {
 			return err
 		}
 		if *systemName == "" {
-			return systems.Usagef("serve: -system is required (one of %s)", strings.Join(reg.Names(), ", "))
+			return cmdline.Usagef("serve: -system is required (one of %s)", strings.Join(reg.Names(), ", "))
 		}
-		cfg.Peers = systems.SplitList(*peers)
-		cfg.DialPeers = systems.SplitList(*dialPeers)
+		cfg.Peers = cmdline.SplitList(*peers)
+		cfg.DialPeers = cmdline.SplitList(*dialPeers)
 		// Flag problems are reported together, with those Validate finds.
 		var errs []error
-		for _, v := range systems.SplitList(*bootstrapVoters) {
+		for _, v := range cmdline.SplitList(*bootstrapVoters) {
 			id, err := strconv.ParseUint(v, 10, 64)
 			if err != nil || id == 0 {
-				errs = append(errs, systems.Usagef("-bootstrapVoters %q: %q is not a positive id", *bootstrapVoters, v))
+				errs = append(errs, cmdline.Usagef("-bootstrapVoters %q: %q is not a positive id", *bootstrapVoters, v))
 				continue
 			}
 			cfg.BootstrapVoters = append(cfg.BootstrapVoters, id)
 		}
 		var level slog.Level
 		if err := level.UnmarshalText([]byte(*logLevel)); err != nil {
-			errs = append(errs, systems.Usagef("-logLevel %q: %v", *logLevel, err))
+			errs = append(errs, cmdline.Usagef("-logLevel %q: %v", *logLevel, err))
 		}
 		h, err := node.NewLogHandler(*logFormat, c.stderr, level)
 		if err != nil {
@@ -127,7 +127,7 @@ func (c *cli) serveCommand() *ffcli.Command {
 		}
 		cfg.Logger = slog.New(h)
 		if err := errors.Join(append(errs, cfg.Validate())...); err != nil {
-			return systems.OneLine("serve", err)
+			return cmdline.OneLine("serve", err)
 		}
 		return node.Serve(cfg, *pprofAddr)
 	})

@@ -6,8 +6,8 @@ import (
 
 	"github.com/peterbourgon/ff/v3/ffcli"
 
-	"github.com/nezha-harness/nezha/systems"
-	"github.com/nezha-harness/nezha/systems/buildinfo"
+	"github.com/nezha-harness/nezha/internal/buildinfo"
+	"github.com/nezha-harness/nezha/internal/cmdline"
 )
 
 // versionCommand is `nezha version [-json | -imageTag]`: buildinfo.Info of
@@ -24,7 +24,7 @@ func (c *cli) versionCommand() *ffcli.Command {
 			}
 			in := buildinfo.Read()
 			if *asJSON && *imageTag {
-				return systems.Usagef("version: -json and -imageTag exclude each other")
+				return cmdline.Usagef("version: -json and -imageTag exclude each other")
 			}
 			if *imageTag {
 				_, err := fmt.Fprintln(c.stdout, in.ImageTag())

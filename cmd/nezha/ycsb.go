@@ -12,8 +12,8 @@ import (
 
 	"github.com/peterbourgon/ff/v3/ffcli"
 
-	"github.com/nezha-harness/nezha/systems"
-	"github.com/nezha-harness/nezha/systems/cluster"
+	"github.com/nezha-harness/nezha/cluster"
+	"github.com/nezha-harness/nezha/internal/cmdline"
 	"github.com/nezha-harness/nezha/workloads"
 	"github.com/nezha-harness/nezha/ycsb"
 )
@@ -30,7 +30,7 @@ func (l *listFlag) Set(v string) error { *l = append(*l, v); return nil }
 // -servers or -cluster: ycsb.Run with Options from flags.
 func (c *cli) ycsbCommand() *ffcli.Command {
 	return c.group("ycsb", ycsbUsage, "ycsb: want a subcommand: load or run",
-		func(sub string) error { return systems.Usagef("ycsb: unknown subcommand %q (want load or run)", sub) },
+		func(sub string) error { return cmdline.Usagef("ycsb: unknown subcommand %q (want load or run)", sub) },
 		c.ycsbPhase("load"), c.ycsbPhase("run"))
 }
 
@@ -82,7 +82,7 @@ func (c *cli) ycsb(ctx context.Context, stdout io.Writer, phase string, y *ycsbF
 	o.Rate, o.RateSource, rerr = workloads.ParseRate(y.rate)
 	p, sources, _, err := o.Properties()
 	if err = errors.Join(rerr, err); err != nil {
-		return systems.OneLine("ycsb "+phase, err)
+		return cmdline.OneLine("ycsb "+phase, err)
 	}
 	cn, err := connect(ctx, "ycsb "+phase, &y.af, y.consistency, y.connectTimeout)
 	if err != nil {

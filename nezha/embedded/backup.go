@@ -10,8 +10,8 @@ import (
 	"go.etcd.io/raft/v3/raftpb"
 
 	"github.com/nezha-harness/nezha/nezha"
+	"github.com/nezha-harness/nezha/raftkv/raftlog"
 	"github.com/nezha-harness/nezha/systems"
-	"github.com/nezha-harness/nezha/systems/raftlog"
 )
 
 // Backup writes a consistent copy of the DB into dir (created; it must not

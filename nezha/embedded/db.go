@@ -13,9 +13,10 @@ import (
 
 	"go.etcd.io/raft/v3/raftpb"
 
+	"github.com/nezha-harness/nezha/internal/vfs"
 	"github.com/nezha-harness/nezha/nezha"
+	"github.com/nezha-harness/nezha/raftkv/raftlog"
 	"github.com/nezha-harness/nezha/systems"
-	"github.com/nezha-harness/nezha/systems/raftlog"
 )
 
 var (
@@ -101,7 +102,7 @@ func Open(dir string, opts Options) (*DB, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, fmt.Errorf("embedded: open: %w", err)
 	}
-	unlock, err := systems.LockFile(filepath.Join(dir, lockName))
+	unlock, err := vfs.OS().Lock(filepath.Join(dir, lockName))
 	if err != nil {
 		return nil, fmt.Errorf("embedded: open: %w (one DB per directory at a time)", err)
 	}
@@ -587,7 +588,7 @@ func (b *Batch) Reset() {
 }
 
 // logControl implements systems.LogControl for the store's GC over the
-// DB's log, as the node does (systems/node/control.go) with the Ready loop
+// DB's log, as the node does (raftkv/node/control.go) with the Ready loop
 // replaced by logMu.
 type logControl struct{ db *DB }
 

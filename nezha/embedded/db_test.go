@@ -16,8 +16,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nezha-harness/nezha/internal/vfs"
 	"github.com/nezha-harness/nezha/nezha"
-	"github.com/nezha-harness/nezha/systems"
 )
 
 func quiet() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
@@ -713,7 +713,7 @@ func TestCloseDuringReads(t *testing.T) {
 }
 
 // TestOpenLocksDir: a second Open of an open DB's directory is refused
-// (systems.ErrLocked) before it touches the log; before the lock, with the
+// (vfs.ErrLocked) before it touches the log; before the lock, with the
 // memory index it succeeded and the two DBs' writes overwrote each other's
 // entries (an acknowledged write was lost), and with LevelDB it failed only
 // after the log's recovery, with "resource temporarily unavailable".
@@ -727,11 +727,11 @@ func TestOpenLocksDir(t *testing.T) {
 		if err := db.Put([]byte("a"), []byte("1")); err != nil {
 			t.Fatal(err)
 		}
-		if db2, err := Open(dir, testOptions(t, idx, false)); !errors.Is(err, systems.ErrLocked) {
+		if db2, err := Open(dir, testOptions(t, idx, false)); !errors.Is(err, vfs.ErrLocked) {
 			if err == nil {
 				db2.Close()
 			}
-			t.Fatalf("[%s] second Open of an open DB's directory: %v, want systems.ErrLocked", idx, err)
+			t.Fatalf("[%s] second Open of an open DB's directory: %v, want vfs.ErrLocked", idx, err)
 		}
 		if err := db.Close(); err != nil {
 			t.Fatal(err)

@@ -2,7 +2,7 @@
 // in the caller's process: no Raft, no gRPC, no node processes.
 //
 // It is the replicated store's engine, not a copy of it. A DB owns one
-// value log (systems/raftlog: CRC-checked records, torn-tail recovery) and
+// value log (raftkv/raftlog: CRC-checked records, torn-tail recovery) and
 // one nezha.Store (the index of key -> location and GC into key-sorted
 // runs; docs/architecture.md sections 3 and 4). Where a node appends entries
 // that Raft committed, the DB's committer assigns the next log indexes
@@ -15,7 +15,7 @@
 // applied index as its compaction bound.
 //
 // Layout of dir: LOCK (an open DB holds a flock(2) on it: a second Open
-// of the directory fails with systems.ErrLocked), then as a nezha node's
+// of the directory fails with vfs.ErrLocked), then as a nezha node's
 // data directory (package nezha):
 // valuelog/ (the value log), index/ (LevelDB index) or index.ckpt (memory
 // index checkpoint), sorted/ (runs and their MANIFEST).

@@ -7,8 +7,8 @@ import (
 	"time"
 
 	"github.com/nezha-harness/nezha/nezha"
+	"github.com/nezha-harness/nezha/raftkv/raftlog"
 	"github.com/nezha-harness/nezha/systems"
-	"github.com/nezha-harness/nezha/systems/raftlog"
 )
 
 // Options configures a DB. DefaultOptions gives the documented defaults;

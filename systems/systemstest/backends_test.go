@@ -9,8 +9,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nezha-harness/nezha/systems/agent/agentpb"
-	"github.com/nezha-harness/nezha/systems/cluster"
+	"github.com/nezha-harness/nezha/cluster"
+	"github.com/nezha-harness/nezha/cluster/agent/agentpb"
 )
 
 // dockerImage is the image the docker tests run: built once per test

@@ -9,8 +9,8 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/nezha-harness/nezha/cluster"
 	"github.com/nezha-harness/nezha/systems"
-	"github.com/nezha-harness/nezha/systems/cluster"
 )
 
 var binary string

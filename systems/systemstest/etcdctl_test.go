@@ -13,8 +13,8 @@ import (
 	_ "github.com/pingcap/go-ycsb/db/etcd" // go-ycsb's etcd binding
 	gycsb "github.com/pingcap/go-ycsb/pkg/ycsb"
 
-	"github.com/nezha-harness/nezha/systems/client"
-	"github.com/nezha-harness/nezha/systems/cluster"
+	"github.com/nezha-harness/nezha/client"
+	"github.com/nezha-harness/nezha/cluster"
 )
 
 // etcdAddresses waits until every node of spec logged the address of its

@@ -11,9 +11,9 @@ import (
 
 	"google.golang.org/grpc"
 
-	"github.com/nezha-harness/nezha/systems/client"
-	"github.com/nezha-harness/nezha/systems/cluster"
-	"github.com/nezha-harness/nezha/systems/kvpb"
+	"github.com/nezha-harness/nezha/api/kvpb"
+	"github.com/nezha-harness/nezha/client"
+	"github.com/nezha-harness/nezha/cluster"
 )
 
 // The GC crash points of the nezha package (nezha.CrashPoints), named here

@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nezha-harness/nezha/systems/cluster"
+	"github.com/nezha-harness/nezha/cluster"
 )
 
 // The span crash points of the lsm-raft system (baseline.LSMRaftCrashPoints),

@@ -6,7 +6,7 @@ import (
 	"slices"
 	"time"
 
-	"github.com/nezha-harness/nezha/systems/cluster"
+	"github.com/nezha-harness/nezha/cluster"
 )
 
 // MembershipTimeout bounds each step of the background membership change

@@ -7,8 +7,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nezha-harness/nezha/systems/cluster"
-	"github.com/nezha-harness/nezha/systems/raftlog"
+	"github.com/nezha-harness/nezha/cluster"
+	"github.com/nezha-harness/nezha/raftkv/raftlog"
 )
 
 // A follower whose last log segment lost its tail (fsynced, acknowledged

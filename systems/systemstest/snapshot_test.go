@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nezha-harness/nezha/systems/cluster"
+	"github.com/nezha-harness/nezha/cluster"
 )
 
 // firstIndexes returns every node's first Raft log index and applied index.

@@ -9,8 +9,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nezha-harness/nezha/systems"
-	"github.com/nezha-harness/nezha/systems/cluster"
+	"github.com/nezha-harness/nezha/cluster"
+	"github.com/nezha-harness/nezha/internal/cmdline"
 )
 
 // A cluster whose nodes refuse their serve flags (exit 2 from serve's
@@ -22,7 +22,7 @@ func TestUpRefusedServeFlags(t *testing.T) {
 	start := time.Now()
 	_, _, err := cluster.Up(t.Context(), cluster.UpOptions{Dir: dir, System: "nezha", Binary: binary,
 		ExtraArgs: []string{"-minFreeDiskBytes", "-5"}})
-	var ue *systems.UsageError
+	var ue *cmdline.UsageError
 	if !errors.As(err, &ue) || !strings.Contains(err.Error(), "must not be negative") {
 		t.Fatalf("up with a flag serve refuses: %v", err)
 	}

@@ -122,7 +122,7 @@ func BenchmarkScan(b *testing.B) {
 // the 256 KiB numbers depended on the process's live heap as much as on
 // the engine (an engine holding a few MiB made the collector run every
 // dozen or so GETs and the scavenger hand the freed pages back to the
-// kernel, so each GET faulted its buffer back in; systems/vfs
+// kernel, so each GET faulted its buffer back in; internal/vfs
 // BenchmarkMappingAppendAt shows the effect without any engine).
 func benchRead(b *testing.B, pairs int64, op func(e Engine, k []byte, buf *[]byte) error) {
 	for _, size := range benchSizes {

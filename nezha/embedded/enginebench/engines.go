@@ -17,9 +17,9 @@ import (
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/dgraph-io/badger/v4"
 
+	"github.com/nezha-harness/nezha/internal/cmdline"
 	"github.com/nezha-harness/nezha/nezha"
 	"github.com/nezha-harness/nezha/nezha/embedded"
-	"github.com/nezha-harness/nezha/systems"
 )
 
 // Engine names, the values of Options.Engines.
@@ -110,7 +110,7 @@ func Open(name, dir string, c EngineConfig) (Engine, error) {
 		}
 		return pebbleEngine{db, wo}, nil
 	}
-	return nil, systems.Usagef("engine %q: want one of %v", name, Engines())
+	return nil, cmdline.Usagef("engine %q: want one of %v", name, Engines())
 }
 
 type nezhaEngine struct{ db *embedded.DB }
