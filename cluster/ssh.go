@@ -149,8 +149,10 @@ func (d *SSHSpec) startAgent(ctx context.Context, s *Spec, h Host, root string, 
 	if _, err := sshRun(ctx, h, strings.NewReader(token+"\n"), "mkdir -p "+dir+" && umask 077 && cat > "+tokenFile); err != nil {
 		return fmt.Errorf("node %d: %w", n.ID, err)
 	}
-	start := fmt.Sprintf("cd %s && (setsid %s agent -listen %s -dir %s -tokenFile %s -packetFilter </dev/null >>agent.log 2>&1 &)",
-		dir, shellQuote(bin), shellQuote(n.Agent), dir, tokenFile)
+	// The agent's PID goes to agentPIDFile, so that remove can stop an
+	// agent that never answered (a start that timed out under load).
+	start := fmt.Sprintf("cd %s && (setsid %s agent -listen %s -dir %s -tokenFile %s -packetFilter </dev/null >>agent.log 2>&1 & echo $! >%s)",
+		dir, shellQuote(bin), shellQuote(n.Agent), dir, tokenFile, agentPIDFile)
 	if _, err := sshRun(ctx, h, nil, start); err != nil {
 		return fmt.Errorf("node %d: start its agent: %w", n.ID, err)
 	}
@@ -178,22 +180,36 @@ func (sshBackend) revive(ctx context.Context, s *Spec, n *Node) error {
 
 func (sshBackend) remove(ctx context.Context, s *Spec, n *Node, purge bool) error {
 	d := s.Backend.SSH
+	exited := false
 	if a, err := s.Agent(n); err == nil {
 		cctx, cancel := context.WithTimeout(ctx, 20*time.Second)
-		_, _ = a.Exit(cctx, &agentpb.ExitRequest{})
+		_, err = a.Exit(cctx, &agentpb.ExitRequest{})
 		cancel()
+		exited = err == nil
 	}
 	s.dropAgent(n)
-	if !purge {
-		return nil
-	}
 	h, err := hostOf(d.Hosts, n)
 	if err != nil {
+		if !purge {
+			return nil // never placed: nothing to stop
+		}
 		return err
+	}
+	if !exited {
+		// The agent did not answer (it may still be starting): stop the
+		// process its start recorded, if it is still that agent.
+		pidFile := shellQuote(path.Join(n.Dir, agentPIDFile))
+		_, _ = sshRun(ctx, h, nil, fmt.Sprintf(`p=$(cat %s 2>/dev/null) && tr '\0' ' ' </proc/$p/cmdline 2>/dev/null | grep -q -- ' agent -listen ' && kill -9 $p; true`, pidFile))
+	}
+	if !purge {
+		return nil
 	}
 	_, err = sshRun(ctx, h, nil, "rm -rf "+shellQuote(n.Dir))
 	return err
 }
+
+// agentPIDFile, in a node's directory on its host, holds its agent's PID.
+const agentPIDFile = "agent.pid"
 
 // close with purge removes the cluster's directory on every host (the
 // copied binary stays, for the next cluster).
