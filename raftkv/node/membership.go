@@ -38,8 +38,8 @@ import (
 //     log was compacted below the learner's match (snapshot.go).
 //   - PromoteMember waits until the learner has acknowledged entries and
 //     its match index is within promoteMaxLagEntries of the leader's
-//     commit index, and proposes
-//     ConfChangeAddNode.
+//     commit index, and proposes ConfChangeAddNode; it stops waiting
+//     (Unavailable) when this node stops leading.
 //   - RemoveMember proposes ConfChangeRemoveNode; the leader removing
 //     itself first transfers its leadership to the most caught-up voter
 //     (raft.RawNode.TransferLeader) and sends the client to it. A node that
@@ -401,7 +401,7 @@ func (n *Node) confPending() error {
 		if n.lastConfIndex != math.MaxUint64 {
 			at = fmt.Sprintf("at log index %d", n.lastConfIndex)
 		}
-		return status.Errorf(codes.FailedPrecondition, "another membership change (%s) is not applied yet (applied index %d): "+
+		return notYet("another membership change (%s) is not applied yet (applied index %d): "+
 			"etcd raft takes one change at a time; retry once it is", at, n.raftApplied)
 	case n.leaderSince > n.raftApplied:
 		return fmt.Errorf("%w: node %d became leader at log index %d and has applied up to %d", errNewLeader, n.id, n.leaderSince, n.raftApplied)
@@ -413,6 +413,21 @@ func (n *Node) confPending() error {
 // yet; etcd raft takes no conf change before. It passes within a round
 // trip, so proposeConfChange waits it out.
 var errNewLeader = errors.New("a new leader is applying its log; etcd raft takes no membership change before")
+
+// notYetError is a refusal of a membership change that passes by itself
+// on this leader: another change is not applied yet, a new leader has not
+// applied its predecessors' entries, a learner has not caught up. Its
+// status is FailedPrecondition, as is that of leaderOnly's refusals, which
+// do not pass on this node; promote waits out these and ends on any other.
+type notYetError struct{ st *status.Status }
+
+func (e notYetError) Error() string              { return e.st.Err().Error() }
+func (e notYetError) GRPCStatus() *status.Status { return e.st }
+
+// notYet returns a notYetError with the formatted message.
+func notYet(format string, args ...any) error {
+	return notYetError{st: status.Newf(codes.FailedPrecondition, format, args...)}
+}
 
 // markRemoved makes this node refuse client requests from now on.
 func (n *Node) markRemoved(why string) {
@@ -473,7 +488,7 @@ func (n *Node) proposeConfChange(ctx context.Context, change raftpb.ConfChangeSi
 		}
 	}
 	if errors.Is(err, errNewLeader) {
-		err = status.Errorf(codes.FailedPrecondition, "%v; retry in a moment", err)
+		err = notYet("%v; retry in a moment", err)
 	}
 	if err != nil {
 		n.proposals.cancel(cctx.RequestID)
@@ -682,8 +697,7 @@ func (n *Node) checkAddMember(id uint64, addr string) error {
 }
 
 // checkPromote says why learner id cannot be made a voter now (Ready
-// loop, leader), or nil; FailedPrecondition: not yet (it has not caught
-// up).
+// loop, leader), or nil; a notYetError: it has not caught up.
 func (n *Node) checkPromote(id uint64) error {
 	if !slices.Contains(n.confState.Learners, id) {
 		if slices.Contains(n.confState.Voters, id) {
@@ -693,7 +707,7 @@ func (n *Node) checkPromote(id uint64) error {
 	}
 	prs, commit := n.progress()
 	if match := prs[id].Match; match == 0 || match+promoteMaxLagEntries < commit {
-		return status.Errorf(codes.FailedPrecondition, "promote: learner %d has not caught up: match index %d, leader commit %d (it may trail by %d)",
+		return notYet("promote: learner %d has not caught up: match index %d, leader commit %d (it may trail by %d)",
 			id, match, commit, promoteMaxLagEntries)
 	}
 	return nil
@@ -711,18 +725,36 @@ func (n *Node) checkRemoveMember(id uint64) error {
 	return nil
 }
 
-// promote waits until learner id has caught up, then makes it a voter.
+// promoteWaitMsg is what promote logs when it starts waiting for a
+// refusal to pass (a notYetError).
+const promoteWaitMsg = "promote: waiting for the learner"
+
+// promote waits until learner id has caught up, then makes it a voter. It
+// waits only while this node leads: once it does no longer, it ends at
+// once (within a tick) with Unavailable, which clients retry on the
+// leader, rather than at its deadline (a leader that lost its leadership
+// while a learner caught up made the promotion fail).
 func (s *adminServer) promote(ctx context.Context, id uint64) (uint64, error) {
 	n := s.n
 	check := func() error { return n.checkPromote(id) }
 	tick := time.NewTicker(n.cfg.TickInterval)
 	defer tick.Stop()
-	for {
+	for waited := false; ; waited = true {
 		idx, err := n.proposeConfChange(ctx, raftpb.ConfChangeSingle{Type: raftpb.ConfChangeAddNode, NodeID: id}, confContext{}, check)
-		if err == nil || status.Code(err) != codes.FailedPrecondition || ctx.Err() != nil {
+		if err == nil || ctx.Err() != nil {
 			return idx, err
 		}
-		// Not caught up, or the add is not applied yet: wait.
+		if !errors.As(err, new(notYetError)) {
+			if waited && raft.StateType(n.raftState.Load()) != raft.StateLeader {
+				// This node led when the wait began.
+				return 0, status.Errorf(codes.Unavailable, "promote: node %d is not the leader any more (%s); learner %d not promoted: retry on the leader",
+					n.id, status.Convert(err).Message(), id)
+			}
+			return idx, err
+		}
+		if !waited {
+			n.logger.Info(promoteWaitMsg, "learner", id, "reason", status.Convert(err).Message())
+		}
 		select {
 		case <-tick.C:
 		case <-ctx.Done():

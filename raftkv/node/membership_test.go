@@ -315,6 +315,60 @@ func TestRemoveLeaderSkipsDownVoter(t *testing.T) {
 	wantCode(t, "remove the leader with a follower down", err, codes.Unavailable, fmt.Sprintf("leadership transferred to node %d", upID))
 }
 
+// A promotion waiting for a learner to catch up ends as soon as its node
+// stops leading, with an error clients retry on the leader, rather than
+// waiting on until its deadline (found by check -nemesis membership: a
+// leader lost its leadership while a learner caught up, and the promotion
+// failed).
+func TestPromoteEndsWithLeadership(t *testing.T) {
+	waiting := make(chan struct{})
+	logger := slog.New(&logSignal{msg: promoteWaitMsg, c: waiting})
+	tc := startClusterWith(t, 3, func(c *Config) { c.Logger = logger })
+	l := tc.waitLeader(10 * time.Second)
+	ctx, cancel := ctxFor(30 * time.Second)
+	defer cancel()
+	// Learner 4 at an address nobody listens on never catches up.
+	if _, err := tc.admin(l).AddMember(ctx, &kvpb.AddMemberRequest{Id: 4, InternalAddress: "127.0.0.1:1"}); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() {
+		_, err := tc.admin(l).promote(ctx, 4)
+		done <- err
+	}()
+	select {
+	case <-waiting:
+	case err := <-done:
+		t.Fatalf("promote ended before it waited for the learner: %v", err)
+	}
+	if _, err := tc.admin(l).TransferLeader(ctx, &kvpb.TransferLeaderRequest{}); err != nil {
+		t.Fatal(err)
+	}
+	err := <-done
+	if ctx.Err() != nil {
+		t.Fatalf("promote on a node that stopped leading ended only at its deadline: %v", err)
+	}
+	wantCode(t, "promote on a node that stopped leading", err, codes.Unavailable, "not the leader any more", "retry on the leader")
+}
+
+// logSignal is a slog.Handler that drops every record and closes c at the
+// first whose message is msg.
+type logSignal struct {
+	msg  string
+	c    chan struct{}
+	once sync.Once
+}
+
+func (h *logSignal) Enabled(_ context.Context, l slog.Level) bool { return l >= slog.LevelInfo }
+func (h *logSignal) WithAttrs([]slog.Attr) slog.Handler           { return h }
+func (h *logSignal) WithGroup(string) slog.Handler                { return h }
+func (h *logSignal) Handle(_ context.Context, r slog.Record) error {
+	if r.Message == h.msg {
+		h.once.Do(func() { close(h.c) })
+	}
+	return nil
+}
+
 // A member -peers does not name is dialed at -dialPeersFile's address for
 // it when the file has one (fault injection's proxies), else at the
 // address its conf change carried; -peers' members at -dialPeers.

@@ -10,6 +10,7 @@ import (
 	"math"
 	"net"
 	"os"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -197,6 +198,9 @@ type Node struct {
 	// campaignTicks: the ticks left in which a fresh node with
 	// Config.CampaignOnBoot campaigns again (loop-owned).
 	campaignTicks int
+	// recvBatch is the Ready loop's buffer of the peers' messages it
+	// steps together (stepReceived).
+	recvBatch []raftpb.Message
 
 	peerAddrs sync.Map // uint64 id -> string client address
 
@@ -727,10 +731,13 @@ func (n *Node) runLoop() {
 		case st := <-n.snapc:
 			n.rn.ReportSnapshot(st.to, st.status)
 		case m := <-n.recvc:
-			n.step(m)
+			batch := append(n.recvBatch[:0], m)
 			for more := len(n.recvc); more > 0; more-- {
-				n.step(<-n.recvc)
+				batch = append(batch, <-n.recvc)
 			}
+			n.stepReceived(batch)
+			clear(batch) // hold no entries until the next batch
+			n.recvBatch = batch[:0]
 		case <-n.logw.localc:
 			// The flusher delivered responses: processReadies steps them.
 		case p := <-propc:
@@ -807,6 +814,68 @@ func (n *Node) tick() {
 	n.ticks++
 	n.expireReads()
 	n.updateCompactBound()
+}
+
+// stepReceived steps a batch of the peers' messages that the Ready loop
+// took together, before its next Ready: the heartbeats and heartbeat
+// answers coalesced (coalesceHeartbeats), the rest in order.
+func (n *Node) stepReceived(msgs []raftpb.Message) {
+	for _, m := range coalesceHeartbeats(msgs) {
+		n.step(m)
+	}
+}
+
+// heartbeatKey is a sender and a heartbeat message type.
+type heartbeatKey struct {
+	from uint64
+	typ  raftpb.MessageType
+}
+
+// coalesceHeartbeats drops, in place, every MsgHeartbeat and
+// MsgHeartbeatResp of msgs but each sender's last one of each type, keeps
+// the other messages, and returns what is left in the order received.
+//
+// Why: a node that was stopped (SIGSTOP) or slow answers every heartbeat
+// its leader queued meanwhile, hundreds in a row, and a leader steps its
+// followers' messages together before its next Ready. Raft answers each
+// MsgHeartbeatResp of a follower it probes (StateProbe) with an append of
+// up to MaxSizePerMsg of entries, so that backlog made hundreds of MiB of
+// appends, and the leader neither ticked nor sent heartbeats until it had
+// sent them: long enough to lose its leadership.
+//
+// Why it is safe: heartbeats carry no entries, and a sender's later one
+// supersedes its earlier ones. A leader's MsgHeartbeat carries
+// min(its commit, what it records the receiver has), neither of which
+// goes back in a term, and the ReadIndex context of its newest pending
+// read round, if any; raft's follower only commits up to Commit and echoes
+// Context. A MsgHeartbeatResp tells the leader the follower is active and
+// acknowledges Context. Dropping an older answer with a context can
+// therefore only delay a read round, never lose or wrongly confirm one:
+// an acknowledgement counts for its own round only; the kept answer's
+// round is the same or a later one (raft's leader queues its rounds in
+// order, and an empty context means none was pending); once a quorum
+// acknowledges a round, the leader releases every earlier one with it;
+// and the leader's heartbeats carry its newest pending round's context
+// until a quorum has acknowledged it, at most a heartbeat interval
+// later. (Raft may drop any message anyway: this is one of those drops.)
+func coalesceHeartbeats(msgs []raftpb.Message) []raftpb.Message {
+	var seenBuf [8]heartbeatKey
+	seen := seenBuf[:0]
+	// From the end, so that the last of each sender and type is kept;
+	// kept messages move to the end of msgs, in order.
+	kept := len(msgs)
+	for i := len(msgs) - 1; i >= 0; i-- {
+		if t := msgs[i].Type; t == raftpb.MsgHeartbeat || t == raftpb.MsgHeartbeatResp {
+			k := heartbeatKey{from: msgs[i].From, typ: t}
+			if slices.Contains(seen, k) {
+				continue
+			}
+			seen = append(seen, k)
+		}
+		kept--
+		msgs[kept] = msgs[i]
+	}
+	return msgs[kept:]
 }
 
 func (n *Node) step(m raftpb.Message) {
