@@ -16,6 +16,7 @@ import (
 
 	"github.com/nezha-harness/nezha/baseline"
 	"github.com/nezha-harness/nezha/cluster/agent/agentpb"
+	"github.com/nezha-harness/nezha/experiments/probe"
 	"github.com/nezha-harness/nezha/plots"
 	"github.com/nezha-harness/nezha/workloads"
 )
@@ -50,7 +51,7 @@ func diskLimit() Experiment {
 			if err != nil {
 				return err
 			}
-			mbps := pr.limitMBps()
+			mbps := pr.DiskLimitMBps()
 			x.metric("disk_limit_mb_per_sec", mbps)
 			var samples []float64
 			bw := Table{Title: "Sequential writes with fsync after each (write + fdatasync latency)", Columns: []string{"node host", "write size", "MB/s", "writes+fsyncs/s", "latency p50 (ms)", "latency p99 (ms)"}}
@@ -67,21 +68,21 @@ func diskLimit() Experiment {
 				}
 				p50, p99 := lat(h.WriteBytes)
 				bw.Rows = append(bw.Rows, []string{h.Host, fmt.Sprintf("%d KiB", h.WriteBytes/kib), f1(big), f0(big * 1e6 / float64(h.WriteBytes)), p50, p99})
-				if h.WriteBytes != probeLargeWriteBytes {
-					p50, p99 = lat(probeLargeWriteBytes)
+				if h.WriteBytes != probe.LargeWriteBytes {
+					p50, p99 = lat(probe.LargeWriteBytes)
 					bw.Rows = append(bw.Rows, []string{h.Host, "1 MiB", "-", "-", p50, p99})
 				}
-				p50, p99 = lat(probeSmallWriteBytes)
-				bw.Rows = append(bw.Rows, []string{h.Host, "4 KiB", f1(small), f0(small * 1e6 / probeSmallWriteBytes), p50, p99})
+				p50, p99 = lat(probe.SmallWriteBytes)
+				bw.Rows = append(bw.Rows, []string{h.Host, "4 KiB", f1(small), f0(small * 1e6 / probe.SmallWriteBytes), p50, p99})
 				speed.Rows = append(speed.Rows, []string{h.Host, fmt.Sprintf("%.1f µs", h.LoopbackRoundTripNs/1e3), fmt.Sprintf("%.1f GB/s", h.MemmoveGBPerSec)})
 			}
 			first := pr.Hosts[0]
 			x.samples("disk_limit_mb_per_sec", samples)
-			x.metric("fsync_4k_per_sec", first.SmallMBPerSec*1e6/probeSmallWriteBytes)
+			x.metric("fsync_4k_per_sec", first.SmallMBPerSec*1e6/probe.SmallWriteBytes)
 			// Unranked metrics (no direction in compare.go): facts about
 			// the disk and the machine, shown beside a comparison of two
 			// runs.
-			for size, name := range map[int]string{probeSmallWriteBytes: "4k", probeLargeWriteBytes: "1m"} {
+			for size, name := range map[int]string{probe.SmallWriteBytes: "4k", probe.LargeWriteBytes: "1m"} {
 				l := pr.Hosts[0].Fsync[size]
 				for _, h := range pr.Hosts[1:] {
 					l.P50Ns, l.P99Ns = max(l.P50Ns, h.Fsync[size].P50Ns), max(l.P99Ns, h.Fsync[size].P99Ns)
@@ -92,7 +93,7 @@ func diskLimit() Experiment {
 			x.table(bw)
 			x.note("Probed %s. The %d KiB row is the best of %d passes of %s each (MB/s: %s), after a sync of everything dirty; its latencies are over all passes. A 3-node cluster on one machine writes every value on one disk three times: its PUT goodput is bounded by %.1f MB/s / 3 = %.1f MB/s.",
 				pr.Where, p.DiskLimitWriteBytes/kib, diskLimitSamples, bytesText(p.DiskLimitBytes/diskLimitSamples), floatsText(samples), mbps, mbps/3)
-			x.logf("%.1f MB/s in %d KiB fsynced writes; %.0f 4 KiB write+fsync/s", mbps, p.DiskLimitWriteBytes/kib, first.SmallMBPerSec*1e6/probeSmallWriteBytes)
+			x.logf("%.1f MB/s in %d KiB fsynced writes; %.0f 4 KiB write+fsync/s", mbps, p.DiskLimitWriteBytes/kib, first.SmallMBPerSec*1e6/probe.SmallWriteBytes)
 			x.metric("machine_loopback_round_trip_ns", first.LoopbackRoundTripNs)
 			x.metric("machine_memmove_gb_s", first.MemmoveGBPerSec)
 			x.table(speed)
@@ -120,7 +121,7 @@ func (x *Run) diskLimitOf() (float64, bool) {
 	x.hosts.mu.Lock()
 	defer x.hosts.mu.Unlock()
 	if x.hosts.probe != nil {
-		v := x.hosts.probe.limitMBps()
+		v := x.hosts.probe.DiskLimitMBps()
 		return v, v > 0
 	}
 	return 0, false
@@ -659,7 +660,7 @@ func (x *Run) readExperiment(ctx context.Context, op string) error {
 				if w, err := x.since(ctx, b.tb, before); err == nil {
 					b.readKBs = append(b.readKBs, w.ReadBytesPerNode*float64(len(b.tb.spec.Nodes))/float64(sum.Ops)/1e3)
 					if len(profFiles) > 0 {
-						if s, err := summarizeProfiles(profFiles, 12); err != nil {
+						if s, err := probe.SummarizeCPUProfiles(profFiles, 12); err != nil {
 							x.logf("%s: cpu profile: %v", sys, err)
 						} else {
 							b.prof = &profiledRun{System: sys, Rate: sum.OpsPerSec, Per: float64(sum.Ops), Window: w, Profile: s}

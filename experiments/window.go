@@ -16,6 +16,7 @@ import (
 	"github.com/nezha-harness/nezha/cluster"
 	"github.com/nezha-harness/nezha/cluster/agent"
 	"github.com/nezha-harness/nezha/cluster/agent/agentpb"
+	"github.com/nezha-harness/nezha/experiments/probe"
 	"github.com/nezha-harness/nezha/systems"
 )
 
@@ -59,7 +60,7 @@ type nodeSample struct {
 	// name (/proc/PID/task/TID/stat), keyed as agent.ThreadGroup names them.
 	threadCPUSec map[string]float64
 	// written are the node's cumulative bytes written by cause
-	// (writeCause.Key) and leader whether it was the Raft leader, from its
+	// (probe.WriteCause.Key) and leader whether it was the Raft leader, from its
 	// /metrics; scraped reports whether that scrape succeeded.
 	written map[string]float64
 	leader  bool
@@ -138,7 +139,7 @@ type nodeWindow struct {
 	WriteBytes float64 `json:"write_bytes"`
 	CPUSeconds float64 `json:"cpu_seconds"`
 	// WrittenBytesByCause splits what the node's /metrics counted it
-	// write, by cause (writeCause.Key; causes that wrote nothing left
+	// write, by cause (probe.WriteCause.Key; causes that wrote nothing left
 	// out). WriteBytes less their sum is what no counter names.
 	WrittenBytesByCause map[string]float64 `json:"written_bytes_by_cause,omitempty"`
 }
@@ -175,7 +176,7 @@ func (w windowStats) roleWriteBytes() (leader, followers float64, ok bool) {
 	return l.WriteBytes, followers / float64(len(fs)), true
 }
 
-// roleCauseBytes is roleWriteBytes by cause (writeCause.Key).
+// roleCauseBytes is roleWriteBytes by cause (probe.WriteCause.Key).
 func (w windowStats) roleCauseBytes() (leader, followers map[string]float64, ok bool) {
 	l, fs, ok := w.roles()
 	if !ok {
@@ -256,7 +257,7 @@ func (x *Run) sample(ctx context.Context, tb *testbed) (windowSample, error) {
 }
 
 // scrapeWrites reads node id's /metrics: its cumulative bytes written by
-// cause (writeCauses) and whether it leads; ok is false when the node has
+// cause (probe.WriteCauses) and whether it leads; ok is false when the node has
 // no metrics address or did not answer (the window then has no causes nor
 // roles for it, and says nothing wrong).
 func scrapeWrites(ctx context.Context, tb *testbed, id uint64) (written map[string]float64, leader, ok bool) {
@@ -267,7 +268,7 @@ func scrapeWrites(ctx context.Context, tb *testbed, id uint64) (written map[stri
 	if err != nil || n.MetricsAddress == "" {
 		return nil, false, false
 	}
-	samples, err := scrapeNode(ctx, &http.Client{Timeout: agentCallTimeout}, *n, 0)
+	samples, err := probe.ScrapeNode(ctx, &http.Client{Timeout: agentCallTimeout}, *n, 0)
 	if err != nil {
 		return nil, false, false
 	}
@@ -276,13 +277,13 @@ func scrapeWrites(ctx context.Context, tb *testbed, id uint64) (written map[stri
 
 // writesOf picks the bytes written by cause and the leader flag out of
 // one node's scrape; ok is false without the leader flag.
-func writesOf(samples []scrapeSample) (written map[string]float64, leader, ok bool) {
+func writesOf(samples []probe.Sample) (written map[string]float64, leader, ok bool) {
 	written = map[string]float64{}
 	for _, s := range samples {
-		if s.Series == seriesIsLeader {
+		if s.Series == probe.SeriesIsLeader {
 			leader, ok = s.Value == 1, true
 		}
-		for _, c := range writeCauses() {
+		for _, c := range probe.WriteCauses() {
 			if s.Series == c.Series {
 				written[c.Key] = s.Value
 			}
