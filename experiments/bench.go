@@ -21,14 +21,8 @@ import (
 	"github.com/nezha-harness/nezha/workloads"
 )
 
-// Formatting helpers for tables.
-func f0(v float64) string { return strconv.FormatFloat(v, 'f', 0, 64) }
-func f1(v float64) string { return strconv.FormatFloat(v, 'f', 1, 64) }
-func f2(v float64) string { return strconv.FormatFloat(v, 'f', 2, 64) }
-func ms(us int64) string  { return strconv.FormatFloat(float64(us)/1000, 'f', 2, 64) }
-
 // diskLimit measures the disk where the nodes run (the run's probe,
-// probe.go): sequential writes of DiskLimitWriteBytes, each followed by
+// calibrate.go): sequential writes of DiskLimitWriteBytes, each followed by
 // fdatasync, and 4 KiB writes each fsynced, with their latencies; and the
 // CPU's calibration. Three replicas on one disk share the first figure,
 // so a 3-node cluster on one machine's PUT goodput is bounded by limit / 3.
@@ -101,15 +95,6 @@ func diskLimit() Experiment {
 			return nil
 		},
 	}
-}
-
-// floatsText renders values with one decimal, comma-separated.
-func floatsText(vs []float64) string {
-	parts := make([]string, len(vs))
-	for i, v := range vs {
-		parts[i] = f1(v)
-	}
-	return strings.Join(parts, ", ")
 }
 
 // diskLimitSamples is how many passes of DiskLimitBytes/diskLimitSamples
@@ -211,29 +196,6 @@ func putVsize() Experiment {
 			return nil
 		},
 	}
-}
-
-// rotate returns ss rotated left by k: the order systems run in changes
-// from one size to the next.
-func rotate(ss []string, k int) []string {
-	if len(ss) == 0 {
-		return nil
-	}
-	k %= len(ss)
-	return append(append([]string(nil), ss[k:]...), ss[:k]...)
-}
-
-// median of vs (not modified); 0 for none.
-func median(vs []float64) float64 {
-	if len(vs) == 0 {
-		return 0
-	}
-	c := append([]float64(nil), vs...)
-	sort.Float64s(c)
-	if len(c)%2 == 1 {
-		return c[len(c)/2]
-	}
-	return (c[len(c)/2-1] + c[len(c)/2]) / 2
 }
 
 // benchPut runs one PUT phase on a fresh cluster, and (local clusters)
@@ -732,12 +694,4 @@ func (x *Run) readExperiment(ctx context.Context, op string) error {
 			XLabel: "time (s)", YLabel: "throughput (ops/s)", Series: series, Windows: windows, Caption: windowsCaption(len(series) > 1)})
 	}
 	return nil
-}
-
-// cacheText renders a page cache size, "-" when it was not limited.
-func cacheText(b int64) string {
-	if b < 0 {
-		return "-"
-	}
-	return bytesText(b)
 }

@@ -376,48 +376,6 @@ func (x *Run) systemArgs(system string, extra ...string) []string {
 	return append(args, extra...)
 }
 
-// waitGC waits until GC is quiet: no node's GC round count changed and no
-// node's Raft log shrank for three seconds (three checks of the default
-// -gcInterval), up to two minutes. Strategies differ in what they leave in
-// the log, so "quiet" is the only criterion that fits them all.
-func (x *Run) waitGC(ctx context.Context, tb *testbed) error {
-	if tb.spec == nil {
-		return nil
-	}
-	const window = 3 * time.Second
-	deadline := time.Now().Add(2 * time.Minute)
-	var last string
-	stableSince := time.Now()
-	for {
-		sts, err := tb.spec.Status(ctx)
-		if err != nil {
-			return err
-		}
-		var state []string
-		for _, st := range sts {
-			r, err := st.Response()
-			if err != nil {
-				return fmt.Errorf("node %d: %w", st.Node.ID, err)
-			}
-			state = append(state, fmt.Sprintf("%d/%d", len(r.GcRounds), r.LogBytes))
-		}
-		cur := strings.Join(state, " ")
-		if cur != last {
-			last, stableSince = cur, time.Now()
-		} else if time.Since(stableSince) >= window {
-			return nil
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("GC still busy after 2 minutes (rounds/log bytes per node: %s)", cur)
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(500 * time.Millisecond):
-		}
-	}
-}
-
 // testbed is one cluster under test and a client for it.
 type testbed struct {
 	system string

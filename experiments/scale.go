@@ -214,7 +214,7 @@ type putRun struct {
 	CPUProfile *probe.CPUProfileSummary `json:"cpu_profile,omitempty"`
 	// MetricsCSV is the file, relative to the experiment's directory, of
 	// the nodes' metrics scraped every second during the load (headline
-	// runs; scrape.go), and Log what it says of the Raft log's fsyncs and
+	// runs; metrics.go), and Log what it says of the Raft log's fsyncs and
 	// RocksDB's compaction debt over the run.
 	MetricsCSV string    `json:"metrics_csv,omitempty"`
 	Log        *logStats `json:"log,omitempty"`

@@ -12,7 +12,6 @@ import (
 
 	"github.com/prometheus/procfs"
 
-	"github.com/nezha-harness/nezha/api/kvpb"
 	"github.com/nezha-harness/nezha/cluster"
 	"github.com/nezha-harness/nezha/cluster/agent"
 	"github.com/nezha-harness/nezha/cluster/agent/agentpb"
@@ -471,78 +470,4 @@ func deepestLevel(sh *systems.StorageShape) int {
 		}
 	}
 	return d
-}
-
-// bytesText renders a size in binary units: "512 MiB", "1.5 GiB".
-func bytesText(b int64) string {
-	switch {
-	case b >= 10*gib:
-		return fmt.Sprintf("%.0f GiB", float64(b)/gib)
-	case b >= gib:
-		return fmt.Sprintf("%.1f GiB", float64(b)/gib)
-	case b >= 10*mib:
-		return fmt.Sprintf("%.0f MiB", float64(b)/mib)
-	}
-	return fmt.Sprintf("%.1f MiB", float64(b)/mib)
-}
-
-// replicatedWait bounds awaitReplicated.
-const replicatedWait = 10 * time.Second
-
-// awaitReplicated waits, at most wait, until every node that answers has
-// in its log every entry committed when the wait began: its last index at
-// or past the highest commit index any node reported then. A run ends when
-// a quorum has its writes, and a window closed then missed what the
-// slowest follower still had to write: after 32 PUTs of 256 KiB (the quick
-// profile's put-vsize), nezha's write amplification in the window read
-// 0.67, one node's share of the run missing from the mean. Nodes without a
-// log range in their status (etcd) and nodes that do not answer are left
-// out; past wait, the window closes as it is.
-func awaitReplicated(ctx context.Context, spec *cluster.Spec, wait time.Duration) {
-	awaitLogs(ctx, func(ctx context.Context) []*kvpb.StatusResponse {
-		sts, err := spec.Status(ctx)
-		if err != nil {
-			return nil
-		}
-		var rs []*kvpb.StatusResponse
-		for _, st := range sts {
-			if r, err := st.Response(); err == nil {
-				rs = append(rs, r)
-			}
-		}
-		return rs
-	}, wait, 20*time.Millisecond)
-}
-
-// awaitLogs is awaitReplicated's loop over the answers of status, polled
-// every poll; it reports whether the logs caught up.
-func awaitLogs(ctx context.Context, status func(context.Context) []*kvpb.StatusResponse, wait, poll time.Duration) bool {
-	deadline := time.Now().Add(wait)
-	var target uint64
-	for first := true; ; first = false {
-		low, have := uint64(0), false
-		for _, r := range status(ctx) {
-			if r.GetLastIndex() == 0 {
-				continue
-			}
-			if first {
-				target = max(target, r.GetCommitIndex())
-			}
-			if !have || r.GetLastIndex() < low {
-				low = r.GetLastIndex()
-			}
-			have = true
-		}
-		if !have || low >= target {
-			return true
-		}
-		if time.Now().After(deadline) {
-			return false
-		}
-		select {
-		case <-ctx.Done():
-			return false
-		case <-time.After(poll):
-		}
-	}
 }
