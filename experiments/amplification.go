@@ -9,32 +9,6 @@ import (
 	"github.com/nezha-harness/nezha/workloads"
 )
 
-// ioSnapshot is every node's cumulative write_bytes minus
-// cancelled_write_bytes (/proc/PID/io, through its agent): bytes it caused
-// to be written to the device, without pages dirtied then truncated away.
-type ioSnapshot map[uint64]int64
-
-func readIO(ctx context.Context, tb *testbed) (ioSnapshot, error) {
-	out := ioSnapshot{}
-	for _, n := range tb.spec.Nodes {
-		st, err := tb.nodeStats(ctx, n.ID, false, false)
-		if err != nil {
-			return nil, err
-		}
-		out[n.ID] = st.WriteBytes - st.CancelledWriteBytes
-	}
-	return out, nil
-}
-
-// perNodeWritten is the mean bytes a node wrote between two snapshots.
-func perNodeWritten(before, after ioSnapshot) float64 {
-	var sum int64
-	for id, a := range after {
-		sum += a - before[id]
-	}
-	return float64(sum) / float64(len(after))
-}
-
 // meanDiskUsage is the mean bytes on disk of the nodes' data directories
 // (each walked by the node's agent).
 func (x *Run) meanDiskUsage(ctx context.Context, tb *testbed) (float64, error) {
@@ -49,35 +23,6 @@ func (x *Run) meanDiskUsage(ctx context.Context, tb *testbed) (float64, error) {
 	x.measured(Measurement{What: measureDiskUsage, Backend: tb.spec.BackendName(), Where: agentWhere(tb.spec.BackendName(), tb.hosts),
 		How: "blocks allocated under each node's data directory, walked by its agent (Stats disk_usage)"})
 	return float64(sum) / float64(len(tb.spec.Nodes)), nil
-}
-
-// settle waits until the nodes stop writing (background flushes,
-// compactions and GC done): two consecutive seconds with less than 1 MB
-// written per node, at most 60 s.
-func settle(ctx context.Context, tb *testbed) error {
-	prev, err := readIO(ctx, tb)
-	if err != nil {
-		return err
-	}
-	quiet := 0
-	for deadline := time.Now().Add(60 * time.Second); time.Now().Before(deadline) && quiet < 2; {
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(time.Second):
-		}
-		cur, err := readIO(ctx, tb)
-		if err != nil {
-			return err
-		}
-		if perNodeWritten(prev, cur) < 1e6 {
-			quiet++
-		} else {
-			quiet = 0
-		}
-		prev = cur
-	}
-	return nil
 }
 
 // amplification: write and space amplification after a load and after

@@ -16,18 +16,13 @@ import (
 
 	"github.com/nezha-harness/nezha/baseline"
 	"github.com/nezha-harness/nezha/cluster/agent/agentpb"
+	"github.com/nezha-harness/nezha/experiments/probe"
 	"github.com/nezha-harness/nezha/plots"
 	"github.com/nezha-harness/nezha/workloads"
 )
 
-// Formatting helpers for tables.
-func f0(v float64) string { return strconv.FormatFloat(v, 'f', 0, 64) }
-func f1(v float64) string { return strconv.FormatFloat(v, 'f', 1, 64) }
-func f2(v float64) string { return strconv.FormatFloat(v, 'f', 2, 64) }
-func ms(us int64) string  { return strconv.FormatFloat(float64(us)/1000, 'f', 2, 64) }
-
 // diskLimit measures the disk where the nodes run (the run's probe,
-// probe.go): sequential writes of DiskLimitWriteBytes, each followed by
+// calibrate.go): sequential writes of DiskLimitWriteBytes, each followed by
 // fdatasync, and 4 KiB writes each fsynced, with their latencies; and the
 // CPU's calibration. Three replicas on one disk share the first figure,
 // so a 3-node cluster on one machine's PUT goodput is bounded by limit / 3.
@@ -50,7 +45,7 @@ func diskLimit() Experiment {
 			if err != nil {
 				return err
 			}
-			mbps := pr.limitMBps()
+			mbps := pr.DiskLimitMBps()
 			x.metric("disk_limit_mb_per_sec", mbps)
 			var samples []float64
 			bw := Table{Title: "Sequential writes with fsync after each (write + fdatasync latency)", Columns: []string{"node host", "write size", "MB/s", "writes+fsyncs/s", "latency p50 (ms)", "latency p99 (ms)"}}
@@ -67,21 +62,21 @@ func diskLimit() Experiment {
 				}
 				p50, p99 := lat(h.WriteBytes)
 				bw.Rows = append(bw.Rows, []string{h.Host, fmt.Sprintf("%d KiB", h.WriteBytes/kib), f1(big), f0(big * 1e6 / float64(h.WriteBytes)), p50, p99})
-				if h.WriteBytes != probeLargeWriteBytes {
-					p50, p99 = lat(probeLargeWriteBytes)
+				if h.WriteBytes != probe.LargeWriteBytes {
+					p50, p99 = lat(probe.LargeWriteBytes)
 					bw.Rows = append(bw.Rows, []string{h.Host, "1 MiB", "-", "-", p50, p99})
 				}
-				p50, p99 = lat(probeSmallWriteBytes)
-				bw.Rows = append(bw.Rows, []string{h.Host, "4 KiB", f1(small), f0(small * 1e6 / probeSmallWriteBytes), p50, p99})
+				p50, p99 = lat(probe.SmallWriteBytes)
+				bw.Rows = append(bw.Rows, []string{h.Host, "4 KiB", f1(small), f0(small * 1e6 / probe.SmallWriteBytes), p50, p99})
 				speed.Rows = append(speed.Rows, []string{h.Host, fmt.Sprintf("%.1f µs", h.LoopbackRoundTripNs/1e3), fmt.Sprintf("%.1f GB/s", h.MemmoveGBPerSec)})
 			}
 			first := pr.Hosts[0]
 			x.samples("disk_limit_mb_per_sec", samples)
-			x.metric("fsync_4k_per_sec", first.SmallMBPerSec*1e6/probeSmallWriteBytes)
+			x.metric("fsync_4k_per_sec", first.SmallMBPerSec*1e6/probe.SmallWriteBytes)
 			// Unranked metrics (no direction in compare.go): facts about
 			// the disk and the machine, shown beside a comparison of two
 			// runs.
-			for size, name := range map[int]string{probeSmallWriteBytes: "4k", probeLargeWriteBytes: "1m"} {
+			for size, name := range map[int]string{probe.SmallWriteBytes: "4k", probe.LargeWriteBytes: "1m"} {
 				l := pr.Hosts[0].Fsync[size]
 				for _, h := range pr.Hosts[1:] {
 					l.P50Ns, l.P99Ns = max(l.P50Ns, h.Fsync[size].P50Ns), max(l.P99Ns, h.Fsync[size].P99Ns)
@@ -92,7 +87,7 @@ func diskLimit() Experiment {
 			x.table(bw)
 			x.note("Probed %s. The %d KiB row is the best of %d passes of %s each (MB/s: %s), after a sync of everything dirty; its latencies are over all passes. A 3-node cluster on one machine writes every value on one disk three times: its PUT goodput is bounded by %.1f MB/s / 3 = %.1f MB/s.",
 				pr.Where, p.DiskLimitWriteBytes/kib, diskLimitSamples, bytesText(p.DiskLimitBytes/diskLimitSamples), floatsText(samples), mbps, mbps/3)
-			x.logf("%.1f MB/s in %d KiB fsynced writes; %.0f 4 KiB write+fsync/s", mbps, p.DiskLimitWriteBytes/kib, first.SmallMBPerSec*1e6/probeSmallWriteBytes)
+			x.logf("%.1f MB/s in %d KiB fsynced writes; %.0f 4 KiB write+fsync/s", mbps, p.DiskLimitWriteBytes/kib, first.SmallMBPerSec*1e6/probe.SmallWriteBytes)
 			x.metric("machine_loopback_round_trip_ns", first.LoopbackRoundTripNs)
 			x.metric("machine_memmove_gb_s", first.MemmoveGBPerSec)
 			x.table(speed)
@@ -100,15 +95,6 @@ func diskLimit() Experiment {
 			return nil
 		},
 	}
-}
-
-// floatsText renders values with one decimal, comma-separated.
-func floatsText(vs []float64) string {
-	parts := make([]string, len(vs))
-	for i, v := range vs {
-		parts[i] = f1(v)
-	}
-	return strings.Join(parts, ", ")
 }
 
 // diskLimitSamples is how many passes of DiskLimitBytes/diskLimitSamples
@@ -120,7 +106,7 @@ func (x *Run) diskLimitOf() (float64, bool) {
 	x.hosts.mu.Lock()
 	defer x.hosts.mu.Unlock()
 	if x.hosts.probe != nil {
-		v := x.hosts.probe.limitMBps()
+		v := x.hosts.probe.DiskLimitMBps()
 		return v, v > 0
 	}
 	return 0, false
@@ -210,29 +196,6 @@ func putVsize() Experiment {
 			return nil
 		},
 	}
-}
-
-// rotate returns ss rotated left by k: the order systems run in changes
-// from one size to the next.
-func rotate(ss []string, k int) []string {
-	if len(ss) == 0 {
-		return nil
-	}
-	k %= len(ss)
-	return append(append([]string(nil), ss[k:]...), ss[:k]...)
-}
-
-// median of vs (not modified); 0 for none.
-func median(vs []float64) float64 {
-	if len(vs) == 0 {
-		return 0
-	}
-	c := append([]float64(nil), vs...)
-	sort.Float64s(c)
-	if len(c)%2 == 1 {
-		return c[len(c)/2]
-	}
-	return (c[len(c)/2-1] + c[len(c)/2]) / 2
 }
 
 // benchPut runs one PUT phase on a fresh cluster, and (local clusters)
@@ -659,7 +622,7 @@ func (x *Run) readExperiment(ctx context.Context, op string) error {
 				if w, err := x.since(ctx, b.tb, before); err == nil {
 					b.readKBs = append(b.readKBs, w.ReadBytesPerNode*float64(len(b.tb.spec.Nodes))/float64(sum.Ops)/1e3)
 					if len(profFiles) > 0 {
-						if s, err := summarizeProfiles(profFiles, 12); err != nil {
+						if s, err := probe.SummarizeCPUProfiles(profFiles, 12); err != nil {
 							x.logf("%s: cpu profile: %v", sys, err)
 						} else {
 							b.prof = &profiledRun{System: sys, Rate: sum.OpsPerSec, Per: float64(sum.Ops), Window: w, Profile: s}
@@ -731,12 +694,4 @@ func (x *Run) readExperiment(ctx context.Context, op string) error {
 			XLabel: "time (s)", YLabel: "throughput (ops/s)", Series: series, Windows: windows, Caption: windowsCaption(len(series) > 1)})
 	}
 	return nil
-}
-
-// cacheText renders a page cache size, "-" when it was not limited.
-func cacheText(b int64) string {
-	if b < 0 {
-		return "-"
-	}
-	return bytesText(b)
 }

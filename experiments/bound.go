@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/nezha-harness/nezha/baseline"
+	"github.com/nezha-harness/nezha/experiments/probe"
 )
 
 // What bounded a system's PUTs in its measured windows. Two machines'
@@ -204,7 +205,7 @@ func (x *Run) softPendingBytes(sys string, geomData int64) float64 {
 
 // headlineBound classifies sys's headline runs rs (not empty) against the
 // run's probe (nil: none).
-func (x *Run) headlineBound(sys string, rs []putRun, pr *runProbe, geomData int64) Bound {
+func (x *Run) headlineBound(sys string, rs []putRun, pr *probe.Calibration, geomData int64) Bound {
 	med := func(f func(putRun) float64) float64 { return medianOf(rs, f) }
 	e := boundEvidence{
 		MachineBusy: med(func(r putRun) float64 { return r.Window.MachineBusy }),
@@ -214,8 +215,8 @@ func (x *Run) headlineBound(sys string, rs []putRun, pr *runProbe, geomData int6
 		}),
 	}
 	if pr != nil {
-		e.DiskLimitMBps = pr.limitMBps()
-		l := pr.fsync4K()
+		e.DiskLimitMBps = pr.DiskLimitMBps()
+		l := pr.Fsync4K()
 		e.ProbeFsyncP50Ms, e.ProbeFsyncP99Ms = float64(l.P50Ns)/1e6, float64(l.P99Ns)/1e6
 	}
 	logged := slices.DeleteFunc(slices.Clone(rs), func(r putRun) bool { return r.Log == nil })

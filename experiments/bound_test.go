@@ -11,6 +11,7 @@ import (
 
 	"github.com/nezha-harness/nezha/cluster"
 	"github.com/nezha-harness/nezha/cluster/agent/agentpb"
+	"github.com/nezha-harness/nezha/experiments/probe"
 )
 
 // TestClassifyBound: each bound is named only when its evidence holds,
@@ -84,7 +85,7 @@ func TestHeadlineBound(t *testing.T) {
 	}
 	slow := &logStats{Seconds: 10, FsyncsPerSecPerNode: 170, FsyncMeanMs: 5.5, FsyncP99Ms: 7, FsyncBusy: 0.93}
 	rs := []putRun{run(0.3, 40, slow), run(0.35, 50, slow), run(0.9, 60, nil)}
-	pr := &runProbe{Hosts: []hostProbe{{MBPerSec: []float64{300, 320}, Fsync: map[int]fsyncLatency{probeSmallWriteBytes: {P50Ns: 200_000, P99Ns: 700_000}}}}}
+	pr := &probe.Calibration{Hosts: []probe.HostCalibration{{MBPerSec: []float64{300, 320}, Fsync: map[int]probe.FsyncLatency{probe.SmallWriteBytes: {P50Ns: 200_000, P99Ns: 700_000}}}}}
 	b := x.headlineBound(sysNezhaNoGC, rs, pr, 512<<20)
 	if b.Bound != BoundFsyncLatency || b.Backend != cluster.BackendDocker || b.Runs != 3 || b.Inputs.MachineBusy != 0.35 ||
 		b.Inputs.DiskLimitMBps != 320 || b.Inputs.ProbeFsyncP99Ms != 0.7 || b.Inputs.HaveRocksDB {
@@ -105,26 +106,26 @@ func TestHeadlineBound(t *testing.T) {
 // TestLogStats: the fsync rate, mean and busy share, and RocksDB's stalls
 // and debt, from a scrape of two nodes over 2 s.
 func TestLogStats(t *testing.T) {
-	var ss []scrapeSample
+	var ss []probe.Sample
 	add := func(sec float64, node uint64, series string, v float64) {
-		ss = append(ss, scrapeSample{Seconds: sec, Node: node, Series: series, Value: v})
+		ss = append(ss, probe.Sample{Seconds: sec, Node: node, Series: series, Value: v})
 	}
 	for _, node := range []uint64{1, 2} {
 		// 200 fsyncs of 5 ms each per node in 2 s: 100 fsyncs/s, in fsync
 		// half the time.
-		add(0, node, seriesFsync+`_bucket{le="0.004"}`, 0)
-		add(0, node, seriesFsync+`_bucket{le="0.008"}`, 0)
-		add(0, node, seriesFsync+`_bucket{le="+Inf"}`, 0)
-		add(0, node, seriesFsync+"_sum", 0)
-		add(0, node, seriesFsync+"_count", 0)
-		add(2, node, seriesFsync+`_bucket{le="0.004"}`, 0)
-		add(2, node, seriesFsync+`_bucket{le="0.008"}`, 200)
-		add(2, node, seriesFsync+`_bucket{le="+Inf"}`, 200)
-		add(2, node, seriesFsync+"_sum", 1)
-		add(2, node, seriesFsync+"_count", 200)
-		add(0, node, seriesRocksStall, 10)
-		add(2, node, seriesRocksStall, 10+float64(node)*0.2)
-		add(1, node, seriesRocksPending, float64(node)*1e6)
+		add(0, node, probe.SeriesFsync+`_bucket{le="0.004"}`, 0)
+		add(0, node, probe.SeriesFsync+`_bucket{le="0.008"}`, 0)
+		add(0, node, probe.SeriesFsync+`_bucket{le="+Inf"}`, 0)
+		add(0, node, probe.SeriesFsync+"_sum", 0)
+		add(0, node, probe.SeriesFsync+"_count", 0)
+		add(2, node, probe.SeriesFsync+`_bucket{le="0.004"}`, 0)
+		add(2, node, probe.SeriesFsync+`_bucket{le="0.008"}`, 200)
+		add(2, node, probe.SeriesFsync+`_bucket{le="+Inf"}`, 200)
+		add(2, node, probe.SeriesFsync+"_sum", 1)
+		add(2, node, probe.SeriesFsync+"_count", 200)
+		add(0, node, probe.SeriesRocksStall, 10)
+		add(2, node, probe.SeriesRocksStall, 10+float64(node)*0.2)
+		add(1, node, probe.SeriesRocksPending, float64(node)*1e6)
 	}
 	ls, ok := logStatsOf(ss)
 	if !ok || ls.Seconds != 2 || ls.FsyncsPerSecPerNode != 100 || ls.FsyncMeanMs != 5 || ls.FsyncBusy != 0.5 ||

@@ -3,32 +3,18 @@ package experiments
 import (
 	"context"
 	"fmt"
-	"io"
-	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 	"time"
 
-	"github.com/google/pprof/profile"
-
 	"github.com/nezha-harness/nezha/cluster"
+	"github.com/nezha-harness/nezha/experiments/probe"
 )
 
-// CPU profiles of the nodes during a measured run: where the shared path
-// and each system spend their CPU, measured rather than guessed. Every
-// node serves Go's profiler at the address cluster.json records
-// (Node.PprofAddress: a free port on loopback, the container's address on
-// docker); the harness fetches /debug/pprof/profile from all of them at
-// once while the workload runs, keeps the files beside the results (open
-// them with `go tool pprof bin/nezha FILE`) and summarizes them.
-//
-// Go's profiler samples the threads it did not start (RocksDB's
-// background compactions and flushes, threads "rocksdb:low" and
-// "rocksdb:high") through the process-wide profiling timer, without their
-// stacks: they appear as runtime._ExternalCode. procfs gives the same
-// split exactly (windowStats.NodeCPUByThread); the report shows both.
+// The nodes' CPU profiles in a measured run: taking them (probe fetches
+// and summarizes them) and the tables of where the CPU went.
 
 // profileNodes takes a CPU profile of every node of spec for d (whole
 // seconds, at least 1), all at once, and writes them to
@@ -52,7 +38,7 @@ func (x *Run) profileNodes(ctx context.Context, spec *cluster.Spec, d time.Durat
 				return
 			}
 			file := filepath.Join(dir, fmt.Sprintf("%s-node%d.pprof", prefix, n.ID))
-			ch <- result{file: file, err: fetchProfile(ctx, fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", n.PprofAddress, secs), file)}
+			ch <- result{file: file, err: probe.FetchCPUProfile(ctx, fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", n.PprofAddress, secs), file)}
 		}()
 	}
 	var files []string
@@ -75,180 +61,6 @@ func (x *Run) profileNodes(ctx context.Context, spec *cluster.Spec, d time.Durat
 	return files, nil
 }
 
-func fetchProfile(ctx context.Context, url, file string) error {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-	if err != nil {
-		return err
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return err
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		b, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
-		return fmt.Errorf("%s: %s: %s", url, resp.Status, strings.TrimSpace(string(b)))
-	}
-	f, err := os.Create(file)
-	if err != nil {
-		return err
-	}
-	if _, err := io.Copy(f, resp.Body); err != nil {
-		f.Close()
-		return err
-	}
-	return f.Close()
-}
-
-// cpuShare is a function or a category and its share of the sampled CPU.
-type cpuShare struct {
-	// Key names a category in metrics ("grpc"); empty for functions.
-	Key  string `json:"key,omitempty"`
-	Name string `json:"name"`
-	// Share is a fraction of the CPU time sampled (0..1): flat for
-	// functions (time in the function itself), cumulative for categories
-	// (time with the category anywhere on the stack).
-	Share float64 `json:"share"`
-}
-
-// cpuProfileSummary is what the nodes' merged CPU profiles say.
-type cpuProfileSummary struct {
-	Files []string `json:"files"`
-	// SampledSeconds is the CPU time in the profiles, summed over nodes.
-	SampledSeconds float64 `json:"sampled_cpu_seconds"`
-	// Top are the functions with the most flat time, most first.
-	Top []cpuShare `json:"top_flat"`
-	// Categories are cumulative shares of the parts of the path named in
-	// cpuCategories, in that order.
-	Categories []cpuShare `json:"categories"`
-}
-
-// cpuCategories name parts of the path by the functions on a sample's
-// stack (a prefix of the fully qualified function name). A sample counts
-// in every category it matches, so the shares overlap; a category with
-// excludes does not count a sample with any of them on its stack.
-var cpuCategories = []struct {
-	key, name string
-	prefixes  []string
-	excludes  []string
-}{
-	{key: "rocksdb_background", name: "RocksDB background threads (no stacks)", prefixes: []string{"runtime._ExternalCode"}},
-	{key: "rocksdb_foreground", name: "RocksDB foreground (cgo)", prefixes: []string{"github.com/linxGnu/grocksdb."}},
-	// gRPC's server calls the handlers, so it is on the stack of almost
-	// everything a node does for a client: count only what runs outside
-	// the handlers' own code (HTTP/2 framing, sockets, the codec).
-	{key: "grpc", name: "gRPC and sockets, outside the handlers", prefixes: []string{"google.golang.org/grpc", "net.(*conn)", "net/http."}, excludes: appPrefixes},
-	{key: "protobuf", name: "protobuf", prefixes: []string{"google.golang.org/protobuf"}},
-	{key: "etcd_raft", name: "etcd raft", prefixes: []string{"go.etcd.io/raft"}},
-	{key: "raft_log", name: "Raft log", prefixes: []string{"github.com/nezha-harness/nezha/raftkv/raftlog."}},
-	{key: "nezha_store", name: "nezha store", prefixes: []string{"github.com/nezha-harness/nezha/nezha."}},
-	{key: "syscalls", name: "system calls (socket and file I/O)", prefixes: []string{"syscall.", "internal/runtime/syscall.", "golang.org/x/sys/unix."}},
-	{key: "fsync", name: "fsync", prefixes: []string{"syscall.Fsync", "golang.org/x/sys/unix.Fsync", "golang.org/x/sys/unix.Fdatasync", "syscall.Fdatasync"}},
-	{key: "crc", name: "CRC", prefixes: []string{"hash/crc32."}},
-	{key: "memmove", name: "memmove/memclr", prefixes: []string{"runtime.memmove", "runtime.memclrNoHeapPointers"}},
-	{key: "go_gc", name: "Go GC", prefixes: []string{"runtime.gcBgMarkWorker", "runtime.gcAssistAlloc", "runtime.bgsweep", "runtime.bgscavenge"}},
-}
-
-// appPrefixes are the code a node's gRPC handlers run: the node, the
-// stores and the engines under them.
-var appPrefixes = []string{
-	"github.com/nezha-harness/nezha/raftkv/node.", "github.com/nezha-harness/nezha/raftkv/raftlog.",
-	"github.com/nezha-harness/nezha/nezha.", "github.com/nezha-harness/nezha/baseline.", "github.com/nezha-harness/nezha/dwisckey.",
-	"github.com/linxGnu/grocksdb.", "go.etcd.io/raft", "github.com/dgraph-io/badger",
-}
-
-// summarizeProfiles merges CPU profiles and computes the top flat
-// functions and the category shares.
-func summarizeProfiles(files []string, topN int) (*cpuProfileSummary, error) {
-	var ps []*profile.Profile
-	for _, f := range files {
-		b, err := os.Open(f)
-		if err != nil {
-			return nil, err
-		}
-		p, err := profile.Parse(b)
-		b.Close()
-		if err != nil {
-			return nil, fmt.Errorf("%s: %w", f, err)
-		}
-		ps = append(ps, p)
-	}
-	if len(ps) == 0 {
-		return nil, fmt.Errorf("no profiles")
-	}
-	p, err := profile.Merge(ps)
-	if err != nil {
-		return nil, err
-	}
-	vi := -1
-	for i, st := range p.SampleType {
-		if st.Type == "cpu" && st.Unit == "nanoseconds" {
-			vi = i
-		}
-	}
-	if vi < 0 {
-		return nil, fmt.Errorf("not a CPU profile (sample types %v)", p.SampleType)
-	}
-	flat := map[string]int64{}
-	cum := make([]int64, len(cpuCategories))
-	var total int64
-	for _, s := range p.Sample {
-		v := s.Value[vi]
-		total += v
-		var funcs []string // innermost first
-		for _, loc := range s.Location {
-			named := false
-			for _, ln := range loc.Line { // inlined calls first
-				if ln.Function != nil && ln.Function.Name != "" {
-					funcs = append(funcs, ln.Function.Name)
-					named = true
-				}
-			}
-			if !named && loc.Mapping != nil && loc.Mapping.File != "" {
-				// Code without symbols, named by its file as pprof
-				// does: "[libc.so.6]".
-				funcs = append(funcs, "["+filepath.Base(loc.Mapping.File)+"]")
-			}
-		}
-		if len(funcs) > 0 {
-			flat[funcs[0]] += v
-		} else {
-			flat["(unknown)"] += v
-		}
-		onStack := func(prefixes []string) bool {
-			return slices.ContainsFunc(funcs, func(fn string) bool {
-				return slices.ContainsFunc(prefixes, func(pre string) bool { return strings.HasPrefix(fn, pre) })
-			})
-		}
-		for ci, c := range cpuCategories {
-			if onStack(c.prefixes) && (len(c.excludes) == 0 || !onStack(c.excludes)) {
-				cum[ci] += v
-			}
-		}
-	}
-	sum := &cpuProfileSummary{Files: files, SampledSeconds: float64(total) / 1e9}
-	if total == 0 {
-		return sum, nil
-	}
-	for name, v := range flat {
-		sum.Top = append(sum.Top, cpuShare{Name: name, Share: float64(v) / float64(total)})
-	}
-	slices.SortFunc(sum.Top, func(a, b cpuShare) int {
-		if a.Share != b.Share {
-			if a.Share > b.Share {
-				return -1
-			}
-			return 1
-		}
-		return strings.Compare(a.Name, b.Name)
-	})
-	sum.Top = sum.Top[:min(topN, len(sum.Top))]
-	for ci, c := range cpuCategories {
-		sum.Categories = append(sum.Categories, cpuShare{Key: c.key, Name: c.name, Share: float64(cum[ci]) / float64(total)})
-	}
-	return sum, nil
-}
-
 // profiledRun is one measured run whose nodes were profiled.
 type profiledRun struct {
 	System string
@@ -258,7 +70,7 @@ type profiledRun struct {
 	// operations), before profileTablesSpec.PerScale.
 	Per     float64
 	Window  windowStats
-	Profile *cpuProfileSummary
+	Profile *probe.CPUProfileSummary
 }
 
 // profileTablesSpec names the columns and metrics of profileTables.
@@ -292,8 +104,8 @@ func (x *Run) profileTables(spec profileTablesSpec, runs []profiledRun) {
 	parts := Table{Title: "Where the nodes spend it, from the CPU profiles (share of the sampled CPU with the part anywhere on the stack; parts overlap; RocksDB's own threads are sampled without stacks)", Columns: []string{"part of the path"}}
 	top := Table{Title: "The functions with the most CPU of their own (flat, share of the sampled CPU; [file] is code without symbols; `go tool pprof -top bin/nezha FILE` shows the rest)", Columns: []string{"rank"}}
 	const topN = 8
-	for i := range cpuCategories {
-		parts.Rows = append(parts.Rows, []string{cpuCategories[i].name})
+	for _, name := range probe.CPUCategoryNames() {
+		parts.Rows = append(parts.Rows, []string{name})
 	}
 	for i := range topN {
 		top.Rows = append(top.Rows, []string{fmt.Sprint(i + 1)})
@@ -330,7 +142,7 @@ func (x *Run) profileTables(spec profileTablesSpec, runs []profiledRun) {
 			cell := "-"
 			if i < len(r.Profile.Top) {
 				t := r.Profile.Top[i]
-				cell = fmt.Sprintf("%s %s", shortFunc(t.Name), pct(t.Share))
+				cell = fmt.Sprintf("%s %s", probe.ShortFunc(t.Name), pct(t.Share))
 			}
 			top.Rows[i] = append(top.Rows[i], cell)
 		}
@@ -346,12 +158,4 @@ func (x *Run) profileTables(spec profileTablesSpec, runs []profiledRun) {
 	x.table(threads)
 	x.table(parts)
 	x.table(top)
-}
-
-// shortFunc drops a function name's module path: "raftlog.(*Log).Append".
-func shortFunc(name string) string {
-	if i := strings.LastIndex(name, "/"); i >= 0 {
-		return name[i+1:]
-	}
-	return name
 }

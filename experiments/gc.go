@@ -360,24 +360,6 @@ func (x *Run) gcRun(ctx context.Context, c gcConfig, threshold int64) (gcOutcome
 	return out, nil
 }
 
-// waitIdleGC waits, after a write phase that ended at end, until the
-// nodes' idle rounds have started (the default -gcIdleAfter plus one
-// stagger slot per node) and then until GC is quiet (waitGC).
-func (x *Run) waitIdleGC(ctx context.Context, tb *testbed, end time.Time) error {
-	cfg, err := nezha.DefaultConfig(nezha.Name)
-	if err != nil {
-		return err
-	}
-	if tb.spec != nil {
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(time.Until(end.Add(cfg.GCIdleAfter + time.Duration(len(tb.spec.Nodes))*cfg.GCStagger))):
-		}
-	}
-	return x.waitGC(ctx, tb)
-}
-
 // gcRounds returns node 1's GC rounds.
 func gcRounds(ctx context.Context, tb *testbed) ([]*kvpb.GCRound, error) {
 	sctx, cancel := context.WithTimeout(ctx, 5*time.Second)

@@ -11,6 +11,7 @@ import (
 
 	"github.com/nezha-harness/nezha/cluster"
 	"github.com/nezha-harness/nezha/cluster/agent/agentpb"
+	"github.com/nezha-harness/nezha/experiments/probe"
 )
 
 // Where the nodes run and what their hosts allow. Every measurement of a
@@ -345,5 +346,5 @@ type hostPool struct {
 	dir string
 	mu  sync.Mutex
 	// probe is the run's probe, once taken.
-	probe *runProbe
+	probe *probe.Calibration
 }

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/nezha-harness/nezha/cluster"
+	"github.com/nezha-harness/nezha/experiments/probe"
 	"github.com/nezha-harness/nezha/faults"
 	"github.com/nezha-harness/nezha/internal/buildinfo"
 	"github.com/nezha-harness/nezha/linearizability"
@@ -29,7 +30,7 @@ var snakeCase = regexp.MustCompile(`^[a-z][a-z0-9]*(_[a-z0-9]+)*$`)
 // written under its Go name).
 func TestJSONKeysSnakeCase(t *testing.T) {
 	roots := []any{
-		Result{}, Profile{}, putRun{}, windowStats{}, cpuProfileSummary{},
+		Result{}, Profile{}, putRun{}, windowStats{}, probe.CPUProfileSummary{},
 		linearizability.Result{}, linearizability.CheckOutcome{}, linearizability.Anomaly{}, linearizability.Op{},
 		linearizability.PatchStats{}, linearizability.Input{}, linearizability.Output{},
 		faults.Schedule{}, faults.ScheduleOptions{}, faults.Event{}, faults.Window{},

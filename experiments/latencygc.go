@@ -129,18 +129,6 @@ func latencyGCExperiment() Experiment {
 	}
 }
 
-// percentList renders fractions as "50 %, 70 % and 90 %".
-func percentList(fs []float64) string {
-	var parts []string
-	for _, f := range fs {
-		parts = append(parts, fmt.Sprintf("%g %%", 100*f))
-	}
-	if len(parts) < 2 {
-		return strings.Join(parts, "")
-	}
-	return strings.Join(parts[:len(parts)-1], ", ") + " and " + parts[len(parts)-1]
-}
-
 // geometryText says how the RocksDB systems' geometry was set.
 func geometryText(geometry string, live int64) string {
 	if geometry == GeometryScaled {

@@ -493,14 +493,6 @@ func (p *Profile) String() string {
 		p.LinNemeses, p.LinDuration, p.LinSeeds, p.CrashKills, p.SegmentSizeBytes/mib, p.GCThresholdBytes/mib)
 }
 
-func bytesList(bs []int64) string {
-	var parts []string
-	for _, b := range bs {
-		parts = append(parts, bytesText(b))
-	}
-	return strings.Join(parts, ", ")
-}
-
 func readCacheText(p *Profile) string {
 	ra := ""
 	if p.ReadAheadKB > 0 {

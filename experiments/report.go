@@ -232,13 +232,6 @@ func paramStrings(v any) []string {
 	return nil
 }
 
-func sizeText(b float64) string {
-	if b >= kib && int64(b)%kib == 0 {
-		return fmt.Sprintf("%d KiB", int64(b)/kib)
-	}
-	return fmt.Sprintf("%.0f B", b)
-}
-
 func paramFloat(v any) float64 {
 	switch t := v.(type) {
 	case float64:

@@ -50,3 +50,13 @@ type tally struct {
 	// Failed: a run failed.
 	Failed bool
 }
+
+// rotate returns ss rotated left by k: the order systems run in changes
+// from one size to the next.
+func rotate(ss []string, k int) []string {
+	if len(ss) == 0 {
+		return nil
+	}
+	k %= len(ss)
+	return append(append([]string(nil), ss[k:]...), ss[:k]...)
+}

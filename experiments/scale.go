@@ -12,6 +12,7 @@ import (
 
 	"github.com/nezha-harness/nezha/baseline"
 	"github.com/nezha-harness/nezha/dwisckey"
+	"github.com/nezha-harness/nezha/experiments/probe"
 	"github.com/nezha-harness/nezha/nezha"
 	"github.com/nezha-harness/nezha/plots"
 	"github.com/nezha-harness/nezha/systems"
@@ -210,10 +211,10 @@ type putRun struct {
 	SettledFollowerWriteAmp float64               `json:"settled_follower_write_amp,omitempty"`
 	// CPUProfile summarizes the nodes' CPU profiles taken during the run
 	// (the second headline run of each headline system).
-	CPUProfile *cpuProfileSummary `json:"cpu_profile,omitempty"`
+	CPUProfile *probe.CPUProfileSummary `json:"cpu_profile,omitempty"`
 	// MetricsCSV is the file, relative to the experiment's directory, of
 	// the nodes' metrics scraped every second during the load (headline
-	// runs; scrape.go), and Log what it says of the Raft log's fsyncs and
+	// runs; metrics.go), and Log what it says of the Raft log's fsyncs and
 	// RocksDB's compaction debt over the run.
 	MetricsCSV string    `json:"metrics_csv,omitempty"`
 	Log        *logStats `json:"log,omitempty"`
@@ -391,20 +392,20 @@ func (x *Run) putScaleRun(ctx context.Context, phase, sys, cond string, data, ge
 			profDone <- files
 		}()
 	}
-	var scr *scraper
+	var scr *probe.Scraper
 	if phase == "headline" && tb.spec != nil {
-		scr = startScrape(ctx, tb.spec.Nodes, scrapeInterval)
+		scr = probe.StartScrape(ctx, tb.spec.Nodes, probe.ScrapeInterval)
 	}
 	sum, err := workloads.RunPut(ctx, tb.c, o)
 	from := time.UnixMicro(sum.MeasuredFromUnixUs)
 	if scr != nil {
-		res := scr.stop()
+		res := scr.Stop()
 		r.MetricsCSV = x.keepScrape(sys, label, res)
-		if ls, ok := logStatsOf(res.samples); ok {
+		if ls, ok := logStatsOf(res.Samples); ok {
 			r.Log = &ls
 		}
 		if sum.MeasuredFromUnixUs != 0 {
-			r.ScrapeOffsetSec = from.Sub(res.start).Seconds()
+			r.ScrapeOffsetSec = from.Sub(res.Start).Seconds()
 		}
 	}
 	if err == nil && raw != nil {
@@ -424,7 +425,7 @@ func (x *Run) putScaleRun(ctx context.Context, phase, sys, cond string, data, ge
 	}
 	if profDone != nil {
 		if files := <-profDone; len(files) > 0 {
-			if s, perr := summarizeProfiles(files, 12); perr != nil {
+			if s, perr := probe.SummarizeCPUProfiles(files, 12); perr != nil {
 				x.logf("%s: cpu profile: %v", sys, perr)
 			} else {
 				r.CPUProfile = s
@@ -552,7 +553,7 @@ func valuesOf(rs []putRun, f func(putRun) float64) []float64 {
 }
 
 // putScaleReport turns the runs into tables, figures and metrics.
-func (x *Run) putScaleReport(all []putRun, top int64, limit float64, haveLimit bool, raws map[string]*bytes.Buffer, pr *runProbe) {
+func (x *Run) putScaleReport(all []putRun, top int64, limit float64, haveLimit bool, raws map[string]*bytes.Buffer, pr *probe.Calibration) {
 	p := x.Profile
 	gbPerRun := func(r putRun) float64 { return float64(r.DataBytes) / 1e9 }
 	diskCol := func(r putRun) string {

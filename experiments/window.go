@@ -12,10 +12,10 @@ import (
 
 	"github.com/prometheus/procfs"
 
-	"github.com/nezha-harness/nezha/api/kvpb"
 	"github.com/nezha-harness/nezha/cluster"
 	"github.com/nezha-harness/nezha/cluster/agent"
 	"github.com/nezha-harness/nezha/cluster/agent/agentpb"
+	"github.com/nezha-harness/nezha/experiments/probe"
 	"github.com/nezha-harness/nezha/systems"
 )
 
@@ -59,7 +59,7 @@ type nodeSample struct {
 	// name (/proc/PID/task/TID/stat), keyed as agent.ThreadGroup names them.
 	threadCPUSec map[string]float64
 	// written are the node's cumulative bytes written by cause
-	// (writeCause.Key) and leader whether it was the Raft leader, from its
+	// (probe.WriteCause.Key) and leader whether it was the Raft leader, from its
 	// /metrics; scraped reports whether that scrape succeeded.
 	written map[string]float64
 	leader  bool
@@ -138,7 +138,7 @@ type nodeWindow struct {
 	WriteBytes float64 `json:"write_bytes"`
 	CPUSeconds float64 `json:"cpu_seconds"`
 	// WrittenBytesByCause splits what the node's /metrics counted it
-	// write, by cause (writeCause.Key; causes that wrote nothing left
+	// write, by cause (probe.WriteCause.Key; causes that wrote nothing left
 	// out). WriteBytes less their sum is what no counter names.
 	WrittenBytesByCause map[string]float64 `json:"written_bytes_by_cause,omitempty"`
 }
@@ -175,7 +175,7 @@ func (w windowStats) roleWriteBytes() (leader, followers float64, ok bool) {
 	return l.WriteBytes, followers / float64(len(fs)), true
 }
 
-// roleCauseBytes is roleWriteBytes by cause (writeCause.Key).
+// roleCauseBytes is roleWriteBytes by cause (probe.WriteCause.Key).
 func (w windowStats) roleCauseBytes() (leader, followers map[string]float64, ok bool) {
 	l, fs, ok := w.roles()
 	if !ok {
@@ -256,7 +256,7 @@ func (x *Run) sample(ctx context.Context, tb *testbed) (windowSample, error) {
 }
 
 // scrapeWrites reads node id's /metrics: its cumulative bytes written by
-// cause (writeCauses) and whether it leads; ok is false when the node has
+// cause (probe.WriteCauses) and whether it leads; ok is false when the node has
 // no metrics address or did not answer (the window then has no causes nor
 // roles for it, and says nothing wrong).
 func scrapeWrites(ctx context.Context, tb *testbed, id uint64) (written map[string]float64, leader, ok bool) {
@@ -267,7 +267,7 @@ func scrapeWrites(ctx context.Context, tb *testbed, id uint64) (written map[stri
 	if err != nil || n.MetricsAddress == "" {
 		return nil, false, false
 	}
-	samples, err := scrapeNode(ctx, &http.Client{Timeout: agentCallTimeout}, *n, 0)
+	samples, err := probe.ScrapeNode(ctx, &http.Client{Timeout: agentCallTimeout}, *n, 0)
 	if err != nil {
 		return nil, false, false
 	}
@@ -276,13 +276,13 @@ func scrapeWrites(ctx context.Context, tb *testbed, id uint64) (written map[stri
 
 // writesOf picks the bytes written by cause and the leader flag out of
 // one node's scrape; ok is false without the leader flag.
-func writesOf(samples []scrapeSample) (written map[string]float64, leader, ok bool) {
+func writesOf(samples []probe.Sample) (written map[string]float64, leader, ok bool) {
 	written = map[string]float64{}
 	for _, s := range samples {
-		if s.Series == seriesIsLeader {
+		if s.Series == probe.SeriesIsLeader {
 			leader, ok = s.Value == 1, true
 		}
-		for _, c := range writeCauses() {
+		for _, c := range probe.WriteCauses() {
 			if s.Series == c.Series {
 				written[c.Key] = s.Value
 			}
@@ -470,78 +470,4 @@ func deepestLevel(sh *systems.StorageShape) int {
 		}
 	}
 	return d
-}
-
-// bytesText renders a size in binary units: "512 MiB", "1.5 GiB".
-func bytesText(b int64) string {
-	switch {
-	case b >= 10*gib:
-		return fmt.Sprintf("%.0f GiB", float64(b)/gib)
-	case b >= gib:
-		return fmt.Sprintf("%.1f GiB", float64(b)/gib)
-	case b >= 10*mib:
-		return fmt.Sprintf("%.0f MiB", float64(b)/mib)
-	}
-	return fmt.Sprintf("%.1f MiB", float64(b)/mib)
-}
-
-// replicatedWait bounds awaitReplicated.
-const replicatedWait = 10 * time.Second
-
-// awaitReplicated waits, at most wait, until every node that answers has
-// in its log every entry committed when the wait began: its last index at
-// or past the highest commit index any node reported then. A run ends when
-// a quorum has its writes, and a window closed then missed what the
-// slowest follower still had to write: after 32 PUTs of 256 KiB (the quick
-// profile's put-vsize), nezha's write amplification in the window read
-// 0.67, one node's share of the run missing from the mean. Nodes without a
-// log range in their status (etcd) and nodes that do not answer are left
-// out; past wait, the window closes as it is.
-func awaitReplicated(ctx context.Context, spec *cluster.Spec, wait time.Duration) {
-	awaitLogs(ctx, func(ctx context.Context) []*kvpb.StatusResponse {
-		sts, err := spec.Status(ctx)
-		if err != nil {
-			return nil
-		}
-		var rs []*kvpb.StatusResponse
-		for _, st := range sts {
-			if r, err := st.Response(); err == nil {
-				rs = append(rs, r)
-			}
-		}
-		return rs
-	}, wait, 20*time.Millisecond)
-}
-
-// awaitLogs is awaitReplicated's loop over the answers of status, polled
-// every poll; it reports whether the logs caught up.
-func awaitLogs(ctx context.Context, status func(context.Context) []*kvpb.StatusResponse, wait, poll time.Duration) bool {
-	deadline := time.Now().Add(wait)
-	var target uint64
-	for first := true; ; first = false {
-		low, have := uint64(0), false
-		for _, r := range status(ctx) {
-			if r.GetLastIndex() == 0 {
-				continue
-			}
-			if first {
-				target = max(target, r.GetCommitIndex())
-			}
-			if !have || r.GetLastIndex() < low {
-				low = r.GetLastIndex()
-			}
-			have = true
-		}
-		if !have || low >= target {
-			return true
-		}
-		if time.Now().After(deadline) {
-			return false
-		}
-		select {
-		case <-ctx.Done():
-			return false
-		case <-time.After(poll):
-		}
-	}
 }

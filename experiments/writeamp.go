@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+
+	"github.com/nezha-harness/nezha/experiments/probe"
 )
 
 // Write amplification per node, by role and cause. Every system's nodes
@@ -14,7 +16,7 @@ import (
 // leader's span files instead of writing WAL, memtable flushes and their
 // own compactions of the entries. A window (windowStats.Nodes) holds each
 // node's bytes (/proc/PID/io), whether it led at the window's end, and its
-// bytes by cause from its /metrics (writeCauses).
+// bytes by cause from its /metrics (probe.WriteCauses).
 
 // roleWriteAmpText is "leader 4.10, followers 3.95" (the leader's write
 // amplification and the followers' mean), noting a leader change;
@@ -70,7 +72,7 @@ func nodeWriteAmpText(w windowStats, user float64) string {
 }
 
 // causeText is "log 1.00 + WAL 1.00 + other 0.01": bytes by cause over
-// user, in writeCauses order, then what of total no cause names; "" when
+// user, in probe.WriteCauses order, then what of total no cause names; "" when
 // by is empty.
 func causeText(by map[string]float64, total, user float64) string {
 	if len(by) == 0 || user <= 0 {
@@ -78,7 +80,7 @@ func causeText(by map[string]float64, total, user float64) string {
 	}
 	var parts []string
 	sum := 0.0
-	for _, c := range writeCauses() {
+	for _, c := range probe.WriteCauses() {
 		if v, ok := by[c.Key]; ok {
 			parts = append(parts, fmt.Sprintf("%s %.2f", c.Short, v/user))
 			sum += v
@@ -151,8 +153,8 @@ func (t *causeTable) table() (Table, bool) {
 	if len(t.rows) == 0 {
 		return Table{}, false
 	}
-	var causes []writeCause
-	for _, c := range writeCauses() {
+	var causes []probe.WriteCause
+	for _, c := range probe.WriteCauses() {
 		if slices.ContainsFunc(t.rows, func(r causeRow) bool { return r.byCause[c.Key] != 0 }) {
 			causes = append(causes, c)
 		}

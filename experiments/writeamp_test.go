@@ -9,11 +9,13 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/nezha-harness/nezha/experiments/probe"
 )
 
 // nodeScrape is a node's /metrics as writesOf reads it: whether it leads,
 // and byte counters (series -> value).
-func nodeScrape(t *testing.T, leader bool, counters map[string]float64) []scrapeSample {
+func nodeScrape(t *testing.T, leader bool, counters map[string]float64) []probe.Sample {
 	t.Helper()
 	var b strings.Builder
 	lead := 0
@@ -24,7 +26,7 @@ func nodeScrape(t *testing.T, leader bool, counters map[string]float64) []scrape
 	for series, v := range counters {
 		b.WriteString("# TYPE " + series + " counter\n" + series + " " + f1(v) + "\n")
 	}
-	samples, err := parseScrape(strings.NewReader(b.String()), 1, 0)
+	samples, err := probe.ParseMetrics(strings.NewReader(b.String()), 1, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -44,19 +46,19 @@ func sampleOf(t *testing.T, writeBytes int64, cpu float64, leader bool, counters
 // roles unknown rather than wrong.
 func TestWindowRoles(t *testing.T) {
 	t0 := time.Unix(100, 0)
-	zero := map[string]float64{seriesLogWritten: 0, seriesWALWritten: 0, seriesFlushWritten: 0, seriesCompactionWritten: 0, seriesSpansIngestedBytes: 0}
+	zero := map[string]float64{probe.SeriesLogWritten: 0, probe.SeriesWALWritten: 0, probe.SeriesFlushWritten: 0, probe.SeriesCompactionWritten: 0, probe.SeriesSpansIngestedBytes: 0}
 	from := windowSample{at: t0, nodes: map[uint64]nodeSample{
 		1: sampleOf(t, 0, 0, true, zero), 2: sampleOf(t, 0, 0, false, zero),
 		// Node 3's RocksDB restarted its counters in the window (a
 		// snapshot restore): its WAL counter reads less at the end.
-		3: sampleOf(t, 0, 0, false, map[string]float64{seriesLogWritten: 0, seriesWALWritten: 500}),
+		3: sampleOf(t, 0, 0, false, map[string]float64{probe.SeriesLogWritten: 0, probe.SeriesWALWritten: 500}),
 	}}
 	// Node 1 leads as original's leader does (log, WAL, flush,
 	// compaction); the followers write the log and ingest spans.
 	to := windowSample{at: t0.Add(time.Second), nodes: map[uint64]nodeSample{
-		1: sampleOf(t, 360, 3, true, map[string]float64{seriesLogWritten: 100, seriesWALWritten: 100, seriesFlushWritten: 100, seriesCompactionWritten: 50}),
-		2: sampleOf(t, 210, 1, false, map[string]float64{seriesLogWritten: 100, seriesSpansIngestedBytes: 100}),
-		3: sampleOf(t, 206, 1, false, map[string]float64{seriesLogWritten: 100, seriesSpansIngestedBytes: 100, seriesWALWritten: 4}),
+		1: sampleOf(t, 360, 3, true, map[string]float64{probe.SeriesLogWritten: 100, probe.SeriesWALWritten: 100, probe.SeriesFlushWritten: 100, probe.SeriesCompactionWritten: 50}),
+		2: sampleOf(t, 210, 1, false, map[string]float64{probe.SeriesLogWritten: 100, probe.SeriesSpansIngestedBytes: 100}),
+		3: sampleOf(t, 206, 1, false, map[string]float64{probe.SeriesLogWritten: 100, probe.SeriesSpansIngestedBytes: 100, probe.SeriesWALWritten: 4}),
 	}}
 	ws := windowBetween(from, to, 1)
 	if len(ws.Nodes) != 3 || ws.Nodes[0].ID != 1 || !ws.Nodes[0].Leader || ws.Nodes[1].Leader || ws.Nodes[2].ID != 3 || ws.LeaderChanged {

@@ -1,4 +1,4 @@
-package experiments
+package probe
 
 import (
 	"cmp"
@@ -34,8 +34,8 @@ import (
 // Raft log's fsync latency.
 
 const (
-	// scrapeInterval is the time between two scrapes of all nodes.
-	scrapeInterval = time.Second
+	// ScrapeInterval is the time between two scrapes of all nodes.
+	ScrapeInterval = time.Second
 	// maxScrapes bounds a scrape loop (4 hours at one a second) whatever
 	// the run does.
 	maxScrapes = 4 * 3600
@@ -46,21 +46,21 @@ const (
 // Series of the CSV that the figures use: the causes of disk writes, and
 // the Raft log's fsync histogram.
 const (
-	seriesLogWritten         = "nezha_raftlog_written_bytes_total"
-	seriesWALWritten         = "nezha_rocksdb_wal_written_bytes_total"
-	seriesFlushWritten       = "nezha_rocksdb_flush_written_bytes_total"
-	seriesCompactionWritten  = "nezha_rocksdb_compaction_written_bytes_total"
-	seriesGCWritten          = "nezha_gc_written_bytes_total"
-	seriesSpanCutBytes       = "nezha_lsmraft_span_cut_bytes_total"
-	seriesSpansIngestedBytes = "nezha_lsmraft_ingested_bytes_total"
-	seriesIsLeader           = "nezha_raft_is_leader"
-	seriesFsync              = "nezha_raftlog_fsync_duration_seconds"
-	seriesRocksStall         = "nezha_rocksdb_write_stall_seconds_total"
-	seriesRocksPending       = "nezha_rocksdb_pending_compaction_bytes"
+	SeriesLogWritten         = "nezha_raftlog_written_bytes_total"
+	SeriesWALWritten         = "nezha_rocksdb_wal_written_bytes_total"
+	SeriesFlushWritten       = "nezha_rocksdb_flush_written_bytes_total"
+	SeriesCompactionWritten  = "nezha_rocksdb_compaction_written_bytes_total"
+	SeriesGCWritten          = "nezha_gc_written_bytes_total"
+	SeriesSpanCutBytes       = "nezha_lsmraft_span_cut_bytes_total"
+	SeriesSpansIngestedBytes = "nezha_lsmraft_ingested_bytes_total"
+	SeriesIsLeader           = "nezha_raft_is_leader"
+	SeriesFsync              = "nezha_raftlog_fsync_duration_seconds"
+	SeriesRocksStall         = "nezha_rocksdb_write_stall_seconds_total"
+	SeriesRocksPending       = "nezha_rocksdb_pending_compaction_bytes"
 )
 
-// scrapeSample is one series of one node at one scrape.
-type scrapeSample struct {
+// Sample is one series of one node at one scrape.
+type Sample struct {
 	// Seconds since the scrape loop started, at the start of the scrape
 	// (every node of one scrape has the same).
 	Seconds float64
@@ -80,9 +80,9 @@ func keepFamily(name string) bool {
 		name == "process_resident_memory_bytes" || name == "go_goroutines"
 }
 
-// parseScrape parses one /metrics body (Prometheus text format) of node
+// ParseMetrics parses one /metrics body (Prometheus text format) of node
 // into samples at sec, keeping the families keepFamily keeps.
-func parseScrape(body io.Reader, node uint64, sec float64) ([]scrapeSample, error) {
+func ParseMetrics(body io.Reader, node uint64, sec float64) ([]Sample, error) {
 	var p expfmt.TextParser
 	mfs, err := p.TextToMetricFamilies(body)
 	if err != nil {
@@ -95,9 +95,9 @@ func parseScrape(body io.Reader, node uint64, sec float64) ([]scrapeSample, erro
 		}
 	}
 	sort.Strings(names)
-	var out []scrapeSample
+	var out []Sample
 	add := func(series string, v float64) {
-		out = append(out, scrapeSample{Seconds: sec, Node: node, Series: series, Value: v})
+		out = append(out, Sample{Seconds: sec, Node: node, Series: series, Value: v})
 	}
 	for _, name := range names {
 		for _, m := range mfs[name].GetMetric() {
@@ -144,48 +144,48 @@ func labelText(labels []*dto.LabelPair, le string) string {
 
 func formatFloat(v float64) string { return strconv.FormatFloat(v, 'g', -1, 64) }
 
-// scraper scrapes a cluster's nodes in the background (startScrape).
-type scraper struct {
+// Scraper scrapes a cluster's nodes in the background (StartScrape).
+type Scraper struct {
 	cancel context.CancelFunc
-	done   chan scrapeResult
+	done   chan ScrapeResult
 }
 
-type scrapeResult struct {
-	// start is second 0 of the samples.
-	start   time.Time
-	samples []scrapeSample
-	failed  int // scrapes of a node that failed
-	lastErr error
+type ScrapeResult struct {
+	// Start is second 0 of the samples.
+	Start   time.Time
+	Samples []Sample
+	Failed  int // scrapes of a node that failed
+	LastErr error
 }
 
-// startScrape scrapes /metrics of every node with a metrics address at
-// once and then every interval, until stop (or ctx ends; at most
+// StartScrape scrapes /metrics of every node with a metrics address at
+// once and then every interval, until Stop (or ctx ends; at most
 // maxScrapes rounds). A node that does not answer within the interval is
 // skipped for that round.
-func startScrape(ctx context.Context, nodes []cluster.Node, interval time.Duration) *scraper {
+func StartScrape(ctx context.Context, nodes []cluster.Node, interval time.Duration) *Scraper {
 	ctx, cancel := context.WithCancelCause(ctx)
-	s := &scraper{cancel: func() { cancel(errScrapeStopped) }, done: make(chan scrapeResult, 1)}
+	s := &Scraper{cancel: func() { cancel(errScrapeStopped) }, done: make(chan ScrapeResult, 1)}
 	go func() {
-		var res scrapeResult
+		var res ScrapeResult
 		hc := &http.Client{Timeout: interval}
 		t0 := time.Now()
-		res.start = t0
+		res.Start = t0
 		round := func(ctx context.Context) {
 			sec := math.Round(time.Since(t0).Seconds()*1000) / 1000
 			for _, n := range nodes {
 				if n.MetricsAddress == "" {
 					continue
 				}
-				got, err := scrapeNode(ctx, hc, n, sec)
+				got, err := ScrapeNode(ctx, hc, n, sec)
 				if err != nil && ctx.Err() != nil {
 					return // stopped: the last round follows
 				}
 				if err != nil {
-					res.failed++
-					res.lastErr = err
+					res.Failed++
+					res.LastErr = err
 					continue
 				}
-				res.samples = append(res.samples, got...)
+				res.Samples = append(res.Samples, got...)
 			}
 		}
 		tick := time.NewTicker(interval)
@@ -200,7 +200,7 @@ func startScrape(ctx context.Context, nodes []cluster.Node, interval time.Durati
 			}
 		}
 		// The last round, when the load ended (the run's context is not
-		// cancelled by stop: the parent's is checked).
+		// cancelled by Stop: the parent's is checked).
 		if context.Cause(ctx) == errScrapeStopped {
 			fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), interval)
 			round(fctx)
@@ -211,18 +211,18 @@ func startScrape(ctx context.Context, nodes []cluster.Node, interval time.Durati
 	return s
 }
 
-// errScrapeStopped is the cause of a scrape loop's end by stop.
+// errScrapeStopped is the cause of a scrape loop's end by Stop.
 var errScrapeStopped = errors.New("scrape stopped")
 
-// stop ends the scrape loop after one last round and returns what it
+// Stop ends the scrape loop after one last round and returns what it
 // scraped.
-func (s *scraper) stop() scrapeResult {
+func (s *Scraper) Stop() ScrapeResult {
 	s.cancel()
 	return <-s.done
 }
 
-// scrapeNode fetches and parses node n's /metrics.
-func scrapeNode(ctx context.Context, hc *http.Client, n cluster.Node, sec float64) ([]scrapeSample, error) {
+// ScrapeNode fetches and parses node n's /metrics.
+func ScrapeNode(ctx context.Context, hc *http.Client, n cluster.Node, sec float64) ([]Sample, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+n.MetricsAddress+"/metrics", nil)
 	if err != nil {
 		return nil, err
@@ -235,16 +235,16 @@ func scrapeNode(ctx context.Context, hc *http.Client, n cluster.Node, sec float6
 	if resp.StatusCode != http.StatusOK {
 		return nil, fmt.Errorf("scrape node %d: HTTP %s", n.ID, resp.Status)
 	}
-	out, err := parseScrape(resp.Body, n.ID, sec)
+	out, err := ParseMetrics(resp.Body, n.ID, sec)
 	if err != nil {
 		return nil, fmt.Errorf("scrape node %d: %w", n.ID, err)
 	}
 	return out, nil
 }
 
-// writeScrapeCSV writes samples to path (directories created) as CSV:
+// WriteScrapeCSV writes samples to path (directories created) as CSV:
 // scrapeCSVHeader, then one line per sample.
-func writeScrapeCSV(path string, samples []scrapeSample) error {
+func WriteScrapeCSV(path string, samples []Sample) error {
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		return err
 	}
@@ -261,8 +261,8 @@ func writeScrapeCSV(path string, samples []scrapeSample) error {
 	return errors.Join(w.Error(), f.Close())
 }
 
-// readScrapeCSV reads a file writeScrapeCSV wrote.
-func readScrapeCSV(path string) ([]scrapeSample, error) {
+// ReadScrapeCSV reads a file WriteScrapeCSV wrote.
+func ReadScrapeCSV(path string) ([]Sample, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return nil, err
@@ -275,7 +275,7 @@ func readScrapeCSV(path string) ([]scrapeSample, error) {
 	if len(rows) == 0 || strings.Join(rows[0], ",") != scrapeCSVHeader {
 		return nil, fmt.Errorf("%s: not a metrics scrape (want the header %s)", path, scrapeCSVHeader)
 	}
-	out := make([]scrapeSample, 0, len(rows)-1)
+	out := make([]Sample, 0, len(rows)-1)
 	for i, r := range rows[1:] {
 		sec, err1 := strconv.ParseFloat(r[0], 64)
 		node, err2 := strconv.ParseUint(r[1], 10, 64)
@@ -283,14 +283,14 @@ func readScrapeCSV(path string) ([]scrapeSample, error) {
 		if err := errors.Join(err1, err2, err3); err != nil {
 			return nil, fmt.Errorf("%s line %d: %w", path, i+2, err)
 		}
-		out = append(out, scrapeSample{Seconds: sec, Node: node, Series: r[2], Value: v})
+		out = append(out, Sample{Seconds: sec, Node: node, Series: r[2], Value: v})
 	}
 	return out, nil
 }
 
-// scrapePoints returns, per node, the (seconds, value) points of series,
+// SeriesPoints returns, per node, the (seconds, value) points of series,
 // in time order.
-func scrapePoints(samples []scrapeSample, series string) map[uint64][][2]float64 {
+func SeriesPoints(samples []Sample, series string) map[uint64][][2]float64 {
 	out := map[uint64][][2]float64{}
 	for _, s := range samples {
 		if s.Series == series {
@@ -303,15 +303,15 @@ func scrapePoints(samples []scrapeSample, series string) map[uint64][][2]float64
 	return out
 }
 
-// rateSeries is the per-second rate of counter series between
+// RateSeries is the per-second rate of counter series between
 // consecutive scrapes, the mean over the nodes, divided by scale, at the
 // end of each interval; ok is false if no node has two scrapes of it. A
 // counter that went down (a node restarted) counts from 0, as
 // Prometheus's rate does.
-func rateSeries(samples []scrapeSample, series, name string, scale float64) (plots.Series, bool) {
+func RateSeries(samples []Sample, series, name string, scale float64) (plots.Series, bool) {
 	sum, n := map[float64]float64{}, map[float64]int{}
-	for _, pts := range scrapePoints(samples, series) {
-		increases(pts, func(t, d, dt float64) {
+	for _, pts := range SeriesPoints(samples, series) {
+		Increases(pts, func(t, d, dt float64) {
 			sum[t] += d / dt / scale
 			n[t]++
 		})
@@ -323,10 +323,10 @@ func rateSeries(samples []scrapeSample, series, name string, scale float64) (plo
 	return s, len(s.X) > 0
 }
 
-// increases calls fn with the end, increase and length of each interval
+// Increases calls fn with the end, increase and length of each interval
 // between consecutive points of a counter (in time order); a counter that
 // went down (a restart) counts from 0.
-func increases(pts [][2]float64, fn func(t, d, dt float64)) {
+func Increases(pts [][2]float64, fn func(t, d, dt float64)) {
 	for i := 1; i < len(pts); i++ {
 		dt := pts[i][0] - pts[i-1][0]
 		if dt <= 0 {
@@ -340,45 +340,45 @@ func increases(pts [][2]float64, fn func(t, d, dt float64)) {
 	}
 }
 
-// writeCause is a counter of the bytes a node writes for one cause, as
+// WriteCause is a counter of the bytes a node writes for one cause, as
 // its /metrics names it.
-type writeCause struct {
+type WriteCause struct {
 	// Key names the cause in results (windowStats' nodes), Short in log
 	// lines and table columns, Name in figures.
 	Key, Short, Name string
 	Series           string
 }
 
-// writeCauses are the counters of the bytes a node writes, by cause: each
+// WriteCauses are the counters of the bytes a node writes, by cause: each
 // a part of what the node writes (/proc/PID/io), none counted twice (a
 // follower's replays and a leader's own applies go through RocksDB's WAL,
 // memtable and flushes and are counted there). What they leave out
 // (RocksDB's MANIFEST, nezha's index, session checkpoints, the counters'
 // 1-10 MB resolution) is the "other" of a node's bytes.
-func writeCauses() []writeCause {
-	return []writeCause{
-		{"raft_log", "log", "Raft log (append)", seriesLogWritten},
-		{"rocksdb_wal", "WAL", "RocksDB WAL", seriesWALWritten},
-		{"rocksdb_flush", "flush", "RocksDB flush", seriesFlushWritten},
-		{"rocksdb_compaction", "compaction", "RocksDB compaction", seriesCompactionWritten},
-		{"gc", "GC", "GC (sorted runs)", seriesGCWritten},
-		{"span_files", "span files", "span files cut (lsm-raft leader)", seriesSpanCutBytes},
-		{"spans_ingested", "spans ingested", "span files received and ingested (lsm-raft follower)", seriesSpansIngestedBytes},
+func WriteCauses() []WriteCause {
+	return []WriteCause{
+		{"raft_log", "log", "Raft log (append)", SeriesLogWritten},
+		{"rocksdb_wal", "WAL", "RocksDB WAL", SeriesWALWritten},
+		{"rocksdb_flush", "flush", "RocksDB flush", SeriesFlushWritten},
+		{"rocksdb_compaction", "compaction", "RocksDB compaction", SeriesCompactionWritten},
+		{"gc", "GC", "GC (sorted runs)", SeriesGCWritten},
+		{"span_files", "span files", "span files cut (lsm-raft leader)", SeriesSpanCutBytes},
+		{"spans_ingested", "spans ingested", "span files received and ingested (lsm-raft follower)", SeriesSpansIngestedBytes},
 	}
 }
 
-// diskWriteFigure is the figure of sys's disk bytes written per second by
+// DiskWriteFigure is the figure of sys's disk bytes written per second by
 // cause (mean per node, MB/s) from a scrape; causes that wrote nothing
 // are left out. ok is false if none wrote anything.
-func diskWriteFigure(sys, run string, samples []scrapeSample) (plots.Figure, bool) {
+func DiskWriteFigure(sys, run string, samples []Sample) (plots.Figure, bool) {
 	f := plots.Figure{Name: "put-disk-writes-" + sys, Kind: plots.Lines,
 		Title:  fmt.Sprintf("Disk bytes written per second by cause, %s (%s; mean per node)", sys, run),
 		XLabel: "time (s)", YLabel: "written (MB/s per node)",
 		Caption: "From the nodes' /metrics, scraped every second (put-scale/metrics/*.csv): the Raft log's appended record bytes, " +
 			"RocksDB's WAL bytes and the flush and compaction bytes of its data column family (parsed from rocksdb.dbstats and rocksdb.cfstats at 1-10 MB resolution, so they come in steps), " +
 			"the bytes nezha's GC wrote into sorted runs, and lsm-raft's span files (cut by the leader, received and ingested by the followers); causes that wrote nothing are left out."}
-	for _, c := range writeCauses() {
-		s, ok := rateSeries(samples, c.Series, c.Name, 1e6)
+	for _, c := range WriteCauses() {
+		s, ok := RateSeries(samples, c.Series, c.Name, 1e6)
 		if ok && slices.ContainsFunc(s.Y, func(v float64) bool { return v > 0 }) {
 			f.Series = append(f.Series, s)
 		}
@@ -386,13 +386,13 @@ func diskWriteFigure(sys, run string, samples []scrapeSample) (plots.Figure, boo
 	return f, len(f.Series) > 0
 }
 
-// fsyncQuantileSeries is the q-quantile (0 < q < 1) of the Raft log's
+// FsyncQuantileSeries is the q-quantile (0 < q < 1) of the Raft log's
 // fsync latency in each interval between scrapes, in milliseconds, from
 // the histogram's bucket increases summed over the nodes (linear
 // interpolation within a bucket, as Prometheus's histogram_quantile);
 // intervals without an fsync have no point.
-func fsyncQuantileSeries(samples []scrapeSample, q float64, name string) (plots.Series, bool) {
-	prefix := seriesFsync + `_bucket{le="`
+func FsyncQuantileSeries(samples []Sample, q float64, name string) (plots.Series, bool) {
+	prefix := SeriesFsync + `_bucket{le="`
 	byBound := map[float64]string{} // upper bound -> series
 	for _, s := range samples {
 		rest, ok := strings.CutPrefix(s.Series, prefix)
@@ -408,8 +408,8 @@ func fsyncQuantileSeries(samples []scrapeSample, q float64, name string) (plots.
 	// summed over the nodes.
 	inc := map[float64][]float64{}
 	for i, le := range les {
-		for _, pts := range scrapePoints(samples, byBound[le]) {
-			increases(pts, func(t, d, _ float64) {
+		for _, pts := range SeriesPoints(samples, byBound[le]) {
+			Increases(pts, func(t, d, _ float64) {
 				if inc[t] == nil {
 					inc[t] = make([]float64, len(les))
 				}
@@ -419,18 +419,18 @@ func fsyncQuantileSeries(samples []scrapeSample, q float64, name string) (plots.
 	}
 	s := plots.Series{Name: name}
 	for _, t := range slices.Sorted(maps.Keys(inc)) {
-		if v, ok := bucketQuantile(q, les, inc[t]); ok {
+		if v, ok := BucketQuantile(q, les, inc[t]); ok {
 			s.X, s.Y = append(s.X, t), append(s.Y, v*1000)
 		}
 	}
 	return s, len(s.X) > 0
 }
 
-// bucketQuantile is the q-quantile of cumulative bucket counts with upper
+// BucketQuantile is the q-quantile of cumulative bucket counts with upper
 // bounds les (ascending, the last +Inf), by linear interpolation within
 // the bucket it falls in (the first bucket from 0); a quantile in the
 // +Inf bucket is the largest finite bound. ok is false without samples.
-func bucketQuantile(q float64, les, counts []float64) (float64, bool) {
+func BucketQuantile(q float64, les, counts []float64) (float64, bool) {
 	if len(les) == 0 || counts[len(counts)-1] <= 0 {
 		return 0, false
 	}
@@ -457,13 +457,13 @@ func bucketQuantile(q float64, les, counts []float64) (float64, bool) {
 	return les[len(les)-1], true
 }
 
-// fsyncTotals are a run's fsync count and latency quantiles (ms) over the
+// FsyncTotals are a run's fsync count and latency quantiles (ms) over the
 // whole scrape: from the first to the last scrape of the histogram,
 // summed over the nodes; ok is false without fsyncs.
-func fsyncTotals(samples []scrapeSample) (perNodePerSec, p50, p99 float64, ok bool) {
-	first, last := map[string]scrapeSample{}, map[string]scrapeSample{}
+func FsyncTotals(samples []Sample) (perNodePerSec, p50, p99 float64, ok bool) {
+	first, last := map[string]Sample{}, map[string]Sample{}
 	for _, s := range samples {
-		if !strings.HasPrefix(s.Series, seriesFsync+"_bucket") {
+		if !strings.HasPrefix(s.Series, SeriesFsync+"_bucket") {
 			continue
 		}
 		k := fmt.Sprintf("%d %s", s.Node, s.Series)
@@ -475,21 +475,21 @@ func fsyncTotals(samples []scrapeSample) (perNodePerSec, p50, p99 float64, ok bo
 		}
 	}
 	// Treat the whole run as one interval: two synthetic scrapes.
-	var two []scrapeSample
+	var two []Sample
 	nodes := map[uint64]bool{}
 	var span float64
 	for k, f := range first {
 		l := last[k]
 		nodes[f.Node] = true
 		span = max(span, l.Seconds-f.Seconds)
-		two = append(two, scrapeSample{Seconds: 0, Node: f.Node, Series: f.Series, Value: f.Value},
-			scrapeSample{Seconds: 1, Node: l.Node, Series: l.Series, Value: l.Value})
+		two = append(two, Sample{Seconds: 0, Node: f.Node, Series: f.Series, Value: f.Value},
+			Sample{Seconds: 1, Node: l.Node, Series: l.Series, Value: l.Value})
 	}
 	if span <= 0 {
 		return 0, 0, 0, false
 	}
-	s50, ok50 := fsyncQuantileSeries(two, 0.5, "")
-	s99, ok99 := fsyncQuantileSeries(two, 0.99, "")
+	s50, ok50 := FsyncQuantileSeries(two, 0.5, "")
+	s99, ok99 := FsyncQuantileSeries(two, 0.99, "")
 	if !ok50 || !ok99 {
 		return 0, 0, 0, false
 	}
@@ -500,138 +500,4 @@ func fsyncTotals(samples []scrapeSample) (perNodePerSec, p50, p99 float64, ok bo
 		}
 	}
 	return n / float64(len(nodes)) / span, s50.Y[0], s99.Y[0], true
-}
-
-// logStats is what a run's scrape says, over the whole run, of the Raft
-// log's fsyncs and of RocksDB's compaction debt: the evidence of the fsync
-// and compaction bounds (bound.go).
-type logStats struct {
-	// Seconds is the span of the scrape.
-	Seconds float64 `json:"seconds"`
-	// FsyncsPerSecPerNode, FsyncMeanMs, FsyncP50Ms, FsyncP99Ms: the Raft
-	// log's fsyncs, all nodes' histograms merged (fsyncTotals).
-	FsyncsPerSecPerNode float64 `json:"fsyncs_per_sec_per_node"`
-	FsyncMeanMs         float64 `json:"fsync_mean_ms"`
-	FsyncP50Ms          float64 `json:"fsync_p50_ms"`
-	FsyncP99Ms          float64 `json:"fsync_p99_ms"`
-	// FsyncBusy is the share of the run a node's Raft log spent in fsync:
-	// the fsyncs' summed duration per node over the span (fsyncs/s x mean
-	// fsync time).
-	FsyncBusy float64 `json:"fsync_busy"`
-	// HaveRocksDB: the nodes report RocksDB's write stalls (the
-	// baselines); StallSecondsPerNode is the time RocksDB stalled or
-	// slowed writes in the run, mean per node, and
-	// PendingCompactionBytesMax the largest compaction debt a node
-	// reported at a scrape.
-	HaveRocksDB               bool    `json:"have_rocksdb"`
-	StallSecondsPerNode       float64 `json:"stall_seconds_per_node"`
-	PendingCompactionBytesMax float64 `json:"pending_compaction_bytes_max"`
-}
-
-// logStatsOf computes a run's logStats from its scrape; ok is false
-// without fsyncs in it.
-func logStatsOf(samples []scrapeSample) (logStats, bool) {
-	var ls logStats
-	rate, p50, p99, ok := fsyncTotals(samples)
-	if !ok {
-		return ls, false
-	}
-	ls.FsyncsPerSecPerNode, ls.FsyncP50Ms, ls.FsyncP99Ms = rate, p50, p99
-	total := func(series string) (sum float64, nodes int) {
-		for _, pts := range scrapePoints(samples, series) {
-			nodes++
-			increases(pts, func(_, d, _ float64) { sum += d })
-		}
-		return sum, nodes
-	}
-	sec, nodes := total(seriesFsync + "_sum")
-	count, _ := total(seriesFsync + "_count")
-	var lo, hi float64
-	for i, s := range samples {
-		if i == 0 || s.Seconds < lo {
-			lo = s.Seconds
-		}
-		hi = max(hi, s.Seconds)
-	}
-	ls.Seconds = hi - lo
-	if count > 0 {
-		ls.FsyncMeanMs = 1000 * sec / count
-	}
-	if nodes > 0 && ls.Seconds > 0 {
-		ls.FsyncBusy = sec / float64(nodes) / ls.Seconds
-	}
-	if stall, n := total(seriesRocksStall); n > 0 {
-		ls.HaveRocksDB, ls.StallSecondsPerNode = true, stall/float64(n)
-	}
-	for _, pts := range scrapePoints(samples, seriesRocksPending) {
-		for _, pt := range pts {
-			ls.PendingCompactionBytesMax = max(ls.PendingCompactionBytesMax, pt[1])
-		}
-	}
-	return ls, true
-}
-
-// keepScrape writes a run's scrape to metrics/<sys>-<label>.csv in the
-// experiment's directory and returns that relative path ("" if it could
-// not be written or holds nothing).
-func (x *Run) keepScrape(sys, label string, res scrapeResult) string {
-	if res.failed > 0 {
-		x.logf("%s: %d scrapes of a node's /metrics failed, the last: %v", sys, res.failed, res.lastErr)
-	}
-	if len(res.samples) == 0 {
-		return ""
-	}
-	rel := filepath.Join("metrics", sys+"-"+label+".csv")
-	if err := writeScrapeCSV(filepath.Join(x.Dir, rel), res.samples); err != nil {
-		x.logf("%s: keep the metrics scrape: %v", sys, err)
-		return ""
-	}
-	return rel
-}
-
-// scrapeReport adds, from the first headline run of each system that has
-// a scrape, the figure of its disk writes by cause, one figure of the
-// fsync latency p99 of every system, and a table of fsync rates and
-// latencies over the run.
-func (x *Run) scrapeReport(all []putRun) {
-	runs := runsOf(all, func(r putRun) bool { return r.Phase == "headline" && r.Rep == 0 && r.MetricsCSV != "" })
-	if len(runs) == 0 {
-		return
-	}
-	x.note("Every node's /metrics was scraped once a second during each headline run; the series are in `put-scale/metrics/<system>-<run>.csv` " +
-		"(columns seconds since the load started, node, series as Prometheus names it with its labels, histograms as _bucket{le}, _sum and _count, value). " +
-		"The disk-write and fsync figures come from each system's first headline run.")
-	fsync := plots.Figure{Name: "put-fsync-latency", Kind: plots.Lines,
-		Title:  "Raft log fsync latency, p99 per second (the nodes' histograms merged; first headline run)",
-		XLabel: "time (s)", YLabel: "fsync latency p99 (ms)",
-		Caption: "From nezha_raftlog_fsync_duration_seconds, scraped every second: the 99th percentile of the fsyncs in each second, interpolated within the histogram's buckets (50 µs to 1.6 s, doubling) as Prometheus's histogram_quantile does."}
-	t := Table{Title: "Raft log fsyncs in the first headline run (from the scraped histograms, all nodes)",
-		Columns: []string{"system", "fsyncs/s per node", "p50 (ms)", "p99 (ms)", "metrics file"}}
-	for _, r := range runs {
-		samples, err := readScrapeCSV(filepath.Join(x.Dir, r.MetricsCSV))
-		if err != nil {
-			x.logf("%s: %v", r.System, err)
-			continue
-		}
-		ws := x.windowsOf(headlineWindowsRun, r.System)
-		if f, ok := diskWriteFigure(r.System, "first headline run", samples); ok {
-			f.Windows = figureWindows(ws, r.ScrapeOffsetSec, "")
-			f.Caption += " " + windowsCaption(false)
-			x.figure(f)
-		}
-		if s, ok := fsyncQuantileSeries(samples, 0.99, r.System); ok {
-			fsync.Series = append(fsync.Series, s)
-			fsync.Windows = append(fsync.Windows, figureWindows(ws, r.ScrapeOffsetSec, r.System, plots.WindowCompaction)...)
-		}
-		if rate, p50, p99, ok := fsyncTotals(samples); ok {
-			t.Rows = append(t.Rows, []string{r.System, fmt.Sprintf("%.0f", rate), fmt.Sprintf("%.2f", p50), fmt.Sprintf("%.2f", p99), r.MetricsCSV})
-		}
-	}
-	if len(t.Rows) > 0 {
-		x.table(t)
-	}
-	if len(fsync.Series) > 0 {
-		fsync.Caption += " " + windowsCaption(len(fsync.Series) > 1, plots.WindowCompaction)
-		x.figure(fsync)
-	}
 }

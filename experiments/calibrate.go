@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/nezha-harness/nezha/cluster/agent/agentpb"
+	"github.com/nezha-harness/nezha/experiments/probe"
 )
 
 // The disk and CPU probes of a run: the disk's fsynced sequential write
@@ -22,71 +23,9 @@ import (
 // The hosts are probed one after the other, so that no probe shares a disk
 // with another.
 
-// probeSmallWriteBytes and probeSmallTotalBytes: the fsync latency probe,
-// 4 KiB writes each fsynced (a Raft log's small appends), 4 MiB in all.
-const (
-	probeSmallWriteBytes = 4 * kib
-	probeSmallTotalBytes = 4 * mib
-	// probeLargeWriteBytes: the fsync latency of a 1 MiB write is always
-	// reported; with the profile's writes of another size it is probed
-	// apart, over probeLargeTotalBytes.
-	probeLargeWriteBytes = mib
-	probeLargeTotalBytes = 32 * mib
-)
-
-// hostProbe is one node host's probe.
-type hostProbe struct {
-	Host string `json:"host"`
-	// WriteBytes is the profile's write size (DiskLimitWriteBytes);
-	// MBPerSec each pass's bandwidth in writes of it, each fsynced.
-	WriteBytes int       `json:"write_bytes"`
-	MBPerSec   []float64 `json:"mb_per_sec"`
-	// Fsync latency (one write + fdatasync) by write size in bytes:
-	// the profile's, 1 MiB and 4 KiB.
-	Fsync map[int]fsyncLatency `json:"fsync"`
-	// SmallMBPerSec is the bandwidth of the 4 KiB pass.
-	SmallMBPerSec       float64 `json:"small_mb_per_sec"`
-	LoopbackRoundTripNs float64 `json:"loopback_round_trip_ns"`
-	MemmoveGBPerSec     float64 `json:"memmove_gb_per_sec"`
-}
-
-// fsyncLatency is the median and 99th percentile of one fsynced write.
-type fsyncLatency struct {
-	P50Ns int64 `json:"p50_ns"`
-	P99Ns int64 `json:"p99_ns"`
-}
-
-// runProbe is the run's probe of every node host.
-type runProbe struct {
-	Backend string      `json:"backend"`
-	Where   string      `json:"where"`
-	Hosts   []hostProbe `json:"hosts"`
-}
-
-// limitMBps is the disk limit: the best pass of the slowest host.
-func (p *runProbe) limitMBps() float64 {
-	lim := 0.0
-	for i, h := range p.Hosts {
-		if v := slices.Max(h.MBPerSec); i == 0 || v < lim {
-			lim = v
-		}
-	}
-	return lim
-}
-
-// fsync4K is the slowest host's 4 KiB fsync latency.
-func (p *runProbe) fsync4K() fsyncLatency {
-	var out fsyncLatency
-	for _, h := range p.Hosts {
-		l := h.Fsync[probeSmallWriteBytes]
-		out.P50Ns, out.P99Ns = max(out.P50Ns, l.P50Ns), max(out.P99Ns, l.P99Ns)
-	}
-	return out
-}
-
 // diskProbe returns the run's probe of the node hosts, taking it first if
 // no experiment of the run took it yet.
-func (x *Run) diskProbe(ctx context.Context) (*runProbe, error) {
+func (x *Run) diskProbe(ctx context.Context) (*probe.Calibration, error) {
 	pool := x.hosts
 	pool.mu.Lock()
 	defer pool.mu.Unlock()
@@ -106,14 +45,14 @@ func (x *Run) diskProbe(ctx context.Context) (*runProbe, error) {
 	}
 	defer tb.stop(false)
 	p := x.Profile
-	out := &runProbe{Backend: tb.spec.BackendName(), Where: agentWhere(tb.spec.BackendName(), tb.hosts)}
+	out := &probe.Calibration{Backend: tb.spec.BackendName(), Where: agentWhere(tb.spec.BackendName(), tb.hosts)}
 	for _, h := range byHost(tb.hosts) {
 		a, err := tb.agentOf(h.id)
 		if err != nil {
 			return nil, err
 		}
-		hp := hostProbe{Host: h.host, WriteBytes: p.DiskLimitWriteBytes, Fsync: map[int]fsyncLatency{}}
-		probe := func(total int64, size, samples int) (*agentpb.ProbeDiskResponse, error) {
+		hp := probe.HostCalibration{Host: h.host, WriteBytes: p.DiskLimitWriteBytes, Fsync: map[int]probe.FsyncLatency{}}
+		pass := func(total int64, size, samples int) (*agentpb.ProbeDiskResponse, error) {
 			// A pass of 128 MiB took 10-40 s on a slow disk; the bound is
 			// for a disk that hangs.
 			cctx, cancel := context.WithTimeout(ctx, 10*time.Minute)
@@ -122,20 +61,20 @@ func (x *Run) diskProbe(ctx context.Context) (*runProbe, error) {
 			if err != nil {
 				return nil, fmt.Errorf("%s: disk probe in %d KiB writes: %w", h.host, size/kib, err)
 			}
-			hp.Fsync[size] = fsyncLatency{P50Ns: r.FsyncP50Ns, P99Ns: r.FsyncP99Ns}
+			hp.Fsync[size] = probe.FsyncLatency{P50Ns: r.FsyncP50Ns, P99Ns: r.FsyncP99Ns}
 			return r, nil
 		}
-		r, err := probe(p.DiskLimitBytes, p.DiskLimitWriteBytes, diskLimitSamples)
+		r, err := pass(p.DiskLimitBytes, p.DiskLimitWriteBytes, diskLimitSamples)
 		if err != nil {
 			return nil, err
 		}
 		hp.MBPerSec = r.MbPerSec
-		if p.DiskLimitWriteBytes != probeLargeWriteBytes {
-			if _, err := probe(probeLargeTotalBytes, probeLargeWriteBytes, 1); err != nil {
+		if p.DiskLimitWriteBytes != probe.LargeWriteBytes {
+			if _, err := pass(probe.LargeTotalBytes, probe.LargeWriteBytes, 1); err != nil {
 				return nil, err
 			}
 		}
-		if r, err = probe(probeSmallTotalBytes, probeSmallWriteBytes, 1); err != nil {
+		if r, err = pass(probe.SmallTotalBytes, probe.SmallWriteBytes, 1); err != nil {
 			return nil, err
 		}
 		hp.SmallMBPerSec = r.MbPerSec[0]
@@ -148,7 +87,7 @@ func (x *Run) diskProbe(ctx context.Context) (*runProbe, error) {
 		hp.LoopbackRoundTripNs, hp.MemmoveGBPerSec = c.LoopbackRoundTripNs, c.MemmoveGbPerSec
 		x.logf("%s: %.1f MB/s in %d KiB fsynced writes (best of %s); fsync p50/p99 %s (%d KiB), %s (4 KiB); loopback round trip %.1f µs, copy %.1f GB/s",
 			h.host, slices.Max(hp.MBPerSec), hp.WriteBytes/kib, floatsText(hp.MBPerSec), latencyText(hp.Fsync[hp.WriteBytes]), hp.WriteBytes/kib,
-			latencyText(hp.Fsync[probeSmallWriteBytes]), hp.LoopbackRoundTripNs/1e3, hp.MemmoveGBPerSec)
+			latencyText(hp.Fsync[probe.SmallWriteBytes]), hp.LoopbackRoundTripNs/1e3, hp.MemmoveGBPerSec)
 		out.Hosts = append(out.Hosts, hp)
 	}
 	b := tb.spec.BackendName()
@@ -161,6 +100,6 @@ func (x *Run) diskProbe(ctx context.Context) (*runProbe, error) {
 }
 
 // latencyText renders a fsync latency as "p50 0.21 ms / p99 0.72 ms".
-func latencyText(l fsyncLatency) string {
+func latencyText(l probe.FsyncLatency) string {
 	return fmt.Sprintf("%.2f / %.2f ms", float64(l.P50Ns)/1e6, float64(l.P99Ns)/1e6)
 }

@@ -1,4 +1,4 @@
-package experiments
+package probe
 
 import (
 	"context"
@@ -57,10 +57,10 @@ func TestScrapeCSVAndFigures(t *testing.T) {
 		1: {cannedScrape(0, 0, 0, 0, 0, 0), cannedScrape(2e6, 0, 0, 10, 20, 20), cannedScrape(6e6, 0, 0, 10, 20, 30)},
 		2: {cannedScrape(0, 0, 0, 0, 0, 0), cannedScrape(4e6, 5e6, 0, 0, 0, 0), cannedScrape(8e6, 1e6, 0, 0, 0, 0)},
 	}
-	var samples []scrapeSample
+	var samples []Sample
 	for sec := range 3 {
 		for node := uint64(1); node <= 2; node++ {
-			got, err := parseScrape(strings.NewReader(bodies[node][sec]), node, float64(sec))
+			got, err := ParseMetrics(strings.NewReader(bodies[node][sec]), node, float64(sec))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -71,8 +71,8 @@ func TestScrapeCSVAndFigures(t *testing.T) {
 	for _, s := range samples {
 		series[s.Series] = true
 	}
-	for _, want := range []string{seriesLogWritten, `nezha_storage_level_bytes{level="0"}`, seriesFsync + `_bucket{le="0.001"}`,
-		seriesFsync + `_bucket{le="+Inf"}`, seriesFsync + "_sum", seriesFsync + "_count"} {
+	for _, want := range []string{SeriesLogWritten, `nezha_storage_level_bytes{level="0"}`, SeriesFsync + `_bucket{le="0.001"}`,
+		SeriesFsync + `_bucket{le="+Inf"}`, SeriesFsync + "_sum", SeriesFsync + "_count"} {
 		if !series[want] {
 			t.Errorf("no series %s in %v", want, series)
 		}
@@ -81,10 +81,10 @@ func TestScrapeCSVAndFigures(t *testing.T) {
 		t.Errorf("%d series, want 9 (grpc_* and go_gc_* dropped, +Inf once): %v", len(series), series)
 	}
 	path := filepath.Join(t.TempDir(), "metrics", "nezha-run.csv")
-	if err := writeScrapeCSV(path, samples); err != nil {
+	if err := WriteScrapeCSV(path, samples); err != nil {
 		t.Fatal(err)
 	}
-	back, err := readScrapeCSV(path)
+	back, err := ReadScrapeCSV(path)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -92,7 +92,7 @@ func TestScrapeCSVAndFigures(t *testing.T) {
 		t.Fatalf("the CSV changed the samples:\n%v\n%v", back, samples)
 	}
 
-	f, ok := diskWriteFigure("original", "canned", back)
+	f, ok := DiskWriteFigure("original", "canned", back)
 	if !ok {
 		t.Fatal("no disk-write figure")
 	}
@@ -104,14 +104,14 @@ func TestScrapeCSVAndFigures(t *testing.T) {
 		t.Errorf("disk writes by cause:\n got %+v\nwant %+v", f.Series, want)
 	}
 
-	p99, ok := fsyncQuantileSeries(back, 0.99, "original")
+	p99, ok := FsyncQuantileSeries(back, 0.99, "original")
 	// Second 1: 10 fsyncs up to 1 ms and 10 in (1, 2] ms: the 19.8th is
 	// 98 % into the second bucket. Second 2: 10 more above 2 ms, in +Inf:
 	// the largest finite bound.
 	if !ok || !reflect.DeepEqual(p99.X, []float64{1, 2}) || math.Abs(p99.Y[0]-1.98) > 1e-9 || p99.Y[1] != 2 {
 		t.Errorf("fsync p99 per second: %+v, want 1.98 ms and 2 ms at 1 s and 2 s", p99)
 	}
-	rate, p50, p99all, ok := fsyncTotals(back)
+	rate, p50, p99all, ok := FsyncTotals(back)
 	// The whole run: 30 fsyncs on node 1, none on node 2, in 2 s: 7.5 per
 	// node per second; counts 10, 20, 30: p50 is the 15th (1.5 ms), p99
 	// lies in +Inf (2 ms).
@@ -145,7 +145,7 @@ func TestBucketQuantile(t *testing.T) {
 		{0.5, []float64{0, 0, 0}, 0, false},  // no samples
 		{1, []float64{2, 4, 4}, 2, true},     // the top of the last finite bucket
 	} {
-		got, ok := bucketQuantile(c.q, les, c.counts)
+		got, ok := BucketQuantile(c.q, les, c.counts)
 		if ok != c.ok || math.Abs(got-c.want) > 1e-12 {
 			t.Errorf("q %v of %v: %v, %v; want %v, %v", c.q, c.counts, got, ok, c.want, c.ok)
 		}
@@ -179,24 +179,24 @@ func TestScrapeLoop(t *testing.T) {
 	dead.Close() // nothing listens there now
 	// The dead node first: its failure is in before the live node's scrape hangs.
 	nodes := []cluster.Node{{ID: 2, MetricsAddress: deadAddr}, {ID: 1, MetricsAddress: strings.TrimPrefix(srv.URL, "http://")}, {ID: 3}}
-	s := startScrape(context.Background(), nodes, time.Hour)
+	s := StartScrape(context.Background(), nodes, time.Hour)
 	select {
 	case <-arrived:
 	case <-time.After(30 * time.Second):
 		t.Fatal("no scrape within 30 s")
 	}
-	res := s.stop()
+	res := s.Stop()
 	var logSamples int
-	for _, x := range res.samples {
+	for _, x := range res.Samples {
 		if x.Node != 1 {
 			t.Fatalf("sample of node %d", x.Node)
 		}
-		if x.Series == seriesLogWritten {
+		if x.Series == SeriesLogWritten {
 			logSamples++
 		}
 	}
-	if logSamples != 1 || res.failed != 2 || requests.Load() != 2 {
+	if logSamples != 1 || res.Failed != 2 || requests.Load() != 2 {
 		t.Fatalf("%d samples of %s (want 1, the last round's), %d failures (want 2, node 2's), %d requests (want 2): %v",
-			logSamples, seriesLogWritten, res.failed, requests.Load(), res.lastErr)
+			logSamples, SeriesLogWritten, res.Failed, requests.Load(), res.LastErr)
 	}
 }
