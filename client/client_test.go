@@ -563,7 +563,7 @@ func TestWriteAmbiguity(t *testing.T) {
 				addrs := startFakesOn(t, unary, a, b)
 				c := newTestClient(t, addrs...)
 				pauses := 0
-				c.onPause = func() {
+				c.b.(*kvpbBackend).onPause = func() {
 					pauses++
 					if pauses == tc.cancelAtPause {
 						cancel()
@@ -609,7 +609,7 @@ func TestWriteNotSentIsNotAmbiguous(t *testing.T) {
 		dead := refusedAddr(t)
 		c := newTestClient(t, dead, addrs[0])
 		pauses := 0
-		c.onPause = func() {
+		c.b.(*kvpbBackend).onPause = func() {
 			if pauses++; pauses == 6 {
 				cancel()
 			}

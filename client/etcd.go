@@ -21,6 +21,7 @@ import (
 	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/status"
 
 	"github.com/nezha-harness/nezha/api/kvpb"
@@ -184,7 +185,10 @@ func (b *etcdBackend) readOpts() []clientv3.OpOption {
 
 // Put and Delete return etcd's revision of the write where the harness's
 // API returns the Raft index.
-func (b *etcdBackend) put(ctx context.Context, key, value []byte) (uint64, error) {
+func (b *etcdBackend) put(ctx context.Context, key, value []byte, ttlMs uint64) (uint64, error) {
+	if ttlMs > 0 {
+		return 0, status.Errorf(codes.Unimplemented, "put: TTLs are not supported through etcd's API here")
+	}
 	if err := systems.CheckKey(key); err != nil {
 		return 0, invalid(err)
 	}
@@ -309,8 +313,9 @@ func (b *etcdBackend) nodeIDs(ctx context.Context, cc *grpc.ClientConn, want ...
 	return maps.Clone(b.ids), nil
 }
 
-// status asks the member at addr for its status (one attempt).
-func (b *etcdBackend) status(ctx context.Context, addr string, withStateHash bool) (*kvpb.StatusResponse, error) {
+// status asks the member at addr for its status (one attempt). etcd
+// reports no activities (req.activities_since_unix_nanos).
+func (b *etcdBackend) status(ctx context.Context, addr string, req *kvpb.StatusRequest) (*kvpb.StatusResponse, error) {
 	cc, err := b.conn(addr)
 	if err != nil {
 		return nil, err
@@ -343,7 +348,7 @@ func (b *etcdBackend) status(ctx context.Context, addr string, withStateHash boo
 	}
 	b.mu.Unlock()
 	slices.SortFunc(r.Members, func(x, y *kvpb.Member) int { return int(x.Id) - int(y.Id) })
-	if withStateHash {
+	if req.WithStateHash {
 		h, err := mc.HashKV(ctx, &pb.HashKVRequest{})
 		if err != nil {
 			return nil, etcdError(err)
@@ -353,6 +358,25 @@ func (b *etcdBackend) status(ctx context.Context, addr string, withStateHash boo
 	}
 	return r, nil
 }
+
+// takeSnapshot is not asked of etcd through its client: etcd compacts its
+// log by itself (--snapshot-count).
+func (b *etcdBackend) takeSnapshot(context.Context, string) (*kvpb.TakeSnapshotResponse, error) {
+	return nil, errors.New("take snapshot: not asked of etcd (it compacts its own log: --snapshot-count)")
+}
+
+// health is not asked of etcd through its client (ErrHealthNotAsked).
+func (b *etcdBackend) health(context.Context, string) (healthpb.HealthCheckResponse_ServingStatus, error) {
+	return healthpb.HealthCheckResponse_UNKNOWN, ErrHealthNotAsked
+}
+
+// serverAddrs returns Config.Servers: etcd's client finds the members
+// itself.
+func (b *etcdBackend) serverAddrs() []string { return append([]string(nil), b.cfg.Servers...) }
+
+// learnMembers does nothing: etcd's client finds members and leader
+// itself.
+func (b *etcdBackend) learnMembers([]*kvpb.StatusResponse) {}
 
 func pause(ctx context.Context, d time.Duration) error {
 	t := time.NewTimer(d)

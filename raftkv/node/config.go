@@ -74,7 +74,7 @@ type Config struct {
 	// every node a port).
 	MetricsAddress string
 	// JSONRPCAddress, if set, serves the JSON-RPC 2.0 cluster API
-	// (jsonrpc.go: raftpico's methods, one JSON object per line over TCP)
+	// (package jsonrpc: raftpico's methods, one JSON object per line over TCP)
 	// on this loopback or private host:port; port 0 picks a free port, logged as
 	// jsonrpc_address. Default: off.
 	JSONRPCAddress string

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nezha-harness/nezha/api/jsonrpc"
 	"github.com/nezha-harness/nezha/api/kvpb"
 )
 
@@ -27,7 +28,7 @@ func dialRPC(t *testing.T, n *Node) *rpcConn {
 	if n.jsonrpc == nil {
 		t.Fatal("the node serves no JSON-RPC API")
 	}
-	c, err := net.Dial("tcp", n.jsonrpc.addr())
+	c, err := net.Dial("tcp", n.jsonrpc.Addr())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -39,7 +40,7 @@ type rpcReply struct {
 	JSONRPC string          `json:"jsonrpc"`
 	ID      json.RawMessage `json:"id"`
 	Result  json.RawMessage `json:"result"`
-	Error   *jsonrpcError   `json:"error"`
+	Error   *jsonrpc.Error  `json:"error"`
 }
 
 // send writes line and reads one reply (within 60 s).
@@ -89,7 +90,7 @@ func (rc *rpcConn) callErr(line string) (int, rpcReply) {
 	return r.Error.Code, r
 }
 
-func memberIDs(ms []rpcMember) (vs, ls []uint64) {
+func memberIDs(ms []jsonrpc.Member) (vs, ls []uint64) {
 	for _, m := range ms {
 		if m.Learner {
 			ls = append(ls, m.ID)
@@ -112,7 +113,7 @@ func TestJSONRPC(t *testing.T) {
 	tc.waitLeader(10 * time.Second)
 	rc := dialRPC(t, tc.nodes[0])
 
-	var created rpcServerState
+	var created jsonrpc.ServerState
 	rc.call("CreateCluster", `{}`, &created)
 	if created.Created == nil || *created.Created || created.ID != 1 || created.Role != "Leader" || len(created.Members) != 1 {
 		t.Fatalf("CreateCluster on a running cluster: %+v", created)
@@ -120,16 +121,16 @@ func TestJSONRPC(t *testing.T) {
 
 	// Two nodes started to join, then added by their client address.
 	for id := uint64(2); id <= 3; id++ {
-		var st rpcServerState
+		var st jsonrpc.ServerState
 		rc.call("GetServerState", `null`, &st)
 		i := tc.addNode(t, id, []uint64{1})
-		var r rpcMembershipResult
+		var r jsonrpc.MembershipResult
 		rc.call("AddServer", fmt.Sprintf(`{"addr":%q}`, tc.cfgs[i].Address), &r)
 		if vs, ls := memberIDs(r.Members); r.ID != id || r.Index == 0 || !slices.Contains(vs, id) || len(ls) != 0 {
 			t.Fatalf("AddServer %d: %+v", id, r)
 		}
 	}
-	var st rpcServerState
+	var st jsonrpc.ServerState
 	rc.call("GetServerState", `{}`, &st)
 	if vs, _ := memberIDs(st.Members); !slices.Equal(vs, []uint64{1, 2, 3}) || st.Leader != 1 || st.Term == 0 ||
 		st.CommitIndex == 0 || st.AppliedIndex == 0 {
@@ -138,8 +139,8 @@ func TestJSONRPC(t *testing.T) {
 
 	// Adding a member again is bad input.
 	code, r := rc.callErr(fmt.Sprintf(`{"jsonrpc":"2.0","id":"again","method":"AddServer","params":{"addr":%q}}`, tc.cfgs[1].Address))
-	if code != jsonrpcInvalidParams || string(r.ID) != `"again"` {
-		t.Fatalf("AddServer of a member: code %d, id %s, want %d", code, r.ID, jsonrpcInvalidParams)
+	if code != jsonrpc.CodeInvalidParams || string(r.ID) != `"again"` {
+		t.Fatalf("AddServer of a member: code %d, id %s, want %d", code, r.ID, jsonrpc.CodeInvalidParams)
 	}
 
 	var put struct{ Index uint64 }
@@ -159,11 +160,11 @@ func TestJSONRPC(t *testing.T) {
 		}
 	}
 	var scan struct {
-		Kvs  []rpcKV
+		Kvs  []jsonrpc.KeyValue
 		More bool
 	}
 	rc.call("Apply", `{"kind":"Query","input":{"Scan":{"start":"k","end":"l","limit":10}}}`, &scan)
-	if len(scan.Kvs) != 1 || scan.Kvs[0] != (rpcKV{"k1", "v1"}) {
+	if len(scan.Kvs) != 1 || scan.Kvs[0] != (jsonrpc.KeyValue{Key: "k1", Value: "v1"}) {
 		t.Fatalf("Scan: %+v", scan)
 	}
 	// A follower's LocalQuery sees the put once it applied it.
@@ -174,7 +175,7 @@ func TestJSONRPC(t *testing.T) {
 		return get.Found && get.Value == "v1"
 	})
 	// A follower refuses a membership change, naming the leader.
-	if code, r := fc.callErr(`{"jsonrpc":"2.0","id":7,"method":"RemoveServer","params":{"addr":"127.0.0.1:1"}}`); code != jsonrpcNotLeader ||
+	if code, r := fc.callErr(`{"jsonrpc":"2.0","id":7,"method":"RemoveServer","params":{"addr":"127.0.0.1:1"}}`); code != jsonrpc.CodeNotLeader ||
 		r.Error.Data["leader_addr"] != tc.cfgs[0].Address {
 		t.Fatalf("RemoveServer on a follower: %d %+v", code, r.Error)
 	}
@@ -185,28 +186,28 @@ func TestJSONRPC(t *testing.T) {
 		code int
 		id   string
 	}{
-		{`{"jsonrpc":"2.0","id":1,"method":`, jsonrpcParseError, "null"},
-		{`not json at all`, jsonrpcParseError, "null"},
-		{`{"jsonrpc":"2.0","id":2,"method":"NoSuchMethod"}`, jsonrpcMethodNotFound, "2"},
-		{`{"jsonrpc":"1.0","id":3,"method":"GetServerState"}`, jsonrpcInvalidRequest, "3"},
-		{`{"jsonrpc":"2.0","id":{},"method":"GetServerState"}`, jsonrpcInvalidRequest, "null"},
-		{`[{"jsonrpc":"2.0","id":4,"method":"GetServerState"}]`, jsonrpcInvalidRequest, "null"},
-		{`{"jsonrpc":"2.0","id":5,"method":"Apply","params":{"kind":"Query","input":{"Put":{"key":"a","value":"b"}}}}`, jsonrpcInvalidParams, "5"},
-		{`{"jsonrpc":"2.0","id":6,"method":"Apply","params":{"kind":"Command","input":{}}}`, jsonrpcInvalidParams, "6"},
-		{`{"jsonrpc":"2.0","id":7,"method":"Apply","params":{"kind":"Bogus","input":{"Get":{"key":"a"}}}}`, jsonrpcInvalidParams, "7"},
-		{`{"jsonrpc":"2.0","id":8,"method":"GetServerState","params":{"x":1}}`, jsonrpcInvalidParams, "8"},
-		{`{"jsonrpc":"2.0","id":9,"method":"TakeSnapshot"}`, jsonrpcNotSupported, "9"},
-		{`{"jsonrpc":"2.0","id":10,"method":"Apply","params":{"kind":"Command","input":{"Put":{"key":"","value":"b"}}}}`, jsonrpcInvalidParams, "10"},
-		{`{"jsonrpc":"2.0","id":11,"method":"RemoveServer","params":{"addr":"127.0.0.1:1"}}`, jsonrpcInvalidParams, "11"},
-		{`{"jsonrpc":"2.0","id":12,"method":"AddServer","params":{"addr":"nope"}}`, jsonrpcInvalidParams, "12"},
+		{`{"jsonrpc":"2.0","id":1,"method":`, jsonrpc.CodeParseError, "null"},
+		{`not json at all`, jsonrpc.CodeParseError, "null"},
+		{`{"jsonrpc":"2.0","id":2,"method":"NoSuchMethod"}`, jsonrpc.CodeMethodNotFound, "2"},
+		{`{"jsonrpc":"1.0","id":3,"method":"GetServerState"}`, jsonrpc.CodeInvalidRequest, "3"},
+		{`{"jsonrpc":"2.0","id":{},"method":"GetServerState"}`, jsonrpc.CodeInvalidRequest, "null"},
+		{`[{"jsonrpc":"2.0","id":4,"method":"GetServerState"}]`, jsonrpc.CodeInvalidRequest, "null"},
+		{`{"jsonrpc":"2.0","id":5,"method":"Apply","params":{"kind":"Query","input":{"Put":{"key":"a","value":"b"}}}}`, jsonrpc.CodeInvalidParams, "5"},
+		{`{"jsonrpc":"2.0","id":6,"method":"Apply","params":{"kind":"Command","input":{}}}`, jsonrpc.CodeInvalidParams, "6"},
+		{`{"jsonrpc":"2.0","id":7,"method":"Apply","params":{"kind":"Bogus","input":{"Get":{"key":"a"}}}}`, jsonrpc.CodeInvalidParams, "7"},
+		{`{"jsonrpc":"2.0","id":8,"method":"GetServerState","params":{"x":1}}`, jsonrpc.CodeInvalidParams, "8"},
+		{`{"jsonrpc":"2.0","id":9,"method":"TakeSnapshot"}`, jsonrpc.CodeNotSupported, "9"},
+		{`{"jsonrpc":"2.0","id":10,"method":"Apply","params":{"kind":"Command","input":{"Put":{"key":"","value":"b"}}}}`, jsonrpc.CodeInvalidParams, "10"},
+		{`{"jsonrpc":"2.0","id":11,"method":"RemoveServer","params":{"addr":"127.0.0.1:1"}}`, jsonrpc.CodeInvalidParams, "11"},
+		{`{"jsonrpc":"2.0","id":12,"method":"AddServer","params":{"addr":"nope"}}`, jsonrpc.CodeInvalidParams, "12"},
 		{`{"jsonrpc":"2.0","id":13,"method":"Apply","params":{"kind":"Command","input":{"Put":{"key":"k","value":"` +
-			strings.Repeat("x", 5000) + `"}}}}`, jsonrpcInvalidRequest, "null"},
+			strings.Repeat("x", 5000) + `"}}}}`, jsonrpc.CodeInvalidRequest, "null"},
 	} {
 		code, r := rc.callErr(c.line)
 		if code != c.code || string(r.ID) != c.id {
 			t.Fatalf("%.100s: code %d id %s, want %d id %s", c.line, code, r.ID, c.code, c.id)
 		}
-		var st rpcServerState
+		var st jsonrpc.ServerState
 		rc.call("GetServerState", `{}`, &st) // still usable
 		if st.ID != 1 {
 			t.Fatalf("after %.60s: GetServerState %+v", c.line, st)
@@ -228,7 +229,7 @@ func TestJSONRPC(t *testing.T) {
 		t.Fatal("k1 found after Delete")
 	}
 
-	var rm rpcMembershipResult
+	var rm jsonrpc.MembershipResult
 	rc.call("RemoveServer", fmt.Sprintf(`{"addr":%q}`, tc.cfgs[1].Address), &rm)
 	if vs, _ := memberIDs(rm.Members); rm.ID != 2 || !slices.Equal(vs, []uint64{1, 3}) {
 		t.Fatalf("RemoveServer 2: %+v", rm)

@@ -18,6 +18,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/nezha-harness/nezha/api/jsonrpc"
 	"github.com/nezha-harness/nezha/api/kvpb"
 	"github.com/nezha-harness/nezha/client"
 	"github.com/nezha-harness/nezha/systems"
@@ -464,7 +465,7 @@ func TestMemberAddressesSurviveRestartAndSnapshot(t *testing.T) {
 	defer cancel()
 	addServer := func(c Config) (int, uint64) {
 		i := tc.startJoining(c)
-		var r rpcMembershipResult
+		var r jsonrpc.MembershipResult
 		dialRPC(t, tc.nodes[l]).call("AddServer", fmt.Sprintf(`{"addr":%q}`, tc.cfgs[i].Address), &r)
 		return i, r.Index
 	}
@@ -473,7 +474,7 @@ func TestMemberAddressesSurviveRestartAndSnapshot(t *testing.T) {
 	// announce them, that node i lists node 4 with its addresses.
 	wantAddrs := func(i int, when string) {
 		t.Helper()
-		var st rpcServerState
+		var st jsonrpc.ServerState
 		dialRPC(t, tc.nodes[i]).call("GetServerState", `{}`, &st)
 		for _, m := range st.Members {
 			if m.ID == 4 {

@@ -24,6 +24,7 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	"github.com/nezha-harness/nezha/api/etcdapi"
+	"github.com/nezha-harness/nezha/api/jsonrpc"
 	"github.com/nezha-harness/nezha/api/kvpb"
 	"github.com/nezha-harness/nezha/internal/activity"
 	"github.com/nezha-harness/nezha/internal/cmdline"
@@ -108,7 +109,7 @@ type Node struct {
 	// etcdServer serves etcd's KV API on cfg.EtcdAddress (nil if off).
 	etcdServer *grpc.Server
 	// jsonrpc serves the JSON-RPC API on cfg.JSONRPCAddress (nil if off).
-	jsonrpc *jsonrpcServer
+	jsonrpc *jsonrpc.Server
 	// health is the standard gRPC health service (grpc.health.v1.Health)
 	// on all three servers: SERVING while the node knows a leader and has
 	// not failed (see setHealth), NOT_SERVING otherwise.
@@ -363,8 +364,12 @@ func Start(cfg Config) (*Node, error) {
 		go n.spans.run()
 	}
 	if lis != nil && lis.jsonrpc != nil {
-		n.jsonrpc = n.serveJSONRPC(lis.jsonrpc)
-		n.logger.Info("serving the JSON-RPC API", "jsonrpc_address", n.jsonrpc.addr())
+		if n.jsonrpc, err = n.serveJSONRPC(lis.jsonrpc); err != nil {
+			lis.jsonrpc.Close()
+			n.Stop()
+			return nil, err
+		}
+		n.logger.Info("serving the JSON-RPC API", "jsonrpc_address", n.jsonrpc.Addr())
 	}
 	n.logger.Info("node started", "config", cfg.String())
 	if !cfg.Sync {
@@ -628,7 +633,7 @@ func (n *Node) Stop() {
 			n.stopServers()
 		}
 		if n.jsonrpc != nil {
-			n.jsonrpc.stop()
+			n.jsonrpc.Stop()
 		}
 		close(n.stopc)
 		<-n.loopDone
