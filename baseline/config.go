@@ -109,7 +109,7 @@ const (
 
 // PaperDataBytes is the data each node of the paper's cluster holds
 // (100 GB; docs/architecture.md section 8): the reference point of ScaleGeometry.
-const PaperDataBytes = 100e9
+const PaperDataBytes = systems.PaperDataPerNodeBytes
 
 // compressionType maps a -rocksdb.compression value to RocksDB's type.
 func compressionType(name string) (grocksdb.CompressionType, bool) {
@@ -132,12 +132,15 @@ const compressionNames = "none, snappy, lz4, zstd"
 // (the paper's baseline).
 func Original() systems.System {
 	return systems.System{
-		Name:      string(ModeOriginal),
-		Summary:   "Raft + RocksDB: every committed value is applied into RocksDB (WAL on)",
-		Role:      systems.RoleBaseline,
-		Reference: true,
-		LogDir:    "raftlog",
-		NewConfig: func() systems.SystemConfig { return NewConfig(ModeOriginal) },
+		Name:           string(ModeOriginal),
+		Summary:        "Raft + RocksDB: every committed value is applied into RocksDB (WAL on)",
+		Role:           systems.RoleBaseline,
+		Reference:      true,
+		LogDir:         "raftlog",
+		NewConfig:      func() systems.SystemConfig { return NewConfig(ModeOriginal) },
+		Geometry:       func(scale systems.GeometryScale) systems.Geometry { return geometry(ModeOriginal, scale) },
+		ConditionFlags: conditionFlags,
+		Compactions:    true,
 	}
 }
 
@@ -145,11 +148,14 @@ func Original() systems.System {
 // recovery replays the Raft log from the applied index flushed to SST files.
 func PASV() systems.System {
 	return systems.System{
-		Name:      string(ModePASV),
-		Summary:   "PASV: Raft + RocksDB with the RocksDB WAL off; recovery replays the Raft log",
-		Role:      systems.RoleBaseline,
-		LogDir:    "raftlog",
-		NewConfig: func() systems.SystemConfig { return NewConfig(ModePASV) },
+		Name:           string(ModePASV),
+		Summary:        "PASV: Raft + RocksDB with the RocksDB WAL off; recovery replays the Raft log",
+		Role:           systems.RoleBaseline,
+		LogDir:         "raftlog",
+		NewConfig:      func() systems.SystemConfig { return NewConfig(ModePASV) },
+		Geometry:       func(scale systems.GeometryScale) systems.Geometry { return geometry(ModePASV, scale) },
+		ConditionFlags: conditionFlags,
+		Compactions:    true,
 	}
 }
 
@@ -157,11 +163,14 @@ func PASV() systems.System {
 // (values of at least -rocksdb.minBlobBytes in blob files, blob GC on).
 func BlobDB() systems.System {
 	return systems.System{
-		Name:      string(ModeBlobDB),
-		Summary:   "Raft + RocksDB with integrated BlobDB (KV separation that is not Raft-aware)",
-		Role:      systems.RoleBaseline,
-		LogDir:    "raftlog",
-		NewConfig: func() systems.SystemConfig { return NewConfig(ModeBlobDB) },
+		Name:           string(ModeBlobDB),
+		Summary:        "Raft + RocksDB with integrated BlobDB (KV separation that is not Raft-aware)",
+		Role:           systems.RoleBaseline,
+		LogDir:         "raftlog",
+		NewConfig:      func() systems.SystemConfig { return NewConfig(ModeBlobDB) },
+		Geometry:       func(scale systems.GeometryScale) systems.Geometry { return geometry(ModeBlobDB, scale) },
+		ConditionFlags: conditionFlags,
+		Compactions:    true,
 	}
 }
 
@@ -174,11 +183,14 @@ func BlobDB() systems.System {
 // work.
 func LSMRaft() systems.System {
 	return systems.System{
-		Name:      string(ModeLSMRaft),
-		Summary:   "LSM-Raft: the leader applies into RocksDB and ships SST files of applied spans; followers ingest them",
-		Role:      systems.RoleBaseline,
-		LogDir:    "raftlog",
-		NewConfig: func() systems.SystemConfig { return NewConfig(ModeLSMRaft) },
+		Name:           string(ModeLSMRaft),
+		Summary:        "LSM-Raft: the leader applies into RocksDB and ships SST files of applied spans; followers ingest them",
+		Role:           systems.RoleBaseline,
+		LogDir:         "raftlog",
+		NewConfig:      func() systems.SystemConfig { return NewConfig(ModeLSMRaft) },
+		Geometry:       func(scale systems.GeometryScale) systems.Geometry { return geometry(ModeLSMRaft, scale) },
+		ConditionFlags: conditionFlags,
+		Compactions:    true,
 		Conformance: []systems.Conformance{
 			// Small spans, so that spans are cut by size and by idleness,
 			// shipped and ingested within each test.
@@ -186,6 +198,29 @@ func LSMRaft() systems.System {
 			{Name: string(ModeLSMRaft) + "-defaults"},
 		},
 	}
+}
+
+// geometry is mode's RocksDB geometry scaled to scale (ScaleGeometry,
+// GeometryFlags), or its defaults with scale's zero value.
+func geometry(mode Mode, scale systems.GeometryScale) systems.Geometry {
+	c := NewConfig(mode)
+	var flags []string
+	if scale.DataPerNodeBytes > 0 {
+		c.ScaleGeometry(scale.Factor())
+		flags = c.GeometryFlags()
+	}
+	return systems.Geometry{Flags: flags, WriteBufferBytes: c.WriteBufferBytes, LevelBaseBytes: c.MaxBytesForLevelBase,
+		SoftPendingCompactionBytes: c.SoftPendingCompactionBytes}
+}
+
+// conditionFlags open RocksDB as the paper's code did under
+// systems.CondCacheOff (default options: no block cache, Snappy). The
+// other conditions concern the node, the workload or nezha.
+func conditionFlags(cond string, _ int64) []string {
+	if cond != systems.CondCacheOff {
+		return nil
+	}
+	return []string{"-rocksdb.blockCacheBytes", "0", "-rocksdb.compression", "snappy"}
 }
 
 // Config configures one baseline system. It implements systems.SystemConfig.

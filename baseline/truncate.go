@@ -66,7 +66,7 @@ import (
 // node keeps serving.
 
 // TruncationStrategy is the systems.GCRound Strategy of a truncation round.
-const TruncationStrategy = "raft-log-truncation"
+const TruncationStrategy = systems.LogTruncationStrategy
 
 // truncator runs the Raft log truncation of one Store in the background.
 type truncator struct {

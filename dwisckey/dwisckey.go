@@ -58,7 +58,18 @@ const (
 func System() systems.System {
 	return systems.System{Name: Name, Role: systems.RoleBaseline, Optional: true, LogDir: "raftlog", MapsDataFiles: true,
 		Summary:   "Raft + Badger (WiscKey: values in Badger's value log, keys in its LSM tree), the paper's Dwisckey",
-		NewConfig: func() systems.SystemConfig { return NewConfig() }}
+		NewConfig: func() systems.SystemConfig { return NewConfig() }, Geometry: geometry}
+}
+
+// geometry scales Badger's memory sizes to scale (ScaleGeometry,
+// GeometryFlags); its defaults with scale's zero value.
+func geometry(scale systems.GeometryScale) systems.Geometry {
+	if scale.DataPerNodeBytes <= 0 {
+		return systems.Geometry{}
+	}
+	c := NewConfig()
+	c.ScaleGeometry(scale.Factor())
+	return systems.Geometry{Flags: c.GeometryFlags()}
 }
 
 // Config configures a dwisckey store.

@@ -14,10 +14,10 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/nezha-harness/nezha/baseline"
 	"github.com/nezha-harness/nezha/cluster/agent/agentpb"
 	"github.com/nezha-harness/nezha/experiments/probe"
 	"github.com/nezha-harness/nezha/plots"
+	"github.com/nezha-harness/nezha/systems"
 	"github.com/nezha-harness/nezha/workloads"
 )
 
@@ -139,7 +139,7 @@ func putVsize() Experiment {
 			x.param("clients", p.Clients)
 			x.param("geometry", p.Geometry)
 			if p.Geometry == GeometryScaled {
-				x.note("Geometry scaled to %s per node (RocksDB's sizes and nezha's GC threshold x %.3g; floors at 64 KiB). One run per system and size: the headline PUT figure comes from put-scale, which repeats its runs.", bytesText(p.PutTotalBytes), float64(p.PutTotalBytes)/baseline.PaperDataBytes)
+				x.note("Geometry scaled to %s per node (RocksDB's sizes and nezha's GC threshold x %.3g; floors at 64 KiB). One run per system and size: the headline PUT figure comes from put-scale, which repeats its runs.", bytesText(p.PutTotalBytes), float64(p.PutTotalBytes)/systems.PaperDataPerNodeBytes)
 			}
 			var cats []string
 			for _, s := range p.ValueSizesKiB {

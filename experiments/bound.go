@@ -5,7 +5,6 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/nezha-harness/nezha/baseline"
 	"github.com/nezha-harness/nezha/experiments/probe"
 )
 
@@ -193,14 +192,7 @@ func evidenceText(e boundEvidence) string {
 // under the profile's geometry for geomData bytes per node (0 for systems
 // without RocksDB's compaction).
 func (x *Run) softPendingBytes(sys string, geomData int64) float64 {
-	if !isBaseline(sys) {
-		return 0
-	}
-	c := baseline.NewConfig(baseline.Mode(sys))
-	if x.Profile.Geometry == GeometryScaled && geomData > 0 {
-		c.ScaleGeometry(float64(geomData) / baseline.PaperDataBytes)
-	}
-	return float64(c.SoftPendingCompactionBytes)
+	return float64(x.geometry(sys, geomData).SoftPendingCompactionBytes)
 }
 
 // headlineBound classifies sys's headline runs rs (not empty) against the

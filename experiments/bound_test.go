@@ -79,7 +79,7 @@ func TestClassifyBound(t *testing.T) {
 // scrapes and the probe; a run without a scrape does not count towards the
 // log's medians.
 func TestHeadlineBound(t *testing.T) {
-	x := &Run{Profile: Quick(), res: &Result{Backend: cluster.BackendDocker}}
+	x := &Run{Profile: Quick(), reg: testRegistry(t), res: &Result{Backend: cluster.BackendDocker}}
 	run := func(busy, mbps float64, log *logStats) putRun {
 		return putRun{Window: windowStats{MachineBusy: busy, DiskWriteMBps: mbps, DiskDevices: 1}, Log: log}
 	}

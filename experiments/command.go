@@ -16,27 +16,25 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/nezha-harness/nezha/baseline"
 	"github.com/nezha-harness/nezha/cluster"
-	"github.com/nezha-harness/nezha/dwisckey"
 	"github.com/nezha-harness/nezha/internal/cmdline"
 	"github.com/nezha-harness/nezha/internal/vfs"
-	"github.com/nezha-harness/nezha/nezha"
 	"github.com/nezha-harness/nezha/systems"
 	"github.com/nezha-harness/nezha/workloads"
 )
 
 // The systems whose measurements the experiments single out and the
 // report's prose names (the paper's Nezha, Nezha-NoGC and its Raft+RocksDB
-// baseline; Dwisckey and LSM-Raft, which the paper also compares),
-// from their packages. System lists come from the registry.
+// baseline; Dwisckey and LSM-Raft, which the paper also compares), by
+// their -system names (registry_test.go checks them against the systems'
+// packages). System lists, flags and facts come from the registry.
 const (
-	sysNezha     = nezha.Name
-	sysNezhaNoGC = nezha.NameNoGC
-	sysOriginal  = string(baseline.ModeOriginal)
-	sysBlobDB    = string(baseline.ModeBlobDB)
-	sysDwisckey  = dwisckey.Name
-	sysLSMRaft   = string(baseline.ModeLSMRaft)
+	sysNezha     = "nezha"
+	sysNezhaNoGC = "nezha-nogc"
+	sysOriginal  = "original"
+	sysBlobDB    = "blobdb"
+	sysDwisckey  = "dwisckey"
+	sysLSMRaft   = "lsm-raft"
 )
 
 // DefaultSystems are compared when -systems is not given: the studied
@@ -222,7 +220,7 @@ func RunAndReport(ctx context.Context, reg *systems.Registry, r RunRequest) erro
 		}
 	}
 	results, err := Execute(ctx, RunOptions{Experiments: exps, Profile: profile, Systems: syss, OptionalSystems: optional, OutDir: dir,
-		Binary: binary, Servers: srv, Backend: r.Backend, FsyncDelay: r.FsyncDelay, Out: stdout, Info: info, MapsDataFiles: mapped})
+		Binary: binary, Servers: srv, Backend: r.Backend, FsyncDelay: r.FsyncDelay, Out: stdout, Info: info, Registry: reg, MapsDataFiles: mapped})
 	if err != nil {
 		return err
 	}

@@ -19,12 +19,12 @@ import (
 	"gonum.org/v1/gonum/stat"
 
 	"github.com/nezha-harness/nezha/api/kvpb"
-	"github.com/nezha-harness/nezha/baseline"
 	"github.com/nezha-harness/nezha/client"
 	"github.com/nezha-harness/nezha/cluster"
 	"github.com/nezha-harness/nezha/faults"
 	"github.com/nezha-harness/nezha/linearizability"
 	"github.com/nezha-harness/nezha/plots"
+	"github.com/nezha-harness/nezha/systems"
 )
 
 // crashKill is one SIGKILL of the campaign and the recovery after it.
@@ -365,12 +365,10 @@ type crashOutcome struct {
 // the baselines' RocksDB geometry scaled to the campaign's data.
 func (x *Run) crashArgs(sys string) []string {
 	p := x.Profile
-	if isBaseline(sys) {
-		c := baseline.NewConfig(baseline.Mode(sys))
-		c.ScaleGeometry(float64(int64(p.CrashKeys)*int64(p.CrashValueBytes)) / baseline.PaperDataBytes)
-		return c.GeometryFlags()
+	if s, ok := x.system(sys); ok && s.Compactions && s.Geometry != nil {
+		return s.Geometry(systems.GeometryScale{DataPerNodeBytes: int64(p.CrashKeys) * int64(p.CrashValueBytes), SegmentSizeBytes: p.SegmentSizeBytes}).Flags
 	}
-	if sys == sysNezha {
+	if x.hasGC(sys) {
 		return nezhaGCFlags()
 	}
 	return nil

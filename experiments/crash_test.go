@@ -45,7 +45,7 @@ func runExperiment(t *testing.T, name string, p Profile, systems []string, timeo
 	var log bytes.Buffer
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
-	res, err := Execute(ctx, RunOptions{Experiments: exps, Profile: p, Systems: systems, OutDir: out, Binary: bin, Out: &log})
+	res, err := Execute(ctx, RunOptions{Experiments: exps, Profile: p, Systems: systems, OutDir: out, Binary: bin, Out: &log, Registry: testRegistry(t)})
 	t.Log(log.String())
 	if err != nil || len(res) != 1 {
 		t.Fatalf("%d results, %v", len(res), err)

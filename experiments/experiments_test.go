@@ -291,7 +291,7 @@ func TestLatencyCDF(t *testing.T) {
 // 1-4 (the paper's "about five levels" with level 0), and a scaled store
 // the same levels.
 func TestGeometry(t *testing.T) {
-	x := &Run{Profile: Quick()}
+	x := &Run{Profile: Quick(), reg: testRegistry(t)}
 	x.Profile.Geometry = GeometryScaled
 	args := strings.Join(x.geometryArgs("original", 1<<30), " ")
 	// 64 MiB x 2^30 / 10^11 = 720,575 bytes.
@@ -329,10 +329,10 @@ func TestGeometry(t *testing.T) {
 	if got := expectedLevels(100<<20, 256<<20); len(got) != 2 {
 		t.Fatalf("100 MiB fits level 1: %v", got)
 	}
-	if got := strings.Join(conditionArgs(CondAll, "original", 1<<30), " "); got != "-sync=false -rocksdb.blockCacheBytes 0 -rocksdb.compression snappy" {
+	if got := strings.Join(x.conditionArgs(CondAll, "original", 1<<30), " "); got != "-sync=false -rocksdb.blockCacheBytes 0 -rocksdb.compression snappy" {
 		t.Fatalf("all conditions on original: %s", got)
 	}
-	if got := strings.Join(conditionArgs(CondPaperGC, "nezha", 1<<30), " "); got != "-gc merge -gcThresholdBytes 429496729 -gcRateBytesPerSec 0 -gcStagger 0 -gcIdleAfter 0" {
+	if got := strings.Join(x.conditionArgs(CondPaperGC, "nezha", 1<<30), " "); got != "-gc merge -gcThresholdBytes 429496729 -gcRateBytesPerSec 0 -gcStagger 0 -gcIdleAfter 0" {
 		t.Fatalf("paper GC on nezha: %s", got)
 	}
 	if conditionValueKind(CondLowercase) != "lowercase" || conditionValueKind("") != "random" {
@@ -348,7 +348,7 @@ func TestGeometry(t *testing.T) {
 		{CondPaperGC, "nezha-nogc", true}, {CondPaperGC, "original", true}, {CondPaperGC, "nezha", false},
 		{CondNoFsync, "nezha-nogc", false}, {CondLowercase, "nezha-nogc", false}, {CondAll, "nezha-nogc", false},
 	} {
-		if got := sameAsOurs(c.cond, c.sys, 1<<30); got != c.same {
+		if got := x.sameAsOurs(c.cond, c.sys, 1<<30); got != c.same {
 			t.Errorf("sameAsOurs(%s, %s) = %v, want %v", c.cond, c.sys, got, c.same)
 		}
 	}

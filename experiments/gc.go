@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/nezha-harness/nezha/api/kvpb"
-	"github.com/nezha-harness/nezha/nezha"
 	"github.com/nezha-harness/nezha/plots"
 	"github.com/nezha-harness/nezha/workloads"
 )
@@ -72,12 +71,12 @@ func gcExperiment() Experiment {
 			x.param("scan_ops", p.gcScanOps())
 			x.param("scan_runs", p.ReadRuns)
 			x.param("scan_size", p.ScanSize)
-			knobs, err := nezha.DefaultConfig(nezha.Name)
+			knobs, err := x.describeDefaults(sysNezha)
 			if err != nil {
 				return err
 			}
 			for _, k := range []string{"gc_fanout", "gc_idle_after", "gc_rate_bytes_per_sec", "gc_stagger", "gc_min_bytes", "gc_garbage_ratio", "gc_scan_log_bytes"} {
-				x.param("nezha_"+k, knobs.Describe()[k])
+				x.param("nezha_"+k, knobs[k])
 			}
 			x.note("After a load of %d keys, %d writers overwrite uniformly drawn keys and %d readers GET Zipf-drawn keys for %v. GC runs once a node's log holds %d bytes. 'PUT during GC / without' compares the mean PUT ops/s of the seconds that overlap a GC round on node 1 with the other seconds of the same run (the number of seconds of each kind in brackets: few seconds make it noisy). 'PUT / nezha-nogc' compares the whole phase with nezha-nogc's, which never runs GC (the mean of a run before the strategies and one after them). GC write amplification = bytes GC wrote on node 1 from the start of the phase until GC is done after it (idle rounds included) / user bytes written in the phase. After the phase, nezha's rounds are waited for until a node has been quiet for -gcIdleAfter and its idle round (if any) has run, as a read bed would. Every strategy runs with the nodes' default GC knobs (fan-out, idle, rate limit, stagger: see the parameters) and the threshold above. 'x / nezha-nogc' and 'x / original' compare with those systems in the same run (mean ops/s of the phase; SCAN: median of the read runs). Space amplification counts allocated blocks, including the space RocksDB preallocates for its active WAL file (about 1.1 write buffers per node). SCANs read from the disk as in the read experiments (see read_cache). nezha-nogc runs first and again last; the ratios to it use the mean of both runs.",
 				p.GCKeys, p.GCWriters, p.GCReaders, p.GCDuration, threshold)
@@ -459,4 +458,34 @@ func (x *Run) overwritePhase(ctx context.Context, tb *testbed, keyBytes float64)
 		res.getPerSec = append(res.getPerSec, getPer[i].Load())
 	}
 	return res, nil
+}
+
+// describeDefaults is sys's default configuration as its Describe method
+// names its settings (nezha's and the baselines' configurations have one).
+func (x *Run) describeDefaults(sys string) (map[string]any, error) {
+	s, ok := x.system(sys)
+	if !ok {
+		return nil, fmt.Errorf("%s: not in the run's registry", sys)
+	}
+	d, ok := s.NewConfig().(interface{ Describe() map[string]any })
+	if !ok {
+		return nil, fmt.Errorf("%s: its configuration does not describe itself", sys)
+	}
+	return d.Describe(), nil
+}
+
+// idleGCAfter is the longest time after the last write at which a system
+// of the run's registry starts its idle GC round on a cluster of nodes
+// nodes (systems.System.IdleGCAfter; nezha's): waiting that long treats
+// every system alike.
+func (x *Run) idleGCAfter(nodes int) time.Duration {
+	var d time.Duration
+	if x.reg != nil {
+		for _, s := range x.reg.Systems() {
+			if s.IdleGCAfter != nil {
+				d = max(d, s.IdleGCAfter(nodes))
+			}
+		}
+	}
+	return d
 }

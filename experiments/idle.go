@@ -8,7 +8,6 @@ import (
 
 	"github.com/nezha-harness/nezha/api/kvpb"
 	"github.com/nezha-harness/nezha/cluster"
-	"github.com/nezha-harness/nezha/nezha"
 )
 
 // Waiting for the nodes to go quiet before a measurement: their writes
@@ -115,15 +114,11 @@ func (x *Run) waitGC(ctx context.Context, tb *testbed) error {
 // nodes' idle rounds have started (the default -gcIdleAfter plus one
 // stagger slot per node) and then until GC is quiet (waitGC).
 func (x *Run) waitIdleGC(ctx context.Context, tb *testbed, end time.Time) error {
-	cfg, err := nezha.DefaultConfig(nezha.Name)
-	if err != nil {
-		return err
-	}
 	if tb.spec != nil {
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
-		case <-time.After(time.Until(end.Add(cfg.GCIdleAfter + time.Duration(len(tb.spec.Nodes))*cfg.GCStagger))):
+		case <-time.After(time.Until(end.Add(x.idleGCAfter(len(tb.spec.Nodes))))):
 		}
 	}
 	return x.waitGC(ctx, tb)

@@ -68,7 +68,7 @@ func TestInterruptedRunIsMarked(t *testing.T) {
 	dir := t.TempDir()
 	var out bytes.Buffer
 	res, err := Execute(ctx, RunOptions{Experiments: []Experiment{put, never}, Profile: Quick(),
-		Systems: []string{sysNezha, sysOriginal}, OutDir: dir, Out: &out})
+		Systems: []string{sysNezha, sysOriginal}, OutDir: dir, Out: &out, Registry: testRegistry(t)})
 	if err != nil {
 		t.Fatal(err)
 	}

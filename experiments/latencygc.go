@@ -39,11 +39,11 @@ func latencyGCSystems(syss []string) []string {
 // latencyGCWindowKind is the background work whose windows split a
 // system's operations: GC rounds for nezha, compactions for the RocksDB
 // systems, none for nezha-nogc.
-func latencyGCWindowKind(sys string) (plots.WindowKind, bool) {
+func (x *Run) latencyGCWindowKind(sys string) (plots.WindowKind, bool) {
 	switch {
 	case sys == sysNezha:
 		return plots.WindowGC, true
-	case isBaseline(sys):
+	case x.hasCompactions(sys):
 		return plots.WindowCompaction, true
 	}
 	return "", false
@@ -190,7 +190,7 @@ func (x *Run) latencyGCRun(ctx context.Context, sys string, threshold int64) (la
 	}
 	x.logf("%s: peak %.0f ops/s, p99 %s ms", sys, out.peak.OpsPerSec, ms(out.peak.P99Us))
 
-	kind, split := latencyGCWindowKind(sys)
+	kind, split := x.latencyGCWindowKind(sys)
 	for i, f := range p.LatencyGCRates {
 		if err := settle(ctx, tb); err != nil {
 			return fail("settle", err)
@@ -355,7 +355,7 @@ func (x *Run) latencyGCReport(syss []string, outcomes map[string]latencyGCOutcom
 		pk := o.peak
 		peaks.Rows = append(peaks.Rows, []string{sys, f0(pk.OpsPerSec), f1(pk.MBPerSec), ms(pk.P50Us), ms(pk.P99Us), ms(pk.P999Us)})
 		x.metric("latency_gc_peak_ops_per_sec/"+sys, pk.OpsPerSec)
-		kind, split := latencyGCWindowKind(sys)
+		kind, split := x.latencyGCWindowKind(sys)
 		work := latencyGCWork(kind)
 		var pairs []string
 		for i, r := range o.rates {

@@ -9,7 +9,6 @@ import (
 
 	"github.com/nezha-harness/nezha/faults"
 	"github.com/nezha-harness/nezha/internal/cmdline"
-	"github.com/nezha-harness/nezha/nezha"
 )
 
 // Profile is the size of every experiment. Two are built in: Quick (all
@@ -134,7 +133,7 @@ type Profile struct {
 	// the overwrite phase (0: ScanOps).
 	GCScanOps int64 `json:"gc_scan_ops"`
 	// GCStrategies are the nezha GC strategies the gc experiment compares
-	// (nezha.Strategies; the first should be the default).
+	// (gcStrategies; the first should be the default).
 	GCStrategies []string `json:"gc_strategies"`
 
 	// latency-gc: LatencyGCKeys keys of LatencyGCValueBytes loaded, then
@@ -243,7 +242,7 @@ func Quick() Profile {
 		GCKeys: 2048, GCValueBytes: 32 * kib, GCWriters: 8, GCReaders: 4, GCDuration: 8 * time.Second, GCScanOps: 100,
 		// The default strategy only (standard compares them all): each
 		// strategy adds about 40 s.
-		GCStrategies: []string{nezha.StrategyTiered},
+		GCStrategies: gcStrategies()[:1],
 		// 32 MiB live, nezha's GC at 64 MiB of log: a round every few
 		// seconds per node at these rates; about a minute per system.
 		LatencyGCKeys: 2048, LatencyGCValueBytes: 16 * kib, LatencyGCPeak: 8 * time.Second,
@@ -286,7 +285,7 @@ func Standard() Profile {
 	p.ReadRunMaxDuration = 20 * time.Second
 	p.YCSBRecords, p.YCSBOps = 8000, 8000
 	p.AmpKeys, p.AmpValueBytes = 4096, 256*kib
-	p.GCKeys, p.GCDuration, p.GCStrategies = 8192, 20*time.Second, nezha.Strategies()
+	p.GCKeys, p.GCDuration, p.GCStrategies = 8192, 20*time.Second, gcStrategies()
 	// 64 MiB live, GC at 128 MiB of log: several rounds per node in each
 	// 30 s run; about 3 minutes per system.
 	p.LatencyGCKeys, p.LatencyGCPeak, p.LatencyGCWarmup, p.LatencyGCDuration = 4096, 15*time.Second, 5*time.Second, 30*time.Second
@@ -319,7 +318,7 @@ func Paper() Profile {
 		YCSBWorkloads: []string{"a", "b", "c", "d", "e", "f"},
 		AmpKeys:       100 * gib / (256 * kib), AmpValueBytes: 256 * kib,
 		GCKeys: 40_000, GCValueBytes: 256 * kib, GCWriters: 64, GCReaders: 32, GCDuration: 10 * time.Minute,
-		GCStrategies:  nezha.Strategies(),
+		GCStrategies:  gcStrategies(),
 		LatencyGCKeys: 40_000, LatencyGCValueBytes: 256 * kib, LatencyGCPeak: time.Minute,
 		LatencyGCWarmup: 30 * time.Second, LatencyGCDuration: 5 * time.Minute, LatencyGCRates: []float64{0.5, 0.7, 0.9}, LatencyGCSenders: 1024,
 		LinNemeses: faults.Names(), LinDuration: 30 * time.Second, LinClients: 5, LinSeeds: []int64{1, 2, 3, 4, 5},
@@ -458,8 +457,8 @@ func (p *Profile) Validate() error {
 		bad("profile %s: lin_duration_ns %v is below the %v a check with %v needs (warm-up, one fault, cool-down)", p.Name, p.LinDuration, min, p.LinNemeses)
 	}
 	for _, st := range p.GCStrategies {
-		if !slices.Contains(nezha.Strategies(), st) {
-			bad("profile %s: gc strategy %q: want one of %v", p.Name, st, nezha.Strategies())
+		if !slices.Contains(gcStrategies(), st) {
+			bad("profile %s: gc strategy %q: want one of %v", p.Name, st, gcStrategies())
 		}
 	}
 	if p.GCDuration <= 0 || p.LinDuration <= 0 || p.CrashDuration <= 0 || p.CrashLoadBetweenKills < 0 ||
@@ -506,3 +505,9 @@ func readCacheText(p *Profile) string {
 	}
 	return "page cache (warm)"
 }
+
+// gcStrategies are nezha's GC strategies (-gc), the default first, by
+// name: profiles are built and validated without a registry
+// (registry_test.go checks them against nezha's registration,
+// systems.System.GCStrategies).
+func gcStrategies() []string { return []string{"tiered", "merge", "sort-once", "greedy"} }

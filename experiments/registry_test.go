@@ -21,6 +21,7 @@ import (
 	"github.com/nezha-harness/nezha/dwisckey"
 	"github.com/nezha-harness/nezha/internal/cmdline"
 	"github.com/nezha-harness/nezha/nezha"
+	"github.com/nezha-harness/nezha/plots"
 	"github.com/nezha-harness/nezha/raftkv/node"
 	"github.com/nezha-harness/nezha/systems"
 )
@@ -291,5 +292,84 @@ func TestToySystemThroughExecute(t *testing.T) {
 	}
 	if len(res) != 1 || res[0].Error != "" || len(res[0].Failures) > 0 || res[0].Metrics["toy_keys/"+toyName] != 20 {
 		t.Fatalf("result %+v\n%s", res, out.String())
+	}
+}
+
+// TestToySystemFlags: a system declares its geometry, condition flags and
+// background work in its registration, and the experiments' planning
+// gives its nodes exactly those flags, with no edit in this package.
+func TestToySystemFlags(t *testing.T) {
+	toy := toySystem()
+	toy.Geometry = func(s systems.GeometryScale) systems.Geometry {
+		if s.DataPerNodeBytes == 0 {
+			return systems.Geometry{WriteBufferBytes: 7, SoftPendingCompactionBytes: 3}
+		}
+		return systems.Geometry{Flags: []string{"-toy.cacheBytes", fmt.Sprint(int64(s.Factor() * 1e6)), "-toy.segmentBytes", fmt.Sprint(s.SegmentSizeBytes)},
+			SoftPendingCompactionBytes: 5}
+	}
+	toy.ConditionFlags = func(cond string, dataPerNode int64) []string {
+		switch cond {
+		case systems.CondCacheOff:
+			return []string{"-toy.cache=false"}
+		case systems.CondPaperGC:
+			return []string{"-toy.gcBytes", fmt.Sprint(dataPerNode / 2)}
+		}
+		return nil
+	}
+	toy.Compactions = true
+	x := &Run{Profile: Quick(), reg: testRegistry(t, toy)}
+	x.Profile.Geometry = GeometryScaled
+	seg := fmt.Sprint(x.Profile.SegmentSizeBytes)
+	check := func(what string, got []string, want ...string) {
+		t.Helper()
+		if !slices.Equal(got, want) {
+			t.Errorf("%s = %q, want %q", what, got, want)
+		}
+	}
+	check("scaled geometry", x.geometryArgs(toyName, 1e9), "-toy.cacheBytes", "10000", "-toy.segmentBytes", seg)
+	check("cache-off", x.conditionArgs(CondCacheOff, toyName, 1e9), "-toy.cache=false")
+	check("paper-gc", x.conditionArgs(CondPaperGC, toyName, 1e9), "-toy.gcBytes", "500000000")
+	check("no-fsync", x.conditionArgs(CondNoFsync, toyName, 1e9), "-sync=false")
+	check("all", x.conditionArgs(CondAll, toyName, 1e9), "-sync=false", "-toy.cache=false", "-toy.gcBytes", "500000000")
+	if x.sameAsOurs(CondCacheOff, toyName, 1e9) || !x.sameAsOurs(CondCacheOff, sysNezha, 1e9) {
+		t.Error("sameAsOurs: cache-off changes the toy's flags and not nezha's")
+	}
+	if got := x.softPendingBytes(toyName, 1e9); got != 5 {
+		t.Errorf("soft pending bytes = %v, want the toy's 5", got)
+	}
+	check("crash flags", x.crashArgs(toyName), "-toy.cacheBytes", fmt.Sprint(int64(float64(int64(x.Profile.CrashKeys)*int64(x.Profile.CrashValueBytes))/1e11*1e6)), "-toy.segmentBytes", seg)
+	if k, split := x.latencyGCWindowKind(toyName); !split || k != plots.WindowCompaction {
+		t.Errorf("latency-gc windows of a system with compactions: %v %v", k, split)
+	}
+	x.Profile.Geometry = GeometryNative
+	check("native geometry", x.geometryArgs(toyName, 1e9))
+	if got := x.softPendingBytes(toyName, 1e9); got != 3 {
+		t.Errorf("native soft pending bytes = %v, want the toy's default 3", got)
+	}
+	// A system that declares nothing gets no flags but the node's.
+	plain := &Run{Profile: Quick(), reg: testRegistry(t, toySystem())}
+	plain.Profile.Geometry = GeometryScaled
+	check("plain toy geometry", plain.geometryArgs(toyName, 1e9))
+	check("plain toy, all conditions", plain.conditionArgs(CondAll, toyName, 1e9), "-sync=false")
+	if !plain.sameAsOurs(CondCacheOff, toyName, 1e9) || !plain.sameAsOurs(CondPaperGC, toyName, 1e9) {
+		t.Error("sameAsOurs: cache-off and paper-gc change nothing for a system that declares no condition flags")
+	}
+}
+
+// TestSystemNames: the names and facts the experiments keep by value
+// (the systems their prose singles out, the gc experiment's strategies)
+// are those of the systems' registrations.
+func TestSystemNames(t *testing.T) {
+	for _, c := range [][2]string{{sysNezha, nezha.Name}, {sysNezhaNoGC, nezha.NameNoGC}, {sysOriginal, string(baseline.ModeOriginal)},
+		{sysBlobDB, string(baseline.ModeBlobDB)}, {sysDwisckey, dwisckey.Name}, {sysLSMRaft, string(baseline.ModeLSMRaft)}} {
+		if c[0] != c[1] {
+			t.Errorf("experiments name %q, the system's package %q", c[0], c[1])
+		}
+	}
+	if got := nezha.Nezha().GCStrategies; !slices.Equal(gcStrategies(), got) {
+		t.Errorf("gcStrategies() = %v, nezha's registration %v", gcStrategies(), got)
+	}
+	if testRegistry(t).Reference() != sysOriginal {
+		t.Error("the reference baseline is not original")
 	}
 }

@@ -17,6 +17,7 @@ import (
 	"github.com/nezha-harness/nezha/cluster"
 	"github.com/nezha-harness/nezha/internal/buildinfo"
 	"github.com/nezha-harness/nezha/plots"
+	"github.com/nezha-harness/nezha/systems"
 	"github.com/nezha-harness/nezha/workloads"
 )
 
@@ -51,6 +52,8 @@ type Run struct {
 	headSeries []plots.Series
 	// beds are the read beds shared by get-zipf and scan.
 	beds *bedPool
+	// reg is RunOptions.Registry.
+	reg *systems.Registry
 	// mapsDataFiles are RunOptions.MapsDataFiles.
 	mapsDataFiles []string
 	// hosts is what the run knows of its node hosts (the probes).
@@ -215,6 +218,10 @@ type RunOptions struct {
 	Out        io.Writer
 	// Info is the run record written to config.json.
 	Info any
+	// Registry knows the systems: their geometry, condition flags and
+	// background work (systems.System). Required for experiments that
+	// start clusters; without it every system runs with its defaults.
+	Registry *systems.Registry
 	// MapsDataFiles are the systems whose engines read through mmap
 	// (systems.System.MapsDataFiles): their read beds restart their nodes
 	// after the load.
@@ -256,7 +263,7 @@ func Execute(ctx context.Context, o RunOptions) ([]*Result, error) {
 			res.Backend = cmp.Or(o.Backend.Name, cluster.BackendLocal)
 		}
 		x := &Run{Profile: o.Profile, Systems: syss, Dir: dir, Binary: o.Binary, Servers: o.Servers, Backend: o.Backend, FsyncDelay: o.FsyncDelay,
-			Out: o.Out, Prior: prior, res: res, beds: beds, mapsDataFiles: o.MapsDataFiles, hosts: hosts, stopped: ctx.Done()}
+			Out: o.Out, Prior: prior, res: res, beds: beds, reg: o.Registry, mapsDataFiles: o.MapsDataFiles, hosts: hosts, stopped: ctx.Done()}
 		fmt.Fprintf(o.Out, "\n=== [%d/%d] %s: %s\n", i+1, len(o.Experiments), e.Name, e.Shows)
 		var err error
 		if e.NeedsOwnClusters && len(o.Servers) > 0 {

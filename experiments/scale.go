@@ -10,10 +10,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/nezha-harness/nezha/baseline"
-	"github.com/nezha-harness/nezha/dwisckey"
 	"github.com/nezha-harness/nezha/experiments/probe"
-	"github.com/nezha-harness/nezha/nezha"
+
 	"github.com/nezha-harness/nezha/plots"
 	"github.com/nezha-harness/nezha/systems"
 	"github.com/nezha-harness/nezha/workloads"
@@ -34,10 +32,6 @@ const (
 	GeometryNative = "native"
 )
 
-// paperGCThresholdRatio is the paper's GC threshold over its data per
-// node: 40 GB / 100 GB.
-const paperGCThresholdRatio = 0.4
-
 // maxConditionRuns bounds the runs of one system under one condition
 // (Profile.ConditionMinSeconds).
 const maxConditionRuns = 8
@@ -51,17 +45,17 @@ const paperPutRatio = 1 + paperPutGain
 const (
 	// CondNoFsync: -sync=false on every system (the paper's code never
 	// fsyncs).
-	CondNoFsync = "no-fsync"
+	CondNoFsync = systems.CondNoFsync
 	// CondCacheOff: RocksDB's block cache off and its default compression
 	// (Snappy), as the paper's code opened RocksDB (raft/persister.go of
 	// the authors' repository: default options, no_block_cache).
-	CondCacheOff = "cache-off"
+	CondCacheOff = systems.CondCacheOff
 	// CondLowercase: values of random lowercase letters, as the paper's
 	// benchmark programs write (compressible, unlike our random bytes).
-	CondLowercase = "lowercase"
+	CondLowercase = systems.CondLowercase
 	// CondPaperGC: nezha with the paper's GC (merge, threshold 40 % of the
 	// data per node) instead of the default strategy.
-	CondPaperGC = "paper-gc"
+	CondPaperGC = systems.CondPaperGC
 	// CondAll: all of the above at once.
 	CondAll = "all"
 )
@@ -90,9 +84,43 @@ func conditionText(c string) string {
 	return c
 }
 
-// isBaseline reports whether sys is one of package baseline's RocksDB
-// systems (baseline.Modes), whose geometry baseline.Config scales.
-func isBaseline(sys string) bool { return slices.Contains(baseline.Modes(), baseline.Mode(sys)) }
+// system returns sys's registration; false when the run's registry
+// (RunOptions.Registry) does not know sys or the run has none.
+func (x *Run) system(sys string) (systems.System, bool) {
+	if x.reg == nil {
+		return systems.System{}, false
+	}
+	s, err := x.reg.Lookup(sys)
+	return s, err == nil
+}
+
+// hasCompactions reports whether sys's engine compacts an LSM tree that
+// its nodes report on (systems.System.Compactions).
+func (x *Run) hasCompactions(sys string) bool {
+	s, ok := x.system(sys)
+	return ok && s.Compactions
+}
+
+// hasGC reports whether sys collects garbage (systems.System.GCStrategies).
+func (x *Run) hasGC(sys string) bool {
+	s, ok := x.system(sys)
+	return ok && len(s.GCStrategies) > 0
+}
+
+// geometry is sys's geometry (systems.System.Geometry) under the
+// profile's for a store of dataPerNode bytes per node: scaled to it, or
+// the system's defaults under native geometry.
+func (x *Run) geometry(sys string, dataPerNode int64) systems.Geometry {
+	s, ok := x.system(sys)
+	if !ok || s.Geometry == nil {
+		return systems.Geometry{}
+	}
+	var scale systems.GeometryScale
+	if x.Profile.Geometry == GeometryScaled && dataPerNode > 0 {
+		scale = systems.GeometryScale{DataPerNodeBytes: dataPerNode, SegmentSizeBytes: x.Profile.SegmentSizeBytes}
+	}
+	return s.Geometry(scale)
+}
 
 // geometryArgs are the node flags that give sys the profile's geometry
 // for a store of dataPerNode bytes per node (none for native geometry).
@@ -100,59 +128,35 @@ func (x *Run) geometryArgs(sys string, dataPerNode int64) []string {
 	if x.Profile.Geometry != GeometryScaled || dataPerNode <= 0 {
 		return nil
 	}
-	f := float64(dataPerNode) / baseline.PaperDataBytes
-	switch {
-	case isBaseline(sys):
-		c := baseline.NewConfig(baseline.Mode(sys))
-		c.ScaleGeometry(f)
-		return c.GeometryFlags()
-	case sys == sysNezha:
-		return append([]string{"-gcThresholdBytes", fmt.Sprint(max(int64(paperGCThresholdRatio*float64(dataPerNode)), x.Profile.SegmentSizeBytes))},
-			indexCacheArgs(f)...)
-	case sys == sysNezhaNoGC:
-		return indexCacheArgs(f)
-	case sys == dwisckey.Name:
-		c := dwisckey.NewConfig()
-		c.ScaleGeometry(f)
-		return c.GeometryFlags()
-	}
-	return nil
+	return x.geometry(sys, dataPerNode).Flags
 }
 
-// indexCacheArgs scale nezha's index location cache (-indexCacheEntries)
-// by f as baseline.Config.ScaleGeometry scales RocksDB's block cache, with
-// the same floor (64 KiB, at about 100 bytes per cached key), so that a
-// scaled run gives neither system's index a cache the other lacks.
-func indexCacheArgs(f float64) []string {
-	const floorEntries = 64 << 10 / 100
-	return []string{"-indexCacheEntries", fmt.Sprint(max(int(float64(nezha.DefaultIndexCacheEntries)*f), floorEntries))}
-}
-
-// writeBufferBytes is RocksDB's write buffer under the profile's geometry
-// for dataPerNode bytes per node.
+// writeBufferBytes is the reference baseline's write buffer (RocksDB's)
+// under the profile's geometry for dataPerNode bytes per node.
 func (x *Run) writeBufferBytes(dataPerNode int64) int64 {
-	c := baseline.NewConfig(baseline.ModeOriginal)
-	if x.Profile.Geometry == GeometryScaled && dataPerNode > 0 {
-		c.ScaleGeometry(float64(dataPerNode) / baseline.PaperDataBytes)
+	if x.reg == nil {
+		return 0
 	}
-	return c.WriteBufferBytes
+	return x.geometry(x.reg.Reference(), dataPerNode).WriteBufferBytes
 }
 
-// conditionArgs are the node flags of a paper's condition for sys.
-func conditionArgs(cond, sys string, dataPerNode int64) []string {
+// conditionArgs are the node flags of a paper's condition for sys: the
+// node's -sync=false under no-fsync, then the system's own
+// (systems.System.ConditionFlags) for each condition cond stands for.
+func (x *Run) conditionArgs(cond, sys string, dataPerNode int64) []string {
 	var args []string
 	has := func(c string) bool { return cond == c || cond == CondAll }
 	if has(CondNoFsync) {
 		args = append(args, "-sync=false")
 	}
-	if has(CondCacheOff) && isBaseline(sys) {
-		args = append(args, "-rocksdb.blockCacheBytes", "0", "-rocksdb.compression", "snappy")
+	s, ok := x.system(sys)
+	if !ok || s.ConditionFlags == nil {
+		return args
 	}
-	if has(CondPaperGC) && sys == sysNezha {
-		// The paper's GC: merge rounds at the threshold, unpaced, all nodes
-		// at once, no idle rounds.
-		args = append(args, "-gc", "merge", "-gcThresholdBytes", fmt.Sprint(int64(paperGCThresholdRatio*float64(dataPerNode))),
-			"-gcRateBytesPerSec", "0", "-gcStagger", "0", "-gcIdleAfter", "0")
+	for _, c := range []string{CondNoFsync, CondCacheOff, CondLowercase, CondPaperGC} {
+		if has(c) {
+			args = append(args, s.ConditionFlags(c, dataPerNode)...)
+		}
 	}
 	return args
 }
@@ -161,8 +165,8 @@ func conditionArgs(cond, sys string, dataPerNode int64) []string {
 // the same values): such a run would repeat ours, so put-scale does not
 // run it and the condition's row uses ours (e.g. nezha under cache-off,
 // which concerns RocksDB only, or nezha-nogc under paper-gc).
-func sameAsOurs(cond, sys string, dataPerNode int64) bool {
-	return len(conditionArgs(cond, sys, dataPerNode)) == 0 && conditionValueKind(cond) == conditionValueKind("")
+func (x *Run) sameAsOurs(cond, sys string, dataPerNode int64) bool {
+	return len(x.conditionArgs(cond, sys, dataPerNode)) == 0 && conditionValueKind(cond) == conditionValueKind("")
 }
 
 // conditionValueKind is the workload's value kind under cond.
@@ -256,7 +260,7 @@ func putScale() Experiment {
 			if p.Geometry == GeometryScaled {
 				x.note("Geometry scaled: every point runs with RocksDB's size parameters and nezha's GC threshold scaled to the largest point, %s per node, by %s / 100 GB = %.4g, "+
 					"so the largest point has the LSM shape of the paper's 100 GB per node and the smaller ones the shape the paper's cluster has with proportionally less data. "+
-					"The conditions rows run at %s per node with the geometry scaled to that size.", bytesText(top), bytesText(top), float64(top)/baseline.PaperDataBytes, bytesText(p.ConditionDataBytes))
+					"The conditions rows run at %s per node with the geometry scaled to that size.", bytesText(top), bytesText(top), float64(top)/systems.PaperDataPerNodeBytes, bytesText(p.ConditionDataBytes))
 			} else {
 				x.note("Geometry native: every system with its defaults (RocksDB's own sizes, nezha's GC threshold).")
 			}
@@ -326,7 +330,7 @@ func putScale() Experiment {
 				for ci, cond := range conds {
 					all = append(all, interleaved(ctx, condSystems, maxConditionRuns, ci,
 						func(rep int, sys string, t tally) bool {
-							if cond != "" && sameAsOurs(cond, sys, p.ConditionDataBytes) {
+							if cond != "" && x.sameAsOurs(cond, sys, p.ConditionDataBytes) {
 								return false
 							}
 							return rep == 0 || t.Seconds < p.ConditionMinSeconds.Seconds()
@@ -354,7 +358,7 @@ func (x *Run) putScaleRun(ctx context.Context, phase, sys, cond string, data, ge
 	p := x.Profile
 	r := putRun{Phase: phase, System: sys, Condition: cond, DataBytes: data, Geometry: p.Geometry, GeomBytes: geomData, Rep: rep}
 	label := fmt.Sprintf("scale-%d-%s-%d", data>>20, strings.ReplaceAll(cond, "-", ""), rep)
-	args := append(x.geometryArgs(sys, geomData), conditionArgs(cond, sys, geomData)...)
+	args := append(x.geometryArgs(sys, geomData), x.conditionArgs(cond, sys, geomData)...)
 	if len(x.Servers) > 0 {
 		profile = 0
 	}
@@ -453,7 +457,7 @@ func (x *Run) putScaleRun(ctx context.Context, phase, sys, cond string, data, ge
 	if t := nodeWriteAmpText(r.Window, user); t != "" {
 		x.logf("%s: write amp per node: %s", sys, t)
 	}
-	if phase == "headline" && rep == 0 && (isBaseline(sys) || sys == sysNezha) && slices.Contains(x.Profile.HeadlineSystems, sys) {
+	if phase == "headline" && rep == 0 && (x.hasCompactions(sys) || sys == sysNezha) && slices.Contains(x.Profile.HeadlineSystems, sys) {
 		// What the window left to do (RocksDB's compaction debt, nezha's
 		// idle sort): let it finish, then look again. Only for the
 		// headline systems, whose ratio it qualifies: waiting for pasv's
@@ -789,7 +793,7 @@ func (x *Run) putScaleReport(all []putRun, top int64, limit float64, haveLimit b
 		s := plots.Series{Name: sys}
 		for ci, c := range conds {
 			runsUnder := func(sys, c string) []putRun {
-				if c != "" && sameAsOurs(c, sys, p.ConditionDataBytes) {
+				if c != "" && x.sameAsOurs(c, sys, p.ConditionDataBytes) {
 					c = ""
 				}
 				return runsOf(all, func(r putRun) bool { return r.System == sys && r.Phase == "condition" && r.Condition == c })
@@ -825,7 +829,7 @@ func (x *Run) putScaleReport(all []putRun, top int64, limit float64, haveLimit b
 				name = "ours"
 			}
 			runs := fmt.Sprint(len(rs))
-			if c != "" && sameAsOurs(c, sys, p.ConditionDataBytes) {
+			if c != "" && x.sameAsOurs(c, sys, p.ConditionDataBytes) {
 				runs += " (ours: the condition changes nothing for " + sys + ")"
 			}
 			ct.Rows = append(ct.Rows, []string{conditionText(c), sys, runs, mbps, ratio, f2(r.WriteAmp), fmt.Sprintf("%.0f %%", 100*r.Window.MachineBusy), f1(r.Window.GCRounds), shapeText(r.Window.Shape)})
@@ -849,13 +853,16 @@ func (x *Run) putScaleReport(all []putRun, top int64, limit float64, haveLimit b
 func (x *Run) shapeTable(r putRun, data int64) Table {
 	t := Table{Title: fmt.Sprintf("RocksDB's LSM (original, node 1) in the first headline run: at the end of the window, after compaction settled (write amp then %.2f), and the level targets", r.SettledWriteAmp),
 		Columns: []string{"level", "files at end of window", "bytes at end of window", "files settled", "bytes settled", "target bytes (this geometry)", "paper: targets at 100 GB, RocksDB defaults"}}
-	levelBase := float64(baseline.DefaultMaxBytesForLevelBase)
+	var levelBase float64 // under the system's defaults
+	if s, ok := x.system(r.System); ok && s.Geometry != nil {
+		levelBase = float64(s.Geometry(systems.GeometryScale{}).LevelBaseBytes)
+	}
 	scale := 1.0
 	if x.Profile.Geometry == GeometryScaled {
-		scale = float64(data) / baseline.PaperDataBytes
+		scale = float64(data) / systems.PaperDataPerNodeBytes
 	}
 	ours := expectedLevels(float64(data), levelBase*scale)
-	paper := expectedLevels(baseline.PaperDataBytes, levelBase)
+	paper := expectedLevels(systems.PaperDataPerNodeBytes, levelBase)
 	n := max(len(ours), len(paper))
 	measured, settled := map[int][2]int64{}, map[int][2]int64{}
 	for _, l := range r.Window.Shape.Levels {

@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/nezha-harness/nezha/api/kvpb"
-	"github.com/nezha-harness/nezha/baseline"
 	"github.com/nezha-harness/nezha/faults"
 	"github.com/nezha-harness/nezha/plots"
 	"github.com/nezha-harness/nezha/systems"
@@ -108,7 +107,7 @@ func windowsFromStatus(statuses []*kvpb.StatusResponse, start time.Time, seconds
 	for _, st := range statuses {
 		node := st.GetHeader().GetNodeId()
 		for _, r := range st.GcRounds {
-			if r.Strategy == baseline.TruncationStrategy {
+			if r.Strategy == systems.LogTruncationStrategy {
 				continue
 			}
 			label := fmt.Sprintf("GC (%s, %s): %.1f MB written, %.1f MB reclaimed", r.Strategy, cmp.Or(r.Trigger, "?"),

@@ -44,6 +44,7 @@ func NezhaNoGC() systems.System {
 		Role:      systems.RoleStudied,
 		LogDir:    ValueLogDir,
 		NewConfig: func() systems.SystemConfig { return newConfig(NameNoGC) },
+		Geometry:  func(scale systems.GeometryScale) systems.Geometry { return geometry(NameNoGC, scale) },
 		Conformance: []systems.Conformance{
 			{Name: NameNoGC},
 			{Name: NameNoGC + "-memory-index", Args: []string{"-index", IndexMemory}},
@@ -55,11 +56,18 @@ func NezhaNoGC() systems.System {
 // key-sorted runs (docs/architecture.md sections 1 and 4.4; see gc.go).
 func Nezha() systems.System {
 	return systems.System{
-		Name:      Name,
-		Summary:   "KVS-Raft with Raft-aware GC: old log compacted into key-sorted runs",
-		Role:      systems.RoleStudied,
-		LogDir:    ValueLogDir,
-		NewConfig: func() systems.SystemConfig { return newConfig(Name) },
+		Name:           Name,
+		Summary:        "KVS-Raft with Raft-aware GC: old log compacted into key-sorted runs",
+		Role:           systems.RoleStudied,
+		LogDir:         ValueLogDir,
+		NewConfig:      func() systems.SystemConfig { return newConfig(Name) },
+		Geometry:       func(scale systems.GeometryScale) systems.Geometry { return geometry(Name, scale) },
+		ConditionFlags: conditionFlags,
+		GCStrategies:   Strategies(),
+		IdleGCAfter: func(nodes int) time.Duration {
+			c := newConfig(Name)
+			return c.GCIdleAfter + time.Duration(nodes)*c.GCStagger
+		},
 		// GC forced to run continuously during the whole suite, per
 		// strategy, over small segments so that every test spans many
 		// rounds.
@@ -72,6 +80,36 @@ func Nezha() systems.System {
 			{Name: "nezha-gc-tiered-memory-index", Args: append(conformanceGCArgs(StrategyTiered), "-index", IndexMemory), ExpectGC: true},
 		},
 	}
+}
+
+// geometry scales the GC threshold of system (Name only) to the paper's
+// ratio to the data per node (systems.PaperGCThresholdRatio; at least a
+// segment) and the index location cache (-indexCacheEntries) as package
+// baseline scales RocksDB's block cache, with the same floor (64 KiB, at
+// about 100 bytes per cached key), so that a scaled run gives neither
+// system's index a cache the other lacks. Native geometry: no flags.
+func geometry(system string, scale systems.GeometryScale) systems.Geometry {
+	if scale.DataPerNodeBytes <= 0 {
+		return systems.Geometry{}
+	}
+	const floorEntries = 64 << 10 / 100
+	flags := []string{"-indexCacheEntries", fmt.Sprint(max(int(float64(DefaultIndexCacheEntries)*scale.Factor()), floorEntries))}
+	if system == Name {
+		threshold := max(int64(systems.PaperGCThresholdRatio*float64(scale.DataPerNodeBytes)), scale.SegmentSizeBytes)
+		flags = append([]string{"-gcThresholdBytes", fmt.Sprint(threshold)}, flags...)
+	}
+	return systems.Geometry{Flags: flags}
+}
+
+// conditionFlags puts Name under the paper's GC (systems.CondPaperGC):
+// merge rounds at the paper's threshold, unpaced, all nodes at once, no
+// idle rounds. The other conditions concern the node or the workload.
+func conditionFlags(cond string, dataPerNodeBytes int64) []string {
+	if cond != systems.CondPaperGC {
+		return nil
+	}
+	return []string{"-gc", StrategyMerge, "-gcThresholdBytes", fmt.Sprint(int64(systems.PaperGCThresholdRatio * float64(dataPerNodeBytes))),
+		"-gcRateBytesPerSec", "0", "-gcStagger", "0", "-gcIdleAfter", "0"}
 }
 
 // conformanceGCArgs are the serve flags of a conformance configuration

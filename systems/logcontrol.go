@@ -84,6 +84,11 @@ type SnapshotTaker interface {
 // refuses (nezha-nogc: its log only grows).
 var ErrSnapshotUnsupported = errors.New("not supported")
 
+// LogTruncationStrategy is the GCRound Strategy of a round that only
+// truncated the Raft log (the RocksDB baselines keep their values in the
+// engine, not in the log): reports tell such rounds from GC of values.
+const LogTruncationStrategy = "raft-log-truncation"
+
 // GCRound is the record of one garbage collection round, for reports.
 type GCRound struct {
 	Strategy string    `json:"strategy"`

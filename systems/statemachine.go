@@ -8,6 +8,7 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"time"
 
 	"github.com/nezha-harness/nezha/internal/vfs"
 )
@@ -209,6 +210,28 @@ type System struct {
 	// Conformance are the configurations the conformance suite runs;
 	// empty: one, named Name, with no extra flags.
 	Conformance []Conformance
+	// Geometry returns the system's size parameters scaled to scale
+	// (the experiments' scaled geometry) or, with scale's zero value, its
+	// defaults (native geometry; no Flags). nil: the system has no size
+	// parameters to scale.
+	Geometry func(scale GeometryScale) Geometry
+	// ConditionFlags returns the serve flags that put the system under one
+	// of the paper's conditions (CondNoFsync ...) at dataPerNodeBytes per
+	// node; none when the condition does not concern it. nil: none
+	// concerns it.
+	ConditionFlags func(cond string, dataPerNodeBytes int64) []string
+	// Compactions marks a system whose engine compacts an LSM tree in the
+	// background and whose nodes report the compactions, stalls and LSM
+	// shape (Status): the experiments wait for its compaction debt and
+	// split its latencies by compaction windows.
+	Compactions bool
+	// GCStrategies are the garbage collection strategies of a system with
+	// GC (-gc), the default first; the gc experiment runs each.
+	GCStrategies []string
+	// IdleGCAfter is how long after the last write a node of a system
+	// with GC starts its idle round, given the cluster's number of nodes
+	// (staggered across them); nil: no idle rounds.
+	IdleGCAfter func(nodes int) time.Duration
 }
 
 // Conformances returns s.Conformance, or the one default configuration.
