@@ -29,7 +29,7 @@ func TestLayering(t *testing.T) {
 	rules := []rule{
 		// The contract: no system, no layer that builds on it, no tool.
 		{"systems", list(concrete, tools, []string{"raftkv", "api", "client", "cluster"})},
-		// The wire (kvpb, the etcd adapter) and the client speak to a
+		// The wire (kvpb, the etcd and JSON-RPC adapters) and the client speak to a
 		// node; neither knows how one is built.
 		{"api/...", list(concrete, tools, []string{"raftkv", "client", "cluster"})},
 		{"client/...", list(concrete, tools, []string{"raftkv", "cluster"})},
