@@ -473,118 +473,223 @@ func ProfileByName(name string) (Profile, error) {
 	return Profile{}, cmdline.Usagef("-profile %q: want quick, standard or paper", name)
 }
 
-// Validate reports every problem at once.
+// Validate reports every problem at once: each part's, then those between
+// parts.
 func (p *Profile) Validate() error {
-	var errs []error
-	bad := func(f string, a ...any) { errs = append(errs, cmdline.Usagef(f, a...)) }
-	if p.Nodes < 1 {
-		bad("profile %s: nodes %d < 1", p.Name, p.Nodes)
-	}
-	for _, c := range []struct {
-		name string
-		v    int64
-	}{
-		{"clients", int64(p.Clients)}, {"put_total_bytes", p.PutTotalBytes}, {"read_keys", p.ReadKeys},
-		{"read_value_bytes", int64(p.ReadValueBytes)}, {"get_ops", p.GetOps}, {"scan_ops", p.ScanOps},
-		{"scan_size", int64(p.ScanSize)}, {"scan_clients", int64(p.ScanClients)}, {"ycsb_records", p.YCSBRecords},
-		{"ycsb_ops", p.YCSBOps}, {"ycsb_value_bytes", int64(p.YCSBValueBytes)}, {"ycsb_threads", int64(p.YCSBThreads)},
-		{"amp_keys", p.AmpKeys}, {"amp_value_bytes", int64(p.AmpValueBytes)}, {"gc_keys", p.GCKeys},
-		{"gc_value_bytes", int64(p.GCValueBytes)}, {"gc_writers", int64(p.GCWriters)}, {"gc_readers", int64(p.GCReaders)},
-		{"disk_limit_bytes", p.DiskLimitBytes}, {"disk_limit_write_bytes", int64(p.DiskLimitWriteBytes)},
-		{"segment_size_bytes", p.SegmentSizeBytes}, {"gc_threshold_bytes", p.GCThresholdBytes},
-		{"lin_clients", int64(p.LinClients)}, {"headline_runs", int64(p.HeadlineRuns)},
-		{"read_runs", int64(p.ReadRuns)}, {"scale_value_bytes", int64(p.ScaleValueBytes)},
-		{"crash_kills", int64(p.CrashKills)}, {"crash_keys", int64(p.CrashKeys)}, {"crash_value_bytes", int64(p.CrashValueBytes)},
-		{"crash_writers", int64(p.CrashWriters)}, {"crash_max_writes", p.CrashMaxWrites},
-		{"embedded_put_max_bytes", p.EmbeddedPutMaxBytes}, {"embedded_writers", int64(p.EmbeddedWriters)},
-		{"embedded_read_set_bytes", p.EmbeddedReadSetBytes},
-		{"embedded_readers", int64(p.EmbeddedReaders)},
-		{"latency_gc_keys", p.LatencyGCKeys}, {"latency_gc_value_bytes", int64(p.LatencyGCValueBytes)}, {"latency_gc_senders", int64(p.LatencyGCSenders)},
-	} {
-		if c.v < 1 {
-			bad("profile %s: %s = %d must be positive", p.Name, c.name, c.v)
-		}
-	}
-	if p.ReadKeys < int64(p.ScanSize) {
-		bad("profile %s: read_keys %d < scan_size %d", p.Name, p.ReadKeys, p.ScanSize)
-	}
-	if p.Zipf <= 1 {
-		bad("profile %s: zipf %v must be > 1", p.Name, p.Zipf)
-	}
-	for _, s := range p.ValueSizesKiB {
-		if s < 1 || int64(s)*kib > p.PutTotalBytes {
-			bad("profile %s: value size %d KiB outside [1 KiB, put_total_bytes]", p.Name, s)
-		}
-	}
+	ps := &problems{profile: p.Name}
+	p.ClusterShape.validate(ps)
+	p.RaftLogParams.validate(ps)
+	p.DiskLimitParams.validate(ps)
 	if p.Geometry != GeometryScaled && p.Geometry != GeometryNative {
-		bad("profile %s: geometry %q: want %s or %s", p.Name, p.Geometry, GeometryScaled, GeometryNative)
+		ps.add("geometry %q: want %s or %s", p.Geometry, GeometryScaled, GeometryNative)
 	}
-	if len(p.ScaleDataBytes) == 0 {
-		bad("profile %s: scale_data_bytes is empty", p.Name)
+	p.PutVSizeParams.validate(ps)
+	p.PutScaleParams.validate(ps)
+	p.ReadCacheParams.validate(ps)
+	p.ReadParams.validate(ps)
+	p.ScanParams.validate(ps)
+	p.YCSBParams.validate(ps)
+	p.AmplificationParams.validate(ps)
+	p.GCParams.validate(ps)
+	p.LatencyGCParams.validate(ps)
+	p.LinearizabilityParams.validate(ps, p.Nodes)
+	p.CrashParams.validate(ps)
+	p.EmbeddedParams.validate(ps)
+	if p.ReadKeys < int64(p.ScanSize) {
+		ps.add("read_keys %d < scan_size %d", p.ReadKeys, p.ScanSize)
 	}
-	for i, d := range p.ScaleDataBytes {
-		if d < int64(p.ScaleValueBytes) || (i > 0 && d <= p.ScaleDataBytes[i-1]) {
-			bad("profile %s: scale_data_bytes must ascend and each hold at least one value (%v)", p.Name, p.ScaleDataBytes)
+	return errors.Join(ps.errs...)
+}
+
+// problems collects a profile's problems, each a usage error that names
+// the profile.
+type problems struct {
+	profile string
+	errs    []error
+}
+
+func (ps *problems) add(format string, a ...any) {
+	ps.errs = append(ps.errs, cmdline.Usagef("profile %s: %s", ps.profile, fmt.Sprintf(format, a...)))
+}
+
+// positive adds a problem for each of the counts (by JSON key) below 1.
+func (ps *problems) positive(counts ...keyed[int64]) {
+	for _, c := range counts {
+		if c.v < 1 {
+			ps.add("%s = %d must be positive", c.key, c.v)
+		}
+	}
+}
+
+// positiveDurations adds a problem for each of the durations not above 0.
+func (ps *problems) positiveDurations(ds ...keyed[time.Duration]) {
+	for _, d := range ds {
+		if d.v <= 0 {
+			ps.add("%s %v must be positive", d.key, d.v)
+		}
+	}
+}
+
+// keyed is a value of a profile by its JSON key.
+type keyed[T any] struct {
+	key string
+	v   T
+}
+
+func count[N int | int64](key string, v N) keyed[int64] { return keyed[int64]{key, int64(v)} }
+
+func duration(key string, v time.Duration) keyed[time.Duration] {
+	return keyed[time.Duration]{key, v}
+}
+
+func (c *ClusterShape) validate(ps *problems) {
+	if c.Nodes < 1 {
+		ps.add("nodes %d < 1", c.Nodes)
+	}
+	ps.positive(count("clients", c.Clients))
+}
+
+func (r *RaftLogParams) validate(ps *problems) {
+	ps.positive(count("segment_size_bytes", r.SegmentSizeBytes), count("gc_threshold_bytes", r.GCThresholdBytes))
+}
+
+func (d *DiskLimitParams) validate(ps *problems) {
+	ps.positive(count("disk_limit_bytes", d.DiskLimitBytes), count("disk_limit_write_bytes", d.DiskLimitWriteBytes))
+}
+
+func (v *PutVSizeParams) validate(ps *problems) {
+	ps.positive(count("put_total_bytes", v.PutTotalBytes))
+	for _, s := range v.ValueSizesKiB {
+		if s < 1 || int64(s)*kib > v.PutTotalBytes {
+			ps.add("value size %d KiB outside [1 KiB, put_total_bytes]", s)
+		}
+	}
+}
+
+func (s *PutScaleParams) validate(ps *problems) {
+	ps.positive(count("headline_runs", s.HeadlineRuns), count("scale_value_bytes", s.ScaleValueBytes))
+	if len(s.ScaleDataBytes) == 0 {
+		ps.add("scale_data_bytes is empty")
+	}
+	for i, d := range s.ScaleDataBytes {
+		if d < int64(s.ScaleValueBytes) || (i > 0 && d <= s.ScaleDataBytes[i-1]) {
+			ps.add("scale_data_bytes must ascend and each hold at least one value (%v)", s.ScaleDataBytes)
 			break
 		}
 	}
-	for _, c := range p.Conditions {
+	for _, c := range s.Conditions {
 		if !slices.Contains(ConditionNames(), c) {
-			bad("profile %s: condition %q: want one of %v", p.Name, c, ConditionNames())
+			ps.add("condition %q: want one of %v", c, ConditionNames())
 		}
 	}
-	if len(p.Conditions) > 0 && p.ConditionDataBytes < int64(p.ScaleValueBytes) {
-		bad("profile %s: condition_data_bytes %d holds no value", p.Name, p.ConditionDataBytes)
+	if len(s.Conditions) > 0 && s.ConditionDataBytes < int64(s.ScaleValueBytes) {
+		ps.add("condition_data_bytes %d holds no value", s.ConditionDataBytes)
 	}
-	if p.ConditionMinSeconds < 0 {
-		bad("profile %s: condition_min_seconds_ns %d is negative", p.Name, p.ConditionMinSeconds)
+	if s.ConditionMinSeconds < 0 {
+		ps.add("condition_min_seconds_ns %d is negative", s.ConditionMinSeconds)
 	}
-	switch p.ReadCache {
+}
+
+func (c *ReadCacheParams) validate(ps *problems) {
+	switch c.ReadCache {
 	case ReadCacheCgroup, ReadCacheDrop, ReadCacheWarm:
 	default:
-		bad("profile %s: read_cache %q: want %s, %s or %s", p.Name, p.ReadCache, ReadCacheCgroup, ReadCacheDrop, ReadCacheWarm)
+		ps.add("read_cache %q: want %s, %s or %s", c.ReadCache, ReadCacheCgroup, ReadCacheDrop, ReadCacheWarm)
 	}
-	if p.ReadRunMaxDuration < 0 {
-		bad("profile %s: read_run_max_duration_ns %d is negative", p.Name, p.ReadRunMaxDuration)
+	if c.ReadAheadKB < 0 {
+		ps.add("read_ahead_kb %d is negative", c.ReadAheadKB)
 	}
-	if p.GCScanOps < 0 {
-		bad("profile %s: gc_scan_ops %d is negative", p.Name, p.GCScanOps)
+	if c.ReadCache == ReadCacheCgroup && c.ReadCacheBytes < 1 {
+		ps.add("read_cache_bytes must be positive with read_cache %s", ReadCacheCgroup)
 	}
-	if p.ReadAheadKB < 0 {
-		bad("profile %s: read_ahead_kb %d is negative", p.Name, p.ReadAheadKB)
+}
+
+func (r *ReadParams) validate(ps *problems) {
+	ps.positive(count("read_keys", r.ReadKeys), count("read_value_bytes", r.ReadValueBytes), count("get_ops", r.GetOps),
+		count("read_runs", r.ReadRuns))
+	if r.Zipf <= 1 {
+		ps.add("zipf %v must be > 1", r.Zipf)
 	}
-	if p.ReadCache == ReadCacheCgroup && p.ReadCacheBytes < 1 {
-		bad("profile %s: read_cache_bytes must be positive with read_cache %s", p.Name, ReadCacheCgroup)
+	if r.ReadRunMaxDuration < 0 {
+		ps.add("read_run_max_duration_ns %d is negative", r.ReadRunMaxDuration)
 	}
-	if len(p.LinSeeds) == 0 {
-		bad("profile %s: lin_seeds is empty", p.Name)
+}
+
+func (s *ScanParams) validate(ps *problems) {
+	ps.positive(count("scan_ops", s.ScanOps), count("scan_size", s.ScanSize), count("scan_clients", s.ScanClients))
+}
+
+func (y *YCSBParams) validate(ps *problems) {
+	ps.positive(count("ycsb_records", y.YCSBRecords), count("ycsb_ops", y.YCSBOps), count("ycsb_value_bytes", y.YCSBValueBytes),
+		count("ycsb_threads", y.YCSBThreads))
+}
+
+func (a *AmplificationParams) validate(ps *problems) {
+	ps.positive(count("amp_keys", a.AmpKeys), count("amp_value_bytes", a.AmpValueBytes))
+}
+
+func (g *GCParams) validate(ps *problems) {
+	ps.positive(count("gc_keys", g.GCKeys), count("gc_value_bytes", g.GCValueBytes), count("gc_writers", g.GCWriters),
+		count("gc_readers", g.GCReaders))
+	ps.positiveDurations(duration("gc_duration_ns", g.GCDuration))
+	if g.GCScanOps < 0 {
+		ps.add("gc_scan_ops %d is negative", g.GCScanOps)
 	}
-	if nem, err := faults.ParseNemeses(strings.Join(p.LinNemeses, ",")); err != nil {
-		bad("profile %s: lin_nemeses: %v", p.Name, err)
-	} else if min := (faults.ScheduleOptions{Nemeses: nem, Nodes: p.Nodes}).MinDuration(); p.LinDuration < min {
-		// The checks run with the default schedule: a shorter workload is
-		// refused by each check, late in the run.
-		bad("profile %s: lin_duration_ns %v is below the %v a check with %v needs (warm-up, one fault, cool-down)", p.Name, p.LinDuration, min, p.LinNemeses)
-	}
-	for _, st := range p.GCStrategies {
+	for _, st := range g.GCStrategies {
 		if !slices.Contains(gcStrategies(), st) {
-			bad("profile %s: gc strategy %q: want one of %v", p.Name, st, gcStrategies())
+			ps.add("gc strategy %q: want one of %v", st, gcStrategies())
 		}
 	}
-	if p.GCDuration <= 0 || p.LinDuration <= 0 || p.CrashDuration <= 0 || p.CrashLoadBetweenKills < 0 ||
-		p.EmbeddedPutDuration <= 0 || p.EmbeddedReadDuration <= 0 || p.LatencyGCPeak <= 0 || p.LatencyGCWarmup < 0 || p.LatencyGCDuration <= 0 {
-		bad("profile %s: durations must be positive", p.Name)
+}
+
+func (l *LatencyGCParams) validate(ps *problems) {
+	ps.positive(count("latency_gc_keys", l.LatencyGCKeys), count("latency_gc_value_bytes", l.LatencyGCValueBytes),
+		count("latency_gc_senders", l.LatencyGCSenders))
+	ps.positiveDurations(duration("latency_gc_peak_ns", l.LatencyGCPeak), duration("latency_gc_duration_ns", l.LatencyGCDuration))
+	if l.LatencyGCWarmup < 0 {
+		ps.add("latency_gc_warmup_ns %v is negative", l.LatencyGCWarmup)
 	}
-	if len(p.LatencyGCRates) == 0 {
-		bad("profile %s: latency_gc_rates is empty", p.Name)
+	if len(l.LatencyGCRates) == 0 {
+		ps.add("latency_gc_rates is empty")
 	}
-	for i, r := range p.LatencyGCRates {
-		if !(r > 0 && r <= 1) || i > 0 && r <= p.LatencyGCRates[i-1] {
-			bad("profile %s: latency_gc_rates %v: want ascending fractions of the peak in (0, 1]", p.Name, p.LatencyGCRates)
+	for i, r := range l.LatencyGCRates {
+		if !(r > 0 && r <= 1) || i > 0 && r <= l.LatencyGCRates[i-1] {
+			ps.add("latency_gc_rates %v: want ascending fractions of the peak in (0, 1]", l.LatencyGCRates)
 			break
 		}
 	}
-	return errors.Join(errs...)
+}
+
+// validate checks LinDuration against what a check of LinNemeses on a
+// cluster of nodes needs.
+func (l *LinearizabilityParams) validate(ps *problems, nodes int) {
+	ps.positive(count("lin_clients", l.LinClients))
+	ps.positiveDurations(duration("lin_duration_ns", l.LinDuration))
+	if len(l.LinSeeds) == 0 {
+		ps.add("lin_seeds is empty")
+	}
+	if nem, err := faults.ParseNemeses(strings.Join(l.LinNemeses, ",")); err != nil {
+		ps.add("lin_nemeses: %v", err)
+	} else if min := (faults.ScheduleOptions{Nemeses: nem, Nodes: nodes}).MinDuration(); l.LinDuration < min {
+		// The checks run with the default schedule: a shorter workload is
+		// refused by each check, late in the run.
+		ps.add("lin_duration_ns %v is below the %v a check with %v needs (warm-up, one fault, cool-down)", l.LinDuration, min, l.LinNemeses)
+	}
+}
+
+func (c *CrashParams) validate(ps *problems) {
+	ps.positive(count("crash_kills", c.CrashKills), count("crash_keys", c.CrashKeys), count("crash_value_bytes", c.CrashValueBytes),
+		count("crash_writers", c.CrashWriters), count("crash_max_writes", c.CrashMaxWrites))
+	ps.positiveDurations(duration("crash_duration_ns", c.CrashDuration))
+	if c.CrashLoadBetweenKills < 0 {
+		ps.add("crash_load_between_kills_ns %v is negative", c.CrashLoadBetweenKills)
+	}
+}
+
+func (e *EmbeddedParams) validate(ps *problems) {
+	ps.positive(count("embedded_read_set_bytes", e.EmbeddedReadSetBytes), count("embedded_put_max_bytes", e.EmbeddedPutMaxBytes),
+		count("embedded_writers", e.EmbeddedWriters), count("embedded_readers", e.EmbeddedReaders))
+	ps.positiveDurations(duration("embedded_put_duration_ns", e.EmbeddedPutDuration), duration("embedded_read_duration_ns", e.EmbeddedReadDuration))
 }
 
 // String renders the parameters for the start of a run.
