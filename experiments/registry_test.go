@@ -346,11 +346,26 @@ func TestToySystemFlags(t *testing.T) {
 	if got := x.softPendingBytes(toyName, 1e9); got != 3 {
 		t.Errorf("native soft pending bytes = %v, want the toy's default 3", got)
 	}
+	// A system with GC declares the flags that keep it running in the
+	// fault campaigns: its crash campaign, its linearizability checks and
+	// their notes use them.
+	gc := toySystem()
+	gc.GCStressFlags = []string{"-toy.gcAlways"}
+	stressed := &Run{Profile: Quick(), reg: testRegistry(t, gc), Systems: []string{toyName}}
+	check("crash flags of a system with GC", stressed.crashArgs(toyName), "-toy.gcAlways")
+	check("check flags of a system with GC", stressed.gcStressFlags(toyName), "-toy.gcAlways")
+	if got, want := stressed.gcStressText(), "; toy runs with [-toy.gcAlways] so that rounds run back to back"; got != want {
+		t.Errorf("crash note = %q, want %q", got, want)
+	}
 	// A system that declares nothing gets no flags but the node's.
-	plain := &Run{Profile: Quick(), reg: testRegistry(t, toySystem())}
+	plain := &Run{Profile: Quick(), reg: testRegistry(t, toySystem()), Systems: []string{toyName}}
 	plain.Profile.Geometry = GeometryScaled
 	check("plain toy geometry", plain.geometryArgs(toyName, 1e9))
 	check("plain toy, all conditions", plain.conditionArgs(CondAll, toyName, 1e9), "-sync=false")
+	check("plain toy crash flags", plain.crashArgs(toyName))
+	if got := plain.gcStressText(); got != "" {
+		t.Errorf("crash note of a system without GC stress flags = %q", got)
+	}
 	if !plain.sameAsOurs(CondCacheOff, toyName, 1e9) || !plain.sameAsOurs(CondPaperGC, toyName, 1e9) {
 		t.Error("sameAsOurs: cache-off and paper-gc change nothing for a system that declares no condition flags")
 	}
