@@ -28,6 +28,9 @@ func linearizabilityExperiment() Experiment {
 				// no backend yet.
 				return fmt.Errorf("the checks run their own clusters, on the local backend only until linearizability.Options takes a backend (not %s)", b)
 			}
+			if err := x.needRegistry(); err != nil {
+				return err
+			}
 			p := x.Profile
 			x.param("nemeses", p.LinNemeses)
 			x.param("duration", p.LinDuration.String())

@@ -286,7 +286,7 @@ func TestToySystemThroughExecute(t *testing.T) {
 	var out bytes.Buffer
 	systemsToRun := slices.DeleteFunc(DefaultSystems(reg), func(s string) bool { return s != toyName })
 	res, err := Execute(ctx, RunOptions{Experiments: []Experiment{toyExp}, Profile: Quick(), Systems: systemsToRun,
-		OutDir: t.TempDir(), Binary: exe, Out: &out})
+		OutDir: t.TempDir(), Binary: exe, Out: &out, Registry: reg})
 	if err != nil {
 		t.Fatalf("Execute: %v\n%s", err, out.String())
 	}
@@ -386,5 +386,30 @@ func TestSystemNames(t *testing.T) {
 	}
 	if testRegistry(t).Reference() != sysOriginal {
 		t.Error("the reference baseline is not original")
+	}
+}
+
+// TestExecuteNeedsRegistry: an experiment that starts a cluster fails
+// with a clear error when RunOptions has no registry, instead of running
+// every system with its defaults; one that starts none still runs.
+func TestExecuteNeedsRegistry(t *testing.T) {
+	started := Experiment{Name: "starts", Title: "starts", Shows: "a cluster", SmallDisk: true,
+		run: func(ctx context.Context, x *Run) error {
+			tb, err := x.start(ctx, sysNezha, "t")
+			if err == nil {
+				tb.stop(false)
+			}
+			return err
+		}}
+	ran := false
+	none := Experiment{Name: "none", Title: "none", Shows: "nothing", SmallDisk: true,
+		run: func(context.Context, *Run) error { ran = true; return nil }}
+	res, err := Execute(context.Background(), RunOptions{Experiments: []Experiment{started, none}, Profile: Quick(),
+		Systems: []string{sysNezha}, OutDir: t.TempDir(), Out: io.Discard})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res) != 2 || !strings.Contains(res[0].Error, "RunOptions.Registry is nil") || res[1].Error != "" || !ran {
+		t.Fatalf("results %+v, ran %v", res, ran)
 	}
 }
