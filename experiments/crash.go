@@ -163,8 +163,8 @@ func crashExperiment() Experiment {
 			x.param("max_writes", p.CrashMaxWrites)
 			x.param("duration", p.CrashDuration.String())
 			x.param("seed", p.CrashSeed)
-			x.note("Each kill picks a random node (seed %d); even-numbered kills wait (up to 10 s) until the node reports new GC or compaction activity (a finished GC or log-truncation round, or a changed LSM or sorted-run shape) and kill it at once; nezha runs with %v so that rounds run back to back. The others kill after a random pause of up to %v of load.",
-				p.CrashSeed, nezhaGCFlags(), p.CrashLoadBetweenKills)
+			x.note("Each kill picks a random node (seed %d); even-numbered kills wait (up to 10 s) until the node reports new GC or compaction activity (a finished GC or log-truncation round, or a changed LSM or sorted-run shape) and kill it at once%s. The others kill after a random pause of up to %v of load.",
+				p.CrashSeed, x.gcStressText(), p.CrashLoadBetweenKills)
 			x.note("Recovery is timed from the start of the restart: 'leader' until a majority agrees on a leader, 'write' until a probe write is accepted. A write whose outcome the client could not learn (failed or ambiguous) may or may not have applied; the final value of a key may be its last acknowledged value or any later unacknowledged one, nothing else.")
 			ro := faults.DefaultRecoveryOptions()
 			x.param("recovery", ro)
@@ -361,17 +361,35 @@ type crashOutcome struct {
 	loadEnd time.Duration
 }
 
-// crashArgs make GC and compaction frequent: nezha's rounds back to back,
-// the baselines' RocksDB geometry scaled to the campaign's data.
+// crashArgs make GC and compaction frequent: the RocksDB geometry of a
+// system with compactions scaled to the campaign's data, otherwise the
+// system's GCStressFlags (nezha's rounds back to back).
 func (x *Run) crashArgs(sys string) []string {
 	p := x.Profile
 	if s, ok := x.system(sys); ok && s.Compactions && s.Geometry != nil {
 		return s.Geometry(systems.GeometryScale{DataPerNodeBytes: int64(p.CrashKeys) * int64(p.CrashValueBytes), SegmentSizeBytes: p.SegmentSizeBytes}).Flags
 	}
-	if x.hasGC(sys) {
-		return nezhaGCFlags()
+	return x.gcStressFlags(sys)
+}
+
+// gcStressFlags are sys's flags that keep its GC running
+// (systems.System.GCStressFlags), for the fault campaigns.
+func (x *Run) gcStressFlags(sys string) []string {
+	s, _ := x.system(sys)
+	return slices.Clone(s.GCStressFlags)
+}
+
+// gcStressText says which of the run's systems run with which
+// GCStressFlags, as "; nezha runs with [...] so that rounds run back to
+// back" ("" if none has any).
+func (x *Run) gcStressText() string {
+	var b strings.Builder
+	for _, sys := range x.Systems {
+		if f := x.gcStressFlags(sys); len(f) > 0 {
+			fmt.Fprintf(&b, "; %s runs with %v so that rounds run back to back", sys, f)
+		}
 	}
-	return nil
+	return b.String()
 }
 
 // crashRun runs the campaign on sys: start, load, kills, final checks.

@@ -68,6 +68,16 @@ func TestProfiles(t *testing.T) {
 			t.Fatalf("Validate missed %s: %v", want, err)
 		}
 	}
+	// A zero profile fails in every part at once.
+	err = (&Profile{Name: "zero"}).Validate()
+	for _, want := range []string{"nodes 0", "clients = 0", "segment_size_bytes", "disk_limit_bytes", "geometry", "put_total_bytes",
+		"scale_data_bytes is empty", "headline_runs", "read_cache \"\"", "read_keys", "zipf", "scan_ops", "ycsb_records", "amp_keys",
+		"gc_keys", "gc_duration_ns", "latency_gc_keys", "latency_gc_rates is empty", "lin_seeds is empty", "lin_duration_ns 0s must be positive",
+		"crash_kills", "crash_duration_ns", "embedded_readers", "embedded_read_duration_ns"} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Fatalf("Validate of a zero profile missed %s: %v", want, err)
+		}
+	}
 	paper := Paper()
 	if paper.Clients != 100 || paper.YCSBOps != 1_000_000 || paper.Nodes != 3 {
 		t.Fatalf("paper profile drifted from the paper: %+v", paper)

@@ -7,22 +7,12 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"slices"
 	"time"
 
 	"github.com/nezha-harness/nezha/cluster"
 	"github.com/nezha-harness/nezha/linearizability"
 	"github.com/nezha-harness/nezha/plots"
 )
-
-// nezhaGCFlags make nezha's GC run back to back, unpaced, during a check
-// or a crash campaign. Paced at the default 64 MiB/s, GC fell behind the
-// paper profile's crash load (about 80 MB/s per node) and the disk filled:
-// nezha has no write stall on GC debt (RocksDB stalls on pending
-// compaction bytes), so a load above GC's pace grows the log without bound.
-func nezhaGCFlags() []string {
-	return []string{"-gcContinuous", "-segmentSizeBytes", "1048576", "-gcRateBytesPerSec", "0"}
-}
 
 // linearizabilityExperiment: every system under every nemesis of the
 // profile, once per seed, checked with Porcupine; plus the checker's
@@ -38,14 +28,18 @@ func linearizabilityExperiment() Experiment {
 				// no backend yet.
 				return fmt.Errorf("the checks run their own clusters, on the local backend only until linearizability.Options takes a backend (not %s)", b)
 			}
+			if err := x.needRegistry(); err != nil {
+				return err
+			}
 			p := x.Profile
 			x.param("nemeses", p.LinNemeses)
 			x.param("duration", p.LinDuration.String())
 			x.param("clients", p.LinClients)
 			x.param("seeds", p.LinSeeds)
-			hasNezha := slices.Contains(x.Systems, sysNezha)
-			if hasNezha {
-				x.param("nezha node flags", nezhaGCFlags())
+			for _, sys := range x.Systems {
+				if f := x.gcStressFlags(sys); len(f) > 0 {
+					x.param(sys+" node flags", f)
+				}
 			}
 			tbl := Table{Title: "Porcupine verdicts", Columns: []string{"system", "nemesis", "seed", "read mode", "verdict", "operations", "ambiguous", "availability", "final write", "converged", "history"}}
 			type run struct {
@@ -66,8 +60,10 @@ func linearizabilityExperiment() Experiment {
 				x.param("self-test duration", max(p.LinDuration, 20*time.Second).String())
 			}
 			x.note("Availability is the fraction of operations that succeeded. The clients are closed-loop: during a fault a client waits (up to its timeout) instead of failing many operations, so availability stays near 1 even when the cluster stalls; the number of operations in the same time says more.")
-			if hasNezha {
-				x.note("nezha's nodes run with %v so that GC rounds run throughout each check (a check writes too little to reach the default GC threshold).", nezhaGCFlags())
+			for _, sys := range x.Systems {
+				if f := x.gcStressFlags(sys); len(f) > 0 {
+					x.note("%s's nodes run with %v so that GC rounds run throughout each check (a check writes too little to reach the default GC threshold).", sys, f)
+				}
 			}
 			// Per nemesis, the first seed's operations over time with its
 			// faults, one series per system.
@@ -77,9 +73,7 @@ func linearizabilityExperiment() Experiment {
 				dir := filepath.Join(x.Dir, fmt.Sprintf("%s-%s-%s-s%d", r.system, r.nemesis, r.mode, r.seed))
 				o := linearizability.Options{System: r.system, Nemeses: []string{r.nemesis}, Duration: p.LinDuration,
 					Clients: p.LinClients, Seed: r.seed, ReadMode: r.mode, Out: dir, Binary: x.Binary}
-				if r.system == sysNezha {
-					o.ExtraArgs = nezhaGCFlags()
-				}
+				o.ExtraArgs = x.gcStressFlags(r.system)
 				if r.mode == "stale" {
 					o.Duration = max(p.LinDuration, 20*time.Second)
 				}

@@ -286,7 +286,7 @@ func TestToySystemThroughExecute(t *testing.T) {
 	var out bytes.Buffer
 	systemsToRun := slices.DeleteFunc(DefaultSystems(reg), func(s string) bool { return s != toyName })
 	res, err := Execute(ctx, RunOptions{Experiments: []Experiment{toyExp}, Profile: Quick(), Systems: systemsToRun,
-		OutDir: t.TempDir(), Binary: exe, Out: &out})
+		OutDir: t.TempDir(), Binary: exe, Out: &out, Registry: reg})
 	if err != nil {
 		t.Fatalf("Execute: %v\n%s", err, out.String())
 	}
@@ -346,11 +346,26 @@ func TestToySystemFlags(t *testing.T) {
 	if got := x.softPendingBytes(toyName, 1e9); got != 3 {
 		t.Errorf("native soft pending bytes = %v, want the toy's default 3", got)
 	}
+	// A system with GC declares the flags that keep it running in the
+	// fault campaigns: its crash campaign, its linearizability checks and
+	// their notes use them.
+	gc := toySystem()
+	gc.GCStressFlags = []string{"-toy.gcAlways"}
+	stressed := &Run{Profile: Quick(), reg: testRegistry(t, gc), Systems: []string{toyName}}
+	check("crash flags of a system with GC", stressed.crashArgs(toyName), "-toy.gcAlways")
+	check("check flags of a system with GC", stressed.gcStressFlags(toyName), "-toy.gcAlways")
+	if got, want := stressed.gcStressText(), "; toy runs with [-toy.gcAlways] so that rounds run back to back"; got != want {
+		t.Errorf("crash note = %q, want %q", got, want)
+	}
 	// A system that declares nothing gets no flags but the node's.
-	plain := &Run{Profile: Quick(), reg: testRegistry(t, toySystem())}
+	plain := &Run{Profile: Quick(), reg: testRegistry(t, toySystem()), Systems: []string{toyName}}
 	plain.Profile.Geometry = GeometryScaled
 	check("plain toy geometry", plain.geometryArgs(toyName, 1e9))
 	check("plain toy, all conditions", plain.conditionArgs(CondAll, toyName, 1e9), "-sync=false")
+	check("plain toy crash flags", plain.crashArgs(toyName))
+	if got := plain.gcStressText(); got != "" {
+		t.Errorf("crash note of a system without GC stress flags = %q", got)
+	}
 	if !plain.sameAsOurs(CondCacheOff, toyName, 1e9) || !plain.sameAsOurs(CondPaperGC, toyName, 1e9) {
 		t.Error("sameAsOurs: cache-off and paper-gc change nothing for a system that declares no condition flags")
 	}
@@ -371,5 +386,30 @@ func TestSystemNames(t *testing.T) {
 	}
 	if testRegistry(t).Reference() != sysOriginal {
 		t.Error("the reference baseline is not original")
+	}
+}
+
+// TestExecuteNeedsRegistry: an experiment that starts a cluster fails
+// with a clear error when RunOptions has no registry, instead of running
+// every system with its defaults; one that starts none still runs.
+func TestExecuteNeedsRegistry(t *testing.T) {
+	started := Experiment{Name: "starts", Title: "starts", Shows: "a cluster", SmallDisk: true,
+		run: func(ctx context.Context, x *Run) error {
+			tb, err := x.start(ctx, sysNezha, "t")
+			if err == nil {
+				tb.stop(false)
+			}
+			return err
+		}}
+	ran := false
+	none := Experiment{Name: "none", Title: "none", Shows: "nothing", SmallDisk: true,
+		run: func(context.Context, *Run) error { ran = true; return nil }}
+	res, err := Execute(context.Background(), RunOptions{Experiments: []Experiment{started, none}, Profile: Quick(),
+		Systems: []string{sysNezha}, OutDir: t.TempDir(), Out: io.Discard})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res) != 2 || !strings.Contains(res[0].Error, "RunOptions.Registry is nil") || res[1].Error != "" || !ran {
+		t.Fatalf("results %+v, ran %v", res, ran)
 	}
 }

@@ -220,7 +220,8 @@ type RunOptions struct {
 	Info any
 	// Registry knows the systems: their geometry, condition flags and
 	// background work (systems.System). Required for experiments that
-	// start clusters; without it every system runs with its defaults.
+	// start clusters: without it they fail (their clusters would run every
+	// system with its defaults).
 	Registry *systems.Registry
 	// MapsDataFiles are the systems whose engines read through mmap
 	// (systems.System.MapsDataFiles): their read beds restart their nodes

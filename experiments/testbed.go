@@ -2,6 +2,7 @@ package experiments
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -48,6 +49,9 @@ func (x *Run) startIn(ctx context.Context, dir, system string, extra ...string) 
 // dir, learns its node hosts and, with FsyncDelay, slows every node's
 // fsyncs.
 func (x *Run) up(ctx context.Context, dir, system string, nodes int, extra ...string) (*testbed, error) {
+	if err := x.needRegistry(); err != nil {
+		return nil, err
+	}
 	if err := os.RemoveAll(dir); err != nil {
 		return nil, err
 	}
@@ -79,6 +83,17 @@ func (x *Run) up(ctx context.Context, dir, system string, nodes int, extra ...st
 	c.Discover(dctx)
 	cancel()
 	return tb, nil
+}
+
+// needRegistry fails when the run has no registry (RunOptions.Registry):
+// a cluster started without it would run every system with its defaults,
+// none of its geometry, condition or GC flags, and measure something else
+// than the experiment says.
+func (x *Run) needRegistry() error {
+	if x.reg == nil {
+		return errors.New("experiments start clusters only with the systems' registry (RunOptions.Registry is nil): without it every system would run with its defaults")
+	}
+	return nil
 }
 
 // slowFsyncs adds FsyncDelay to every fsync of every node of tb (the

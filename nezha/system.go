@@ -64,6 +64,7 @@ func Nezha() systems.System {
 		Geometry:       func(scale systems.GeometryScale) systems.Geometry { return geometry(Name, scale) },
 		ConditionFlags: conditionFlags,
 		GCStrategies:   Strategies(),
+		GCStressFlags:  gcStressFlags(),
 		IdleGCAfter: func(nodes int) time.Duration {
 			c := newConfig(Name)
 			return c.GCIdleAfter + time.Duration(nodes)*c.GCStagger
@@ -114,6 +115,16 @@ func conditionFlags(cond string, dataPerNodeBytes int64) []string {
 
 // conformanceGCArgs are the serve flags of a conformance configuration
 // that runs GC strategy back to back over 64 KiB segments.
+// gcStressFlags make GC run back to back, unpaced, over 1 MiB segments
+// during a fault campaign (systems.System.GCStressFlags). Paced at the
+// default 64 MiB/s, GC fell behind the paper profile's crash load (about
+// 80 MB/s per node) and the disk filled: nezha has no write stall on GC
+// debt (RocksDB stalls on pending compaction bytes), so a load above GC's
+// pace grows the log without bound.
+func gcStressFlags() []string {
+	return []string{"-gcContinuous", "-segmentSizeBytes", "1048576", "-gcRateBytesPerSec", "0"}
+}
+
 func conformanceGCArgs(strategy string) []string {
 	return []string{"-gc", strategy, "-gcContinuous", "-gcInterval", "20ms", "-segmentSizeBytes", "65536", "-gcGarbageRatio", "0.3"}
 }

@@ -228,6 +228,11 @@ type System struct {
 	// GCStrategies are the garbage collection strategies of a system with
 	// GC (-gc), the default first; the gc experiment runs each.
 	GCStrategies []string
+	// GCStressFlags are serve flags that make the system's background GC
+	// run all the time (rounds back to back, unpaced), for the fault
+	// campaigns (the linearizability checks, the crash campaign), whose
+	// loads alone would rarely reach a round. nil: none.
+	GCStressFlags []string
 	// IdleGCAfter is how long after the last write a node of a system
 	// with GC starts its idle round, given the cluster's number of nodes
 	// (staggered across them); nil: no idle rounds.
