@@ -48,7 +48,7 @@ func amplification() Experiment {
 			for _, sys := range x.Systems {
 				// GC (nezha) runs once the log holds half the loaded bytes.
 				tb, err := x.start(ctx, sys, "amp", append(x.geometryArgs(sys, p.AmpKeys*int64(p.AmpValueBytes)),
-					"-gcThresholdBytes", fmt.Sprint(max(p.AmpKeys*int64(p.AmpValueBytes)/2, p.SegmentSizeBytes)))...)
+					x.gcArgs(sys, "", max(p.AmpKeys*int64(p.AmpValueBytes)/2, p.SegmentSizeBytes))...)...)
 				if err != nil {
 					x.fail(sys, "cluster up", err, nil)
 					wf.Series = append(wf.Series, plots.Series{Name: sys, Values: []float64{0, 0}, Missing: []int{0, 1}})

@@ -221,9 +221,7 @@ func (x *Run) gcRun(ctx context.Context, c gcConfig, threshold int64) (gcOutcome
 	p := x.Profile
 	var out gcOutcome
 	extra := x.geometryArgs(c.system, p.GCKeys*int64(p.GCValueBytes))
-	if c.system == sysNezha {
-		extra = append(extra, "-gc", c.strategy, "-gcThresholdBytes", fmt.Sprint(threshold))
-	}
+	extra = append(extra, x.gcArgs(c.system, c.strategy, threshold)...)
 	label := sanitize(c.name)
 	if c.again {
 		label += "-again"

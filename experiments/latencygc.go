@@ -143,9 +143,7 @@ func (x *Run) latencyGCRun(ctx context.Context, sys string, threshold int64) (la
 	var out latencyGCOutcome
 	live := p.LatencyGCKeys * int64(p.LatencyGCValueBytes)
 	extra := x.geometryArgs(sys, live)
-	if sys == sysNezha {
-		extra = append(extra, "-gcThresholdBytes", fmt.Sprint(threshold))
-	}
+	extra = append(extra, x.gcArgs(sys, "", threshold)...)
 	tb, err := x.start(ctx, sys, "latency-gc", extra...)
 	if err != nil {
 		x.fail(sys, "cluster up", err, nil)

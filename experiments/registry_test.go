@@ -357,12 +357,25 @@ func TestToySystemFlags(t *testing.T) {
 	if got, want := stressed.gcStressText(), "; toy runs with [-toy.gcAlways] so that rounds run back to back"; got != want {
 		t.Errorf("crash note = %q, want %q", got, want)
 	}
+	// Its GC strategy and round threshold come from its own flags too, in
+	// every experiment that sets them (and the profile's threshold on
+	// every run).
+	gc.GCFlags = func(strategy string, thresholdBytes int64) []string {
+		return []string{"-toy.gcMode", strategy, "-toy.gcAt", fmt.Sprint(thresholdBytes)}
+	}
+	withGC := &Run{Profile: Quick(), reg: testRegistry(t, gc), Systems: []string{toyName}}
+	check("gc flags", withGC.gcArgs(toyName, "sweep", 7), "-toy.gcMode", "sweep", "-toy.gcAt", "7")
+	check("serve flags of a system with GC", withGC.systemArgs(toyName, "-x", "1"),
+		"-segmentSizeBytes", fmt.Sprint(withGC.Profile.SegmentSizeBytes), "-requestTimeout", "1m",
+		"-toy.gcMode", "", "-toy.gcAt", fmt.Sprint(withGC.Profile.GCThresholdBytes), "-x", "1")
 	// A system that declares nothing gets no flags but the node's.
 	plain := &Run{Profile: Quick(), reg: testRegistry(t, toySystem()), Systems: []string{toyName}}
 	plain.Profile.Geometry = GeometryScaled
 	check("plain toy geometry", plain.geometryArgs(toyName, 1e9))
 	check("plain toy, all conditions", plain.conditionArgs(CondAll, toyName, 1e9), "-sync=false")
 	check("plain toy crash flags", plain.crashArgs(toyName))
+	check("plain toy gc flags", plain.gcArgs(toyName, "sweep", 7))
+	check("plain toy serve flags", plain.systemArgs(toyName), "-segmentSizeBytes", fmt.Sprint(plain.Profile.SegmentSizeBytes), "-requestTimeout", "1m")
 	if got := plain.gcStressText(); got != "" {
 		t.Errorf("crash note of a system without GC stress flags = %q", got)
 	}

@@ -182,20 +182,20 @@ func (x *Run) failed(system string) bool {
 // ambiguous writes at the nodes' default 5 s.
 func (x *Run) systemArgs(system string, extra ...string) []string {
 	args := []string{"-segmentSizeBytes", fmt.Sprint(x.Profile.SegmentSizeBytes), "-requestTimeout", "1m"}
-	if system != sysNezha {
-		// Only nezha has GC flags; drop GC overrides meant for it.
-		var kept []string
-		for i := 0; i < len(extra); i++ {
-			if strings.HasPrefix(extra[i], "-gc") {
-				i++ // and its value
-				continue
-			}
-			kept = append(kept, extra[i])
-		}
-		return append(args, kept...)
-	}
-	args = append(args, "-gcThresholdBytes", fmt.Sprint(x.Profile.GCThresholdBytes))
+	args = append(args, x.gcArgs(system, "", x.Profile.GCThresholdBytes)...)
 	return append(args, extra...)
+}
+
+// gcArgs are sys's serve flags for GC strategy (empty: its default) and
+// round threshold (systems.System.GCFlags); none for a system without
+// GC. A later flag overrides an earlier one, so an experiment's own
+// threshold, passed as an extra flag, wins over the profile's.
+func (x *Run) gcArgs(sys, strategy string, thresholdBytes int64) []string {
+	s, ok := x.system(sys)
+	if !ok || s.GCFlags == nil {
+		return nil
+	}
+	return s.GCFlags(strategy, thresholdBytes)
 }
 
 // RunOptions configures a run of experiments.

@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strings"
 	"sync"
 	"testing"
 
@@ -738,5 +739,28 @@ func TestLocationEncoding(t *testing.T) {
 	}
 	if _, err := decodeLocation(append(old, 0)); !errors.Is(err, systems.ErrCorrupt) {
 		t.Fatalf("expiry 0 decoded: %v", err)
+	}
+}
+
+// TestGCFlags: the flags the experiments give nezha for a GC strategy and
+// round threshold are nezha's own serve flags, and parse.
+func TestGCFlags(t *testing.T) {
+	for _, tc := range []struct {
+		strategy string
+		want     string
+	}{
+		{"", "-gcThresholdBytes 4096"},
+		{StrategyMerge, "-gc merge -gcThresholdBytes 4096"},
+	} {
+		args := Nezha().GCFlags(tc.strategy, 4096)
+		if got := strings.Join(args, " "); got != tc.want {
+			t.Errorf("GCFlags(%q) = %q, want %q", tc.strategy, got, tc.want)
+		}
+		c := newConfig(Name)
+		fs := flag.NewFlagSet("serve", flag.ContinueOnError)
+		c.RegisterFlags(fs)
+		if err := fs.Parse(args); err != nil {
+			t.Errorf("GCFlags(%q): %v", tc.strategy, err)
+		}
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -65,6 +66,7 @@ func Nezha() systems.System {
 		ConditionFlags: conditionFlags,
 		GCStrategies:   Strategies(),
 		GCStressFlags:  gcStressFlags(),
+		GCFlags:        gcFlags,
 		IdleGCAfter: func(nodes int) time.Duration {
 			c := newConfig(Name)
 			return c.GCIdleAfter + time.Duration(nodes)*c.GCStagger
@@ -489,4 +491,14 @@ func (s *Store) open() error {
 		return s.gc.rebuildLive()
 	}
 	return nil
+}
+
+// gcFlags are the serve flags of a GC strategy (empty: the default) and
+// round threshold (systems.System.GCFlags).
+func gcFlags(strategy string, thresholdBytes int64) []string {
+	var args []string
+	if strategy != "" {
+		args = append(args, "-gc", strategy)
+	}
+	return append(args, "-gcThresholdBytes", strconv.FormatInt(thresholdBytes, 10))
 }

@@ -233,6 +233,11 @@ type System struct {
 	// campaigns (the linearizability checks, the crash campaign), whose
 	// loads alone would rarely reach a round. nil: none.
 	GCStressFlags []string
+	// GCFlags returns the serve flags that choose the system's GC strategy
+	// (empty: its default) and the log size at which a round starts, for
+	// the experiments that set them (gc, latency-gc, amplification, and
+	// every run's profile-wide threshold). nil: the system has no GC.
+	GCFlags func(strategy string, thresholdBytes int64) []string
 	// IdleGCAfter is how long after the last write a node of a system
 	// with GC starts its idle round, given the cluster's number of nodes
 	// (staggered across them); nil: no idle rounds.
