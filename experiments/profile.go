@@ -102,7 +102,7 @@ type PutScaleParams struct {
 	ConditionDataBytes int64    `json:"condition_data_bytes"`
 	// HeadlineOthers: the systems outside HeadlineSystems also run once at
 	// the headline point (false: only at the smaller points; quick, where
-	// their two runs there took about 45 s of its 15 minutes).
+	// their two runs there took about 45 s).
 	HeadlineOthers bool `json:"headline_others"`
 	// ConditionMinSeconds: under each condition (and ours beside them) a
 	// headline system runs, interleaved with the others, until its runs
@@ -280,19 +280,11 @@ func ycsbWorkloadsAF() []string { return []string{"a", "b", "c", "d", "e", "f"} 
 // latencyGCRates are latency-gc's open-loop rates, fractions of the peak.
 func latencyGCRates() []float64 { return []float64{0.5, 0.7, 0.9} }
 
-// Quick is the profile of `scripts/quickstart.sh`: every experiment on all
-// six systems in at most 15 minutes on a 2-core machine. Its numbers show
-// the trends, not the paper's absolute figures.
-//
-// Quick was cut twice to stay inside 15 minutes. The second cut (dwisckey
-// joined get-zipf, scan and ycsb, and a quick run took 18m31s on a 2-vCPU
-// Firecracker guest): put-vsize 8 MiB per size (was 12), put-scale's points
-// 128 and 512 MiB (256 MiB dropped), 20 s of headline runs (30) and 2 s per
-// condition (3), 4096 read keys (6144), 16,000 GETs (24,000), 200 scans
-// (300), YCSB 1,000 records and operations (1,500), amplification 512 keys
-// (768), 100 scans after the gc phase (300). The first cut, when the
-// conditions rows became medians (a run took 15m38s): put-vsize 16 -> 12
-// MiB, YCSB 2,000 -> 1,500, amplification 1,024 -> 768 keys, gc 10 -> 8 s.
+// Quick is the profile of `scripts/quickstart.sh`: every experiment of
+// `run all` on the default systems in half an hour or so on a 2-core
+// machine (each experiment's time is its QuickDuration). Its numbers show
+// the trends, not the paper's absolute figures. How its sizes were cut to
+// fit: docs/design/2026-12-05-quick-profile.md.
 func Quick() Profile {
 	return Profile{
 		Name:            "quick",

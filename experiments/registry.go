@@ -36,11 +36,11 @@ type Experiment struct {
 	// SCAN and YCSB figures, so get-zipf, scan and ycsb run it.
 	WithOptional bool
 	// OutsideQuickAll: `run all` with the quick profile skips it (it would
-	// push quick past its 15 minutes); naming it runs it.
+	// add minutes to the quickstart); naming it runs it.
 	OutsideQuickAll bool
 	// Campaign: a fault campaign of minutes per system (the crash
 	// campaign). `run all` runs it only with the paper profile, so that
-	// quick keeps its 15 minutes and standard its 60; naming it runs it
+	// quick and standard keep to their time budgets; naming it runs it
 	// with any profile.
 	Campaign bool
 	// QuickDuration is about how long it took with -profile quick on the

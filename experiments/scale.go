@@ -461,7 +461,7 @@ func (x *Run) putScaleRun(ctx context.Context, phase, sys, cond string, data, ge
 		// What the window left to do (RocksDB's compaction debt, nezha's
 		// idle sort): let it finish, then look again. Only for the
 		// headline systems, whose ratio it qualifies: waiting for pasv's
-		// and blobdb's compactions took about 40 s of quick's 15 minutes.
+		// and blobdb's compactions took about 40 s of a quick run.
 		if sys == sysNezha {
 			err = x.waitIdleGC(ctx, tb, time.Now())
 		}

@@ -69,7 +69,7 @@ func (c *cli) experimentCommand() *ffcli.Command {
 // follow the experiment names.
 func (c *cli) experimentRun() *ffcli.Command {
 	fs := c.flagSet("experiment run")
-	profile := fs.String("profile", "quick", "quick (all in at most 15 min on 2 cores, scaled geometry), standard (the paper's shape at one machine's scale: native geometry, up to 6 GiB per node, at most 60 min and 40 GB) or paper (the paper's sizes, for real clusters)")
+	profile := fs.String("profile", "quick", "quick (all in about half an hour on 2 cores, scaled geometry), standard (the paper's shape at one machine's scale: native geometry, up to 6 GiB per node, at most 60 min and 40 GB) or paper (the paper's sizes, for real clusters)")
 	syss := fs.String("systems", strings.Join(experiments.DefaultSystems(c.reg), ","), "systems to compare (comma-separated); when not given, the optional systems ("+strings.Join(c.reg.Optional(), ", ")+") also run in the experiments that compare them (get-zipf, scan, ycsb)")
 	out := fs.String("out", "", "results directory (default results/<time>-<profile>)")
 	force := fs.Bool("force", false, "reuse a non-empty -out directory (its content is deleted)")
