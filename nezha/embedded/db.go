@@ -25,6 +25,9 @@ var (
 	// ErrClosed is returned by calls on a closed DB; a write that returns
 	// it was not committed.
 	ErrClosed = errors.New("embedded: db closed")
+	// ErrLocked is returned (wrapped) by Open when the directory is open
+	// already, in this process or another.
+	ErrLocked = vfs.ErrLocked
 )
 
 // KeyValue is one result of Scan.

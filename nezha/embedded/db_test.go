@@ -16,7 +16,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nezha-harness/nezha/internal/vfs"
 	"github.com/nezha-harness/nezha/nezha"
 )
 
@@ -713,7 +712,7 @@ func TestCloseDuringReads(t *testing.T) {
 }
 
 // TestOpenLocksDir: a second Open of an open DB's directory is refused
-// (vfs.ErrLocked) before it touches the log; before the lock, with the
+// (ErrLocked) before it touches the log; before the lock, with the
 // memory index it succeeded and the two DBs' writes overwrote each other's
 // entries (an acknowledged write was lost), and with LevelDB it failed only
 // after the log's recovery, with "resource temporarily unavailable".
@@ -727,11 +726,11 @@ func TestOpenLocksDir(t *testing.T) {
 		if err := db.Put([]byte("a"), []byte("1")); err != nil {
 			t.Fatal(err)
 		}
-		if db2, err := Open(dir, testOptions(t, idx, false)); !errors.Is(err, vfs.ErrLocked) {
+		if db2, err := Open(dir, testOptions(t, idx, false)); !errors.Is(err, ErrLocked) {
 			if err == nil {
 				db2.Close()
 			}
-			t.Fatalf("[%s] second Open of an open DB's directory: %v, want vfs.ErrLocked", idx, err)
+			t.Fatalf("[%s] second Open of an open DB's directory: %v, want ErrLocked", idx, err)
 		}
 		if err := db.Close(); err != nil {
 			t.Fatal(err)

@@ -15,7 +15,7 @@
 // applied index as its compaction bound.
 //
 // Layout of dir: LOCK (an open DB holds a flock(2) on it: a second Open
-// of the directory fails with vfs.ErrLocked), then as a nezha node's
+// of the directory fails with ErrLocked), then as a nezha node's
 // data directory (package nezha):
 // valuelog/ (the value log), index/ (LevelDB index) or index.ckpt (memory
 // index checkpoint), sorted/ (runs and their MANIFEST).
