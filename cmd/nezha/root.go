@@ -14,12 +14,12 @@ const usage = `usage: nezha <command> [flags]
 
 commands:
   serve     run one node: serve -system S -address A -internalAddress I -peers P1,P2,P3 -data D
-  cluster   local clusters: cluster up|status|kill|restart|down|add|promote|remove|transfer|replace|members|compact -cluster DIR
+  cluster   clusters on local processes, containers or ssh hosts: cluster up|status|kill|restart|down|add|promote|remove|transfer|replace|members|compact -cluster DIR
   kv        one request: kv put K V | get K | delete K | scan START END [-limit N]
   check     linearizability under faults: check -system S [-nemesis LIST] [-duration D] [-read-mode M]
   bench     the paper's workloads: bench put|get|scan [-cnums N -dnums N -vsize BYTES] -servers ...|-cluster DIR
   ycsb      YCSB core workloads: ycsb load|run -P FILE [-p name=value ...] -servers ...|-cluster DIR
-  experiment  named experiments and the report: experiment list | run NAME...|all [-profile quick|standard|paper] | report DIR | compare DIR_A DIR_B
+  experiment  named experiments and the report: experiment list | run NAME...|all [-profile quick|standard|paper] | report DIR | record DIR | compare DIR_A DIR_B
   plot      redraw figures: plot RESULTS_DIR (every figures.json under it -> PNG, SVG, PDF)
   systems   the registered systems and their roles (studied, baseline; reference) [-json]
   health    exit 0 if a node's gRPC health service answers SERVING: health -address A [-timeout D]
