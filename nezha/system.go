@@ -99,7 +99,7 @@ func geometry(system string, scale systems.GeometryScale) systems.Geometry {
 	flags := []string{"-indexCacheEntries", fmt.Sprint(max(int(float64(DefaultIndexCacheEntries)*scale.Factor()), floorEntries))}
 	if system == Name {
 		threshold := max(int64(systems.PaperGCThresholdRatio*float64(scale.DataPerNodeBytes)), scale.SegmentSizeBytes)
-		flags = append([]string{"-gcThresholdBytes", fmt.Sprint(threshold)}, flags...)
+		flags = append(gcFlags("", threshold), flags...)
 	}
 	return systems.Geometry{Flags: flags}
 }
@@ -111,12 +111,10 @@ func conditionFlags(cond string, dataPerNodeBytes int64) []string {
 	if cond != systems.CondPaperGC {
 		return nil
 	}
-	return []string{"-gc", StrategyMerge, "-gcThresholdBytes", fmt.Sprint(int64(systems.PaperGCThresholdRatio * float64(dataPerNodeBytes))),
-		"-gcRateBytesPerSec", "0", "-gcStagger", "0", "-gcIdleAfter", "0"}
+	return append(gcFlags(StrategyMerge, int64(systems.PaperGCThresholdRatio*float64(dataPerNodeBytes))),
+		"-gcRateBytesPerSec", "0", "-gcStagger", "0", "-gcIdleAfter", "0")
 }
 
-// conformanceGCArgs are the serve flags of a conformance configuration
-// that runs GC strategy back to back over 64 KiB segments.
 // gcStressFlags make GC run back to back, unpaced, over 1 MiB segments
 // during a fault campaign (systems.System.GCStressFlags). Paced at the
 // default 64 MiB/s, GC fell behind the paper profile's crash load (about
@@ -127,6 +125,8 @@ func gcStressFlags() []string {
 	return []string{"-gcContinuous", "-segmentSizeBytes", "1048576", "-gcRateBytesPerSec", "0"}
 }
 
+// conformanceGCArgs are the serve flags of a conformance configuration
+// that runs GC strategy back to back over 64 KiB segments.
 func conformanceGCArgs(strategy string) []string {
 	return []string{"-gc", strategy, "-gcContinuous", "-gcInterval", "20ms", "-segmentSizeBytes", "65536", "-gcGarbageRatio", "0.3"}
 }
