@@ -4,10 +4,12 @@
 # took, the commit, the machine (and its load while it ran), then the
 # output as the command printed it, or with -file FILE that file as the
 # command left it (a Markdown report is kept as Markdown, anything else as
-# a code block). Figures in docs/ and the README come from such records
+# a code block); with -figures DIR, the SVG files the command left in DIR
+# are kept beside the record, in docs/results/<date>-NAME/, and shown at
+# its end. Figures in docs/ and the README come from such records
 # (or from `nezha experiment record`), never from typing.
 #
-#   scripts/record.sh NAME [-file FILE] -- COMMAND [ARG...]
+#   scripts/record.sh NAME [-file FILE] [-figures DIR] -- COMMAND [ARG...]
 #   scripts/record.sh memory-index -- go test -run xxx -bench 'BenchmarkMemoryIndex$/keys=1M' -short ./nezha/
 #   scripts/record.sh peer-table -file /tmp/pt/report.md -- scripts/peer-table.sh /tmp/pt 3
 #
@@ -16,7 +18,7 @@
 # script exits with its status. RECORD_DIR overrides docs/results.
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
-usage() { echo "usage: scripts/record.sh NAME [-file FILE] -- COMMAND [ARG...]" >&2; exit 2; }
+usage() { echo "usage: scripts/record.sh NAME [-file FILE] [-figures DIR] -- COMMAND [ARG...]" >&2; exit 2; }
 [ $# -ge 1 ] || usage
 name=$1; shift
 case $name in '' | -* | */* | .*) echo "record: NAME '$name' must be a file name (no '/', not starting with '-' or '.')" >&2; exit 2 ;; esac
@@ -24,6 +26,11 @@ file=""
 if [ "${1:-}" = "-file" ]; then
   [ $# -ge 2 ] || usage
   file=$2; shift 2
+fi
+figures=""
+if [ "${1:-}" = "-figures" ]; then
+  [ $# -ge 2 ] || usage
+  figures=$2; shift 2
 fi
 [ "${1:-}" = "--" ] || usage
 shift
@@ -61,6 +68,16 @@ if [ -n "$file" ] && [ ! -f "$file" ]; then
   echo "record: the command left no $file; no record written" >&2
   exit 1
 fi
+svgs=()
+if [ -n "$figures" ]; then
+  shopt -s nullglob
+  svgs=("$figures"/*.svg)
+  shopt -u nullglob
+  if [ ${#svgs[@]} -eq 0 ]; then
+    echo "record: the command left no SVG in $figures; no record written" >&2
+    exit 1
+  fi
+fi
 
 # The command as one line a shell reads back: words of plain characters
 # as they are, others in single quotes.
@@ -89,6 +106,15 @@ mkdir -p "$dir"
     echo '```'
     if [ -n "$file" ]; then cat "$file"; else cat "$log"; fi
     echo '```'
+  fi
+  if [ ${#svgs[@]} -gt 0 ]; then
+    stem=$(basename "$out" .md)
+    mkdir -p "$dir/$stem"
+    echo
+    for f in "${svgs[@]}"; do
+      cp "$f" "$dir/$stem/"
+      echo "![$(basename "$f" .svg)]($stem/$(basename "$f"))"
+    done
   fi
 } > "$out"
 echo "record: $out"
