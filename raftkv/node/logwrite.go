@@ -55,11 +55,12 @@ import (
 // curve flattens. With 5 ms: 542-603, 664-723, 622-719 and 769-837; 64
 // MiB may gain there, but two rounds do not show it beyond the spread (4
 // and 16 MiB overlap), and a larger bound lengthens each flush, and so
-// the latency of the small writes behind it, and the bytes written and not
-// yet durable (up to twice the bound, with the flush under way). A delay gained nothing where groups are
-// small and many: 100 B PUTs from 1000 clients made 39.1k/40.8k ops/s with
-// none, 38.6k/41.7k with 500 us and 41.0k/39.2k with 2 ms; at low load
-// a delay is latency added to every write, so the default is none.
+// the latency of the small writes behind it, and the bytes written and
+// not yet durable (up to twice the bound, with the flush under way). A
+// delay gained nothing where groups are small and many: 100 B PUTs from
+// 1000 clients made 39.1k/40.8k ops/s with none, 38.6k/41.7k with 500 us
+// and 41.0k/39.2k with 2 ms; at low load a delay is latency added to
+// every write, so the default is none.
 const (
 	DefaultLogGroupCommitBytes = 4 << 20
 	MinLogGroupCommitBytes     = 4 << 10
