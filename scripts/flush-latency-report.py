@@ -131,7 +131,7 @@ def main():
                 row += " " + (", ".join(f"{x:.2f}x" for x in ratios) or "-") + " |"
             lines.append(row)
         lines.append("")
-    lines += ["Figure: flush-latency.svg in OUT (`nezha plot OUT` draws it from figures.json).", ""]
+    lines += ["The figure, goodput against the added latency: flush-latency.svg beside this report in OUT", "(`nezha plot OUT` draws it from OUT/figures.json).", ""]
     report = "\n".join(lines)
     with open(os.path.join(out, "report.md"), "w") as f:
         f.write(report)
